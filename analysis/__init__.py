@@ -1,0 +1,1 @@
+"""draftsim's analysis layer: tables, figures and the demo built on ``sim`` (and ``realrun``)."""

@@ -1,0 +1,62 @@
+"""Figures of the analytic planner, written as PNG files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from sim import analytic  # noqa: E402
+
+
+def ewif_vs_k(path: Path, alphas=(0.6, 0.7, 0.8, 0.9), costs=(0.02, 0.1, 0.25), k_max: int = 16) -> Path:
+    """EWIF against the draft length k, one panel per cost c, one line per α ([CSD] Cor. 4.2)."""
+    k = np.arange(k_max + 1)
+    fig, axes = plt.subplots(1, len(costs), figsize=(4.2 * len(costs), 3.6), sharey=True)
+    for ax, c in zip(np.atleast_1d(axes), costs):
+        for a in alphas:
+            values = analytic.ewif(a, c, k)
+            best_k, best = analytic.optimal_k(a, c, k_max)
+            (line,) = ax.plot(k, values, marker="o", ms=3, label=f"α = {a:g}")
+            ax.plot([best_k], [best], marker="*", ms=12, color=line.get_color())
+        ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+        ax.set_title(f"c = {c:g}")
+        ax.set_xlabel("draft length k")
+        ax.grid(alpha=0.3)
+    np.atleast_1d(axes)[0].set_ylabel("EWIF (speedup)")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    fig.suptitle("Expected walltime improvement factor against k (★ = optimal k)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def optimal_k_map(path: Path, k_max: int = 32, n: int = 400) -> Path:
+    """Map of the optimal k over the (α, c) plane, with EWIF contours."""
+    alpha = np.linspace(0.0, 0.99, n)
+    cost = np.linspace(0.0, 0.5, n)
+    A, C = np.meshgrid(alpha, cost)
+    best_k, best = analytic.optimal_k(A, C, k_max)
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    # Band edges between integer k, finer where most of the plane lies (small k).
+    edges = [e for e in (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128) if e < k_max]
+    levels = np.array(edges + [k_max]) - 0.5
+    levels = np.append(levels, k_max + 0.5)
+    norm = matplotlib.colors.BoundaryNorm(levels, 256)
+    mesh = ax.contourf(A, C, best_k, levels=levels, cmap="viridis", norm=norm)
+    contours = ax.contour(A, C, best, levels=[1.1, 1.5, 2, 3, 4, 6], colors="white", linewidths=0.8)
+    ax.clabel(contours, fmt=lambda v: f"EWIF {v:g}", fontsize=7)
+    bar = fig.colorbar(mesh, ax=ax, ticks=[e for e in edges if e <= k_max] + [k_max])
+    bar.set_label(f"optimal draft length k (≤ {k_max}; 0 = don't speculate)")
+    ax.set_xlabel("acceptance rate α")
+    ax.set_ylabel("cost coefficient c")
+    ax.set_title("Optimal draft length over (α, c)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

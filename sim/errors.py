@@ -1,0 +1,91 @@
+"""The project exception and the input checks every public function uses.
+
+Invalid input raises :class:`DraftsimError`, a subclass of :class:`ValueError`, whose
+message names the bad value and the valid range. The CLI prints it as one line on stderr
+and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Largest draft length any planner searches. Larger values are almost certainly a typo and
+#: would make exhaustive searches needlessly slow.
+K_MAX_LIMIT = 1024
+
+
+class DraftsimError(ValueError):
+    """Invalid input to draftsim: the message names the value and the valid range."""
+
+
+def _number(value) -> str:
+    """A number as a user typed it: ``3`` for integral values, ``0.25``, ``nan``, ``inf``."""
+    v = float(value)
+    return str(int(v)) if v.is_integer() else repr(v)
+
+
+def _first_bad(arr: np.ndarray, bad: np.ndarray) -> str:
+    """Describe the first offending element of ``arr`` (with its index if ``arr`` is not a scalar)."""
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    value = _number(arr[idx] if arr.ndim else arr[()])
+    return value if arr.ndim == 0 else f"{value} at index {idx if len(idx) > 1 else idx[0]}"
+
+
+def as_float_array(name: str, x) -> np.ndarray:
+    """``x`` as a float64 array; non-numeric input raises :class:`DraftsimError`."""
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DraftsimError(f"{name} must be a number or an array of numbers; got {x!r}") from exc
+    return arr
+
+
+def as_probability(name: str, x) -> np.ndarray:
+    """``x`` as a float array with every element in [0, 1] (NaN rejected)."""
+    arr = as_float_array(name, x)
+    bad = ~((arr >= 0.0) & (arr <= 1.0))
+    if bad.any():
+        raise DraftsimError(f"{name} must lie in [0, 1]; got {_first_bad(arr, bad)}")
+    return arr
+
+
+def as_cost(name: str, x) -> np.ndarray:
+    """``x`` as a float array of finite, non-negative cost coefficients."""
+    arr = as_float_array(name, x)
+    bad = ~(np.isfinite(arr) & (arr >= 0.0))
+    if bad.any():
+        raise DraftsimError(f"{name} must be a finite cost >= 0; got {_first_bad(arr, bad)}")
+    return arr
+
+
+def as_positive(name: str, x) -> np.ndarray:
+    """``x`` as a float array of finite, strictly positive values (times, rates)."""
+    arr = as_float_array(name, x)
+    bad = ~(np.isfinite(arr) & (arr > 0.0))
+    if bad.any():
+        raise DraftsimError(f"{name} must be finite and > 0; got {_first_bad(arr, bad)}")
+    return arr
+
+
+def as_count(name: str, x, *, minimum: int = 0, maximum: int | None = None) -> np.ndarray:
+    """``x`` as an int64 array of integers in [minimum, maximum].
+
+    Floats are accepted only when integral (``3.0``), never rounded; booleans are refused.
+    """
+    if isinstance(x, (bool, np.bool_)):
+        raise DraftsimError(f"{name} must be an integer; got {x!r}")
+    arr = as_float_array(name, x)
+    upper = np.inf if maximum is None else maximum
+    bad = ~(np.isfinite(arr) & (arr == np.floor(arr)) & (arr >= minimum) & (arr <= upper))
+    if bad.any():
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise DraftsimError(f"{name} must be an integer {bound}; got {_first_bad(arr, bad)}")
+    return arr.astype(np.int64)
+
+
+def as_k_max(x, name: str = "k_max") -> int:
+    """A scalar search bound in [0, K_MAX_LIMIT]."""
+    arr = as_count(name, x, minimum=0, maximum=K_MAX_LIMIT)
+    if arr.ndim != 0:
+        raise DraftsimError(f"{name} must be a single integer; got an array of shape {arr.shape}")
+    return int(arr)

@@ -1,0 +1,123 @@
+"""What-if cost-ratio planning: rank speculative-decoding strategies for a set of drafters.
+
+Given drafters described by their acceptance rate α (by the target) and cost coefficient c,
+:func:`plan` scores, with the closed forms of :mod:`sim.analytic`:
+
+* autoregressive decoding (EWIF 1, the baseline);
+* speculative decoding with each drafter alone, at its best k;
+* the best horizontal cascade over all drafters ([CSD] §3.2);
+* for each drafter, the best two-level vertical cascade with Max-Gram (cost 0) drafting for
+  it, when Max-Gram's acceptance by that drafter is given ([CSD] §3.1, §3.3);
+
+and returns them ranked by EWIF.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import analytic
+from .errors import DraftsimError, as_cost, as_probability
+
+__all__ = ["Drafter", "Strategy", "plan"]
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """A draft model: its name, acceptance rate by the target and cost coefficient."""
+
+    name: str
+    alpha: float
+    cost: float
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise DraftsimError(
+                f"drafter name must start with a letter or _ and hold only letters, digits, "
+                f"'_', '.', '-'; got {self.name!r}"
+            )
+        object.__setattr__(self, "alpha", float(as_probability(f"alpha of drafter {self.name}", self.alpha)))
+        object.__setattr__(self, "cost", float(as_cost(f"cost of drafter {self.name}", self.cost)))
+
+    @classmethod
+    def parse(cls, spec: str) -> "Drafter":
+        """Parse ``NAME:ALPHA:COST`` (e.g. ``small:0.75:0.05``)."""
+        parts = spec.split(":")
+        if len(parts) != 3:
+            raise DraftsimError(f"drafter must be NAME:ALPHA:COST (e.g. small:0.75:0.05); got {spec!r}")
+        name, alpha, cost = parts
+        try:
+            alpha_value, cost_value = float(alpha), float(cost)
+        except ValueError:
+            raise DraftsimError(
+                f"drafter {spec!r}: ALPHA and COST must be numbers (e.g. small:0.75:0.05)"
+            ) from None
+        return cls(name, alpha_value, cost_value)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One scored strategy of a plan.
+
+    ``ewif`` is the expected speedup over autoregressive decoding under the cost model;
+    ``params`` holds what configures it (k, counts, n), ready for JSON.
+    """
+
+    kind: str  # "autoregressive" | "sd" | "horizontal" | "vertical"
+    description: str
+    ewif: float
+    params: dict = field(default_factory=dict)
+
+
+def plan(
+    drafters: list[Drafter], mag_alpha: float | None = None, k_max: int = 32, mag_cost: float = 0.0
+) -> list[Strategy]:
+    """Score every strategy the drafters allow and return them ranked by EWIF (best first).
+
+    Parameters
+    ----------
+    drafters : list of :class:`Drafter` (at least one, distinct names)
+    mag_alpha : float in [0, 1], optional
+        Acceptance of Max-Gram's tokens by each drafter; adds vertical cascades.
+    mag_cost : float >= 0
+        Max-Gram's cost coefficient (0 in [CSD]; a string search costs next to nothing).
+    k_max : int
+        Largest draft length searched (per drafter; total for a horizontal cascade; and the
+        bound on n and k of a vertical cascade).
+    """
+    if not drafters:
+        raise DraftsimError("plan needs at least one drafter")
+    names = [d.name for d in drafters]
+    if len(set(names)) != len(names):
+        raise DraftsimError(f"drafter names must be distinct; got {names}")
+    strategies = [Strategy("autoregressive", "autoregressive (target only)", 1.0, {"k": 0})]
+    for d in drafters:
+        k, value = analytic.optimal_k(d.alpha, d.cost, k_max)
+        strategies.append(Strategy("sd", f"sd {d.name} k={int(k)}", float(value), {"drafter": d.name, "k": int(k)}))
+    if len(drafters) > 1:
+        h = analytic.optimal_horizontal([(d.alpha, d.cost) for d in drafters], k_max)
+        parts = [f"{drafters[i].name}:{c}" for i, c in zip(h.order, h.counts)]
+        strategies.append(
+            Strategy(
+                "horizontal",
+                "horizontal " + (" > ".join(parts) if parts else "(empty)"),
+                h.ewif,
+                {"drafters": [drafters[i].name for i in h.order], "counts": list(h.counts)},
+            )
+        )
+    if mag_alpha is not None:
+        mag_alpha = float(as_probability("mag_alpha", mag_alpha))
+        for d in drafters:
+            v = analytic.optimal_vertical(d.alpha, d.cost, mag_alpha, mag_cost, k_max)
+            strategies.append(
+                Strategy(
+                    "vertical",
+                    f"vertical {d.name} < maxgram n={v.n} k={v.k}",
+                    v.ewif,
+                    {"drafter": d.name, "n": v.n, "k": v.k, "mag_alpha": mag_alpha, "mag_cost": mag_cost},
+                )
+            )
+    return sorted(strategies, key=lambda s: -s.ewif)
