@@ -54,14 +54,17 @@ MAX_ENUMERATION = 2_000_000
 def _geometric_sum(z: np.ndarray, m: np.ndarray) -> np.ndarray:
     """Σ_{i=0}^{m-1} z^i = (1 − z^m)/(1 − z) for z in [0, 1], m ≥ 0, accurate near z = 1.
 
-    The numerator is computed as −expm1(m·log z), so nothing cancels as z → 1; z = 1 gives m.
+    For z ≥ 1/2 the numerator is computed as −expm1(m·log z), so nothing cancels as z → 1
+    (and 1 − z is exact there); z = 1 gives m. The result is kept within its exact bounds
+    [1, m] (for m ≥ 1) so a last-bit rounding never breaks 1 ≤ E[tokens] ≤ k + 1.
     """
     z, m = np.broadcast_arrays(np.asarray(z, dtype=np.float64), np.asarray(m))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        num = -np.expm1(m * np.log(z))
-        out = num / (1.0 - z)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        near_one = -np.expm1(m * np.log(z))
+        direct = 1.0 - z**m
+        out = np.where(z >= 0.5, near_one, direct) / (1.0 - z)
     out = np.where(z == 1.0, m, out)
-    out = np.where(m == 0, 0.0, out)
+    out = np.clip(out, np.minimum(m, 1), m)
     return out.astype(np.float64)[()]
 
 
@@ -221,7 +224,7 @@ def ewif_vertical(alpha, c_d1, n, alpha_inner, c_d2, k):
     k = as_count("k", k)
     g = _geometric_sum(alpha * alpha_inner, k + 1)  # E[Σ_{i<L} α^i] = (1 − φ(α)) / (1 − α)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_term = np.log(alpha) + n * np.log1p(-(1.0 - alpha) * g)
+        log_term = np.log(alpha) + np.where(n == 0, 0.0, n * np.log1p(-(1.0 - alpha) * g))
         numerator = -np.expm1(log_term) / (1.0 - alpha)
     numerator = np.where(alpha == 1.0, 1.0 + n * g, numerator)
     return np.asarray(numerator / (1.0 + n * c_d1 + n * k * c_d2))[()]
@@ -231,8 +234,13 @@ def optimal_k(alpha, c, k_max=32):
     """The draft length k ∈ {0, …, k_max} maximising :func:`ewif`, vectorised over α and c.
 
     k = 0 (plain autoregressive decoding, EWIF 1) is returned where no draft helps. Ties go
-    to the smallest k. The expected-token sums are accumulated term by term
-    (Σ α^i, all terms positive), so the scan costs a few multiplications per k and point.
+    to the smallest k.
+
+    The scan accumulates E[tokens] term by term (Σ α^i, all terms positive, so accurate for
+    every α) and works through the points in cache-sized chunks. EWIF is unimodal in k — the
+    numerator is concave in k and the denominator affine and positive, so every superlevel
+    set is an interval — hence a point that stops improving is done, and the scan continues
+    only with the points still improving.
 
     Parameters
     ----------
@@ -247,23 +255,50 @@ def optimal_k(alpha, c, k_max=32):
     alpha = as_probability("alpha", alpha)
     c = as_cost("c", c)
     k_max = as_k_max(k_max)
-    alpha, c = np.broadcast_arrays(alpha, c)
-    best = np.ones(alpha.shape)
-    best_k = np.zeros(alpha.shape, dtype=np.int64)
-    power = np.ones(alpha.shape)  # α^k
-    tokens = np.ones(alpha.shape)  # Σ_{i=0}^{k} α^i
-    value = np.empty(alpha.shape)
-    better = np.empty(alpha.shape, dtype=bool)
+    shape = np.broadcast_shapes(alpha.shape, c.shape)
+    alpha = np.broadcast_to(alpha, shape).ravel()
+    c = np.broadcast_to(c, shape).ravel()
+    best = np.ones(alpha.size)
+    best_k = np.zeros(alpha.size, dtype=np.int64)
+    for start in range(0, alpha.size, _CHUNK):
+        _scan_chunk(alpha, c, k_max, np.arange(start, min(start + _CHUNK, alpha.size)), best, best_k)
+    return best_k.reshape(shape)[()], best.reshape(shape)[()]
+
+
+def _scan_chunk(alpha, c, k_max, idx, best, best_k) -> None:
+    """Scan k = 1..k_max for the points ``idx``, writing their optimum into best/best_k.
+
+    Points still improving form the active set; when fewer than half remain, the work arrays
+    are compacted to them (a point that stopped improving never improves again: unimodality).
+    """
+    a, cc = alpha[idx], c[idx]
+    b, bk = np.ones(idx.size), np.zeros(idx.size, dtype=np.int64)
+    power = np.ones(idx.size)  # α^k
+    tokens = np.ones(idx.size)  # Σ_{i=0}^{k} α^i
+    value = np.empty(idx.size)
+    better = np.empty(idx.size, dtype=bool)
     for k in range(1, k_max + 1):
-        np.multiply(power, alpha, out=power)
+        np.multiply(power, a, out=power)
         np.add(tokens, power, out=tokens)
-        np.multiply(c, k, out=value)
+        np.multiply(cc, k, out=value)
         value += 1.0
         np.divide(tokens, value, out=value)
-        np.greater(value, best, out=better)
-        np.copyto(best, value, where=better)
-        np.copyto(best_k, k, where=better)
-    return best_k[()], best[()]
+        np.greater(value, b, out=better)
+        np.copyto(b, value, where=better)
+        np.copyto(bk, k, where=better)
+        active = np.count_nonzero(better)
+        if active == 0:
+            break
+        if 2 * active < idx.size:
+            best[idx], best_k[idx] = b, bk
+            keep = better.copy()
+            idx, a, cc, power, tokens, b, bk = (x[keep] for x in (idx, a, cc, power, tokens, b, bk))
+            value, better = np.empty(idx.size), np.empty(idx.size, dtype=bool)
+    best[idx], best_k[idx] = b, bk
+
+
+#: Points per chunk in :func:`optimal_k`: small enough for the work arrays to stay in cache.
+_CHUNK = 65536
 
 
 @dataclass(frozen=True)

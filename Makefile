@@ -1,0 +1,34 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   create .venv, install draftsim, run `draftsim demo`
+#   make test   create .venv if needed, install .[test,real], run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Stamp files record what was installed, so a second `make` installs nothing.
+$(VENV)/.core-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e .
+	touch $@
+
+$(VENV)/.full-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[test,real]'
+	touch $@ $(VENV)/.core-installed
+
+install: $(VENV)/.core-installed
+
+demo: $(VENV)/.core-installed
+	$(BIN)/draftsim demo
+
+test: $(VENV)/.full-installed
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.core-installed
+	$(BIN)/python benchmarks/bench_analytic.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,110 @@
+"""The draftsim command line: output, --json, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from draftsim.cli import main
+from sim import analytic
+
+
+def run(capsys, *argv):
+    """Run ``draftsim argv`` in-process; return (status, stdout, stderr)."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors and --help
+        status = exc.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_ewif_table_marks_best_k(capsys):
+    status, out, err = run(capsys, "ewif", "--alpha", "0.8", "--cost", "0.05")
+    assert status == 0 and err == ""
+    best_rows = [line for line in out.splitlines() if line.rstrip().endswith("*")]
+    assert len(best_rows) == 1 and best_rows[0].split()[0] == "8"
+    assert "best k in 0..16: k = 8, EWIF 3.0921" in out
+
+
+def test_ewif_json(capsys):
+    status, out, _ = run(capsys, "ewif", "--alpha", "0.8", "--cost", "0.05", "--k", "5", "--json")
+    data = json.loads(out)
+    assert status == 0
+    assert [r["k"] for r in data["rows"]] == [5]
+    assert data["rows"][0]["ewif"] == pytest.approx(analytic.ewif(0.8, 0.05, 5))
+    assert data["best"] == {"k": 8, "ewif": pytest.approx(analytic.optimal_k(0.8, 0.05, 16)[1]), "k_max": 16}
+
+
+def test_plan_ranks_strategies(capsys):
+    status, out, _ = run(
+        capsys, "plan", "--drafter", "medium:0.85:0.15", "--drafter", "small:0.65:0.02", "--mag-alpha", "0.55", "--json"
+    )
+    data = json.loads(out)
+    assert status == 0
+    values = [s["ewif"] for s in data["strategies"]]
+    assert values == sorted(values, reverse=True)
+    kinds = {s["kind"] for s in data["strategies"]}
+    assert kinds == {"autoregressive", "sd", "horizontal", "vertical"}
+    horizontal = next(s for s in data["strategies"] if s["kind"] == "horizontal")
+    assert horizontal["drafters"] == ["medium", "small"] and horizontal["counts"] == [3, 5]
+    assert horizontal["ewif"] == pytest.approx(analytic.ewif_horizontal([(0.85, 0.15), (0.65, 0.02)], [3, 5]))
+
+
+def test_plan_text(capsys):
+    status, out, _ = run(capsys, "plan", "--drafter", "small:0.75:0.05")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["rank", "kind", "strategy", "EWIF"]
+    assert "sd small k=7" in lines[2] and lines[2].split()[-1] == "2.6663"
+
+
+def test_demo_writes_figures(capsys, tmp_path):
+    status, out, _ = run(capsys, "demo", "--out", str(tmp_path), "--json")
+    data = json.loads(out)
+    assert status == 0
+    assert len(data["settings"]) >= 3
+    for path in data["figures"]:
+        png = Path(path)
+        assert png.parent == tmp_path and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["ewif", "--alpha", "1.5", "--cost", "0.1"], "alpha must lie in [0, 1]; got 1.5"),
+        (["ewif", "--alpha", "nan", "--cost", "0.1"], "alpha must lie in [0, 1]; got nan"),
+        (["ewif", "--alpha", "0.5", "--cost", "-1"], "cost must be a finite cost >= 0; got -1"),
+        (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "-2"], "k must be an integer in [0, 1024]; got -2"),
+        (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "2.5"], "k must be an integer in [0, 1024]; got 2.5"),
+        (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k-max", "100000"], "k_max must be an integer in [0, 1024]"),
+        (["ewif", "--alpha", "high", "--cost", "0.1"], "expected a number; got 'high'"),
+        (["plan", "--drafter", "small:0.7"], "drafter must be NAME:ALPHA:COST"),
+        (["plan", "--drafter", "small:x:0.1"], "ALPHA and COST must be numbers"),
+        (["plan", "--drafter", "small:1.7:0.1"], "alpha of drafter small must lie in [0, 1]; got 1.7"),
+        (["plan", "--drafter", "small:0.7:-0.1"], "cost of drafter small must be a finite cost >= 0"),
+        (["plan", "--drafter", "a:0.7:0.1", "--drafter", "a:0.6:0.1"], "drafter names must be distinct"),
+        (["plan", "--drafter", "9x:0.7:0.1"], "drafter name must start with a letter"),
+        (["plan", "--drafter", "a:0.7:0.1", "--mag-alpha", "2"], "mag_alpha must lie in [0, 1]; got 2"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
+    status, out, err = run(capsys, *argv)
+    assert status == 2
+    assert out == ""
+    assert err.count("\n") == 1 and fragment in err
+    assert "Traceback" not in err
+
+
+def test_console_script_entry_point():
+    """The installed ``draftsim`` script runs and reports bad input the same way."""
+    script = Path(sys.executable).with_name("draftsim")
+    assert script.exists(), "draftsim is not installed in this environment (pip install -e .)"
+    ok = subprocess.run([script, "ewif", "--alpha", "0.7", "--cost", "0.1", "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["best"]["k"] == 4
+    bad = subprocess.run([script, "ewif", "--alpha", "-0.1", "--cost", "0.1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
