@@ -1,0 +1,128 @@
+"""Block verification of a drafted chain of k tokens ([SC] Algorithm 4; [SD++] Algorithm 2).
+
+Given the k drafted tokens x_1..x_k, the draft rows q_1..q_k they were drawn from and the
+target rows p_1..p_{k+1} (p_{k+1} follows the whole draft), a rule and a Generator:
+
+1. draw u_1..u_k ~ U[0, 1) and accept x_i while u_i < acceptance_i(x_i);
+2. at the first rejection i, sample the correction token from the rule's residual at i;
+   if all k are accepted, sample the bonus token from p_{k+1}.
+
+The number accepted and the correction/bonus token are returned. Everything is vectorised
+over leading batch axes: tokens (..., k), q (..., k, V), p (..., k+1, V). The same
+Generator state gives the same outcome: exactly k + 1 uniforms are drawn per batch element
+(k for the acceptance tests, one for the final token), in a fixed order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .distributions import check_rows, check_tokens, sample
+from .errors import DraftsimError
+from .rules import SD, Rule
+
+__all__ = ["BlockResult", "verify_block", "verify_block_greedy"]
+
+
+@dataclass(frozen=True)
+class BlockResult:
+    """Outcome of verifying one block (arrays when the input was batched).
+
+    n_accepted : drafted tokens accepted, 0..k
+    token : the correction token (n_accepted < k) or the bonus token (n_accepted == k)
+    """
+
+    n_accepted: np.ndarray | int
+    token: np.ndarray | int
+
+    @property
+    def n_emitted(self):
+        """Tokens this block adds to the output: the accepted ones plus one."""
+        return self.n_accepted + 1
+
+
+def _check_block(tokens, q, p):
+    p = check_rows("p", p, min_ndim=2)
+    vocab = p.shape[-1]
+    tokens = check_tokens("tokens", tokens, vocab)
+    if tokens.ndim < 1:
+        raise DraftsimError(f"tokens must have a draft axis (shape (..., k)); got a scalar")
+    k = tokens.shape[-1]
+    if p.shape[:-1] != tokens.shape[:-1] + (k + 1,):
+        raise DraftsimError(
+            f"p must have shape (..., k+1, V) = {tokens.shape[:-1] + (k + 1, vocab)} for tokens of shape "
+            f"{tokens.shape}; got {p.shape}"
+        )
+    if q is not None:
+        q = check_rows("q", q, vocab=vocab, min_ndim=2)
+        if q.shape[:-1] != tokens.shape:
+            raise DraftsimError(f"q must have shape (..., k, V) = {tokens.shape + (vocab,)}; got {q.shape}")
+        drafted_q = np.take_along_axis(q, tokens[..., None], axis=-1)[..., 0]
+        if (drafted_q <= 0).any():
+            idx = tuple(int(i) for i in np.argwhere(drafted_q <= 0)[0])
+            raise DraftsimError(f"drafted token {int(tokens[idx])} at {idx} has probability 0 under q")
+    return tokens, q, p
+
+
+def _row(rows: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """rows[..., i, :] with one index per batch element."""
+    return np.take_along_axis(rows, i[..., None, None], axis=-2)[..., 0, :]
+
+
+def verify_block(tokens, q, p, rule: Rule | None = None, rng: np.random.Generator | None = None, *, validate: bool = True) -> BlockResult:
+    """Verify k drafted tokens against the target under ``rule`` (default :class:`SD`).
+
+    Parameters
+    ----------
+    tokens : int array (..., k)
+        Drafted token ids, x_i ~ q_i.
+    q : array (..., k, V)
+        Draft rows the tokens were drawn from.
+    p : array (..., k+1, V)
+        Target rows at each drafted position plus the one after the draft.
+    rule : Rule
+    rng : numpy.random.Generator (required)
+    validate : bool
+        Check shapes, rows and token ids (O(kV)); executors in a hot loop may skip it.
+    """
+    if rng is None or not isinstance(rng, np.random.Generator):
+        raise DraftsimError("verify_block needs an explicit numpy.random.Generator (rng=np.random.default_rng(seed))")
+    rule = SD() if rule is None else rule
+    if validate:
+        tokens, q, p = _check_block(tokens, q, p)
+    else:
+        tokens, q, p = np.asarray(tokens), np.asarray(q, dtype=np.float64), np.asarray(p, dtype=np.float64)
+    k = tokens.shape[-1]
+    accept = rule.accept_prob(q, p[..., :k, :], tokens) if k else np.zeros(tokens.shape)
+    u = rng.random(tokens.shape)
+    rejected = u >= accept
+    n = np.where(rejected.any(axis=-1), rejected.argmax(axis=-1), k)
+    final_p = _row(p, n)
+    if k:
+        at = np.minimum(n, k - 1)
+        residual = rule.residual(_row(q, at), _row(p[..., :k, :], at))
+        final = np.where((n < k)[..., None], residual, final_p)
+    else:
+        final = final_p
+    token = sample(final, rng)
+    return BlockResult(n_accepted=n[()], token=token[()])
+
+
+def verify_block_greedy(tokens, p, *, validate: bool = True) -> BlockResult:
+    """Greedy verification: accept x_i while it equals argmax p_i; emit argmax at the first miss.
+
+    Ties in argmax go to the lowest token id (numpy's argmax), the same convention as
+    :func:`sim.distributions.warp` with temperature 0. No randomness.
+    """
+    if validate:
+        tokens, _, p = _check_block(tokens, None, p)
+    else:
+        tokens, p = np.asarray(tokens), np.asarray(p)
+    k = tokens.shape[-1]
+    best = p.argmax(axis=-1)  # (..., k+1)
+    miss = tokens != best[..., :k]
+    n = np.where(miss.any(axis=-1), miss.argmax(axis=-1), k)
+    token = np.take_along_axis(best, n[..., None], axis=-1)[..., 0]
+    return BlockResult(n_accepted=n[()], token=token[()])
