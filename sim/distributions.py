@@ -56,6 +56,8 @@ def normalize(weights: np.ndarray, fallback: np.ndarray | None = None) -> np.nda
     """
     weights = np.asarray(weights, dtype=np.float64)
     total = weights.sum(axis=-1, keepdims=True)
+    if np.all(total > 0):  # the common case: one division, no masks
+        return weights / total
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(total > 0, weights / np.where(total > 0, total, 1.0), 0.0)
     if fallback is not None:
@@ -119,18 +121,44 @@ def warp(rows, temperature: float = 1.0, top_k: int | None = None) -> np.ndarray
     return rows
 
 
+#: Rows longer than this are sampled in two levels (blocks, then within a block).
+_BLOCK = 256
+
+
 def sample(rows: np.ndarray, rng: np.random.Generator, u: np.ndarray | None = None) -> np.ndarray:
     """One token id per row by inverse-CDF sampling, vectorised over leading axes.
 
-    ``u`` (uniforms in [0, 1), shape of the leading axes) may be given to reuse draws;
-    otherwise they are drawn from ``rng``. Zero-probability tokens are never returned.
+    Rows need not be normalised (the CDF is scaled by the row's total). ``u`` (uniforms in
+    [0, 1), shape of the leading axes) may be given to reuse draws; otherwise they are drawn
+    from ``rng`` — one per row. Zero-probability tokens are never returned. Long rows are
+    searched in two levels (block sums, then one block's CDF) to avoid a full cumulative sum.
     """
     rows = np.asarray(rows, dtype=np.float64)
     if u is None:
         u = rng.random(rows.shape[:-1])
+    u = np.asarray(u, dtype=np.float64)
+    lead, V = rows.shape[:-1], rows.shape[-1]
+    flat = rows.reshape(-1, V)
+    u = np.broadcast_to(u, lead).reshape(-1)
+    if V <= 4 * _BLOCK:
+        idx = _search(flat, u * flat.sum(axis=-1))
+        return idx.reshape(lead)
+    n_blocks = -(-V // _BLOCK)
+    padded = flat if V % _BLOCK == 0 else np.pad(flat, ((0, 0), (0, n_blocks * _BLOCK - V)))
+    blocks = padded.reshape(len(flat), n_blocks, _BLOCK)
+    block_mass = blocks.sum(axis=-1)
+    target = u * block_mass.sum(axis=-1)
+    b = _search(block_mass, target)
+    before = np.where(b > 0, np.take_along_axis(np.cumsum(block_mass, axis=-1), np.maximum(b - 1, 0)[:, None], axis=-1)[:, 0], 0.0)
+    inner = blocks[np.arange(len(flat)), b]
+    within = _search(inner, target - before)
+    return (b * _BLOCK + within).reshape(lead)
+
+
+def _search(rows: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Per row, the first index whose cumulative mass exceeds ``target``, never a zero-mass index."""
     cdf = np.cumsum(rows, axis=-1)
-    target = np.asarray(u)[..., None] * cdf[..., -1:]
-    idx = (cdf <= target).sum(axis=-1)
-    # Guard against rounding at the top end: step back to the last token with mass.
-    last = rows.shape[-1] - 1 - np.argmax(rows[..., ::-1] > 0, axis=-1)
+    idx = (cdf <= target[:, None]).sum(axis=-1)
+    # Rounding at the top end: step back to the last index with mass.
+    last = rows.shape[-1] - 1 - np.argmax(rows[:, ::-1] > 0, axis=-1)
     return np.minimum(idx, last)

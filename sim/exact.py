@@ -36,6 +36,7 @@ __all__ = [
     "VerticalProcess",
     "TreeProcess",
     "max_abs_difference",
+    "round_distribution",
 ]
 
 Prefix = tuple[int, ...]
@@ -127,6 +128,18 @@ def autoregressive(target: Callable[[Prefix], np.ndarray], n: int, prefix: Prefi
             yield (y,), float(py)
 
     return _unroll(one_token, n, prefix)
+
+
+def round_distribution(process, context: Prefix = ()) -> Distribution:
+    """Distribution of the tokens one round of ``process`` emits from ``context``.
+
+    A round may reach the same emitted tuple along several branches (e.g. different
+    rejected candidates); their probabilities are summed.
+    """
+    out: dict[Prefix, float] = defaultdict(float)
+    for emitted, pr in process.round(tuple(context)):
+        out[emitted] += pr
+    return dict(out)
 
 
 def max_abs_difference(a: Distribution, b: Distribution) -> float:

@@ -68,7 +68,8 @@ def _check_block(tokens, q, p):
 
 def _row(rows: np.ndarray, i: np.ndarray) -> np.ndarray:
     """rows[..., i, :] with one index per batch element."""
-    return np.take_along_axis(rows, i[..., None, None], axis=-2)[..., 0, :]
+    flat = rows.reshape(-1, *rows.shape[-2:])
+    return flat[np.arange(len(flat)), np.ravel(i)].reshape(*rows.shape[:-2], rows.shape[-1])
 
 
 def verify_block(tokens, q, p, rule: Rule | None = None, rng: np.random.Generator | None = None, *, validate: bool = True) -> BlockResult:
