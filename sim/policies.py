@@ -1,0 +1,383 @@
+"""Drafting policies: one definition each, driven by every executor.
+
+A policy decides, round by round, what to draft for the target to verify. Its protocol is
+executor-agnostic and vectorised over a batch of independent sequences (the Monte Carlo
+engine runs thousands at once; the DES and the real executor run batches of one):
+
+``init(n) -> state``
+    per-sequence state (a dict of numpy arrays);
+``begin_round(state) -> plan``
+    a tuple of :class:`Block` — which drafter drafts how many steps, and (for a vertical
+    cascade) with which cascade of its own. An empty plan is one autoregressive step;
+``stop(state, index, obs) -> bool array or None``
+    after drafting top-level token ``index`` (0-based), whether to stop drafting, given
+    what the drafter observed about it (``obs``: see :meth:`sim.acceptance.AcceptanceProcess.observe`);
+``end_round(state, drafted, accepted)``
+    feedback after the target's verification.
+
+Models are numbered 0 (target), 1, 2, … (drafters by decreasing size; the last may be
+Max-Gram). Tree drafting is described by :class:`Tree` (``kind == "tree"``).
+
+References: [CSD] Cascade Speculative Drafting (Algorithm 1, K matrix, §3.2 horizontal
+cascade); [SD++] SpecDec++ (threshold stopping on 1 − Π p̂); transformers'
+assisted generation (the "heuristic" schedule and ``assistant_confidence_threshold``);
+BiLD (confidence-based fallback); GSD / Sequoia (token trees).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .errors import DraftsimError, as_count, as_probability
+
+__all__ = [
+    "Block",
+    "Policy",
+    "Autoregressive",
+    "FixedK",
+    "HorizontalCascade",
+    "VerticalCascade",
+    "Threshold",
+    "Heuristic",
+    "ConfidenceStop",
+    "Tree",
+    "parse_policy",
+    "POLICY_HELP",
+]
+
+#: Largest entry of a K matrix and largest draft length a policy accepts.
+MAX_STEPS = 256
+
+
+@dataclass(frozen=True)
+class Block:
+    """``model`` runs ``steps`` forward steps (an int, or one per sequence).
+
+    Without ``inner``, a step drafts one token. With ``inner`` (a vertical cascade), a step
+    is one speculative round of ``model`` verifying the draft its own cascade ``inner``
+    built, and emits the accepted tokens plus ``model``'s correction or bonus token.
+    """
+
+    model: int
+    steps: object
+    inner: tuple["Block", ...] = ()
+
+
+def _bound(plan: tuple[Block, ...]) -> int:
+    """Most tokens a plan can propose to its verifier."""
+    total = 0
+    for block in plan:
+        per_step = 1 + _bound(block.inner) if block.inner else 1
+        total += int(np.max(block.steps)) * per_step
+    return total
+
+
+class Policy:
+    """Base class of drafting policies (see the module docstring for the protocol)."""
+
+    kind = "chain"
+    #: Drafters the policy uses (model indices).
+    drafters: tuple[int, ...] = (1,)
+    #: True when a round's outcome does not depend on earlier rounds (no state carried over).
+    memoryless = True
+
+    @property
+    def n_models(self) -> int:
+        """Models involved, target included (costs must cover them)."""
+        return 1 + (max(self.drafters) if self.drafters else 0)
+
+    def init(self, n: int) -> dict:
+        return {}
+
+    def begin_round(self, state: dict) -> tuple[Block, ...]:
+        raise NotImplementedError
+
+    def stop(self, state: dict, index: int, obs: dict) -> np.ndarray | None:
+        return None
+
+    def end_round(self, state: dict, drafted: np.ndarray, accepted: np.ndarray) -> None:
+        return None
+
+    @property
+    def max_draft(self) -> int:
+        """Most tokens proposed to the target in one round."""
+        return _bound(self.begin_round(self.init(1)))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other) and repr(self) == repr(other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+def _steps(name: str, value, minimum: int = 0) -> int:
+    return int(as_count(name, value, minimum=minimum, maximum=MAX_STEPS))
+
+
+class Autoregressive(Policy):
+    """No drafting: one target call per token (the baseline)."""
+
+    drafters = ()
+
+    def begin_round(self, state):
+        return ()
+
+    @property
+    def max_draft(self) -> int:
+        return 0
+
+
+class FixedK(Policy):
+    """Draft k tokens with drafter 1 every round (Leviathan et al.)."""
+
+    def __init__(self, k: int):
+        self.k = _steps("k", k)
+
+    def begin_round(self, state):
+        return (Block(1, self.k),)
+
+
+class HorizontalCascade(Policy):
+    """Drafters take turns within one draft: ``counts[0]`` tokens by ``drafters[0]``, then
+    ``counts[1]`` by ``drafters[1]``, … ([CSD] §3.2; larger drafters first)."""
+
+    def __init__(self, drafters: Sequence[int], counts: Sequence[int]):
+        drafters = tuple(int(as_count("drafters", d, minimum=1)) for d in drafters)
+        counts = tuple(_steps("counts", c) for c in counts)
+        if not drafters or len(drafters) != len(counts):
+            raise DraftsimError(f"a horizontal cascade needs one count per drafter; got drafters {drafters} and counts {counts}")
+        self.drafters = drafters
+        self.counts = counts
+
+    def begin_round(self, state):
+        return tuple(Block(d, k) for d, k in zip(self.drafters, self.counts) if k > 0)
+
+
+class VerticalCascade(Policy):
+    """Cascade Speculative Drafting with a K matrix ([CSD] Algorithm 1).
+
+    ``K`` is an m × m strictly upper-triangular matrix over models 0 (target), 1, …, m−1
+    (the last may be Max-Gram). Row i says how model i's draft is built: ``K[i][j]`` steps
+    of model j, for j = i+1, …, in order (several non-zero entries in a row are a horizontal
+    cascade). A step of a model whose own row is non-zero is a speculative round of that
+    model over the draft its row builds (vertical cascade); a step of a model with an empty
+    row drafts one token. ``leniency`` (≥ 1 in [CSD]) is applied by drafters verifying
+    other drafters, never by the target; in the simulators its effect is part of the
+    drafter-to-drafter acceptance rates.
+
+    The two-drafter case ``K = [[0, n, 0], [0, 0, k], [0, 0, 0]]`` is the cascade of
+    :func:`sim.analytic.ewif_vertical`.
+    """
+
+    def __init__(self, K, leniency: float = 1.0):
+        K = as_count("K", K, maximum=MAX_STEPS)
+        if K.ndim != 2 or K.shape[0] != K.shape[1] or K.shape[0] < 2:
+            raise DraftsimError(f"K must be a square matrix over target + drafters (at least 2 x 2); got shape {K.shape}")
+        if np.any(np.tril(K) != 0):
+            raise DraftsimError("K must be strictly upper triangular: model i can only be drafted for by models j > i")
+        if K[0].sum() == 0:
+            raise DraftsimError("K[0] (the target's row) must draft at least one step")
+        leniency = float(leniency)
+        if not (np.isfinite(leniency) and leniency > 0):
+            raise DraftsimError(f"leniency must be finite and > 0; got {leniency!r}")
+        self.K = K
+        self.leniency = leniency
+        self.drafters = tuple(range(1, K.shape[0]))
+        self._plans = {i: self._plan(i) for i in range(K.shape[0])}
+
+    def _plan(self, level: int) -> tuple[Block, ...]:
+        return tuple(
+            Block(j, int(self.K[level, j]), self._plan(j)) for j in range(level + 1, self.K.shape[0]) if self.K[level, j] > 0
+        )
+
+    def begin_round(self, state):
+        return self._plans[0]
+
+    def __repr__(self) -> str:
+        return f"VerticalCascade(K={self.K.tolist()!r}, leniency={self.leniency!r})"
+
+
+class Threshold(Policy):
+    """SpecDec++: stop drafting once the predicted chance that some drafted token will be
+    rejected, 1 − Π p̂_i, exceeds ``h`` (or at ``k_max`` tokens; at least ``k_min``)."""
+
+    def __init__(self, h: float, k_max: int = 16, k_min: int = 0):
+        self.h = float(as_probability("h", h))
+        self.k_max = _steps("k_max", k_max, minimum=1)
+        self.k_min = _steps("k_min", k_min)
+        if self.k_min > self.k_max:
+            raise DraftsimError(f"k_min ({self.k_min}) must not exceed k_max ({self.k_max})")
+
+    def init(self, n):
+        return {"prod": np.ones(n)}
+
+    def begin_round(self, state):
+        state["prod"][:] = 1.0
+        return (Block(1, self.k_max),)
+
+    def stop(self, state, index, obs):
+        state["prod"] *= obs["pred"]
+        return (1.0 - state["prod"] > self.h) & (index + 1 >= self.k_min)
+
+
+class Heuristic(Policy):
+    """transformers' "heuristic" schedule: K += 2 after a fully accepted round, else
+    K −= 1, with 1 ≤ K ≤ k_max (k_max bounds the simulators' arrays)."""
+
+    memoryless = False
+
+    def __init__(self, k: int = 5, k_max: int = 64):
+        self.k = _steps("k", k, minimum=1)
+        self.k_max = _steps("k_max", k_max, minimum=1)
+        if self.k > self.k_max:
+            raise DraftsimError(f"k ({self.k}) must not exceed k_max ({self.k_max})")
+
+    def init(self, n):
+        return {"K": np.full(n, self.k, dtype=np.int64)}
+
+    def begin_round(self, state):
+        return (Block(1, state["K"]),)
+
+    def end_round(self, state, drafted, accepted):
+        K = state["K"]
+        full = accepted >= drafted
+        np.copyto(K, np.clip(np.where(full, K + 2, K - 1), 1, self.k_max))
+
+    @property
+    def max_draft(self) -> int:
+        return self.k_max
+
+
+class ConfidenceStop(Policy):
+    """Stop drafting after a token whose draft confidence is below ``tau`` (BiLD;
+    transformers' ``assistant_confidence_threshold``), or at ``k_max`` tokens."""
+
+    def __init__(self, tau: float, k_max: int = 16):
+        self.tau = float(as_probability("tau", tau))
+        self.k_max = _steps("k_max", k_max, minimum=1)
+
+    def begin_round(self, state):
+        return (Block(1, self.k_max),)
+
+    def stop(self, state, index, obs):
+        return obs["conf"] < self.tau
+
+
+class Tree(Policy):
+    """Token-tree drafting: ``width`` candidates per node, ``depth`` levels, one target call
+    verifying the whole tree. Candidate r at a node is accepted with the process's per-rank
+    acceptance (:meth:`sim.acceptance.AcceptanceProcess.rank_prob`)."""
+
+    kind = "tree"
+
+    def __init__(self, width: int, depth: int):
+        self.width = _steps("width", width, minimum=1)
+        self.depth = _steps("depth", depth, minimum=1)
+        if self.nodes > 4096:
+            raise DraftsimError(f"a tree of width {self.width} and depth {self.depth} has {self.nodes} nodes; the limit is 4096")
+
+    @property
+    def nodes(self) -> int:
+        """Drafted tokens in a full tree."""
+        return sum(self.width**d for d in range(1, self.depth + 1))
+
+    def begin_round(self, state):
+        return (Block(1, self.depth),)
+
+    @property
+    def max_draft(self) -> int:
+        return self.depth
+
+
+# ---------------------------------------------------------------- the policy mini-language
+
+POLICY_HELP = """\
+Policies on the command line: NAME[:KEY=VALUE[,KEY=VALUE...]]
+  ar                                  autoregressive (no drafting)
+  fixed:k=5                           draft k tokens with drafter 1
+  heuristic[:k=5,kmax=64]             transformers' schedule: K+2 after a full accept, else K-1
+  threshold:h=0.7[,kmax=16,kmin=0]    SpecDec++: stop when 1 - prod(p_hat) > h
+  confidence:tau=0.4[,kmax=16]        stop after a token with draft confidence < tau
+  horizontal:counts=3,5               drafter 1 drafts 3 tokens, then drafter 2 drafts 5
+  vertical:n=4,k=10                   d1 builds its draft in n inner rounds of k tokens from d2
+  vertical:K=0,4,0;0,0,10;0,0,0       a full K matrix (rows separated by ';')
+  tree:width=2,depth=4                token tree, candidates accepted by per-rank rates
+Any vertical policy also takes leniency=L."""
+
+_POLICIES = {
+    "ar": (Autoregressive, {}),
+    "autoregressive": (Autoregressive, {}),
+    "fixed": (FixedK, {"k": int}),
+    "heuristic": (Heuristic, {"k": int, "kmax": int}),
+    "threshold": (Threshold, {"h": float, "kmax": int, "kmin": int}),
+    "confidence": (ConfidenceStop, {"tau": float, "kmax": int}),
+    "horizontal": (HorizontalCascade, {"counts": "ints"}),
+    "vertical": (VerticalCascade, {"n": int, "k": int, "K": "matrix", "leniency": float}),
+    "tree": (Tree, {"width": int, "depth": int}),
+}
+
+
+def _convert(name: str, key: str, kind, text: str):
+    try:
+        if kind == "ints":
+            return [int(v) for v in text.split(",")]
+        if kind == "matrix":
+            return [[int(v) for v in row.split(",")] for row in text.split(";")]
+        return kind(text)
+    except ValueError:
+        raise DraftsimError(f"policy {name}: {key}={text!r} is not a valid value") from None
+
+
+def parse_policy(spec: str) -> Policy:
+    """Build a policy from the mini-language (:data:`POLICY_HELP`), e.g. ``fixed:k=5``."""
+    name, _, rest = spec.strip().partition(":")
+    name = name.lower()
+    if name not in _POLICIES:
+        raise DraftsimError(f"unknown policy {name!r}; known: {', '.join(sorted(set(_POLICIES)))}")
+    cls, keys = _POLICIES[name]
+    params = {}
+    if rest:
+        # Split on commas that start a new KEY=; commas inside list values stay.
+        for item in re.split(r",(?=\s*[A-Za-z_]\w*\s*=)", rest):
+            key, eq, value = item.partition("=")
+            key = key.strip()
+            if not eq or not value.strip():
+                raise DraftsimError(f"policy {name}: expected KEY=VALUE, got {item!r}")
+            if key not in keys:
+                raise DraftsimError(f"policy {name}: unknown parameter {key!r}; known: {', '.join(keys) or 'none'}")
+            if key in params:
+                raise DraftsimError(f"policy {name}: parameter {key!r} given twice")
+            params[key] = _convert(name, key, keys[key], value.strip())
+    renamed = {"kmax": "k_max", "kmin": "k_min"}
+    params = {renamed.get(k, k): v for k, v in params.items()}
+    if cls is FixedK and "k" not in params:
+        raise DraftsimError("policy fixed needs k (e.g. fixed:k=5)")
+    if cls is Threshold and "h" not in params:
+        raise DraftsimError("policy threshold needs h (e.g. threshold:h=0.7)")
+    if cls is ConfidenceStop and "tau" not in params:
+        raise DraftsimError("policy confidence needs tau (e.g. confidence:tau=0.4)")
+    if cls is HorizontalCascade:
+        counts = params.get("counts")
+        if counts is None:
+            raise DraftsimError("policy horizontal needs counts (e.g. horizontal:counts=3,5)")
+        return HorizontalCascade(tuple(range(1, len(counts) + 1)), counts)
+    if cls is VerticalCascade:
+        if "K" in params:
+            if "n" in params or "k" in params:
+                raise DraftsimError("policy vertical takes either K or n and k, not both")
+            return VerticalCascade(params["K"], params.get("leniency", 1.0))
+        if "n" not in params or "k" not in params:
+            raise DraftsimError("policy vertical needs n and k (e.g. vertical:n=4,k=10) or K")
+        n, k = params["n"], params["k"]
+        return VerticalCascade([[0, n, 0], [0, 0, k], [0, 0, 0]], params.get("leniency", 1.0))
+    if cls is Tree and ("width" not in params or "depth" not in params):
+        raise DraftsimError("policy tree needs width and depth (e.g. tree:width=2,depth=4)")
+    return cls(**params)
