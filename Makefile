@@ -30,6 +30,7 @@ test: $(VENV)/.full-installed
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/bench_analytic.py
 	$(BIN)/python benchmarks/bench_verify.py
+	$(BIN)/python benchmarks/bench_engines.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib
+import matplotlib.patches
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -56,6 +58,26 @@ def optimal_k_map(path: Path, k_max: int = 32, n: int = 400) -> Path:
     ax.set_xlabel("acceptance rate α")
     ax.set_ylabel("cost coefficient c")
     ax.set_title("Optimal draft length over (α, c)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def timeline(path: Path, tl, max_entries: int = 400) -> Path:
+    """Gantt chart of a DES timeline: one row per request, bars coloured by phase."""
+    n = min(len(tl), max_entries)
+    colors = {"draft+verify": "tab:blue", "draft": "tab:orange", "verify": "tab:blue"}
+    fig, ax = plt.subplots(figsize=(9, 0.35 * (max(tl.request[:n], default=0) + 2) + 1.5))
+    for i in range(n):
+        ax.barh(tl.request[i], tl.end[i] - tl.start[i], left=tl.start[i], height=0.6 if tl.resource[i] == "device" else 0.3,
+                color=colors.get(tl.phase[i], "grey"), edgecolor="none")
+    handles = [matplotlib.patches.Patch(color=c, label=p) for p, c in colors.items() if p in set(tl.phase[:n])]
+    ax.legend(handles=handles, fontsize=8, loc="upper right")
+    ax.set_xlabel("time (cost units)")
+    ax.set_ylabel("request")
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_title(f"DES timeline (first {n} of {len(tl)} phases)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

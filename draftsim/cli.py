@@ -12,9 +12,9 @@ import sys
 from sim.errors import DraftsimError
 
 from . import __version__
-from .commands import demo, planning
+from .commands import demo, planning, simulation
 
-COMMANDS = (planning, demo)
+COMMANDS = (planning, simulation, demo)
 
 
 class _Parser(argparse.ArgumentParser):

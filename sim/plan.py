@@ -15,6 +15,8 @@ and returns them ranked by EWIF.
 from __future__ import annotations
 
 import re
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from . import analytic
@@ -121,3 +123,37 @@ def plan(
                 )
             )
     return sorted(strategies, key=lambda s: -s.ewif)
+
+
+def simulation_setting(strategy: Strategy, drafters: list[Drafter]):
+    """The (policy, acceptance process, costs) that simulate a planned strategy.
+
+    Drafters are renumbered in the order the strategy uses them (model 1, 2, …); Max-Gram
+    is the last model of a vertical cascade. Acceptance is Bernoulli with the drafters' α
+    (and Max-Gram's α by its drafter).
+    """
+    from .acceptance import Bernoulli
+    from .costs import Costs
+    from .policies import Autoregressive, FixedK, HorizontalCascade, VerticalCascade
+
+    by_name = {d.name: d for d in drafters}
+    p = strategy.params
+    if strategy.kind == "autoregressive":
+        return Autoregressive(), Bernoulli(0.0), Costs.coefficients([])
+    if strategy.kind == "sd":
+        d = by_name[p["drafter"]]
+        return FixedK(p["k"]), Bernoulli(d.alpha), Costs.coefficients([d.cost])
+    if strategy.kind == "horizontal":
+        used = [by_name[n] for n in p["drafters"]]
+        size = len(used) + 1
+        A = np.zeros((size, size))
+        A[1:, 0] = [d.alpha for d in used]
+        policy = HorizontalCascade(tuple(range(1, size)), tuple(p["counts"]))
+        return policy, Bernoulli(A), Costs.coefficients([d.cost for d in used])
+    if strategy.kind == "vertical":
+        d = by_name[p["drafter"]]
+        A = np.zeros((3, 3))
+        A[1, 0], A[2, 1] = d.alpha, p["mag_alpha"]
+        policy = VerticalCascade([[0, p["n"], 0], [0, 0, p["k"]], [0, 0, 0]])
+        return policy, Bernoulli(A), Costs.coefficients([d.cost, p["mag_cost"]])
+    raise DraftsimError(f"no simulation for strategy kind {strategy.kind!r}")

@@ -108,3 +108,44 @@ def test_console_script_entry_point():
     assert ok.returncode == 0 and json.loads(ok.stdout)["best"]["k"] == 4
     bad = subprocess.run([script, "ewif", "--alpha", "-0.1", "--cost", "0.1"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_simulate_mc_json(capsys):
+    status, out, err = run(capsys, "simulate", "--policy", "fixed:k=5", "--alpha", "0.8", "--cost", "0.05", "--tokens", "100000", "--json")
+    assert status == 0
+    data = json.loads(out)
+    ewif = data["metrics"]["ewif"]
+    assert abs(ewif["value"] - data["analytic_ewif"]) <= 4 * ewif["se"]
+    assert data["analytic_ewif"] == pytest.approx(analytic.ewif(0.8, 0.05, 5))
+
+
+def test_simulate_des_text_and_timeline(capsys, tmp_path):
+    tl = tmp_path / "tl.json"
+    status, out, _ = run(
+        capsys, "simulate", "--policy", "vertical:n=2,k=3", "--alpha", "0.8", "--pair", "2:1=0.6", "--cost", "0.1",
+        "--cost", "0", "--tokens", "20000", "--engine", "des", "--requests", "4", "--rate", "0.05",
+        "--timeline", str(tl), "--timeline-png", str(tmp_path / "tl.png"),
+    )
+    assert status == 0
+    assert "EWIF (speedup over AR)" in out and "latency per request p50" in out and "analytic EWIF" in out
+    assert json.loads(tl.read_text())["schema"] == "draftsim.timeline"
+    assert (tmp_path / "tl.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["simulate", "--policy", "warp:k=3", "--alpha", "0.8"], "unknown policy 'warp'"),
+        (["simulate", "--policy", "fixed:k=x", "--alpha", "0.8"], "k='x' is not a valid value"),
+        (["simulate", "--policy", "fixed:k=3"], "give exactly one acceptance process"),
+        (["simulate", "--policy", "horizontal:counts=2,2", "--alpha", "0.8", "--cost", "0.1"], "costs were given for 2"),
+        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--engine", "des", "--rate", "0"], "rate must be finite and > 0"),
+        (["simulate", "--policy", "vertical:K=0,1;1,0", "--alpha", "0.8", "--cost", "0.1"], "strictly upper triangular"),
+        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--pair", "1:2=0.5"], "need 0 <= V < M"),
+        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--timeline", "x.json"], "--timeline needs --engine des"),
+    ],
+)
+def test_simulate_bad_input(capsys, argv, fragment):
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and fragment in err, err

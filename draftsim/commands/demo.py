@@ -8,6 +8,8 @@ from pathlib import Path
 from analysis.demo import run_demo
 
 from .. import args as a
+from analysis.table import format_table
+
 from .planning import format_plan
 
 
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
                     }
                     for s, strategies in result["settings"]
                 ],
+                "simulations": result["simulations"],
                 "figures": [str(p) for p in result["figures"]],
             }
         )
@@ -51,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"== {setting.name}: {drafters}{mag}")
         print(format_plan(strategies))
         print()
+    print("Monte Carlo check of the best strategies (EWIF, simulated +/- SE vs analytic):")
+    rows = [
+        [s["setting"], s["strategy"], s["analytic_ewif"], f"{s['simulated_ewif']:.4f} +/- {s['se']:.4f}"]
+        for s in result["simulations"]
+    ]
+    print(format_table(["setting", "strategy", "analytic", "simulated"], rows))
+    print()
     print("figures:")
     for path in result["figures"]:
         print(f"  {path}")

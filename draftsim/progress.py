@@ -1,0 +1,14 @@
+"""Progress bars for long work (tqdm on stderr; silent when stderr is not a terminal)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from tqdm import tqdm
+
+
+@contextmanager
+def token_bar(total: int, desc: str):
+    """A progress bar counting tokens; ``bar.update(n)`` advances it."""
+    with tqdm(total=total, desc=desc, unit="tok", unit_scale=True, disable=None, leave=False) as bar:
+        yield bar
