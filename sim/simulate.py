@@ -42,6 +42,7 @@ class SimResult:
     tokens: int
     metrics: dict
     acceptance_by_position: np.ndarray
+    acceptance_by_position_se: np.ndarray
     counts: montecarlo.Counts
     requests: dict = field(default_factory=dict)
     timeline: des.Timeline | None = None
@@ -56,6 +57,7 @@ class SimResult:
             "tokens": self.tokens,
             "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
             "acceptance_by_position": self.acceptance_by_position.tolist(),
+            "acceptance_by_position_se": self.acceptance_by_position_se.tolist(),
             "calls_per_model": self.counts.calls.sum(axis=0).tolist(),
             "drafted_per_model": self.counts.drafted.sum(axis=0).tolist(),
             "accepted_per_model": self.counts.accepted.sum(axis=0).tolist(),
@@ -161,6 +163,8 @@ def simulate(
         metrics["time_per_token"] = ratio(outcome.finish - outcome.arrival, counts.tokens)
     with np.errstate(invalid="ignore", divide="ignore"):
         by_position = np.where(counts.pos_drafted > 0, counts.pos_accepted / np.maximum(counts.pos_drafted, 1), np.nan)
+        # Binomial standard error of each position's acceptance frequency.
+        by_position_se = np.sqrt(by_position * (1 - by_position) / np.maximum(counts.pos_drafted, 1))
     return SimResult(
         engine=engine,
         policy=policy,
@@ -170,6 +174,7 @@ def simulate(
         tokens=int(counts.tokens.sum()),
         metrics=metrics,
         acceptance_by_position=by_position,
+        acceptance_by_position_se=by_position_se,
         counts=counts,
         requests=extra,
         timeline=tl,
