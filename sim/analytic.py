@@ -45,6 +45,7 @@ __all__ = [
     "swi",
     "latency_per_token",
     "fixed_k_rates",
+    "ewif_kmatrix",
 ]
 
 #: Largest number of count vectors :func:`optimal_horizontal` will enumerate.
@@ -483,3 +484,79 @@ def fixed_k_rates(alpha, k):
     k_arr = as_count("k", k)
     tokens = expected_tokens(alpha, k_arr)
     return (k_arr - (tokens - 1.0)) / tokens, 1.0 / tokens
+
+
+def _kmatrix_model(K: np.ndarray, A: np.ndarray, c: np.ndarray):
+    """Closed-form statistics of the cascade a K matrix describes, vectorised over a leading
+    batch axis of K (see :func:`ewif_kmatrix`). Returns (step_cost, mean_L, pgf_L) functions
+    of the model index."""
+    m = K.shape[-1]
+
+    def step_cost(j: int) -> np.ndarray:
+        """Cost of one step of model j: its own call plus its cascade's steps."""
+        return c[j] + sum(K[..., j, l] * step_cost(l) for l in range(j + 1, m))
+
+    def pgf_L(j: int, w) -> np.ndarray:
+        """E[w^L_j] for the tokens L_j one step of model j emits (1 without a cascade)."""
+        w = np.asarray(w, dtype=np.float64)
+        total, reach = 0.0, 1.0
+        for l in range(j + 1, m):
+            a = A[l, j]
+            aw = a * w
+            phi_T = pgf_L(l, aw) ** K[..., j, l]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                term = np.where(aw < 1.0, (1.0 - a) * (1.0 - phi_T) / np.where(aw < 1.0, 1.0 - aw, 1.0), 0.0)
+            total = total + reach * term
+            reach = reach * phi_T
+        return w * (total + reach)
+
+    def mean_L(j: int) -> np.ndarray:
+        """E[L_j] = 1 + expected tokens of j's draft accepted by j."""
+        total, reach = 0.0, 1.0
+        for l in range(j + 1, m):
+            a = A[l, j]
+            k = K[..., j, l]
+            phi_T = pgf_L(l, a) ** k
+            block = k * mean_L(l) if a >= 1.0 else a * (1.0 - phi_T) / (1.0 - a)
+            total = total + reach * block
+            reach = reach * phi_T
+        return 1.0 + total
+
+    return step_cost, mean_L, pgf_L
+
+
+def ewif_kmatrix(K, A, costs):
+    """EWIF of Cascade Speculative Drafting with a K matrix ([CSD] Algorithm 1), closed form.
+
+    Models 0 (target), 1, …, m−1. Row i of ``K`` builds model i's draft: ``K[i][j]`` steps of
+    model j, in order of j; a step of a model with a non-zero row is one speculative round
+    over its own cascade and emits L_j tokens (accepted + its correction or bonus), a step of
+    a model with an empty row emits one token. A token proposed by model j to model i is
+    accepted with ``A[j, i]``, independently ([CSD] Theorem 4.1's assumption). With
+    L_j's generating function φ_j, a block of k steps of j has length T with
+    E[w^T] = φ_j(w)^k, and for blocks in order, by first-rejection analysis::
+
+        E[w^A_i] = Σ_j (Π_{j'<j} φ_{T_j'}(α_j'·w)) (1 − α_j)(1 − φ_{T_j}(α_j·w))/(1 − α_j·w)
+                   + Π_j φ_{T_j}(α_j·w),
+        E[A_i]   = Σ_j (Π_{j'<j} φ_{T_j'}(α_j')) α_j (1 − φ_{T_j}(α_j))/(1 − α_j),
+
+    and φ_i(w) = w·E[w^A_i]. EWIF = (1 + E[A_0]) / step cost of the target, where a step of
+    model j costs c_j + Σ_l K[j][l]·(step cost of l). ``[[0, n, 0], [0, 0, k], [0, 0, 0]]``
+    gives :func:`ewif_vertical`; a single non-zero row gives :func:`ewif_horizontal`.
+
+    Parameters
+    ----------
+    K : int array (..., m, m), strictly upper triangular, entries >= 0
+    A : array (m, m), A[j, i] in [0, 1] for j > i
+    costs : array (m,) of cost coefficients, costs[0] = 1 for the target
+    """
+    K = as_count("K", K)
+    A = as_probability("A", A)
+    c = as_cost("costs", costs)
+    m = K.shape[-1]
+    if K.ndim < 2 or K.shape[-2] != m or A.shape != (m, m) or c.shape != (m,):
+        raise DraftsimError(f"K must be (..., m, m), A (m, m) and costs (m,); got {K.shape}, {A.shape}, {c.shape}")
+    if np.any(np.tril(np.ones((m, m), dtype=bool)) & (K != 0)):
+        raise DraftsimError("K must be strictly upper triangular")
+    step_cost, mean_L, _ = _kmatrix_model(K, A, c)
+    return (mean_L(0) / step_cost(0))[()]

@@ -88,9 +88,13 @@ def _as_costs(costs) -> Costs:
     return Costs.coefficients(costs)
 
 
-def default_sequences(n_tokens: int) -> int:
-    """Sequences for a Monte Carlo run: ≥ 256 tokens each, between 16 and 65 536 of them."""
-    return int(np.clip(n_tokens // 256, 16, 65536))
+def default_sequences(n_tokens: int, process: AcceptanceProcess | None = None) -> int:
+    """Sequences for a Monte Carlo run, between 16 and 65 536 of them: ≥ 256 tokens each when
+    rounds are i.i.d., ≥ 16 384 when acceptance has memory (each sequence starts from the
+    chain's stationary state, not from the steady state of round starts, so short sequences
+    would carry a start-up bias)."""
+    per = 256 if process is None or process.stationary_rounds else 16384
+    return int(np.clip(n_tokens // per, 16, 65536))
 
 
 def simulate(
@@ -133,7 +137,7 @@ def simulate(
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     finite = getattr(process, "finite", False)
     if engine == "mc":
-        n_seq = n_sequences if n_sequences is not None else default_sequences(n_tokens)
+        n_seq = n_sequences if n_sequences is not None else default_sequences(n_tokens, process)
         n_seq = int(as_count("n_sequences", n_seq, minimum=1))
         per_seq = None if finite else -(-n_tokens // n_seq)
         counts, _ = montecarlo.run(policy, process, n_seq, per_seq, rng, progress=progress)
