@@ -31,6 +31,7 @@ bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/bench_analytic.py
 	$(BIN)/python benchmarks/bench_verify.py
 	$(BIN)/python benchmarks/bench_engines.py
+	$(BIN)/python benchmarks/bench_optimize.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

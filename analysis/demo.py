@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from sim import mdp, optimize
 from sim.plan import Drafter, Strategy, plan, simulation_setting
 from sim.predict import predicted_ewif
 from sim.simulate import simulate
@@ -50,6 +53,33 @@ def confirm(setting: Setting, strategy: Strategy, tokens: int, seed: int = 0) ->
     }
 
 
+#: The demo's context-dependent workload: easy and hard stretches of text (SpecDec++'s case).
+MARKOV_WORKLOAD = {"transition": [[0.95, 0.05], [0.2, 0.8]], "alphas": [0.95, 0.3]}
+#: The demo's cascade: two neural drafters and Max-Gram (acceptance A[proposer, verifier]).
+CASCADE = {
+    "A": [[0, 0, 0, 0], [0.85, 0, 0, 0], [0.7, 0.75, 0, 0], [0.5, 0.55, 0.6, 0]],
+    "costs": [0.15, 0.04, 0.0],
+}
+
+
+def optimisation_step(out_dir: Path, ratios=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), k_max: int = 32) -> dict:
+    """The optimisers on the demo workloads: K matrix (exact vs grid), the MDP against the
+    best threshold, best fixed k and oracle across cost ratios, and its figure."""
+    A = np.array(CASCADE["A"])
+    exact = optimize.kmatrix_exact(A, CASCADE["costs"], 12)
+    grid = optimize.kmatrix_grid(A, CASCADE["costs"], 12)
+    T, a = MARKOV_WORKLOAD["transition"], MARKOV_WORKLOAD["alphas"]
+    thresholds = np.linspace(0.0, 1.0, 51)
+    comparisons = [mdp.compare_policies(T, a, r, 1.0, k_max, thresholds) for r in ratios]
+    sweep = [{"ratio": r, "structure": c["optimal_threshold_structure"]} for r, c in zip(ratios, comparisons)]
+    fig = figures.threshold_vs_cost(Path(out_dir) / "threshold_vs_cost.png", sweep, comparisons)
+    return {
+        "kmatrix": {"exact": exact.to_dict(), "grid": grid.to_dict()},
+        "mdp": [{"t_draft/t_target": r, **c} for r, c in zip(ratios, comparisons)],
+        "figure": fig,
+    }
+
+
 def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = 200_000) -> dict:
     """Plan every reference setting, confirm the two best strategies of each by simulation,
     and write the figures to ``out_dir``.
@@ -67,4 +97,6 @@ def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = 200_000) -> dict:
         figures.ewif_vs_k(out_dir / "ewif_vs_k.png"),
         figures.optimal_k_map(out_dir / "optimal_k_map.png"),
     ]
-    return {"settings": planned, "simulations": simulations, "figures": written}
+    optimisation = optimisation_step(out_dir)
+    written.append(optimisation["figure"])
+    return {"settings": planned, "simulations": simulations, "optimisation": optimisation, "figures": written}

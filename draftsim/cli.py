@@ -7,14 +7,15 @@ status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from sim.errors import DraftsimError
 
 from . import __version__
-from .commands import demo, planning, simulation
+from .commands import demo, optimization, planning, simulation
 
-COMMANDS = (planning, simulation, demo)
+COMMANDS = (planning, simulation, optimization, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `draftsim ... | head`: stop quietly
+        sys.stdout = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,3 +12,10 @@ def token_bar(total: int, desc: str):
     """A progress bar counting tokens; ``bar.update(n)`` advances it."""
     with tqdm(total=total, desc=desc, unit="tok", unit_scale=True, disable=None, leave=False) as bar:
         yield bar
+
+
+@contextmanager
+def count_bar(total: int, desc: str):
+    """A progress bar counting work items."""
+    with tqdm(total=total, desc=desc, disable=None, leave=False) as bar:
+        yield bar

@@ -64,7 +64,7 @@ def _check_system(A, costs) -> tuple[np.ndarray, np.ndarray]:
     return A, c
 
 
-def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX) -> KMatrixResult:
+def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX, progress=None) -> KMatrixResult:
     """The EWIF-optimal K matrix for n ≤ 3 drafters, exactly.
 
     Every K matrix with entries in 0..k_max is covered. Rows 1..n−1 (the drafters' own
@@ -87,6 +87,7 @@ def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX) -> KMatrixResult:
     A : (n+1, n+1) acceptance matrix, A[j, i] = P(model i accepts a token proposed by j)
     costs : n drafter cost coefficients (or n+1 with the target's 1 first)
     k_max : largest entry, ≤ 20
+    progress : optional callable(n) told how many lower configurations were settled
     """
     A, c = _check_system(A, costs)
     k_max = int(as_count("k_max", k_max, maximum=EXACT_ENTRY_MAX))
@@ -130,7 +131,11 @@ def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX) -> KMatrixResult:
     for start in range(0, len(order), chunk):
         idx = order[start : start + chunk]
         if bound[idx[0]] <= best:
+            if progress is not None:
+                progress(len(order) - start)
             break
+        if progress is not None:
+            progress(len(idx))
         num = np.zeros((len(idx), 1))
         for j in range(n - 1, -1, -1):
             num = (m_tab[j][idx][:, :, None] + p_tab[j][idx][:, :, None] * num[:, None, :]).reshape(len(idx), -1)

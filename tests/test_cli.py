@@ -149,3 +149,39 @@ def test_simulate_bad_input(capsys, argv, fragment):
     status, out, err = run(capsys, *argv)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_optimize_kmatrix_json(capsys):
+    status, out, _ = run(capsys, "optimize", "kmatrix", "--cost", "0.15", "--cost", "0", "--alpha", "0.6",
+                         "--pair", "1:0=0.85", "--pair", "2:1=0.55", "--k-max", "10", "--json")
+    data = json.loads(out)
+    assert status == 0
+    assert data["exact"]["ewif"] >= data["grid"]["ewif"] - 1e-12 >= 0
+    assert data["exact"]["ewif"] >= data["best_single_drafter"]["ewif"]
+
+
+def test_optimize_threshold_and_tree_text(capsys):
+    status, out, _ = run(capsys, "optimize", "threshold", "--markov", "0.95,0.3", "--stay", "0.95,0.8", "--k-max", "12", "--sweep", "0.02,0.2,3")
+    assert status == 0 and "MDP optimum" in out and "oracle (Theorem 4.1)" in out and "h* against" in out
+    status, out, _ = run(capsys, "optimize", "tree", "--rank-alphas", "0.6,0.4,0.3", "--budget", "32", "--json")
+    data = json.loads(out)
+    assert status == 0 and data["tree"]["tokens_per_time"] >= data["best_chain"]["tokens_per_time"]
+    assert data["tree"]["size"] == len(data["tree"]["parents"]) <= 32
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "1.2"], "alpha must lie in [0, 1]"),
+        (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "0.8", "--k-max", "50"], "k_max must be an integer in [0, 20]"),
+        (["optimize", "kmatrix", "--cost", "0.1", "--cost", "0.1", "--cost", "0.1", "--cost", "0", "--alpha", "0.8"], "up to 3 drafters"),
+        (["optimize", "threshold"], "give exactly one of --alpha or --markov"),
+        (["optimize", "threshold", "--alpha", "0.8", "--t-draft", "0"], "t_draft must be finite and > 0"),
+        (["optimize", "tree", "--rank-alphas", "0.6,x"], "--rank-alphas must be comma-separated numbers"),
+        (["optimize", "tree", "--rank-alphas", "0.6", "--verify-cost", "0,1"], "--verify-cost needs A > 0"),
+    ],
+)
+def test_optimize_bad_input(capsys, argv, fragment):
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and fragment in err, err

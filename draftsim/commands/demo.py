@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
                     for s, strategies in result["settings"]
                 ],
                 "simulations": result["simulations"],
+                "optimisation": {k: v for k, v in result["optimisation"].items() if k != "figure"},
                 "figures": [str(p) for p in result["figures"]],
             }
         )
@@ -60,6 +61,22 @@ def run(args: argparse.Namespace) -> int:
         for s in result["simulations"]
     ]
     print(format_table(["setting", "strategy", "analytic", "simulated"], rows))
+    print()
+    opt = result["optimisation"]
+    ex, gr = opt["kmatrix"]["exact"], opt["kmatrix"]["grid"]
+    print("Optimisation: K matrix for 2 drafters + Max-Gram (entries <= 12)")
+    print(format_table(
+        ["search", "EWIF", "evaluations", "K"],
+        [["exact", ex["ewif"], ex["evaluations"], str(ex["K"])], ["halving grid", gr["ewif"], gr["evaluations"], str(gr["K"])]],
+    ))
+    print()
+    print("Optimisation: SpecDec++ draft length on easy/hard text (speedup over autoregressive)")
+    rows = []
+    for m in opt["mdp"]:
+        ar = m["autoregressive"]
+        rows.append([f"{m['t_draft/t_target']:g}", ar / m["optimal"], ar / m["best_threshold"]["latency_per_token"],
+                     ar / m["best_fixed_k"]["latency_per_token"], ar / m["oracle"]])
+    print(format_table(["t_draft/t_target", "MDP optimum", "best threshold", "best fixed k", "oracle"], rows))
     print()
     print("figures:")
     for path in result["figures"]:

@@ -94,15 +94,25 @@ def build_process(args, n_models: int) -> A.AcceptanceProcess:
     base = 0.0 if args.alpha is None else args.alpha
     size = max(n_models, 2)
     matrix = np.tril(np.full((size, size), base), k=-1)  # A[m, v] for proposer m > verifier v
-    for spec in args.pair:
+    for src, dst, val in parse_pairs(args.pair, size):
+        matrix[src, dst] = val
+    return A.Bernoulli(matrix, **noise)
+
+
+def parse_pairs(specs, size: int) -> list[tuple[int, int, float]]:
+    """``M:V=A`` strings as (proposer, verifier, acceptance), checked against ``size`` models."""
+    out = []
+    for spec in specs:
         m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*=\s*([0-9.eE+-]+)\s*", spec)
         if not m:
             raise DraftsimError(f"--pair must be M:V=A (e.g. 2:1=0.6); got {spec!r}")
         src, dst, val = int(m[1]), int(m[2]), float(m[3])
         if not (0 <= dst < src < size):
             raise DraftsimError(f"--pair {spec}: need 0 <= V < M < {size} (0 is the target, drafters 1..{size - 1})")
-        matrix[src, dst] = val
-    return A.Bernoulli(matrix, **noise)
+        if not 0.0 <= val <= 1.0:
+            raise DraftsimError(f"--pair {spec}: acceptance must lie in [0, 1]")
+        out.append((src, dst, val))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

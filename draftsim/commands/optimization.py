@@ -1,0 +1,196 @@
+"""``draftsim optimize kmatrix|threshold|tree``: optima, baselines and bounds."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from analysis.table import format_table
+from sim import analytic, mdp, optimize
+from sim.errors import DraftsimError
+
+from .. import args as a
+from ..progress import count_bar
+from .simulation import _floats, parse_pairs
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("optimize", help="find optimal K matrices, stopping thresholds and tree shapes",
+                       description="Optimise a policy and compare it with baselines and bounds.")
+    osub = p.add_subparsers(dest="target", metavar="WHAT", required=True)
+
+    k = osub.add_parser("kmatrix", parents=[common], help="the EWIF-optimal K matrix of Cascade Speculative Drafting",
+                        description="Exact search (n <= 3 drafters, entries <= 20) against the halving grid search.")
+    k.add_argument("--cost", type=a.cost("cost"), action="append", required=True, help="cost coefficient of drafter 1, 2, ... (repeat; the last may be Max-Gram, 0)")
+    k.add_argument("--alpha", type=a.probability("alpha"), required=True, help="acceptance for every pair not given by --pair")
+    k.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="model M's tokens accepted by V with A (e.g. 3:1=0.55)")
+    k.add_argument("--k-max", type=a.count("k_max", 0, optimize.EXACT_ENTRY_MAX), default=optimize.EXACT_ENTRY_MAX)
+    k.set_defaults(run=run_kmatrix)
+
+    t = osub.add_parser("threshold", parents=[common], help="SpecDec++: the optimal stopping policy, best threshold, best k, oracle",
+                        description="Solve the draft-length MDP exactly and compare with the best fixed k, the best "
+                        "threshold on P(at least one rejection) and the oracle; sweep t_draft/t_target for h*.")
+    t.add_argument("--alpha", type=a.probability("alpha"), help="i.i.d. acceptance")
+    t.add_argument("--markov", metavar="A1,A2,...", help="acceptance per hidden regime (observed by the drafter)")
+    t.add_argument("--stay", metavar="P1,P2,...", help="probability of staying in each regime (default 0.95)")
+    t.add_argument("--t-draft", type=a.positive("t_draft"), default=0.05, help="draft time per token (target call = --t-target)")
+    t.add_argument("--t-target", type=a.positive("t_target"), default=1.0)
+    t.add_argument("--k-max", type=a.count("k_max", 1, 128), default=32)
+    t.add_argument("--sweep", metavar="LO,HI,N", default="0.01,0.5,8", help="t_draft/t_target values for the h* table")
+    t.set_defaults(run=run_threshold)
+
+    r = osub.add_parser("tree", parents=[common], help="the token tree maximising accepted tokens per unit time",
+                        description="Sequoia-style DP over token trees against the best chain of the same budget.")
+    r.add_argument("--rank-alphas", required=True, metavar="A1,A2,...", help="P(candidate of rank r accepted | earlier ranks rejected)")
+    r.add_argument("--budget", type=a.count("budget", 1, 4096), default=64, help="most drafted tokens in the tree")
+    r.add_argument("--verify-cost", default="1,0.002", metavar="A,B", help="target time to verify n tokens: t(n) = A + B*n")
+    r.add_argument("--draft-cost", type=a.cost("draft_cost"), default=0.0, help="drafter time per tree level")
+    r.set_defaults(run=run_tree)
+
+
+def _system(args) -> tuple[np.ndarray, list[float]]:
+    costs = list(args.cost)
+    size = len(costs) + 1
+    A = np.tril(np.full((size, size), args.alpha), k=-1)
+    for src, dst, val in parse_pairs(args.pair, size):
+        A[src, dst] = val
+    return A, costs
+
+
+def run_kmatrix(args: argparse.Namespace) -> int:
+    A, costs = _system(args)
+    n = len(costs)
+    if n > 3:
+        raise DraftsimError(f"the exact search handles up to 3 drafters; got {n}")
+    lower = (args.k_max + 1) ** (n * (n - 1) // 2)
+    t0 = time.perf_counter()
+    with count_bar(lower, "lower configurations") as bar:
+        exact = optimize.kmatrix_exact(A, costs, args.k_max, progress=bar.update)
+    t_exact = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    grid = optimize.kmatrix_grid(A, costs, args.k_max)
+    t_grid = time.perf_counter() - t0
+    singles = [(j, *analytic.optimal_k(A[j, 0], costs[j - 1], args.k_max)) for j in range(1, n + 1)]
+    best_single = max(singles, key=lambda s: s[2])
+    out = {
+        "A": A.tolist(),
+        "costs": [1.0] + costs,
+        "exact": {**exact.to_dict(), "seconds": t_exact},
+        "grid": {**grid.to_dict(), "seconds": t_grid},
+        "best_single_drafter": {"drafter": best_single[0], "k": int(best_single[1]), "ewif": float(best_single[2])},
+    }
+    if args.json:
+        a.emit_json(out)
+        return 0
+    print(f"K-matrix optimisation: {n} drafters, costs {costs}, entries 0..{args.k_max}")
+    rows = [
+        ["exact search (optimum)", exact.ewif, exact.evaluations, f"{t_exact:.3f}", str(exact.K.tolist())],
+        ["halving grid search (baseline)", grid.ewif, grid.evaluations, f"{t_grid:.3f}", str(grid.K.tolist())],
+        [f"best single drafter (d{best_single[0]}, k={int(best_single[1])})", float(best_single[2]), args.k_max + 1, "-", "-"],
+    ]
+    print(format_table(["method", "EWIF", "evaluations", "seconds", "K"], rows))
+    gap = exact.ewif / grid.ewif - 1
+    print(f"the grid search is {gap:.2%} below the optimum" if gap > 1e-12 else "the grid search found the optimum")
+    return 0
+
+
+def run_threshold(args: argparse.Namespace) -> int:
+    if (args.alpha is None) == (args.markov is None):
+        raise DraftsimError("give exactly one of --alpha or --markov")
+    if args.markov:
+        alphas = _floats("--markov", args.markov)
+        stay = _floats("--stay", args.stay) if args.stay else [0.95] * len(alphas)
+        if len(stay) != len(alphas) or len(alphas) < 2:
+            raise DraftsimError("--markov needs at least two regimes and --stay one value per regime")
+        T = [[s if i == j else (1 - s) / (len(alphas) - 1) for j in range(len(alphas))] for i, s in enumerate(stay)]
+    else:
+        alphas, T = [args.alpha], [[1.0]]
+    try:
+        lo, hi, n = _floats("--sweep", args.sweep)
+    except ValueError:
+        raise DraftsimError(f"--sweep must be LO,HI,N; got {args.sweep!r}") from None
+    ratios = np.geomspace(lo, hi, int(n)) if lo > 0 else np.linspace(lo, hi, int(n))
+    thresholds = np.linspace(0.0, 1.0, 101)
+    with count_bar(1 + len(ratios), "solving") as bar:
+        cmp = mdp.compare_policies(T, alphas, args.t_draft, args.t_target, args.k_max, thresholds)
+        bar.update(1)
+        sweep = []
+        for ratio in ratios:
+            sol = mdp.solve_markov(T, alphas, ratio * args.t_target, args.t_target, args.k_max)
+            sweep.append({"t_draft/t_target": float(ratio), "latency_per_token": sol.latency_per_token, **sol.threshold})
+            bar.update(1)
+    out = {"comparison": cmp, "h_star": sweep}
+    if args.json:
+        a.emit_json(out)
+        return 0
+    print(f"draft-length MDP: regimes alpha={alphas}, t_draft={args.t_draft:g}, t_target={args.t_target:g}, k_max={args.k_max}")
+    ar = cmp["autoregressive"]
+    rows = [
+        ["MDP optimum", cmp["optimal"], ar / cmp["optimal"]],
+        [f"best threshold (h={cmp['best_threshold']['h']:.2f})", cmp["best_threshold"]["latency_per_token"], ar / cmp["best_threshold"]["latency_per_token"]],
+        [f"best fixed k (k={cmp['best_fixed_k']['k']})", cmp["best_fixed_k"]["latency_per_token"], ar / cmp["best_fixed_k"]["latency_per_token"]],
+        ["oracle (Theorem 4.1)", cmp["oracle"], ar / cmp["oracle"]],
+        ["autoregressive", ar, 1.0],
+    ]
+    print(format_table(["policy", "latency/token", "speedup"], rows))
+    st = cmp["optimal_threshold_structure"]
+    print(f"optimal policy is {'a single' if st['is_threshold'] else 'not a single'} threshold on P(at least one rejection)"
+          + ("" if st["is_threshold"] else "; per regime: " + ", ".join(
+              f"regime {r}: {'threshold' if v['is_threshold'] else 'not threshold'} h* in ({_h(v['h_low'])}, {_h(v['h_high'])}]"
+              for r, v in st["per_regime"].items())))
+    print("\nh* against t_draft/t_target:")
+    rows = [[f"{s['t_draft/t_target']:.4g}", s["latency_per_token"], "single" if s["is_threshold"] else "per regime", _intervals(s)] for s in sweep]
+    print(format_table(["t_draft/t_target", "latency/token", "threshold", "h* (keep drafting while 1 - P <= h*)"], rows))
+    return 0
+
+
+def _intervals(structure: dict) -> str:
+    if structure["is_threshold"]:
+        return f"({_h(structure['h_low'])}, {_h(structure['h_high'])}]"
+    return "; ".join(f"r{r} ({_h(v['h_low'])}, {_h(v['h_high'])}]" for r, v in structure["per_regime"].items())
+
+
+def _h(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def run_tree(args: argparse.Namespace) -> int:
+    ranks = _floats("--rank-alphas", args.rank_alphas)
+    try:
+        va, vb = _floats("--verify-cost", args.verify_cost)
+    except ValueError:
+        raise DraftsimError(f"--verify-cost must be A,B; got {args.verify_cost!r}") from None
+    if va <= 0 or vb < 0:
+        raise DraftsimError(f"--verify-cost needs A > 0 and B >= 0; got {va}, {vb}")
+    cost = lambda n: va + vb * n  # noqa: E731
+    t0 = time.perf_counter()
+    tree = optimize.tree_shape(ranks, args.budget, cost, args.draft_cost)
+    seconds = time.perf_counter() - t0
+    chain = max((optimize.chain_value(ranks, k, cost, args.draft_cost) for k in range(args.budget + 1)), key=lambda s: s.tokens_per_time)
+    out = {
+        "tree": {"parents": list(tree.parents), "size": tree.size, "depth": tree.depth(), "expected_accepted": tree.expected_accepted,
+                 "cost": tree.cost, "tokens_per_time": tree.tokens_per_time, "seconds": seconds},
+        "best_chain": {"length": chain.size, "expected_accepted": chain.expected_accepted, "cost": chain.cost, "tokens_per_time": chain.tokens_per_time},
+    }
+    if args.json:
+        a.emit_json(out)
+        return 0
+    print(f"token-tree shape: rank acceptance {ranks}, budget {args.budget}, t(n) = {va:g} + {vb:g} n")
+    rows = [
+        ["optimal tree", tree.size, tree.depth(), tree.expected_accepted, tree.tokens_per_time],
+        ["best chain", chain.size, chain.size, chain.expected_accepted, chain.tokens_per_time],
+    ]
+    print(format_table(["shape", "nodes", "depth", "E[accepted]", "tokens/time"], rows))
+    print(f"tree over chain: {tree.tokens_per_time / chain.tokens_per_time:.3f}x  (DP took {seconds:.3f} s)")
+    widths = np.bincount([d for d in _depths(tree.parents)], minlength=tree.depth() + 1)[1:]
+    print("nodes per depth:", " ".join(str(int(w)) for w in widths))
+    return 0
+
+
+def _depths(parents):
+    d = []
+    for p in parents:
+        d.append(1 if p < 0 else d[p] + 1)
+    return d
