@@ -43,7 +43,17 @@ import numpy as np
 
 from .errors import DraftsimError, as_count, as_positive, as_probability
 
-__all__ = ["MDPSolution", "solve_markov", "solve_bernoulli", "solve_positional", "solve_trace", "oracle_latency", "compare_policies"]
+__all__ = [
+    "MDPSolution",
+    "solve_markov",
+    "solve_noisy_markov",
+    "predictor_emission",
+    "solve_bernoulli",
+    "solve_positional",
+    "solve_trace",
+    "oracle_latency",
+    "compare_policies",
+]
 
 
 @dataclass
@@ -85,7 +95,7 @@ class _RoundDP:
         self.td, self.tt = t_draft, t_target
         self.k_max = k_max
         self.rule = rule  # None (optimise), ("fixed", k) or ("threshold", h)
-        R = len(alphas)
+        self.R = R = len(alphas)
         # States at depth i: all count vectors summing to i, times the last regime.
         self.levels = [np.array([c for c in itertools.product(range(i + 1), repeat=R) if sum(c) == i], dtype=np.int64).reshape(-1, R) for i in range(k_max + 1)]
         self.index = [{tuple(c): n for n, c in enumerate(level)} for level in self.levels]
@@ -125,52 +135,62 @@ class _RoundDP:
         # threshold: keep drafting while 1 − P ≤ h (stop once the rejection chance exceeds h)
         return np.broadcast_to(1.0 - P <= value, cont.shape).copy()
 
-    def start_values(self, lam: float, h: np.ndarray):
-        V, go = self.solve(lam, h)
-        # Round start: i = 0, counts 0, the "last regime" is the regime of the last emitted token.
-        return V[0][0], (V, go)
+    def stats(self, go):
+        """Per start regime r0: expected round cost C, tokens τ and next-start distribution Q."""
+        T, a, R = self.T, self.alphas, self.R
+        C, tau, Q = np.zeros(R), np.zeros(R), np.zeros((R, R))
+        for r0 in range(R):
+            mass = np.zeros((1, R))
+            mass[0, r0] = 1.0
+            for i in range(self.k_max + 1):
+                P = self.P[i][:, None]
+                stopping = mass * ~go[i]
+                C[r0] += self.tt * stopping.sum()
+                tau[r0] += stopping.sum()
+                Q[r0] += (stopping * P).sum(axis=0) @ T  # all accepted: the bonus position's regime
+                moving = mass * go[i]
+                if i == self.k_max or not moving.any():
+                    break
+                flow = moving @ T  # (states, r'): drafting a token in regime r'
+                C[r0] += self.td * flow.sum()
+                tau[r0] += (flow * P * a[None, :]).sum()
+                Q[r0] += (flow * P * (1 - a[None, :])).sum(axis=0)  # first rejection here
+                nxt = np.zeros((len(self.levels[i + 1]), R))
+                np.add.at(nxt, (self.child[i], np.broadcast_to(np.arange(R), self.child[i].shape)), flow)
+                mass = nxt
+        return C, tau, Q
 
 
-def _evaluate(dp: _RoundDP, go) -> tuple[float, np.ndarray]:
-    """Exact long-run latency per token of the decisions ``go``, and their relative values.
-
-    For each start regime r0 a forward pass gives the round's expected cost C(r0), tokens
-    τ(r0) and next-start distribution Q(r0, ·); with π the stationary distribution of Q,
-    λ = π·C / π·τ, and h solves (I − Q) h = C − λ·τ with h(0) = 0.
-    """
-    T, a, R = dp.T, dp.alphas, len(dp.alphas)
-    C, tau, Q = np.zeros(R), np.zeros(R), np.zeros((R, R))
-    for r0 in range(R):
-        mass = np.zeros((1, R))
-        mass[0, r0] = 1.0
-        for i in range(dp.k_max + 1):
-            P = dp.P[i][:, None]
-            stopping = mass * ~go[i]
-            C[r0] += dp.tt * stopping.sum()
-            tau[r0] += stopping.sum()
-            Q[r0] += (stopping * P).sum(axis=0) @ T  # all accepted: the bonus position's regime
-            moving = mass * go[i]
-            if i == dp.k_max or not moving.any():
-                break
-            flow = moving @ T  # (states, r'): drafting a token in regime r'
-            C[r0] += dp.td * flow.sum()
-            tau[r0] += (flow * P * a[None, :]).sum()
-            Q[r0] += (flow * P * (1 - a[None, :])).sum(axis=0)  # first rejection here
-            nxt = np.zeros((len(dp.levels[i + 1]), R))
-            np.add.at(nxt, (dp.child[i], np.broadcast_to(np.arange(R), dp.child[i].shape)), flow)
-            mass = nxt
-    # Every round ends in exactly one next start: a first rejection or a full acceptance.
-    assert np.allclose(Q.sum(axis=1), 1.0), Q.sum(axis=1)
+def _ratio_and_bias(C: np.ndarray, tau: np.ndarray, Q: np.ndarray) -> tuple[float, np.ndarray]:
+    """Long-run latency λ = π·C / π·τ (π stationary for Q) and relative values h solving
+    (I − Q) h = C − λ·τ with h(0) = 0, from per-start-regime round cost C, tokens τ and
+    next-start distribution Q."""
+    assert np.allclose(Q.sum(axis=1), 1.0), Q.sum(axis=1)  # every round ends in one next start
+    R = len(C)
     w, vecs = np.linalg.eig(Q.T)
     pi = np.real(vecs[:, np.argmin(np.abs(w - 1))])
     pi = pi / pi.sum()
     lam = float(pi @ C / (pi @ tau))
-    rhs = C - lam * tau
-    A = np.eye(R) - Q
-    A = np.vstack([A, np.eye(R)[:1]])
-    b = np.concatenate([rhs, [0.0]])
-    h = np.linalg.lstsq(A, b, rcond=None)[0]
+    system = np.vstack([np.eye(R) - Q, np.eye(R)[:1]])
+    h = np.linalg.lstsq(system, np.concatenate([C - lam * tau, [0.0]]), rcond=None)[0]
     return lam, h
+
+
+def _policy_iteration(dp, t_target: float):
+    """Policy iteration for the ratio objective: evaluate the decisions exactly (λ, h),
+    improve them with the round DP at (λ, h), until they no longer change."""
+    _, go = dp.solve(t_target / 2, np.zeros(dp.R))
+    seen = set()
+    for _ in range(200):
+        lam, h = _ratio_and_bias(*dp.stats(go))
+        _, new_go = dp.solve(lam, h)
+        key = b"".join(g.tobytes() for g in new_go)
+        if all(np.array_equal(x, y) for x, y in zip(go, new_go)) or key in seen:
+            break
+        seen.add(key)
+        go = new_go
+    lam, h = _ratio_and_bias(*dp.stats(go))
+    return lam, go
 
 
 def _threshold_structure(dp: _RoundDP, go) -> dict:
@@ -218,17 +238,7 @@ def solve_markov(transition, alphas, t_draft: float, t_target: float, k_max: int
         if kind not in ("fixed", "threshold"):
             raise DraftsimError(f"policy must be None, ('fixed', k) or ('threshold', h); got {policy!r}")
     dp = _RoundDP(T, a, t_draft, t_target, k_max, policy)
-    # Policy iteration for the ratio objective: evaluate exactly (λ, h), improve by the DP.
-    _, go = dp.solve(t_target / 2, np.zeros(a.size))
-    seen = set()
-    for _ in range(200):
-        lam, h = _evaluate(dp, go)
-        _, new_go = dp.solve(lam, h)
-        key = b"".join(g.tobytes() for g in new_go)
-        if all(np.array_equal(x, y) for x, y in zip(go, new_go)) or key in seen:
-            break
-        seen.add(key)
-        go = new_go
+    lam, go = _policy_iteration(dp, t_target)
     decisions = {}
     for i in range(k_max):
         for n, counts in enumerate(dp.levels[i]):
@@ -241,6 +251,136 @@ def solve_markov(transition, alphas, t_draft: float, t_target: float, k_max: int
         decisions=decisions,
         threshold=_threshold_structure(dp, go),
     )
+
+
+class _NoisyRoundDP:
+    """The round DP when the drafter sees only a noisy predictor of each token's acceptance.
+
+    Regimes follow the Markov chain; drafting a token in regime r emits predictor symbol o
+    with probability E[r, o]. The verification reveals the regime of verified tokens (the
+    target's probabilities are known after the call), so a round starts from a known regime
+    r0, but within a round the drafter's state is its whole symbol history. With unnormalised
+    forward measures over the last regime — G_H(r) = P(H, r_i = r) and F_H(r) = P(H, all
+    drafted accepted, r_i = r) — every expectation the DP needs is linear in them, and the
+    decisions compare quantities scaled by the same P(H). Exact; O(R·|O|^k_max) histories.
+    """
+
+    def __init__(self, T, alphas, E, pred_values, t_draft, t_target, k_max, rule):
+        self.T, self.alphas, self.E = T, alphas, E
+        self.pred = pred_values
+        self.td, self.tt, self.k_max, self.rule = t_draft, t_target, k_max, rule
+        self.R = R = len(alphas)
+        O = E.shape[1]
+        # Level i holds R·O^i histories: (start regime, symbols); children of h are h·O + o.
+        self.G, self.F, self.prod = [np.eye(R)], [np.eye(R)], [np.ones(R)]
+        for i in range(k_max):
+            GT, FT = self.G[-1] @ T, self.F[-1] @ T  # (n, R') regime of the next token
+            self.G.append((GT[:, None, :] * E.T[None, :, :]).reshape(-1, R))
+            self.F.append((FT[:, None, :] * (alphas[None, None, :] * E.T[None, :, :])).reshape(-1, R))
+            self.prod.append((self.prod[-1][:, None] * self.pred[None, :]).reshape(-1))
+        self.O = O
+
+    def solve(self, lam: float, h: np.ndarray):
+        T, a, E, O = self.T, self.alphas, self.E, self.O
+        U, go = [None] * (self.k_max + 1), [None] * (self.k_max + 1)
+        for i in range(self.k_max, -1, -1):
+            PH = self.G[i].sum(axis=1)
+            FT = self.F[i] @ T
+            stop = PH * (self.tt - lam) + FT @ h
+            if i == self.k_max:
+                U[i], go[i] = stop, np.zeros(len(PH), dtype=bool)
+                continue
+            n = len(PH)
+            accepted_next = self.F[i + 1].sum(axis=1).reshape(n, O)  # Σ over o of P(..., token i+1 accepted)
+            rejected = (FT[:, None, :] * ((1 - a)[None, None, :] * E.T[None, :, :])) @ h  # (n, O)
+            cont = PH * self.td + (-lam * accepted_next + rejected + U[i + 1].reshape(n, O)).sum(axis=1)
+            if self.rule is None:
+                decide = cont < stop
+            elif self.rule[0] == "fixed":
+                decide = np.full(n, i < self.rule[1])
+            else:
+                decide = 1.0 - self.prod[i] <= self.rule[1]
+            U[i], go[i] = np.where(decide, cont, stop), decide
+        return U, go
+
+    def stats(self, go):
+        T, a, E, O, R = self.T, self.alphas, self.E, self.O, self.R
+        C, tau, Q = np.zeros(R), np.zeros(R), np.zeros((R, R))
+        alive = np.ones(R, dtype=bool)
+        start = np.repeat(np.arange(R), 1)  # start regime of each history at level 0
+        for i in range(self.k_max + 1):
+            PH = self.G[i].sum(axis=1)
+            FT = self.F[i] @ T
+            stopping = alive & ~go[i]
+            np.add.at(C, start[stopping], self.tt * PH[stopping])
+            np.add.at(tau, start[stopping], PH[stopping])
+            np.add.at(Q, start[stopping], FT[stopping])
+            moving = alive & go[i]
+            if i == self.k_max or not moving.any():
+                break
+            np.add.at(C, start[moving], self.td * PH[moving])
+            acc = self.F[i + 1].sum(axis=1).reshape(-1, O).sum(axis=1)
+            np.add.at(tau, start[moving], acc[moving])
+            rej = (FT * (1 - a)[None, :])  # Σ_o E = 1
+            np.add.at(Q, start[moving], rej[moving])
+            alive = np.repeat(moving, O)
+            start = np.repeat(start, O)
+        return C, tau, Q
+
+
+def predictor_emission(transition, alphas, noise: float, n_bins: int = 4):
+    """Discretise a logit-normal predictor p̂ = expit(logit α_r + noise·Z) into ``n_bins``
+    equal-width bins of p̂: returns the emission matrix E[r, o] and, per symbol, the value a
+    calibrated predictor reports (the posterior mean acceptance given the symbol, under the
+    chain's stationary regime distribution)."""
+    from scipy.special import logit
+    from scipy.stats import norm
+
+    a = as_probability("alphas", alphas)
+    noise = float(as_positive("noise", noise))
+    n_bins = int(as_count("n_bins", n_bins, minimum=2, maximum=16))
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    with np.errstate(divide="ignore"):
+        z = (logit(edges)[None, :] - logit(np.clip(a, 1e-12, 1 - 1e-12))[:, None]) / noise
+    cdf = norm.cdf(z)
+    E = np.diff(cdf, axis=1)
+    E = E / E.sum(axis=1, keepdims=True)
+    T = as_probability("transition", transition)
+    w, vecs = np.linalg.eig(T.T)
+    pi = np.real(vecs[:, np.argmin(np.abs(w - 1))])
+    pi = pi / pi.sum()
+    joint = pi[:, None] * E
+    values = (joint * a[:, None]).sum(axis=0) / np.maximum(joint.sum(axis=0), 1e-300)
+    return E, values
+
+
+def solve_noisy_markov(transition, alphas, emission, pred_values, t_draft: float, t_target: float, k_max: int = 10, policy=None) -> MDPSolution:
+    """Exact latency-optimal drafting when the drafter sees a noisy predictor: symbol o with
+    probability ``emission[r, o]`` for a token in regime r, reported as ``pred_values[o]``
+    (see :func:`predictor_emission`). ``policy`` as in :func:`solve_markov` (a threshold
+    uses 1 − Π pred_values). The state is the symbol history, so the cost grows as
+    R·|O|^k_max: keep k_max·log|O| small (k_max = 10 with 4 symbols is ~2·10^6 histories).
+    """
+    T = as_probability("transition", transition)
+    a = as_probability("alphas", alphas)
+    E = as_probability("emission", emission)
+    v = as_probability("pred_values", pred_values)
+    if E.shape != (a.size, v.size) or not np.allclose(E.sum(axis=1), 1.0):
+        raise DraftsimError("emission must be a (regimes x symbols) stochastic matrix matching pred_values")
+    t_draft, t_target = _check_times(t_draft, t_target)
+    k_max = int(as_count("k_max", k_max, minimum=1, maximum=64))
+    if a.size * v.size**k_max > 4_000_000:
+        raise DraftsimError(f"{a.size} regimes x {v.size} symbols ^ k_max={k_max} histories is too many; lower k_max or the symbols")
+    dp = _NoisyRoundDP(T, a, E, v, t_draft, t_target, k_max, policy)
+    lam, go = _policy_iteration(dp, t_target)
+    name = "optimal" if policy is None else f"{policy[0]} {policy[1]}"
+    # Threshold structure over histories: is "keep drafting" exactly {1 − Π p̂ ≤ h}?
+    cont = [1.0 - dp.prod[i][go[i]] for i in range(k_max)]
+    stop = [1.0 - dp.prod[i][~go[i]] for i in range(k_max)]
+    c_max = max((float(c.max()) for c in cont if c.size), default=-np.inf)
+    s_min = min((float(x.min()) for x in stop if x.size), default=np.inf)
+    structure = {"is_threshold": bool(c_max < s_min), "h_low": c_max if np.isfinite(c_max) else None, "h_high": s_min if np.isfinite(s_min) else None}
+    return MDPSolution(float(lam), name, {}, structure)
 
 
 def solve_bernoulli(alpha: float, t_draft: float, t_target: float, k_max: int = 32, policy=None) -> MDPSolution:

@@ -221,3 +221,19 @@ def test_choose_lenience_meets_budget():
             assert factory(max(out["alpha"] - 1e-3, 0)).rejection_rate(q, p).mean() > 0.1 - 1e-3
     with pytest.raises(DraftsimError):
         optimize.choose_lenience(rules.Chow, rows, 1.5)
+
+
+def test_noisy_predictor_mdp_reduces_to_observed_and_is_bracketed():
+    T, a = MARKOV
+    # A noiseless predictor (identity emission) is the observed-regime MDP, for every policy.
+    for rule in (None, ("fixed", 6), ("threshold", 0.7)):
+        noisy = mdp.solve_noisy_markov(T, a, np.eye(2), a, 0.05, 1.0, 8, rule).latency_per_token
+        assert noisy == pytest.approx(mdp.solve_markov(T, a, 0.05, 1.0, 8, rule).latency_per_token, rel=1e-10)
+    E, values = mdp.predictor_emission(T, a, 1.0, 3)
+    noisy = mdp.solve_noisy_markov(T, a, E, values, 0.05, 1.0, 8)
+    observed = mdp.solve_markov(T, a, 0.05, 1.0, 8).latency_per_token
+    blind = mdp.solve_noisy_markov(T, a, np.full((2, 2), 0.5), [0.8, 0.8], 0.05, 1.0, 8).latency_per_token
+    assert observed <= noisy.latency_per_token <= blind
+    # ... and no worse than any threshold on the noisy predictor.
+    for h in (0.3, 0.5, 0.7, 0.9):
+        assert noisy.latency_per_token <= mdp.solve_noisy_markov(T, a, E, values, 0.05, 1.0, 8, ("threshold", h)).latency_per_token + 1e-12

@@ -39,6 +39,7 @@ def register(sub, common) -> None:
     t.add_argument("--t-target", type=a.positive("t_target"), default=1.0)
     t.add_argument("--k-max", type=a.count("k_max", 1, 128), default=32)
     t.add_argument("--sweep", metavar="LO,HI,N", default="0.01,0.5,8", help="t_draft/t_target values for the h* table")
+    t.add_argument("--pred-noise", type=a.positive("pred_noise"), help="also solve with a noisy predictor (logit noise, 4 bins, k_max <= 10)")
     t.set_defaults(run=run_threshold)
 
     r = osub.add_parser("tree", parents=[common], help="the token tree maximising accepted tokens per unit time",
@@ -121,7 +122,16 @@ def run_threshold(args: argparse.Namespace) -> int:
             sol = mdp.solve_markov(T, alphas, ratio * args.t_target, args.t_target, args.k_max)
             sweep.append({"t_draft/t_target": float(ratio), "latency_per_token": sol.latency_per_token, **sol.threshold})
             bar.update(1)
-    out = {"comparison": cmp, "h_star": sweep}
+    noisy = None
+    if args.pred_noise is not None:
+        E, values = mdp.predictor_emission(T, alphas, args.pred_noise, 4)
+        k_noisy = min(args.k_max, 10)
+        opt = mdp.solve_noisy_markov(T, alphas, E, values, args.t_draft, args.t_target, k_noisy)
+        best_h = min((mdp.solve_noisy_markov(T, alphas, E, values, args.t_draft, args.t_target, k_noisy, ("threshold", float(h))) for h in np.linspace(0, 1, 21)),
+                     key=lambda s: s.latency_per_token)
+        noisy = {"k_max": k_noisy, "optimal": opt.latency_per_token, "best_threshold": {"h": float(best_h.policy.split()[1]), "latency_per_token": best_h.latency_per_token},
+                 "threshold_structure": opt.threshold}
+    out = {"comparison": cmp, "h_star": sweep, "noisy_predictor": noisy}
     if args.json:
         a.emit_json(out)
         return 0
@@ -134,6 +144,11 @@ def run_threshold(args: argparse.Namespace) -> int:
         ["oracle (Theorem 4.1)", cmp["oracle"], ar / cmp["oracle"]],
         ["autoregressive", ar, 1.0],
     ]
+    if noisy is not None:
+        rows[1:1] = [
+            [f"MDP optimum, noisy predictor (k_max {noisy['k_max']})", noisy["optimal"], ar / noisy["optimal"]],
+            [f"best threshold, noisy predictor (h={noisy['best_threshold']['h']:.2f})", noisy["best_threshold"]["latency_per_token"], ar / noisy["best_threshold"]["latency_per_token"]],
+        ]
     print(format_table(["policy", "latency/token", "speedup"], rows))
     st = cmp["optimal_threshold_structure"]
     print(f"optimal policy is {'a single' if st['is_threshold'] else 'not a single'} threshold on P(at least one rejection)"
