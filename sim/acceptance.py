@@ -95,7 +95,7 @@ class AcceptanceProcess:
         def show(v):
             return v.tolist() if isinstance(v, np.ndarray) else v
 
-        skip = {"n_models", "data", "lengths"}
+        skip = {"n_models", "data", "lengths", "source"}
         params = ", ".join(
             f"{k}={show(v)!r}"
             for k, v in vars(self).items()
@@ -276,6 +276,36 @@ class TraceDriven(AcceptanceProcess):
             lengths = these
             self.data[tuple(pair)] = seqs
         self.lengths = lengths
+
+    @classmethod
+    def from_trace(cls, trace, drafters: list[str] | None = None, kind: str = "prob", mode: str = "greedy", **kwargs) -> "TraceDriven":
+        """Replay a recorded trace (a :class:`sim.traces.Trace` or its path).
+
+        ``drafters`` names the trace's drafters that play models 1, 2, … (default: the first
+        one); every pair among them and the target that the trace holds is used. ``kind`` is
+        ``"prob"`` (1 − TV(p, q), sampling) or ``"flag"`` (greedy match, greedy decoding).
+        """
+        from .traces import Trace
+
+        trace = trace if isinstance(trace, Trace) else Trace(trace)
+        names = drafters or trace.drafters()[:1]
+        if not names:
+            raise DraftsimError(f"trace {trace.path} records no drafter")
+        unknown = [n for n in names if n not in trace.drafters()]
+        if unknown:
+            raise DraftsimError(f"trace {trace.path} has no drafter {unknown[0]!r}; it has {trace.drafters()}")
+        models = ["target"] + list(names)
+        available = set(trace.pairs())
+        data = {}
+        for m in range(1, len(models)):
+            for v in range(m):
+                if (models[m], models[v]) in available:
+                    data[(m, v)] = trace.acceptance(models[m], models[v], kind=kind, mode=mode)
+        if (1, 0) not in data:
+            raise DraftsimError(f"trace {trace.path} has no {names[0]} -> target data")
+        process = cls(data, **kwargs)
+        process.source = {"trace": str(trace.path), "drafters": list(names), "kind": kind, "mode": mode}
+        return process
 
     @property
     def n_sequences(self) -> int:

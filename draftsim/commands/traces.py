@@ -1,0 +1,157 @@
+"""``draftsim record``, ``draftsim trace info`` and ``draftsim replay``."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from analysis.table import format_table
+from sim.acceptance import TraceDriven
+from sim.costs import Costs
+from sim.errors import DraftsimError
+from sim.mdp import oracle_latency
+from sim.policies import POLICY_HELP, parse_policy
+from sim.simulate import simulate
+from sim.traces import Trace
+
+from .. import args as a
+from ..progress import count_bar
+
+
+def register(sub, common) -> None:
+    r = sub.add_parser("record", parents=[common], help="record a trace of real drafters against a real target",
+                       description="Generate with the target on a prompt set and record, per position, how each drafter agrees with it.")
+    r.add_argument("--model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
+    r.add_argument("--drafter", action="append", required=True,
+                   help="maxgram, bigram, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters first")
+    r.add_argument("--prompts", default="code", help="prompt set: code, arithmetic, instructions, docstrings")
+    r.add_argument("--split", default="test", choices=["train", "test", "all"])
+    r.add_argument("--n", type=a.count("n", 1, 100_000), default=20, help="number of prompts")
+    r.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 4096), default=128)
+    r.add_argument("--sample-seed", type=a.count("sample_seed"), help="also record a sampled output (temperature 1) with this seed")
+    r.add_argument("--top-k", type=a.count("top_k", 1, 64), default=8)
+    r.add_argument("--out", required=True, help="trace folder")
+    r.add_argument("--resume", action="store_true", help="continue an interrupted recording")
+    r.add_argument("--device", default="auto")
+    r.set_defaults(run=run_record)
+
+    t = sub.add_parser("trace", help="inspect traces")
+    tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    i = tsub.add_parser("info", parents=[common], help="summarise a trace: acceptance by drafter and position, timings")
+    i.add_argument("path")
+    i.set_defaults(run=run_info)
+
+    p = sub.add_parser("replay", parents=[common], help="run a sim policy over a recorded trace",
+                       description="Replay the recorded acceptance under any policy and report the simulator's metrics.",
+                       epilog=POLICY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", required=True)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--drafter", action="append", help="trace drafters playing models 1, 2, ... (default: the first recorded)")
+    p.add_argument("--kind", choices=["prob", "flag"], default="flag", help="flag: greedy match (greedy decoding); prob: 1 - TV (sampling)")
+    p.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient per drafter (default: measured in the trace)")
+    p.add_argument("--seed", type=a.count("seed"), default=0)
+    p.set_defaults(run=run_replay)
+
+
+def _drafter(spec: str, target, bigram):
+    from realrun.drafters import MaxGram, NeuralDraft
+    from realrun.models import load_model, same_tokenizer
+
+    if spec == "maxgram":
+        return MaxGram(target.vocab_size, fallback=bigram)
+    if spec == "bigram":
+        return bigram
+    if spec == "distilled":
+        from realrun.distill import load_distilled
+
+        loaded = load_distilled(target)
+        return NeuralDraft(loaded, "distilled")
+    loaded = load_model(spec, device=target.device)
+    if not same_tokenizer(loaded.tokenizer, target.tokenizer):
+        raise DraftsimError(f"drafter {spec} does not share the target's tokenizer")
+    return NeuralDraft(loaded, spec)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from realrun.drafters import Bigram
+    from realrun.models import load_model
+    from realrun.prompts import SETS, format_prompt, prompt_set
+    from realrun.record import record
+
+    target = load_model(args.model, device=args.device)
+    train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
+    bigram = Bigram.fit(train, target.vocab_size)
+    drafters = [_drafter(spec, target, bigram) for spec in args.drafter]
+    prompts = prompt_set(args.prompts, None if args.split == "all" else args.split, args.n)
+    n_modes = 2 if args.sample_seed is not None else 1
+    with count_bar(len(prompts) * n_modes, "recording") as bar:
+        stats = record(target, drafters, prompts, args.out, prompt_set=args.prompts, max_new_tokens=args.max_new_tokens,
+                       top_k=args.top_k, sample_seed=args.sample_seed, resume=args.resume, progress=bar.update)
+    out = {"trace": args.out, "recorded": stats.prompts, "skipped (already done)": stats.skipped, "output_tokens": stats.output_tokens,
+           "seconds": stats.seconds, "tokens_per_second": stats.output_tokens / stats.seconds if stats.seconds else None}
+    if args.json:
+        a.emit_json(out)
+    else:
+        print(f"recorded {stats.prompts} sequences ({stats.skipped} already done) into {args.out}: {stats.output_tokens} tokens "
+              f"in {stats.seconds:.1f} s ({out['tokens_per_second'] or 0:.1f} tokens/s)")
+        _print_summary(Trace(args.out).summary())
+    return 0
+
+
+def _print_summary(s: dict) -> None:
+    md = s["metadata"]
+    print(f"trace {s['path']}: target {md['target']['name']} ({md['target']['parameters']:,} parameters), "
+          f"prompts {md['prompt_set']}, {s['sequences']} sequences, {s['output_tokens']} output tokens")
+    rows = [[p["proposer"], p["verifier"], p["positions"], p["mean_accept_prob"], p["greedy_match_rate"],
+             " ".join(f"{v:.2f}" for v in p["match_by_position"].values())] for p in s["pairs"]]
+    print(format_table(["proposer", "verifier", "positions", "1-TV", "greedy match", "match by 16-token bucket"], rows))
+    rows = [[c["model"], c["kind"], c["calls"], c["tokens"], c["seconds"]] for c in s["calls"]]
+    print(format_table(["model", "call", "calls", "tokens", "seconds"], rows))
+
+
+def run_info(args: argparse.Namespace) -> int:
+    s = Trace(args.path).summary()
+    if args.json:
+        a.emit_json(s)
+    else:
+        _print_summary(s)
+    return 0
+
+
+def measured_costs(trace: Trace, drafters: list[str]) -> list[float]:
+    """Cost coefficients from the trace's teacher-forced forward calls (seconds per token,
+    relative to the target's)."""
+    s = trace.summary()
+    per_token = {c["model"]: c["seconds"] / max(c["tokens"], 1) for c in s["calls"] if c["kind"] == "forward"}
+    if "target" not in per_token:
+        raise DraftsimError("the trace has no target forward timings; pass --cost")
+    return [per_token.get(d, 0.0) / per_token["target"] for d in drafters]
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    trace = Trace(args.trace)
+    policy = parse_policy(args.policy)
+    names = args.drafter or trace.drafters()[: max(policy.n_models - 1, 1)]
+    if len(names) < policy.n_models - 1:
+        raise DraftsimError(f"the policy uses {policy.n_models - 1} drafters; name them with --drafter (the trace has {trace.drafters()})")
+    process = TraceDriven.from_trace(trace, names, kind=args.kind)
+    costs = args.cost or measured_costs(trace, names)
+    result = simulate(policy, process, Costs.coefficients(costs), 1, seed=args.seed)
+    out = result.to_dict()
+    out["drafters"] = names
+    oracle = None
+    if args.kind == "flag":
+        flags = [f.astype(int) for f in trace.acceptance(names[0], "target", kind="flag")]
+        oracle = oracle_latency(flags, max(costs[0], 1e-12), 1.0)
+        out["oracle"] = oracle
+    if args.json:
+        a.emit_json(out)
+        return 0
+    print(f"{policy!r} replayed on {trace.path} ({', '.join(names)}; {args.kind}); cost coefficients {np.round(costs, 5).tolist()}")
+    rows = [[k, v.value, v.se] for k, v in result.metrics.items()]
+    print(format_table(["metric", "value", "SE"], rows))
+    if oracle is not None:
+        print(f"oracle (SpecDec++ Theorem 4.1): latency/token {oracle['latency_per_token']:.4f}, speedup {oracle['speedup']:.3f} "
+              f"vs replayed {1.0 / result.metrics['latency_per_token'].value:.3f}")
+    return 0

@@ -1,0 +1,307 @@
+"""Traces: how real drafters and a real target agreed, token by token, on real text.
+
+A trace is a folder::
+
+    NAME/manifest.json                 schema, version, run metadata, committed prompts
+    NAME/sequences/KEY.parquet         per prompt: prompt ids, the target's output ids
+    NAME/positions/KEY.parquet         per output position and (proposer, verifier) pair
+    NAME/calls/KEY.parquet             per forward call: model, tokens, seconds
+
+Schema version 1 (Parquet through pyarrow):
+
+``sequences``: prompt_set (string), prompt_id (int32), split (string), mode (string:
+"greedy" or "sampled"), seed (int64, −1 for greedy), prompt_ids (list<int32>),
+output_ids (list<int32>).
+
+``positions``: prompt_id (int32), mode (string), position (int32, index in the output),
+target_token (int32), proposer (string), verifier (string, "target" or a drafter),
+draft_token (int32, the proposer's most probable token), p_draft (float64, verifier's
+probability of it), q_draft (float64, proposer's), accept_prob (float64, 1 − TV(p, q) over
+the full vocabulary: the exact speculative-sampling acceptance), greedy_match (bool: the
+draft token equals the verifier's argmax — for the target, its output token),
+draft_top_ids / verifier_top_ids (list<int32>) and draft_top_probs / verifier_top_probs
+(list<float32>), the top-k of each distribution.
+
+``calls``: prompt_id (int32), mode (string), model (string), kind (string: "generate" or
+"forward"), n_tokens (int32), seconds (float64).
+
+Each prompt is committed atomically: its three files are written under temporary names and
+renamed, then the manifest (which lists every file with its row count and SHA-256) is
+rewritten the same way. A run killed at any point leaves a valid trace of the prompts it
+finished; ``resume`` continues with nothing lost or duplicated. Loading checks the
+manifest, every file's checksum and every table's schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .errors import DraftsimError
+
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceWriter", "Trace", "TraceError"]
+
+SCHEMA_NAME = "draftsim.trace"
+SCHEMA_VERSION = 1
+
+TABLES = {
+    "sequences": pa.schema(
+        [
+            ("prompt_set", pa.string()),
+            ("prompt_id", pa.int32()),
+            ("split", pa.string()),
+            ("mode", pa.string()),
+            ("seed", pa.int64()),
+            ("prompt_ids", pa.list_(pa.int32())),
+            ("output_ids", pa.list_(pa.int32())),
+        ]
+    ),
+    "positions": pa.schema(
+        [
+            ("prompt_id", pa.int32()),
+            ("mode", pa.string()),
+            ("position", pa.int32()),
+            ("target_token", pa.int32()),
+            ("proposer", pa.string()),
+            ("verifier", pa.string()),
+            ("draft_token", pa.int32()),
+            ("p_draft", pa.float64()),
+            ("q_draft", pa.float64()),
+            ("accept_prob", pa.float64()),
+            ("greedy_match", pa.bool_()),
+            ("draft_top_ids", pa.list_(pa.int32())),
+            ("draft_top_probs", pa.list_(pa.float32())),
+            ("verifier_top_ids", pa.list_(pa.int32())),
+            ("verifier_top_probs", pa.list_(pa.float32())),
+        ]
+    ),
+    "calls": pa.schema(
+        [
+            ("prompt_id", pa.int32()),
+            ("mode", pa.string()),
+            ("model", pa.string()),
+            ("kind", pa.string()),
+            ("n_tokens", pa.int32()),
+            ("seconds", pa.float64()),
+        ]
+    ),
+}
+
+
+class TraceError(DraftsimError):
+    """A trace that cannot be read: missing, truncated, corrupt or of another schema."""
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+#: Metadata fields that must agree for a run to resume into an existing trace.
+RESUME_KEYS = ("target", "drafters", "prompt_set", "max_new_tokens", "top_k", "modes", "seed")
+
+
+class TraceWriter:
+    """Append prompts to a trace folder, one atomic commit per prompt."""
+
+    def __init__(self, path, metadata: dict, resume: bool = False):
+        self.path = Path(path)
+        manifest = self.path / "manifest.json"
+        if manifest.exists():
+            existing = Trace._read_manifest(self.path)
+            if not resume:
+                raise DraftsimError(f"{self.path} already holds a trace; pass --resume to continue it, or choose another --out")
+            for key in RESUME_KEYS:
+                if existing["metadata"].get(key) != metadata.get(key):
+                    raise DraftsimError(
+                        f"cannot resume {self.path}: {key} was {existing['metadata'].get(key)!r}, now {metadata.get(key)!r}"
+                    )
+            self.manifest = existing
+        else:
+            self.manifest = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "metadata": metadata, "prompts": []}
+            self._write_manifest()
+
+    @property
+    def done(self) -> set[str]:
+        return {p["key"] for p in self.manifest["prompts"]}
+
+    def commit(self, key: str, info: dict, tables: dict[str, dict]) -> None:
+        """Write one prompt's tables (column dicts) and record them in the manifest."""
+        if key in self.done:
+            raise DraftsimError(f"prompt {key} is already in the trace")
+        files = {}
+        safe = key.replace("/", "-")
+        for name, schema in TABLES.items():
+            table = pa.Table.from_pydict(tables[name], schema=schema)
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression="zstd")
+            rel = Path(name) / f"{safe}.parquet"
+            _atomic_write_bytes(self.path / rel, sink.getvalue().to_pybytes())
+            files[name] = {"path": str(rel), "rows": table.num_rows, "sha256": _sha256(self.path / rel)}
+        self.manifest["prompts"].append({"key": key, **info, "files": files})
+        self._write_manifest()
+
+    def update_metadata(self, **fields) -> None:
+        self.manifest["metadata"].update(fields)
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        _atomic_write_bytes(self.path / "manifest.json", json.dumps(self.manifest, indent=1).encode())
+
+
+class Trace:
+    """A validated trace (see the module docstring). Tables are pyarrow Tables."""
+
+    def __init__(self, path, verify: bool = True):
+        self.path = Path(path)
+        self.manifest = self._read_manifest(self.path)
+        self.metadata = self.manifest["metadata"]
+        parts: dict[str, list] = {name: [] for name in TABLES}
+        for entry in self.manifest["prompts"]:
+            for name, schema in TABLES.items():
+                info = entry.get("files", {}).get(name)
+                if info is None:
+                    raise TraceError(f"trace {self.path}: prompt {entry.get('key')} lists no {name} file")
+                file = self.path / info["path"]
+                if not file.is_file():
+                    raise TraceError(f"trace {self.path}: {info['path']} is missing (listed in the manifest)")
+                if verify and _sha256(file) != info["sha256"]:
+                    raise TraceError(f"trace {self.path}: {info['path']} is truncated or corrupt (checksum mismatch)")
+                try:
+                    table = pq.read_table(file)
+                except Exception as exc:  # pyarrow raises several types for damaged files
+                    raise TraceError(f"trace {self.path}: {info['path']} is not readable Parquet ({exc})") from None
+                if not table.schema.equals(schema, check_metadata=False):
+                    raise TraceError(f"trace {self.path}: {info['path']} does not match the {name} schema of version {SCHEMA_VERSION}")
+                if table.num_rows != info["rows"]:
+                    raise TraceError(f"trace {self.path}: {info['path']} has {table.num_rows} rows, the manifest says {info['rows']}")
+                parts[name].append(table)
+        self.tables = {name: (pa.concat_tables(t) if t else schema.empty_table()) for (name, schema), t in zip(TABLES.items(), parts.values())}
+
+    @staticmethod
+    def _read_manifest(path: Path) -> dict:
+        file = Path(path) / "manifest.json"
+        if not Path(path).is_dir():
+            raise TraceError(f"no trace at {path} (not a folder)")
+        if not file.is_file():
+            raise TraceError(f"no trace at {path}: manifest.json is missing")
+        try:
+            manifest = json.loads(file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceError(f"trace {path}: manifest.json is not valid JSON ({exc})") from None
+        if manifest.get("schema") != SCHEMA_NAME:
+            raise TraceError(f"{path} is not a draftsim trace (schema {manifest.get('schema')!r})")
+        if manifest.get("version") != SCHEMA_VERSION:
+            raise TraceError(f"trace {path} has schema version {manifest.get('version')!r}; this draftsim reads version {SCHEMA_VERSION}")
+        if not isinstance(manifest.get("prompts"), list) or not isinstance(manifest.get("metadata"), dict):
+            raise TraceError(f"trace {path}: manifest.json lacks its prompts list or metadata")
+        return manifest
+
+    @property
+    def sequences(self) -> pa.Table:
+        return self.tables["sequences"]
+
+    @property
+    def positions(self) -> pa.Table:
+        return self.tables["positions"]
+
+    @property
+    def calls(self) -> pa.Table:
+        return self.tables["calls"]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(proposer, verifier) pairs present."""
+        cols = self.positions.select(["proposer", "verifier"]).to_pylist()
+        return sorted({(c["proposer"], c["verifier"]) for c in cols})
+
+    def drafters(self) -> list[str]:
+        return list(self.metadata.get("drafters", []))
+
+    def acceptance(self, proposer: str, verifier: str = "target", kind: str = "prob", mode: str = "greedy") -> list[np.ndarray]:
+        """Per sequence (in manifest order), the acceptance along the output: ``accept_prob``
+        (``kind="prob"``) or ``greedy_match`` as 0/1 (``kind="flag"``)."""
+        if kind not in ("prob", "flag"):
+            raise DraftsimError(f"kind must be prob or flag; got {kind!r}")
+        if (proposer, verifier) not in self.pairs():
+            raise DraftsimError(f"trace {self.path} has no {proposer} -> {verifier} data; it has {self.pairs()}")
+        column = "accept_prob" if kind == "prob" else "greedy_match"
+        rows = self.positions.filter(
+            pc.and_(
+                pc.and_(pc.equal(self.positions["proposer"], proposer), pc.equal(self.positions["verifier"], verifier)),
+                pc.equal(self.positions["mode"], mode),
+            )
+        )
+        prompt_id = rows["prompt_id"].to_numpy()
+        position = rows["position"].to_numpy()
+        value = rows[column].to_numpy(zero_copy_only=False).astype(np.float64)
+        out = []
+        seqs = self.sequences.filter(pc.equal(self.sequences["mode"], mode))
+        for pid, n in zip(seqs["prompt_id"].to_pylist(), [len(o) for o in seqs["output_ids"].to_pylist()]):
+            mine = prompt_id == pid
+            arr = np.zeros(n)
+            arr[position[mine]] = value[mine]
+            out.append(arr)
+        return out
+
+    def summary(self) -> dict:
+        """Acceptance per (proposer, verifier): mean accept_prob, greedy match rate, and the
+        match rate by output-position bucket; plus forward-call timing per model."""
+        pos = self.positions.to_pydict()
+        by_pair: dict = {}
+        for prop, ver, ap, gm, p in zip(pos["proposer"], pos["verifier"], pos["accept_prob"], pos["greedy_match"], pos["position"]):
+            d = by_pair.setdefault((prop, ver), {"n": 0, "accept": 0.0, "match": 0, "buckets": {}})
+            d["n"] += 1
+            d["accept"] += ap
+            d["match"] += int(gm)
+            b = d["buckets"].setdefault(min(p // 16, 7), [0, 0])
+            b[0] += 1
+            b[1] += int(gm)
+        pairs = [
+            {
+                "proposer": k[0], "verifier": k[1], "positions": v["n"], "mean_accept_prob": v["accept"] / v["n"],
+                "greedy_match_rate": v["match"] / v["n"],
+                "match_by_position": {f"{16 * b}-{16 * b + 15 if b < 7 else ''}": m / n for b, (n, m) in sorted(v["buckets"].items())},
+            }
+            for k, v in sorted(by_pair.items())
+        ]
+        calls = self.calls.to_pydict()
+        timing: dict = {}
+        for model, kind, n, s in zip(calls["model"], calls["kind"], calls["n_tokens"], calls["seconds"]):
+            t = timing.setdefault((model, kind), [0, 0, 0.0])
+            t[0] += 1
+            t[1] += n
+            t[2] += s
+        return {
+            "path": str(self.path),
+            "metadata": self.metadata,
+            "sequences": self.sequences.num_rows,
+            "output_tokens": int(sum(len(o) for o in self.sequences["output_ids"].to_pylist())),
+            "pairs": pairs,
+            "calls": [{"model": m, "kind": k, "calls": c, "tokens": n, "seconds": s} for (m, k), (c, n, s) in sorted(timing.items())],
+        }
