@@ -13,9 +13,9 @@ import sys
 from sim.errors import DraftsimError
 
 from . import __version__
-from .commands import demo, optimization, planning, simulation, traces
+from .commands import demo, distillation, optimization, planning, simulation, traces
 
-COMMANDS = (planning, simulation, optimization, traces, demo)
+COMMANDS = (planning, simulation, optimization, traces, distillation, demo)
 
 
 class _Parser(argparse.ArgumentParser):

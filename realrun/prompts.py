@@ -26,7 +26,7 @@ SETS = ("code", "arithmetic", "instructions", "docstrings")
 
 _STDLIB_MODULES = (
     "textwrap", "string", "shlex", "fnmatch", "posixpath", "bisect", "heapq", "calendar", "colorsys",
-    "json.encoder", "json.decoder", "html", "base64", "quopri", "uu", "difflib", "statistics", "fractions",
+    "json.encoder", "json.decoder", "html", "base64", "quopri", "difflib", "statistics", "fractions",
     "keyword", "glob", "copy", "pprint", "reprlib", "graphlib", "netrc", "csv", "random", "operator",
 )
 

