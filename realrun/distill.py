@@ -131,8 +131,10 @@ def distill(
     seed: int = 0,
     progress=None,
     log=print,
+    min_steps: int = 0,
 ) -> DistillResult:
-    """Distil a ``layers``-layer draft for ``target`` within ``minutes``; save it to the cache."""
+    """Distil a ``layers``-layer draft for ``target`` within ``minutes`` (text generation
+    included; at least ``min_steps`` optimiser steps); save it to the cache."""
     import torch
 
     if minutes <= 0:
@@ -151,7 +153,7 @@ def distill(
     rng = np.random.default_rng(seed)
     steps, t_train = 0, time.perf_counter()
     student.train()
-    while time.perf_counter() - t_train < budget:
+    while steps < min_steps or time.perf_counter() - t_train < budget:
         loss_total = 0.0
         opt.zero_grad()
         for i in rng.choice(len(train), size=min(batch, len(train)), replace=False):

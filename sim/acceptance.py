@@ -42,6 +42,10 @@ class Track:
     def prob(self, proposer: int, verifier: int, seq: np.ndarray, pos: np.ndarray, index: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def observe(self, process: "AcceptanceProcess", prob: np.ndarray, seq: np.ndarray, pos: np.ndarray, rng) -> dict:
+        """What the drafter observes about tokens drafted at ``pos`` (default: the process's noise model)."""
+        return process.observe(prob, rng)
+
 
 class AcceptanceProcess:
     """Base class. Subclasses implement :meth:`start` (and :meth:`constant` when they can)."""
@@ -95,7 +99,7 @@ class AcceptanceProcess:
         def show(v):
             return v.tolist() if isinstance(v, np.ndarray) else v
 
-        skip = {"n_models", "data", "lengths", "source"}
+        skip = {"n_models", "data", "lengths", "source", "confidence"}
         params = ", ".join(
             f"{k}={show(v)!r}"
             for k, v in vars(self).items()
@@ -236,9 +240,18 @@ class MarkovModulated(AcceptanceProcess):
 
 
 class _TraceTrack(Track):
-    def __init__(self, probs: dict, lengths: np.ndarray):
+    def __init__(self, probs: dict, lengths: np.ndarray, confidence: np.ndarray | None):
         self.probs = probs
         self.lengths = lengths
+        self.confidence = confidence
+
+    def observe(self, process, prob, seq, pos, rng):
+        if self.confidence is None:
+            return process.observe(prob, rng)
+        # The drafter's own probability of its token, as recorded: its confidence, and the
+        # only acceptance prediction a drafter without a trained head has.
+        conf = self.confidence[seq, np.minimum(pos, self.confidence.shape[1] - 1)]
+        return {"prob": prob, "pred": conf, "conf": conf}
 
     def prob(self, proposer, verifier, seq, pos, index):
         table = self.probs.get((proposer, verifier))
@@ -261,9 +274,10 @@ class TraceDriven(AcceptanceProcess):
 
     finite = True
 
-    def __init__(self, data, **kwargs):
+    def __init__(self, data, confidence=None, **kwargs):
         super().__init__(**kwargs)
         pairs = data if isinstance(data, dict) else {(1, 0): data}
+        self.confidence = None if confidence is None else [as_probability("confidence", c) for c in confidence]
         self.data = {}
         lengths = None
         for pair, seqs in pairs.items():
@@ -303,7 +317,8 @@ class TraceDriven(AcceptanceProcess):
                     data[(m, v)] = trace.acceptance(models[m], models[v], kind=kind, mode=mode)
         if (1, 0) not in data:
             raise DraftsimError(f"trace {trace.path} has no {names[0]} -> target data")
-        process = cls(data, **kwargs)
+        confidence = trace.column(names[0], "target", "q_draft", mode)
+        process = cls(data, confidence=confidence, **kwargs)
         process.source = {"trace": str(trace.path), "drafters": list(names), "kind": kind, "mode": mode}
         return process
 
@@ -321,7 +336,12 @@ class TraceDriven(AcceptanceProcess):
             for i, s in enumerate(seqs):
                 table[i, : len(s)] = s
             tables[pair] = table
-        return _TraceTrack(tables, self.lengths.copy())
+        conf = None
+        if self.confidence is not None:
+            conf = np.zeros((len(self.confidence), width))
+            for i, c in enumerate(self.confidence):
+                conf[i, : len(c)] = c
+        return _TraceTrack(tables, self.lengths.copy(), conf)
 
     def stationary_alpha(self):
         return float(np.concatenate(self.data[(1, 0)]).mean())

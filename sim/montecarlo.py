@@ -181,7 +181,7 @@ class _Engine:
                     c.calls[idx, m] += 1
                     c.call_tokens[idx, m] += 1
                     if top and self.has_stop:
-                        obs = self.process.observe(p, self.rng)
+                        obs = self.track.observe(self.process, p, self.seq, pos + length, self.rng)
                         stop = self.policy.stop(self.state, t, obs)
                         if stop is not None:
                             stopped |= act & stop

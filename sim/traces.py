@@ -47,7 +47,11 @@ import pyarrow.parquet as pq
 
 from .errors import DraftsimError
 
-__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceWriter", "Trace", "TraceError"]
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceWriter", "Trace", "TraceError", "EMBEDDED_TRACE"]
+
+#: A small trace of the embedded model (SmolLM2-135M-Instruct) shipped with draftsim, so that
+#: replay and the demo work without torch.
+EMBEDDED_TRACE = Path(__file__).parent / "data" / "smollm2-trace"
 
 SCHEMA_NAME = "draftsim.trace"
 SCHEMA_VERSION = 1
@@ -248,9 +252,12 @@ class Trace:
         (``kind="prob"``) or ``greedy_match`` as 0/1 (``kind="flag"``)."""
         if kind not in ("prob", "flag"):
             raise DraftsimError(f"kind must be prob or flag; got {kind!r}")
+        return self.column(proposer, verifier, "accept_prob" if kind == "prob" else "greedy_match", mode)
+
+    def column(self, proposer: str, verifier: str, column: str, mode: str = "greedy") -> list[np.ndarray]:
+        """Per sequence (in manifest order), a numeric ``positions`` column along the output."""
         if (proposer, verifier) not in self.pairs():
             raise DraftsimError(f"trace {self.path} has no {proposer} -> {verifier} data; it has {self.pairs()}")
-        column = "accept_prob" if kind == "prob" else "greedy_match"
         rows = self.positions.filter(
             pc.and_(
                 pc.and_(pc.equal(self.positions["proposer"], proposer), pc.equal(self.positions["verifier"], verifier)),

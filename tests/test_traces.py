@@ -267,7 +267,7 @@ def test_distill_tiny_model_improves_agreement(tmp_path, monkeypatch):
 
     monkeypatch.setenv("DRAFTSIM_CACHE", str(tmp_path / "cache"))
     target = load_model("tiny:1")
-    result = distill(target, layers=1, minutes=0.1, n_per_set=3, max_new_tokens=16, log=lambda m: None)
+    result = distill(target, layers=1, minutes=0.05, n_per_set=3, max_new_tokens=16, log=lambda m: None, min_steps=60)
     assert result.steps > 10 and result.path.is_dir()
     assert result.after["accept_prob"] > result.before["accept_prob"]
     draft = load_distilled(target)
