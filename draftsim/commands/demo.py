@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
                 ],
                 "simulations": result["simulations"],
                 "optimisation": {k: v for k, v in result["optimisation"].items() if k != "figure"},
+                "replay": result["replay"],
                 "figures": [str(p) for p in result["figures"]],
             }
         )
@@ -77,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
         rows.append([f"{m['t_draft/t_target']:g}", ar / m["optimal"], ar / m["best_threshold"]["latency_per_token"],
                      ar / m["best_fixed_k"]["latency_per_token"], ar / m["oracle"]])
     print(format_table(["t_draft/t_target", "MDP optimum", "best threshold", "best fixed k", "oracle"], rows))
+    print()
+    rp = result["replay"]
+    print(f"Replay of the embedded SmolLM2 trace ({rp['sequences']} sequences, {rp['tokens']} tokens; greedy; measured costs):")
+    print(format_table(
+        ["drafter", "cost", "policy", "tokens/call", "EWIF", "oracle"],
+        [[r["drafter"], r["cost"], r["policy"], r["tokens_per_call"], r["ewif"], r["oracle_speedup"]] for r in rp["rows"]],
+    ))
     print()
     print("figures:")
     for path in result["figures"]:
