@@ -97,36 +97,29 @@ def replay(
             tl.start.append(start)
             tl.end.append(end)
 
+    def hold(i: int, resource, name: str, phase: str, duration: float):
+        """Hold ``resource`` (None: nothing can contend) for one timeout of ``duration``."""
+        if resource is None:
+            start = env.now
+            yield env.timeout(duration)
+        else:
+            with resource.request() as req:
+                yield req
+                start = env.now
+                yield env.timeout(duration)
+        busy[name] += duration
+        log_phase(i, name, phase, start, env.now)
+
     def request(i: int):
         yield env.timeout(arrival[i])
         rounds = np.flatnonzero(live[:, i])
-        d_times, v_times = draft_t[rounds, i].tolist(), verify_t[rounds, i].tolist()
-        for d, v in zip(d_times, v_times):
+        for d, v in zip(draft_t[rounds, i].tolist(), verify_t[rounds, i].tolist()):
             if not separate_drafter:
-                if alone:
-                    start = env.now
-                    yield env.timeout(d + v)
-                else:
-                    with device.request() as req:
-                        yield req
-                        start = env.now
-                        yield env.timeout(d + v)
-                busy["device"] += d + v
-                log_phase(i, "device", "draft+verify", start, env.now)
+                yield from hold(i, None if alone else device, "device", "draft+verify", d + v)
             else:
                 if d > 0:
-                    with drafter.request() as req:
-                        yield req
-                        start = env.now
-                        yield env.timeout(d)
-                    busy["drafter"] += d
-                    log_phase(i, "drafter", "draft", start, env.now)
-                with device.request() as req:
-                    yield req
-                    start = env.now
-                    yield env.timeout(v)
-                busy["device"] += v
-                log_phase(i, "device", "verify", start, env.now)
+                    yield from hold(i, drafter, "drafter", "draft", d)
+                yield from hold(i, device, "device", "verify", v)
         finish[i] = env.now
 
     for i in range(n_req):

@@ -217,14 +217,18 @@ class Lossy(Rule):
         return self.output(q, p)
 
 
-class _DeferralRule(Rule):
+class _AlphaRule(Rule):
+    """A rule with one lenience parameter α ∈ [0, 1]."""
+
+    def __init__(self, alpha: float):
+        self.alpha = _check_alpha("alpha", alpha)
+
+
+class _DeferralRule(_AlphaRule):
     """π = (1 − δ)·q + δ·p for a deferral decision δ(q, p) ∈ {0, 1} per row ([SC] §3).
 
     Rejection probability δ·TV(p, q) ([SC] Lemma 5).
     """
-
-    def __init__(self, alpha: float):
-        self.alpha = _check_alpha("alpha", alpha)
 
     def defer(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         """δ(q, p) per row (boolean)."""
@@ -293,15 +297,12 @@ class BiLD(_DeferralRule):
         return DISCREPANCIES[self.discrepancy](np.asarray(q), np.asarray(p)) > self.alpha
 
 
-class _TokenRule(Rule):
+class _TokenRule(_AlphaRule):
     """Token-specific cascades ([SC] §5, eq. 11): keep the draft token v when v ∈ A(q, p).
 
     π(v) = q(v)·1[v ∈ A] + p(v)·q(Aᶜ): the draft's mass on tokens it may keep stays, the
     mass on the others is handed to the target's distribution.
     """
-
-    def __init__(self, alpha: float):
-        self.alpha = _check_alpha("alpha", alpha)
 
     def keep(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         """Boolean rows: tokens the draft may keep."""
