@@ -187,7 +187,9 @@ class Trace:
         self.manifest = self._read_manifest(self.path)
         self.metadata = self.manifest["metadata"]
         parts: dict[str, list] = {name: [] for name in TABLES}
+        self.entries: list[dict] = []  # per committed sequence: {"key", "mode", table name -> Table}
         for entry in self.manifest["prompts"]:
+            mine = {"key": entry.get("key"), "mode": entry.get("mode")}
             for name, schema in TABLES.items():
                 info = entry.get("files", {}).get(name)
                 if info is None:
@@ -206,6 +208,8 @@ class Trace:
                 if table.num_rows != info["rows"]:
                     raise TraceError(f"trace {self.path}: {info['path']} has {table.num_rows} rows, the manifest says {info['rows']}")
                 parts[name].append(table)
+                mine[name] = table
+            self.entries.append(mine)
         self.tables = {name: (pa.concat_tables(t) if t else schema.empty_table()) for (name, schema), t in zip(TABLES.items(), parts.values())}
 
     @staticmethod
@@ -258,21 +262,16 @@ class Trace:
         """Per sequence (in manifest order), a numeric ``positions`` column along the output."""
         if (proposer, verifier) not in self.pairs():
             raise DraftsimError(f"trace {self.path} has no {proposer} -> {verifier} data; it has {self.pairs()}")
-        rows = self.positions.filter(
-            pc.and_(
-                pc.and_(pc.equal(self.positions["proposer"], proposer), pc.equal(self.positions["verifier"], verifier)),
-                pc.equal(self.positions["mode"], mode),
-            )
-        )
-        prompt_id = rows["prompt_id"].to_numpy()
-        position = rows["position"].to_numpy()
-        value = rows[column].to_numpy(zero_copy_only=False).astype(np.float64)
         out = []
-        seqs = self.sequences.filter(pc.equal(self.sequences["mode"], mode))
-        for pid, n in zip(seqs["prompt_id"].to_pylist(), [len(o) for o in seqs["output_ids"].to_pylist()]):
-            mine = prompt_id == pid
-            arr = np.zeros(n)
-            arr[position[mine]] = value[mine]
+        for entry in self.entries:
+            seq = entry["sequences"]
+            if seq["mode"][0].as_py() != mode:
+                continue
+            pos = entry["positions"]
+            mask = pc.and_(pc.equal(pos["proposer"], proposer), pc.equal(pos["verifier"], verifier))
+            rows = pos.filter(mask)
+            arr = np.zeros(len(seq["output_ids"][0].as_py()))
+            arr[rows["position"].to_numpy()] = rows[column].to_numpy(zero_copy_only=False).astype(np.float64)
             out.append(arr)
         return out
 

