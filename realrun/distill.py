@@ -84,9 +84,16 @@ def truncated_copy(target: LoadedModel, layers: int):
 
 
 def _corpus(target: LoadedModel, split: str, n_per_set: int, max_new_tokens: int) -> list[tuple[list[int], int]]:
-    """(ids, prompt length) of the target's greedy generations on prompts of ``split``."""
+    """(ids, prompt length) of the target's greedy generations on prompts of ``split``,
+    cached (atomically) beside the drafts: generating is most of a short distillation's time."""
     import torch
 
+    cache = cache_dir() / "corpus" / f"{target.name.replace(':', '_')}-{_target_key(target)}-{split}-{n_per_set}-{max_new_tokens}.json"
+    if cache.is_file():
+        try:
+            return [(list(ids), int(start)) for ids, start in json.loads(cache.read_text())]
+        except (json.JSONDecodeError, ValueError, TypeError):
+            pass  # a damaged cache is regenerated
     out = []
     tok = target.tokenizer
     for s in SETS:
@@ -101,6 +108,11 @@ def _corpus(target: LoadedModel, split: str, n_per_set: int, max_new_tokens: int
                 out.append((full, len(ids)))
     if not out:
         raise DraftsimError("the target generated no text to distil from")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(out, fh)
+    os.replace(tmp, cache)
     return out
 
 
@@ -164,7 +176,7 @@ def distill(
             q_log = torch.log_softmax(student(x).logits[0, start - 1 : -1].float(), -1)
             loss = (p_log.exp() * (p_log - q_log)).sum(-1).mean() / batch  # KL(p ‖ q)
             loss.backward()
-            loss_total += float(loss)
+            loss_total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         steps += 1
