@@ -296,6 +296,15 @@ class Trace:
             }
             for k, v in sorted(by_pair.items())
         ]
+        by_set: dict = {}
+        for entry in self.entries:
+            prompt_set = entry["sequences"]["prompt_set"][0].as_py()
+            pos = entry["positions"].select(["proposer", "verifier", "accept_prob", "greedy_match"]).to_pydict()
+            for prop, ver, ap, gm in zip(pos["proposer"], pos["verifier"], pos["accept_prob"], pos["greedy_match"]):
+                d = by_set.setdefault((prop, ver, prompt_set), [0, 0.0, 0])
+                d[0] += 1
+                d[1] += ap
+                d[2] += int(gm)
         calls = self.calls.to_pydict()
         timing: dict = {}
         for model, kind, n, s in zip(calls["model"], calls["kind"], calls["n_tokens"], calls["seconds"]):
@@ -309,5 +318,9 @@ class Trace:
             "sequences": self.sequences.num_rows,
             "output_tokens": int(sum(len(o) for o in self.sequences["output_ids"].to_pylist())),
             "pairs": pairs,
+            "by_prompt_set": [
+                {"proposer": k[0], "verifier": k[1], "prompt_set": k[2], "positions": n, "mean_accept_prob": a / n, "greedy_match_rate": m / n}
+                for k, (n, a, m) in sorted(by_set.items())
+            ],
             "calls": [{"model": m, "kind": k, "calls": c, "tokens": n, "seconds": s} for (m, k), (c, n, s) in sorted(timing.items())],
         }

@@ -107,6 +107,11 @@ def _print_summary(s: dict) -> None:
     rows = [[p["proposer"], p["verifier"], p["positions"], p["mean_accept_prob"], p["greedy_match_rate"],
              " ".join(f"{v:.2f}" for v in p["match_by_position"].values())] for p in s["pairs"]]
     print(format_table(["proposer", "verifier", "positions", "1-TV", "greedy match", "match by 16-token bucket"], rows))
+    sets = {r["prompt_set"] for r in s["by_prompt_set"]}
+    if len(sets) > 1:
+        rows = [[r["proposer"], r["verifier"], r["prompt_set"], r["positions"], r["mean_accept_prob"], r["greedy_match_rate"]]
+                for r in s["by_prompt_set"] if r["verifier"] == "target"]
+        print(format_table(["proposer", "verifier", "prompt set", "positions", "1-TV", "greedy match"], rows))
     rows = [[c["model"], c["kind"], c["calls"], c["tokens"], c["seconds"]] for c in s["calls"]]
     print(format_table(["model", "call", "calls", "tokens", "seconds"], rows))
 
