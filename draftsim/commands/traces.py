@@ -33,7 +33,8 @@ def register(sub, common) -> None:
     r.add_argument("--top-k", type=a.count("top_k", 1, 64), default=8)
     r.add_argument("--out", required=True, help="trace folder")
     r.add_argument("--resume", action="store_true", help="continue an interrupted recording")
-    r.add_argument("--device", default="auto")
+    r.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    r.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     r.set_defaults(run=run_record)
 
     t = sub.add_parser("trace", help="inspect traces")
@@ -67,7 +68,7 @@ def _drafter(spec: str, target, bigram):
 
         loaded = load_distilled(target)
         return NeuralDraft(loaded, "distilled")
-    loaded = load_model(spec, device=target.device)
+    loaded = load_model(spec, device=target.device, dtype=target.dtype)
     if not same_tokenizer(loaded.tokenizer, target.tokenizer):
         raise DraftsimError(f"drafter {spec} does not share the target's tokenizer")
     return NeuralDraft(loaded, spec)
@@ -79,7 +80,7 @@ def run_record(args: argparse.Namespace) -> int:
     from realrun.prompts import SETS, format_prompt, prompt_set
     from realrun.record import record
 
-    target = load_model(args.model, device=args.device)
+    target = load_model(args.model, device=args.device, dtype=args.dtype)
     train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
     bigram = Bigram.fit(train, target.vocab_size)
     drafters = [_drafter(spec, target, bigram) for spec in args.drafter]
