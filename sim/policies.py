@@ -32,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .params import Parametrised
 from .errors import DraftsimError, as_count, as_probability
 
 __all__ = [
@@ -76,7 +77,7 @@ def _bound(plan: tuple[Block, ...]) -> int:
     return total
 
 
-class Policy:
+class Policy(Parametrised):
     """Base class of drafting policies (see the module docstring for the protocol)."""
 
     kind = "chain"
@@ -107,15 +108,6 @@ class Policy:
         """Most tokens proposed to the target in one round."""
         return _bound(self.begin_round(self.init(1)))
 
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
-        return f"{type(self).__name__}({params})"
-
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
 
 
 def _steps(name: str, value, minimum: int = 0) -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .distributions import capped_ratio, kl_divergence, normalize, tv_distance
+from .params import Parametrised
 from .errors import DraftsimError, as_float_array, as_probability
 
 __all__ = [
@@ -49,7 +50,7 @@ def _gather(rows: np.ndarray, x) -> np.ndarray:
     return np.take_along_axis(rows, x[..., None], axis=-1)[..., 0]
 
 
-class Rule:
+class Rule(Parametrised):
     """A verification rule. Subclasses define :meth:`target` (π); the rest follows.
 
     Attributes
@@ -95,15 +96,6 @@ class Rule:
         accepted = q * a
         return accepted + (1.0 - accepted.sum(axis=-1, keepdims=True)) * self.residual(q, p)
 
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
-        return f"{type(self).__name__}({params})"
-
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other) and vars(self) == vars(other)
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(sorted(vars(self).items()))))
 
 
 class SD(Rule):
