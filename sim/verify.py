@@ -66,6 +66,13 @@ def _check_block(tokens, q, p):
     return tokens, q, p
 
 
+def _first_true(flags: np.ndarray, k: int) -> np.ndarray:
+    """Index of the first True along the last axis, k where there is none (also for k = 0)."""
+    if k == 0:
+        return np.zeros(flags.shape[:-1], dtype=np.int64)
+    return np.where(flags.any(axis=-1), flags.argmax(axis=-1), k)
+
+
 def _row(rows: np.ndarray, i: np.ndarray) -> np.ndarray:
     """rows[..., i, :] with one index per batch element."""
     flat = rows.reshape(-1, *rows.shape[-2:])
@@ -99,7 +106,7 @@ def verify_block(tokens, q, p, rule: Rule | None = None, rng: np.random.Generato
     accept = rule.accept_prob(q, p[..., :k, :], tokens) if k else np.zeros(tokens.shape)
     u = rng.random(tokens.shape)
     rejected = u >= accept
-    n = np.where(rejected.any(axis=-1), rejected.argmax(axis=-1), k)
+    n = _first_true(rejected, k)
     final_p = _row(p, n)
     if k:
         at = np.minimum(n, k - 1)
@@ -124,6 +131,6 @@ def verify_block_greedy(tokens, p, *, validate: bool = True) -> BlockResult:
     k = tokens.shape[-1]
     best = p.argmax(axis=-1)  # (..., k+1)
     miss = tokens != best[..., :k]
-    n = np.where(miss.any(axis=-1), miss.argmax(axis=-1), k)
+    n = _first_true(miss, k)
     token = np.take_along_axis(best, n[..., None], axis=-1)[..., 0]
     return BlockResult(n_accepted=n[()], token=token[()])
