@@ -98,3 +98,17 @@ def test_bad_input(target, drafters):
         generate(target, prompt, 4, P.FixedK(2), drafters["tiny2"], Sampling(1.0))
     with pytest.raises(DraftsimError, match="cascade executor"):
         generate(target, prompt, 4, P.VerticalCascade([[0, 1, 0], [0, 0, 2], [0, 0, 0]]), drafters["tiny2"])
+
+
+def test_run_cli_on_tiny_models(capsys):
+    import json
+
+    from draftsim.cli import main
+
+    assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "tiny:1", "--policy", "fixed:k=3",
+                 "--prompts", "arithmetic", "--n", "2", "--max-new-tokens", "12", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["counts"]["accepted"] == data["counts"]["drafted"]  # the drafter is the target itself
+    assert data["mean_accepted_length"] > 1.5
+    assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "maxgram", "--policy", "warp:k=2"]) == 2
+    assert "unknown policy" in capsys.readouterr().err
