@@ -27,7 +27,7 @@ from sim.distributions import warp
 from sim.errors import DraftsimError
 from sim.policies import Autoregressive, Policy
 from sim.rules import SD, Rule
-from sim.verify import verify_block, verify_block_greedy
+from sim.verify import verify_block, verify_greedy_ids
 
 from .drafters import Drafter, MaxGram, NeuralDraft
 from .models import LoadedModel
@@ -161,11 +161,12 @@ def generate(
         t0 = time.perf_counter()
         logits = tgt.feed([committed[-1]] + drafted)
         log.target_calls += 1
-        p_rows = sampling.rows(logits)
         t_target = time.perf_counter() - t0
         if sampling.greedy:
-            res = verify_block_greedy(np.array(drafted, dtype=np.int64), logits.cpu().numpy(), validate=False)
+            # Only the argmax matters: compare ids, no distributions needed.
+            res = verify_greedy_ids(np.array(drafted, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
         else:
+            p_rows = sampling.rows(logits)
             q = np.stack(q_rows) if drafted else np.zeros((0, p_rows.shape[1]))
             res = verify_block(np.array(drafted, dtype=np.int64), q, p_rows, rule, rng, validate=False)
         n = int(res.n_accepted)
@@ -189,18 +190,28 @@ def generate(
 
 def _draft(drafter, draft_lm, committed, prompt_len, budget, policy, state, sampling, rng, log):
     """Draft up to ``budget`` tokens; the policy may stop after any of them."""
+    has_stop = type(policy).stop is not Policy.stop
     if isinstance(drafter, NeuralDraft):
+        import torch
+
         tokens, rows = [], []
         feed = committed[draft_lm.length :]  # catch up: the pending token (and any unfed accepted ones)
         for i in range(budget):
             logits = draft_lm.feed(feed)[-1]
             log.draft_calls += 1
-            q = sampling.rows(logits[None, :])[0]
-            tok = int(np.argmax(logits.cpu().numpy())) if sampling.greedy else int(rng.choice(len(q), p=q / q.sum()))
+            if sampling.greedy:  # the argmax and its probability are all a greedy round needs
+                tok = int(logits.argmax())
+                conf = float(torch.softmax(logits.double(), -1)[tok]) if has_stop else 1.0
+            else:
+                q = sampling.rows(logits[None, :])[0]
+                tok = int(rng.choice(len(q), p=q / q.sum()))
+                conf = float(q[tok])
+                rows.append(q)
             tokens.append(tok)
-            rows.append(q)
             feed = [tok]
-            stop = policy.stop(state, i, {"prob": q[tok], "pred": np.array([q[tok]]), "conf": np.array([q[tok]])})
+            if not has_stop:
+                continue
+            stop = policy.stop(state, i, {"prob": conf, "pred": np.array([conf]), "conf": np.array([conf])})
             if stop is not None and bool(np.asarray(stop).reshape(-1)[0]):
                 break
         return tokens, rows

@@ -23,7 +23,7 @@ from .distributions import check_rows, check_tokens, sample
 from .errors import DraftsimError
 from .rules import SD, Rule
 
-__all__ = ["BlockResult", "verify_block", "verify_block_greedy"]
+__all__ = ["BlockResult", "verify_block", "verify_block_greedy", "verify_greedy_ids"]
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,13 @@ def verify_block_greedy(tokens, p, *, validate: bool = True) -> BlockResult:
         tokens, _, p = _check_block(tokens, None, p)
     else:
         tokens, p = np.asarray(tokens), np.asarray(p)
+    return verify_greedy_ids(tokens, p.argmax(axis=-1))
+
+
+def verify_greedy_ids(tokens, target_argmax) -> BlockResult:
+    """Greedy verification from the target's argmax ids (..., k+1) alone, no distributions."""
+    tokens, best = np.asarray(tokens), np.asarray(target_argmax)
     k = tokens.shape[-1]
-    best = p.argmax(axis=-1)  # (..., k+1)
-    miss = tokens != best[..., :k]
-    n = _first_true(miss, k)
+    n = _first_true(tokens != best[..., :k], k)
     token = np.take_along_axis(best, n[..., None], axis=-1)[..., 0]
     return BlockResult(n_accepted=n[()], token=token[()])
