@@ -92,10 +92,9 @@ def replay_step(trace_path=None, k_max: int = 8) -> dict:
 
     trace = Trace(trace_path or EMBEDDED_TRACE)
     s = trace.summary()
-    per_token = {c["model"]: c["seconds"] / max(c["tokens"], 1) for c in s["calls"] if c["kind"] == "forward"}
     rows = []
     for name in trace.drafters():
-        cost = per_token.get(name, 0.0) / per_token["target"]
+        (cost,) = trace.cost_coefficients([name])
         process = TraceDriven.from_trace(trace, [name], kind="flag")
         costs = Costs.coefficients([cost])
         results = {f"fixed:k={k}": simulate(FixedK(k), process, costs, 1) for k in range(1, k_max + 1)}
@@ -109,7 +108,7 @@ def replay_step(trace_path=None, k_max: int = 8) -> dict:
     names = trace.drafters()
     neural = [n for n in names if n not in ("maxgram", "bigram")]
     if neural and "maxgram" in names and (("maxgram", neural[0]) in trace.pairs()):
-        costs = Costs.coefficients([per_token.get(neural[0], 0.0) / per_token["target"], per_token.get("maxgram", 0.0) / per_token["target"]])
+        costs = Costs.coefficients(trace.cost_coefficients([neural[0], "maxgram"]))
         process = TraceDriven.from_trace(trace, [neural[0], "maxgram"], kind="flag")
         r = simulate(VerticalCascade([[0, 3, 0], [0, 0, 4], [0, 0, 0]]), process, costs, 1)
         rows.append({"drafter": f"{neural[0]} < maxgram", "cost": float(costs.coefficient[1]), "policy": "vertical:n=3,k=4",

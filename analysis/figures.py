@@ -84,6 +84,15 @@ def timeline(path: Path, tl, max_entries: int = 400) -> Path:
     return path
 
 
+def _cost_ratio_axes(ax, ylabel: str, title: str) -> None:
+    ax.set_xscale("log")
+    ax.set_xlabel("t_draft / t_target")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def threshold_vs_cost(path: Path, sweep: list[dict], comparisons: list[dict]) -> Path:
     """Left: the optimal threshold h* per regime against t_draft/t_target. Right: speedup of
     the MDP optimum, the best threshold, the best fixed k and the oracle."""
@@ -95,22 +104,12 @@ def threshold_vs_cost(path: Path, sweep: list[dict], comparisons: list[dict]) ->
         hi = [s["structure"]["per_regime"][r]["h_high"] for s in sweep]
         mid = [np.nan if (a is None or b is None) else 0.5 * (a + b) for a, b in zip(lo, hi)]
         ax1.plot(ratios, mid, marker="o", label=f"regime {r}")
-    ax1.set_xscale("log")
-    ax1.set_xlabel("t_draft / t_target")
-    ax1.set_ylabel("h*: keep drafting while 1 − Π p ≤ h*")
-    ax1.set_title("Optimal stopping threshold (SpecDec++ MDP)")
-    ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
+    _cost_ratio_axes(ax1, "h*: keep drafting while 1 − Π p ≤ h*", "Optimal stopping threshold (SpecDec++ MDP)")
     ar = np.array([c["autoregressive"] for c in comparisons])
     for key, label in (("optimal", "MDP optimum"), ("best_threshold", "best threshold"), ("best_fixed_k", "best fixed k"), ("oracle", "oracle")):
         lat = np.array([c[key] if np.isscalar(c[key]) else c[key]["latency_per_token"] for c in comparisons])
         ax2.plot(ratios, ar / lat, marker="o", ms=3, label=label)
-    ax2.set_xscale("log")
-    ax2.set_xlabel("t_draft / t_target")
-    ax2.set_ylabel("speedup over autoregressive")
-    ax2.set_title("Policies on the same Markov-modulated workload")
-    ax2.grid(alpha=0.3)
-    ax2.legend(fontsize=8)
+    _cost_ratio_axes(ax2, "speedup over autoregressive", "Policies on the same Markov-modulated workload")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.errors import DraftsimError
-from sim.traces import TraceWriter
+from sim.traces import TABLES, TraceWriter
 
-from .drafters import Drafter, accept_prob
+from .drafters import Drafter, NeuralDraft, Rows, accept_prob
 from .models import LoadedModel
 from .prompts import Prompt, format_prompt
 
@@ -32,16 +32,6 @@ class RecordStats:
     skipped: int = 0
     output_tokens: int = 0
     seconds: float = 0.0
-
-
-def _softmax_rows(loaded: LoadedModel, ids: list[int], start: int) -> tuple[np.ndarray, float]:
-    import torch
-
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        logits = loaded.model(torch.tensor([ids], device=loaded.device)).logits[0, start - 1 : len(ids) - 1].float()
-        rows = torch.softmax(logits, dim=-1).cpu().numpy().astype(np.float64)
-    return rows, time.perf_counter() - t0
 
 
 def _generate(target: LoadedModel, ids: list[int], max_new_tokens: int, seed: int | None) -> tuple[list[int], float]:
@@ -63,9 +53,11 @@ def _generate(target: LoadedModel, ids: list[int], max_new_tokens: int, seed: in
     return out[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
-def _pair_rows(prompt_id, mode, output, proposer, verifier, p_rows, q, top_k) -> dict:
+def _pair_rows(prompt_id, mode, output, proposer, verifier, p: Rows, q: Rows, top_k) -> dict:
+    """One (proposer, verifier) pair along the output: p is the verifier's dense view."""
+    p_rows = p.dense
     draft = q.argmax()
-    v_top_ids, v_top_pr = _dense_top(p_rows, top_k)
+    v_top_ids, v_top_pr = p.top(top_k)
     d_top_ids, d_top_pr = q.top(top_k)
     n = len(output)
     target_argmax = output if verifier == "target" else p_rows.argmax(axis=1)
@@ -86,14 +78,6 @@ def _pair_rows(prompt_id, mode, output, proposer, verifier, p_rows, q, top_k) ->
         "verifier_top_ids": v_top_ids,
         "verifier_top_probs": v_top_pr,
     }
-
-
-def _dense_top(rows: np.ndarray, k: int):
-    idx = np.argpartition(-rows, min(k, rows.shape[1] - 1), axis=1)[:, :k]
-    pr = np.take_along_axis(rows, idx, axis=1)
-    order = np.argsort(-pr, axis=1, kind="stable")
-    idx, pr = np.take_along_axis(idx, order, axis=1), np.take_along_axis(pr, order, axis=1)
-    return [list(map(int, r)) for r in idx], [list(map(float, r)) for r in pr]
 
 
 def _merge(tables: list[dict]) -> dict:
@@ -143,6 +127,7 @@ def record(
         "host": platform.machine(),
     }
     writer = TraceWriter(out, metadata, resume=resume)
+    target_view = NeuralDraft(target, "target")  # the target's own distributions along the text
     stats = RecordStats()
     t_start = time.perf_counter()
     for prompt in prompts:
@@ -159,27 +144,22 @@ def record(
             if output:
                 full = ids + output
                 start = len(ids)
-                p_rows, t_fwd = _softmax_rows(target, full, start)
-                calls.append({"prompt_id": prompt.id, "mode": mode, "model": "target", "kind": "forward", "n_tokens": len(full), "seconds": t_fwd})
                 views = {}
-                for d in drafters:
+                for name, d in [("target", target_view)] + [(d.name, d) for d in drafters]:
                     t0 = time.perf_counter()
-                    views[d.name] = d.predict_along(full, start)
-                    calls.append({"prompt_id": prompt.id, "mode": mode, "model": d.name, "kind": "forward", "n_tokens": len(full), "seconds": time.perf_counter() - t0})
-                    tables.append(_pair_rows(prompt.id, mode, output, d.name, "target", p_rows, views[d.name], top_k))
+                    views[name] = d.predict_along(full, start)
+                    calls.append({"prompt_id": prompt.id, "mode": mode, "model": name, "kind": "forward", "n_tokens": len(full), "seconds": time.perf_counter() - t0})
+                for d in drafters:
+                    tables.append(_pair_rows(prompt.id, mode, output, d.name, "target", views["target"], views[d.name], top_k))
                 # Drafter-to-drafter pairs: each drafter verified by every earlier neural drafter.
                 for i, big in enumerate(drafters):
                     if not big.neural:
                         continue
                     for small in drafters[i + 1 :]:
-                        tables.append(_pair_rows(prompt.id, mode, output, small.name, big.name, views[big.name].dense, views[small.name], top_k))
-            positions = _merge(tables) if tables else {k: [] for k in ("prompt_id",)}
+                        tables.append(_pair_rows(prompt.id, mode, output, small.name, big.name, views[big.name], views[small.name], top_k))
+            positions = _merge(tables) if tables else {name: [] for name in TABLES["positions"].names}
             seq = {"prompt_set": [prompt.set], "prompt_id": [prompt.id], "split": [prompt.split], "mode": [mode],
                    "seed": [-1 if seed is None else seed], "prompt_ids": [ids], "output_ids": [output]}
-            from sim.traces import TABLES
-
-            if not tables:
-                positions = {name: [] for name in TABLES["positions"].names}
             writer.commit(key, {"prompt_id": prompt.id, "set": prompt.set, "mode": mode, "output_tokens": len(output)},
                           {"sequences": seq, "positions": positions, "calls": _merge([{k: [v] for k, v in c.items()} for c in calls])})
             stats.prompts += 1

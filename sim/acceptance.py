@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .distributions import stationary
 from .errors import DraftsimError, as_cost, as_probability
 
 __all__ = ["AcceptanceProcess", "Track", "Bernoulli", "Positional", "MarkovModulated", "TraceDriven"]
@@ -220,9 +221,7 @@ class MarkovModulated(AcceptanceProcess):
 
     def stationary(self) -> np.ndarray:
         """The stationary distribution of the regime chain."""
-        w, v = np.linalg.eig(self.transition.T)
-        vec = np.real(v[:, np.argmin(np.abs(w - 1.0))])
-        return vec / vec.sum()
+        return stationary(self.transition)
 
     def stationary_alpha(self) -> float:
         return float(self.stationary() @ self.alphas)

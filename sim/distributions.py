@@ -76,6 +76,14 @@ def capped_ratio(num, den) -> np.ndarray:
         return np.where(den > 0, np.minimum(1.0, num / np.where(den > 0, den, 1.0)), 1.0)
 
 
+def stationary(transition) -> np.ndarray:
+    """The stationary distribution π = πT of a stochastic matrix (eigenvector of eigenvalue 1)."""
+    T = np.asarray(transition, dtype=np.float64)
+    w, vecs = np.linalg.eig(T.T)
+    pi = np.real(vecs[:, np.argmin(np.abs(w - 1.0))])
+    return pi / pi.sum()
+
+
 def tv_distance(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """Total variation distance ½ Σ |p − q| along the last axis."""
     return 0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum(axis=-1)

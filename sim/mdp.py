@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .distributions import stationary
 from .errors import DraftsimError, as_count, as_positive, as_probability
 
 __all__ = [
@@ -167,9 +168,7 @@ def _ratio_and_bias(C: np.ndarray, tau: np.ndarray, Q: np.ndarray) -> tuple[floa
     next-start distribution Q."""
     assert np.allclose(Q.sum(axis=1), 1.0), Q.sum(axis=1)  # every round ends in one next start
     R = len(C)
-    w, vecs = np.linalg.eig(Q.T)
-    pi = np.real(vecs[:, np.argmin(np.abs(w - 1))])
-    pi = pi / pi.sum()
+    pi = stationary(Q)
     lam = float(pi @ C / (pi @ tau))
     system = np.vstack([np.eye(R) - Q, np.eye(R)[:1]])
     h = np.linalg.lstsq(system, np.concatenate([C - lam * tau, [0.0]]), rcond=None)[0]
@@ -346,9 +345,7 @@ def predictor_emission(transition, alphas, noise: float, n_bins: int = 4):
     E = np.diff(cdf, axis=1)
     E = E / E.sum(axis=1, keepdims=True)
     T = as_probability("transition", transition)
-    w, vecs = np.linalg.eig(T.T)
-    pi = np.real(vecs[:, np.argmin(np.abs(w - 1))])
-    pi = pi / pi.sum()
+    pi = stationary(T)
     joint = pi[:, None] * E
     values = (joint * a[:, None]).sum(axis=0) / np.maximum(joint.sum(axis=0), 1e-300)
     return E, values
@@ -480,9 +477,7 @@ def compare_policies(transition, alphas, t_draft: float, t_target: float, k_max:
     fixed = min((solve_markov(transition, alphas, t_draft, t_target, k_max, ("fixed", k)) for k in range(0, k_max + 1)), key=lambda s: s.latency_per_token)
     thr = min((solve_markov(transition, alphas, t_draft, t_target, k_max, ("threshold", float(h))) for h in thresholds), key=lambda s: s.latency_per_token)
     T = np.asarray(transition, dtype=float)
-    w, vecs = np.linalg.eig(T.T)
-    pi = np.real(vecs[:, np.argmin(np.abs(w - 1))])
-    pi = pi / pi.sum()
+    pi = stationary(T)
     acc = float(pi @ np.asarray(alphas, dtype=float))
     oracle = t_draft * acc + t_target * (1.0 - acc)  # per token: drafted-and-accepted or a target call
     return {

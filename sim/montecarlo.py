@@ -116,14 +116,7 @@ class _Engine:
         """min(Geometric, k) accepted tokens: P(at least i accepted) = α^i."""
         alpha = self.process.constant(block.model, 0)
         k = np.where(live, np.broadcast_to(np.asarray(block.steps, dtype=np.int64), (self.S,)), 0)
-        if alpha >= 1.0:
-            n_acc = k.copy()
-        elif alpha <= 0.0:
-            n_acc = np.zeros(self.S, dtype=np.int64)
-        else:
-            with np.errstate(divide="ignore"):
-                g = np.floor(np.log(self.rng.random(self.S)) / np.log(alpha))
-            n_acc = np.minimum(g, k).astype(np.int64)
+        n_acc = self._run_length(alpha, k)
         m = block.model
         c = self.counts
         c.calls[:, m] += k
@@ -132,20 +125,23 @@ class _Engine:
         c.accepted[:, m] += n_acc
         return k, n_acc
 
+    def _run_length(self, alpha: float, cap: np.ndarray) -> np.ndarray:
+        """min(G, cap) per sequence, G the successes before the first failure of Bernoulli(α):
+        P(G ≥ i) = α^i, sampled as floor(log u / log α) from one uniform each."""
+        if alpha >= 1.0:
+            return cap.copy()
+        if alpha <= 0.0:
+            return np.zeros(self.S, dtype=np.int64)
+        with np.errstate(divide="ignore"):
+            g = np.floor(np.log(self.rng.random(self.S)) / np.log(alpha))
+        return np.minimum(g, cap).astype(np.int64)
+
     def _tree_round(self, live: np.ndarray):
         """A full tree of width w and depth d: a level is passed with 1 − Π_r (1 − α_r)."""
         tree = self.policy
         ranks = np.array([self.process.rank_prob(r) for r in range(1, tree.width + 1)])
         level = 1.0 - np.prod(1.0 - ranks)
-        if level >= 1.0:
-            n_acc = np.full(self.S, tree.depth, dtype=np.int64)
-        elif level <= 0.0:
-            n_acc = np.zeros(self.S, dtype=np.int64)
-        else:
-            with np.errstate(divide="ignore"):
-                g = np.floor(np.log(self.rng.random(self.S)) / np.log(level))
-            n_acc = np.minimum(g, tree.depth).astype(np.int64)
-        n_acc = n_acc * live
+        n_acc = self._run_length(level, np.full(self.S, tree.depth, dtype=np.int64)) * live
         live_i = live.astype(np.int64)
         c = self.counts
         c.calls[:, 1] += tree.depth * live_i  # one drafter pass per level, all nodes of the level at once

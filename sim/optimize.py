@@ -251,11 +251,15 @@ class TreeShape:
     def size(self) -> int:
         return len(self.parents)
 
-    def depth(self) -> int:
+    def depths(self) -> list[int]:
+        """Depth of every node (children of the root: 1)."""
         d = [0] * self.size
         for i, p in enumerate(self.parents):
             d[i] = 1 if p < 0 else d[p] + 1
-        return max(d, default=0)
+        return d
+
+    def depth(self) -> int:
+        return max(self.depths(), default=0)
 
 
 def _rank_probs(rank_alphas) -> np.ndarray:

@@ -275,6 +275,20 @@ class Trace:
             out.append(arr)
         return out
 
+    def cost_coefficients(self, models: list[str]) -> list[float]:
+        """Seconds per token of each model's teacher-forced forward calls, relative to the
+        target's (what the trace measured; not decode-time per-call costs)."""
+        per_token: dict = {}
+        calls = self.calls.to_pydict()
+        for model, kind, n, sec in zip(calls["model"], calls["kind"], calls["n_tokens"], calls["seconds"]):
+            if kind == "forward":
+                tokens, seconds = per_token.get(model, (0, 0.0))
+                per_token[model] = (tokens + n, seconds + sec)
+        if "target" not in per_token:
+            raise DraftsimError(f"trace {self.path} has no target forward timings; give costs explicitly")
+        rate = {m: s / max(t, 1) for m, (t, s) in per_token.items()}
+        return [rate.get(m, 0.0) / rate["target"] for m in models]
+
     def summary(self) -> dict:
         """Acceptance per (proposer, verifier): mean accept_prob, greedy match rate, and the
         match rate by output-position bucket; plus forward-call timing per model."""

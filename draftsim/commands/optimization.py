@@ -199,13 +199,7 @@ def run_tree(args: argparse.Namespace) -> int:
     ]
     print(format_table(["shape", "nodes", "depth", "E[accepted]", "tokens/time"], rows))
     print(f"tree over chain: {tree.tokens_per_time / chain.tokens_per_time:.3f}x  (DP took {seconds:.3f} s)")
-    widths = np.bincount([d for d in _depths(tree.parents)], minlength=tree.depth() + 1)[1:]
+    widths = np.bincount(tree.depths(), minlength=tree.depth() + 1)[1:]
     print("nodes per depth:", " ".join(str(int(w)) for w in widths))
     return 0
 
-
-def _depths(parents):
-    d = []
-    for p in parents:
-        d.append(1 if p < 0 else d[p] + 1)
-    return d

@@ -126,16 +126,6 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def measured_costs(trace: Trace, drafters: list[str]) -> list[float]:
-    """Cost coefficients from the trace's teacher-forced forward calls (seconds per token,
-    relative to the target's)."""
-    s = trace.summary()
-    per_token = {c["model"]: c["seconds"] / max(c["tokens"], 1) for c in s["calls"] if c["kind"] == "forward"}
-    if "target" not in per_token:
-        raise DraftsimError("the trace has no target forward timings; pass --cost")
-    return [per_token.get(d, 0.0) / per_token["target"] for d in drafters]
-
-
 def run_replay(args: argparse.Namespace) -> int:
     trace = Trace(args.trace)
     policy = parse_policy(args.policy)
@@ -143,7 +133,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if len(names) < policy.n_models - 1:
         raise DraftsimError(f"the policy uses {policy.n_models - 1} drafters; name them with --drafter (the trace has {trace.drafters()})")
     process = TraceDriven.from_trace(trace, names, kind=args.kind)
-    costs = args.cost or measured_costs(trace, names)
+    costs = args.cost or trace.cost_coefficients(names)
     result = simulate(policy, process, Costs.coefficients(costs), 1, seed=args.seed)
     out = result.to_dict()
     out["drafters"] = names
