@@ -156,6 +156,8 @@ class MaxGram(Drafter):
     """
 
     name = "maxgram"
+    #: propose() takes the prompt length (the prompt is searched first).
+    uses_prompt = True
 
     def __init__(self, vocab: int, max_n: int = 8, fallback: Bigram | None = None):
         self.vocab = vocab

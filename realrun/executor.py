@@ -1,19 +1,34 @@
 """Speculative decoding on real models, driven by the same policy objects as the simulators.
 
-The executor keeps a KV cache per model (transformers' ``DynamicCache``) with one
-invariant: a model's cache holds the committed text except its last token (the *pending*
-token, fed at the start of the next call). A round:
+One executor runs every chain policy of :mod:`sim.policies`: autoregressive decoding,
+speculative decoding with one drafter (``FixedK``, ``Heuristic``, ``ConfidenceStop``,
+``Threshold``), and Cascade Speculative Drafting — horizontal cascades and vertical cascades
+with any K matrix, Max-Gram (or any statistical drafter) at the bottom. The policy's plan
+(:class:`sim.policies.Block`, nested for vertical cascades) is executed as it stands:
 
-1. ``policy.begin_round(state)`` gives the plan (a block of drafter-1 steps); the drafter
-   drafts token by token, and after each one ``policy.stop(state, i, obs)`` may end the
-   draft (``obs``: the drafter's probability of its token as confidence and prediction);
-2. the target scores the pending token and the draft in one forward call (k + 1 rows);
-3. :func:`sim.verify.verify_block` (sampling, any rule) or ``verify_block_greedy`` decides;
-4. both caches are cropped back to the accepted prefix (rollback), and
-   ``policy.end_round(state, drafted, accepted)`` gets the feedback.
+* a block without ``inner`` drafts ``steps`` tokens with its model;
+* a block with ``inner`` runs ``steps`` speculative rounds of its model over the draft its
+  own plan builds; the model verifies that draft with the inner rule (leniency: [CSD] §3.1,
+  only ever applied by drafters) and emits the accepted tokens plus its correction or bonus;
+* the target verifies the top-level draft in one forward call with the run's rule:
+  :class:`sim.rules.SD` (lossless) or a speculative-cascade deferral rule ([SC] Algorithm 4 /
+  block verification with Chow, Diff, OPT, TokenV1–3, Lossy, BiLD, top-level leniency).
 
-Every round is logged (drafted, accepted, per-call seconds), which is what the trace of a
-run holds. Batch size 1.
+Verification is the verification core (:mod:`sim.verify`): ``verify_block`` when sampling,
+``verify_block_greedy`` at temperature 0. For lossless sampling through a vertical cascade
+every proposed token carries the distribution it was actually proposed from — the inner
+rule's output for tokens produced by an inner verification, the drafter's own row for its
+bonus token — exactly as :class:`sim.exact.VerticalProcess` proves lossless.
+
+KV caches: each neural model keeps one ``DynamicCache`` plus the ids it holds; before a call
+the cache is cropped to its longest prefix shared with the context (rollback after
+rejections, at any level) and only the rest is fed.
+
+Every forward call, every verification and every round is logged (:class:`RunLog`); that is
+what :mod:`realrun.runtrace` writes to disk and :mod:`realrun.replay` gives back to ``sim``.
+Batch size 1.
+
+:func:`token_cascade` is the sequential token-level cascade baseline ([SC] Algorithm 2).
 """
 
 from __future__ import annotations
@@ -25,14 +40,16 @@ import numpy as np
 
 from sim.distributions import warp
 from sim.errors import DraftsimError
-from sim.policies import Autoregressive, Policy
-from sim.rules import SD, Rule
-from sim.verify import verify_block, verify_greedy_ids
+from sim.policies import Autoregressive, Block, FixedK, Policy
+from sim.rules import SD, Leniency, Rule
+from sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 
-from .drafters import Drafter, MaxGram, NeuralDraft
-from .models import LoadedModel
+from .drafters import Drafter, NeuralDraft
+from .models import LoadedModel, same_tokenizer
 
-__all__ = ["Sampling", "RunLog", "CachedLM", "generate"]
+__all__ = ["Sampling", "RunLog", "CachedLM", "generate", "token_cascade"]
+
+_ONE_TOKEN = FixedK(1)  # the sequential cascade's shape: one drafter token per step
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,7 @@ class Sampling:
         return self.temperature == 0.0
 
     def rows(self, logits) -> np.ndarray:
+        """Distributions from logits (rows): warped when sampling; untempered (top-k only) when greedy."""
         import torch
 
         probs = torch.softmax(logits.double(), dim=-1).cpu().numpy()
@@ -56,12 +74,21 @@ class Sampling:
 
 @dataclass
 class RunLog:
-    """What a run did: tokens, and per round what was drafted, accepted and how long calls took."""
+    """What a run did.
+
+    ``rounds``: per target verification — start (output index), drafted (proposed tokens that
+    lie within the final text), accepted, emitted, draft_seconds, target_seconds.
+    ``calls``: per forward call or drafter proposal — round, model (0 = target), kind
+    ("prefill", "draft", "verify"), n_tokens (tokens fed), seconds.
+    ``drafts``: per proposed token at every level — round, verifier, proposer, position
+    (output index the token would take), token, conf (proposer's probability of it),
+    accepted (by that verifier).
+    """
 
     output: list = field(default_factory=list)
-    rounds: list = field(default_factory=list)  # dicts: drafted, accepted, draft_seconds, target_seconds
-    draft_calls: int = 0
-    target_calls: int = 0
+    rounds: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
+    drafts: list = field(default_factory=list)
     seconds: float = 0.0
     prefill_seconds: float = 0.0
 
@@ -70,47 +97,277 @@ class RunLog:
         return len(self.output)
 
     @property
+    def target_calls(self) -> int:
+        return sum(1 for c in self.calls if c["model"] == 0 and c["kind"] != "prefill")
+
+    @property
+    def draft_calls(self) -> int:
+        return sum(1 for c in self.calls if c["model"] != 0)
+
+    @property
     def mean_accepted_length(self) -> float:
         """Tokens per target call, bonus included."""
         return self.tokens / max(self.target_calls, 1)
 
+    def calls_per_model(self, n_models: int) -> list[int]:
+        out = [0] * n_models
+        for c in self.calls:
+            if c["kind"] != "prefill":
+                out[c["model"]] += 1
+        return out
+
+    def levels(self) -> dict[tuple[int, int], dict]:
+        """Drafted and accepted tokens per (proposer, verifier)."""
+        out: dict = {}
+        for d in self.drafts:
+            e = out.setdefault((d["proposer"], d["verifier"]), {"drafted": 0, "accepted": 0})
+            e["drafted"] += 1
+            e["accepted"] += int(d["accepted"])
+        return out
+
 
 class CachedLM:
-    """A causal LM with a KV cache that can be cropped (rollback)."""
+    """A causal LM with a KV cache that follows the context it is asked about."""
 
     def __init__(self, loaded: LoadedModel):
         from transformers import DynamicCache
 
         self.loaded = loaded
         self.cache = DynamicCache()
-        self.length = 0  # tokens in the cache
+        self.ids: list[int] = []  # the tokens the cache holds
+        self.fed = 0  # tokens fed by the last call
 
-    def feed(self, ids: list[int]):
-        """Append ``ids`` to the cache; return their next-token logits, one row per token."""
+    def logits(self, context: list[int], n_rows: int = 1):
+        """Next-token logits after each of the last ``n_rows`` prefixes of ``context``
+        (row j follows ``context[: len(context) - n_rows + 1 + j]``), as a (n_rows, V) tensor."""
         import torch
 
-        if not ids:
-            raise DraftsimError("nothing to feed")
+        need = len(context) - n_rows  # the cache may hold at most this much of the context
+        if need < 0:
+            raise DraftsimError(f"asked for {n_rows} rows of a {len(context)}-token context")
+        keep = self._common(context, need)
+        if keep < len(self.ids):
+            self.cache.crop(keep - len(self.ids))  # a negative count: drop that many tokens from the end
+            del self.ids[keep:]
+        new = context[keep:]
         with torch.inference_mode():
-            out = self.loaded.model(torch.tensor([ids], device=self.loaded.device), past_key_values=self.cache, use_cache=True)
-        self.length += len(ids)
-        return out.logits[0].float()
+            out = self.loaded.model(torch.tensor([new], device=self.loaded.device), past_key_values=self.cache, use_cache=True)
+        self.ids.extend(new)
+        self.fed = len(new)
+        return out.logits[0, -n_rows:].float()
 
-    def rollback(self, length: int) -> None:
-        """Keep only the first ``length`` cached tokens."""
-        if length < self.length:
-            self.cache.crop(length - self.length)  # a negative count: drop that many tokens from the end
-            self.length = length
+    def _common(self, context: list[int], limit: int) -> int:
+        n = min(len(self.ids), limit)
+        if self.ids[:n] == context[:n]:
+            return n
+        diff = np.flatnonzero(np.asarray(self.ids[:n]) != np.asarray(context[:n]))
+        return int(diff[0])
 
 
 def _check_context(target: LoadedModel, prompt: list[int], max_new_tokens: int) -> None:
+    if not prompt:
+        raise DraftsimError("the prompt is empty")
     limit = getattr(target.model.config, "max_position_embeddings", None)
     if limit is not None and len(prompt) + max_new_tokens > limit:
         raise DraftsimError(
             f"prompt of {len(prompt)} tokens + {max_new_tokens} new tokens exceeds the target's context of {limit}"
         )
-    if not prompt:
-        raise DraftsimError("the prompt is empty")
+
+
+def _check_models(target: LoadedModel, drafters: list[Drafter], policy: Policy) -> None:
+    if policy.kind != "chain":
+        raise DraftsimError(f"{policy!r} is a {policy.kind} policy; this executor runs chain policies (tree drafting has its own)")
+    need = policy.n_models - 1
+    if len(drafters) < need:
+        have = ", ".join(d.name for d in drafters) or "none"
+        raise DraftsimError(f"{policy!r} needs {need} drafter(s) (models 1..{need}); got {len(drafters)} ({have})")
+    if len(drafters) > need:
+        raise DraftsimError(f"{policy!r} uses {need} drafter(s) but {len(drafters)} were given; "
+                            f"a K matrix must have one row and column per model (target + drafters)")
+    for d in drafters:
+        vocab = getattr(d, "vocab", target.vocab_size)
+        if vocab != target.vocab_size:
+            raise DraftsimError(f"drafter {d.name} and the target have different vocabularies ({vocab} vs {target.vocab_size})")
+        tok = getattr(getattr(d, "loaded", None), "tokenizer", None)
+        if tok is not None and tok is not target.tokenizer and not same_tokenizer(tok, target.tokenizer):
+            raise DraftsimError(f"drafter {d.name} does not share the target's tokenizer (token ids differ); "
+                                "speculative decoding needs one vocabulary")
+
+
+class _Run:
+    """One generation: the models, their caches, the rules and the log."""
+
+    def __init__(self, target, drafters, policy, sampling, rule, rng, prompt_len, log):
+        self.models = [target, *drafters]
+        self.lms = [CachedLM(target)] + [CachedLM(d.loaded) if isinstance(d, NeuralDraft) else None for d in drafters]
+        self.policy, self.sampling, self.rng, self.log = policy, sampling, rng, log
+        self.top_rule = rule
+        leniency = getattr(policy, "leniency", 1.0)
+        self.inner_rule = SD() if leniency == 1.0 else Leniency(leniency)
+        # Distributions are carried along with tokens when sampling, or when a rule needs q.
+        self.rows_needed = not sampling.greedy or not isinstance(rule, SD)
+        self.has_stop = type(policy).stop is not Policy.stop
+        self.prompt_len = prompt_len
+        self.round = 0
+
+    def _call(self, model: int, kind: str, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        self.log.calls.append({"round": self.round, "model": model, "kind": kind, "n_tokens": self._fed(model), "seconds": time.perf_counter() - t0})
+        return out
+
+    def _fed(self, model: int) -> int:
+        lm = self.lms[model]
+        return lm.fed if lm is not None else 0
+
+    # ------------------------------------------------------------ drafting
+
+    def build(self, plan: tuple[Block, ...], context: list[int], budget: int | None = None) -> "_Draft":
+        """The draft ``plan`` proposes to its verifier: tokens, their proposal rows (or None),
+        proposers and confidences. At the top level (``budget`` given) the draft is cut at
+        ``budget`` tokens and the policy's ``stop`` is asked after each token."""
+        out = _Draft()
+        for block in plan:
+            steps = int(np.asarray(block.steps).reshape(-1)[0])
+            statistical = not block.inner and self.lms[block.model] is None
+            for _ in range(1 if statistical else steps):
+                room = None if budget is None else budget - len(out)
+                if room is not None and room <= 0:
+                    return out
+                before = len(out)
+                if block.inner:
+                    out.extend(self.speculative_round(block.model, block.inner, context + out.tokens))
+                elif statistical:  # proposes all of the block's steps at once (cost ~ 0)
+                    out.extend(self.propose(block.model, context + out.tokens, steps if room is None else min(steps, room)))
+                else:
+                    out.extend(self.draft(block.model, context + out.tokens))
+                if budget is not None:
+                    out.truncate(budget)
+                    if self.has_stop and self._stopped(out, before):
+                        return out
+        return out
+
+    def _stopped(self, out: "_Draft", before: int) -> bool:
+        for i in range(before, len(out)):
+            stop = self.policy.stop(self.state, i, {"prob": out.confs[i], "pred": np.array([out.confs[i]]), "conf": np.array([out.confs[i]])})
+            if stop is not None and bool(np.asarray(stop).reshape(-1)[0]):
+                out.truncate(i + 1)
+                return True
+        return False
+
+    def draft(self, m: int, context: list[int]) -> "_Draft":
+        """One token from neural drafter ``m`` (one forward call)."""
+        logits = self._call(m, "draft", lambda: self.lms[m].logits(context, 1))[0]
+        tok, row, conf = self._pick(logits)
+        return _Draft().add(tok, row, m, conf)
+
+    def propose(self, m: int, context: list[int], steps: int) -> "_Draft":
+        """``steps`` tokens from statistical drafter ``m`` (Max-Gram, bigram) in one proposal."""
+        drafter = self.models[m]
+        t0 = time.perf_counter()
+        if getattr(drafter, "uses_prompt", False):
+            tokens, q = drafter.propose(context, steps, prompt_len=self.prompt_len)
+        else:
+            tokens, q = drafter.propose(context, steps)
+        self.log.calls.append({"round": self.round, "model": m, "kind": "draft", "n_tokens": 0, "seconds": time.perf_counter() - t0})
+        out = _Draft()
+        for i, (tok, conf) in enumerate(zip(tokens, q.prob(tokens))):
+            out.add(tok, q.row(i) if self.rows_needed else None, m, conf)
+        return out
+
+    def _pick(self, logits):
+        """A drafter's token from its logits: argmax (greedy) or a sample of the warped row."""
+        import torch
+
+        if self.sampling.greedy:
+            tok = int(logits.argmax())
+            if self.rows_needed or self.has_stop:
+                row = self.sampling.rows(logits[None, :])[0]
+                return tok, (row if self.rows_needed else None), float(row[tok])
+            return tok, None, 1.0
+        q = self.sampling.rows(logits[None, :])[0]
+        tok = int(self.rng.choice(len(q), p=q / q.sum()))
+        return tok, q, float(q[tok])
+
+    # ------------------------------------------------------------ verification
+
+    def speculative_round(self, m: int, plan: tuple[Block, ...], context: list[int]) -> "_Draft":
+        """Model ``m`` verifies the draft ``plan`` builds (inner rule) and emits the accepted
+        tokens plus its correction or bonus, each with the row it was proposed from."""
+        inner = self.build(plan, context)
+        logits = self._call(m, "verify", lambda: self.lms[m].logits(context + inner.tokens, len(inner) + 1))
+        n, token, p_rows = self.verify(m, inner, logits, self.inner_rule, context)
+        out = _Draft()
+        for i in range(min(n + 1, len(inner))):
+            tok = inner.tokens[i] if i < n else token
+            who = inner.proposers[i] if i < n else m
+            out.add(tok, self._proposal_row(inner.rows[i], p_rows, i), who, inner.confs[i] if i < n else self._conf(logits, p_rows, i, tok))
+        if n == len(inner):  # every inner token accepted: the bonus comes from m's own row
+            out.add(token, None if p_rows is None else p_rows[n], m, self._conf(logits, p_rows, n, token))
+        return out
+
+    def _proposal_row(self, q_row, p_rows, i):
+        """The distribution a token emitted by an inner verification was proposed from: the
+        inner rule's output over (q, p) when sampling; the verifier's row when greedy."""
+        if p_rows is None:
+            return None
+        return self.inner_rule.output(q_row, p_rows[i]) if not self.sampling.greedy else p_rows[i]
+
+    def _conf(self, logits, p_rows, i, tok) -> float:
+        if p_rows is not None:
+            return float(p_rows[i][tok])
+        if not self.has_stop:
+            return 1.0
+        import torch
+
+        return float(torch.softmax(logits[i].double(), -1)[tok])
+
+    def verify(self, verifier: int, draft: "_Draft", logits, rule: Rule, context: list[int]):
+        """Accepted count and next token; logs each drafted token's fate. Also returns the
+        verifier's rows (None when greedy SD needs only argmax ids)."""
+        tokens = np.array(draft.tokens, dtype=np.int64)
+        p_rows = None
+        if self.sampling.greedy and isinstance(rule, SD) and not self.rows_needed:
+            res = verify_greedy_ids(tokens, logits.argmax(dim=-1).cpu().numpy())
+        else:
+            p_rows = self.sampling.rows(logits)
+            q = np.stack(draft.rows) if len(draft) and draft.rows[0] is not None else None
+            if self.sampling.greedy:
+                res = verify_block_greedy(tokens, p_rows, rule, q, validate=False)
+            else:
+                res = verify_block(tokens, q if q is not None else np.zeros((0, p_rows.shape[1])), p_rows, rule, self.rng, validate=False)
+        n = int(res.n_accepted)
+        start = len(context) - self.prompt_len
+        for i, tok in enumerate(draft.tokens):
+            self.log.drafts.append({"round": self.round, "verifier": verifier, "proposer": draft.proposers[i],
+                                    "position": start + i, "token": tok, "conf": draft.confs[i], "accepted": i < n})
+        return n, int(res.token), p_rows
+
+
+@dataclass
+class _Draft:
+    tokens: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    proposers: list = field(default_factory=list)
+    confs: list = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, tok, row, proposer, conf):
+        self.tokens.append(int(tok))
+        self.rows.append(row)
+        self.proposers.append(int(proposer))
+        self.confs.append(float(conf))
+        return self
+
+    def extend(self, other: "_Draft"):
+        for f in ("tokens", "rows", "proposers", "confs"):
+            getattr(self, f).extend(getattr(other, f))
+
+    def truncate(self, n: int):
+        for f in ("tokens", "rows", "proposers", "confs"):
+            del getattr(self, f)[n:]
 
 
 def generate(
@@ -123,109 +380,115 @@ def generate(
     rule: Rule | None = None,
     rng: np.random.Generator | None = None,
     stop_at_eos: bool = True,
+    *,
+    drafters: list[Drafter] | None = None,
 ) -> RunLog:
-    """Generate up to ``max_new_tokens`` after ``prompt``: autoregressively, or by speculative
-    decoding with ``drafter`` under ``policy`` (a :mod:`sim.policies` object).
+    """Generate up to ``max_new_tokens`` after ``prompt`` with ``policy`` (a :mod:`sim.policies`
+    chain policy; default autoregressive). ``drafters`` are models 1, 2, … of the policy
+    (``drafter`` is shorthand for one).
 
-    Greedy decoding reproduces the target's own greedy output exactly; sampling with the
-    :class:`sim.rules.SD` rule keeps the target's distribution (other rules: the rule's π).
+    With the lossless rule (SD, the default) greedy decoding reproduces the target's own
+    greedy output exactly and sampling keeps the target's distribution, through any cascade
+    and any inner leniency. Other rules give their π ([SC]).
     """
     policy = policy or Autoregressive()
     rule = rule or SD()
+    if drafters is None:
+        drafters = [] if drafter is None else [drafter]
+    elif drafter is not None:
+        raise DraftsimError("give drafter or drafters, not both")
     if not sampling.greedy and rng is None:
         raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
-    if policy.kind != "chain" or policy.n_models > 2:
-        raise DraftsimError(f"{policy!r} is not a single-drafter chain policy; use the cascade executor")
-    if policy.n_models == 2 and drafter is None:
-        raise DraftsimError(f"{policy!r} needs a drafter")
-    if isinstance(drafter, NeuralDraft) and drafter.vocab != target.vocab_size:
-        raise DraftsimError(f"drafter {drafter.name} and the target have different vocabularies ({drafter.vocab} vs {target.vocab_size})")
+    _check_models(target, drafters, policy)
     _check_context(target, prompt, max_new_tokens)
     eos = target.tokenizer.eos_token_id if stop_at_eos else None
     log = RunLog()
     t_run = time.perf_counter()
-    tgt = CachedLM(target)
-    t0 = time.perf_counter()
-    if len(prompt) > 1:
-        tgt.feed(prompt[:-1])
-    log.prefill_seconds = time.perf_counter() - t0
-    draft_lm = CachedLM(drafter.loaded) if isinstance(drafter, NeuralDraft) else None
-    committed = list(prompt)  # the pending token is committed[-1]
-    state = policy.init(1)
-    while log.tokens < max_new_tokens and (eos is None or not log.output or log.output[-1] != eos):
-        plan = policy.begin_round(state)
-        budget = min(int(np.asarray(plan[0].steps).reshape(-1)[0]) if plan else 0, max_new_tokens - log.tokens - 1)
+    run = _Run(target, drafters, policy, sampling, rule, rng, len(prompt), log)
+    run.state = policy.init(1)
+    committed = list(prompt)
+    if len(prompt) > 1:  # prefill: everything but the last prompt token, which the first call feeds
         t0 = time.perf_counter()
-        drafted, q_rows = _draft(drafter, draft_lm, committed, len(prompt), budget, policy, state, sampling, rng, log) if budget > 0 else ([], [])
+        run.lms[0].logits(prompt[:-1], 1)
+        log.prefill_seconds = time.perf_counter() - t0
+        log.calls.append({"round": -1, "model": 0, "kind": "prefill", "n_tokens": len(prompt) - 1, "seconds": log.prefill_seconds})
+    done = False
+    while not done:
+        remaining = max_new_tokens - log.tokens
+        t0 = time.perf_counter()
+        draft = run.build(policy.begin_round(run.state), committed, budget=remaining)
         t_draft = time.perf_counter() - t0
         t0 = time.perf_counter()
-        logits = tgt.feed([committed[-1]] + drafted)
-        log.target_calls += 1
+        logits = run._call(0, "verify", lambda: run.lms[0].logits(committed + draft.tokens, len(draft) + 1))
+        n, token, _ = run.verify(0, draft, logits, rule, committed)
         t_target = time.perf_counter() - t0
-        if sampling.greedy:
-            # Only the argmax matters: compare ids, no distributions needed.
-            res = verify_greedy_ids(np.array(drafted, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
-        else:
-            p_rows = sampling.rows(logits)
-            q = np.stack(q_rows) if drafted else np.zeros((0, p_rows.shape[1]))
-            res = verify_block(np.array(drafted, dtype=np.int64), q, p_rows, rule, rng, validate=False)
-        n = int(res.n_accepted)
-        new = drafted[:n] + [int(res.token)]
-        # Rollback: the target keeps the pending token and the accepted draft.
-        tgt.rollback(tgt.length - (len(drafted) - n))
-        if draft_lm is not None:
-            draft_lm.rollback(min(draft_lm.length, len(committed) + n))
+        new = draft.tokens[:n] + [token]
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+            done = True
+        new = new[:remaining]
+        done = done or len(new) >= remaining
+        # Counted against the final text: proposals past its end are not positions of it.
+        log.rounds.append({"start": log.tokens, "drafted": min(len(draft), len(new)), "accepted": min(n, len(new)),
+                           "emitted": len(new), "draft_seconds": t_draft, "target_seconds": t_target})
         committed.extend(new)
         log.output.extend(new)
-        log.rounds.append({"drafted": len(drafted), "accepted": n, "draft_seconds": t_draft, "target_seconds": t_target})
-        policy.end_round(state, np.array([len(drafted)]), np.array([n]))
-        if drafter is not None:
-            drafter.feedback(n)
-    if eos is not None and eos in log.output:
-        log.output = log.output[: log.output.index(eos) + 1]
-    log.output = log.output[:max_new_tokens]
+        policy.end_round(run.state, np.array([len(draft)]), np.array([n]))
+        for d in drafters:
+            d.feedback(n)
+        run.round += 1
     log.seconds = time.perf_counter() - t_run
     return log
 
 
-def _draft(drafter, draft_lm, committed, prompt_len, budget, policy, state, sampling, rng, log):
-    """Draft up to ``budget`` tokens; the policy may stop after any of them."""
-    has_stop = type(policy).stop is not Policy.stop
-    if isinstance(drafter, NeuralDraft):
-        import torch
+def token_cascade(
+    target: LoadedModel,
+    drafter: NeuralDraft,
+    prompt: list[int],
+    max_new_tokens: int,
+    rule: Rule,
+    sampling: Sampling = Sampling(),
+    rng: np.random.Generator | None = None,
+    stop_at_eos: bool = True,
+) -> RunLog:
+    """The sequential token-level cascade ([SC] Algorithm 2): per token, the drafter's row q
+    decides through the rule's deferral δ(q) whether to emit from q or to call the target
+    and emit from p. Only rules whose deferral reads q alone can run this way (Chow);
+    Diff, OPT and BiLD need p for every token, which is what speculative cascades give.
 
-        tokens, rows = [], []
-        feed = committed[draft_lm.length :]  # catch up: the pending token (and any unfed accepted ones)
-        for i in range(budget):
-            logits = draft_lm.feed(feed)[-1]
-            log.draft_calls += 1
-            if sampling.greedy:  # the argmax and its probability are all a greedy round needs
-                tok = int(logits.argmax())
-                conf = float(torch.softmax(logits.double(), -1)[tok]) if has_stop else 1.0
-            else:
-                q = sampling.rows(logits[None, :])[0]
-                tok = int(rng.choice(len(q), p=q / q.sum()))
-                conf = float(q[tok])
-                rows.append(q)
-            tokens.append(tok)
-            feed = [tok]
-            if not has_stop:
-                continue
-            stop = policy.stop(state, i, {"prob": conf, "pred": np.array([conf]), "conf": np.array([conf])})
-            if stop is not None and bool(np.asarray(stop).reshape(-1)[0]):
-                break
-        return tokens, rows
-    # Non-neural drafters propose the whole block at once (cost ~ 0); the policy still sees each token.
-    if isinstance(drafter, MaxGram):
-        tokens, q = drafter.propose(committed, budget, prompt_len=prompt_len)
-    else:
-        tokens, q = drafter.propose(committed, budget)
-    log.draft_calls += 1
-    kept = []
-    for i, tok in enumerate(tokens):
-        kept.append(tok)
-        conf = q.prob([tok])
-        stop = policy.stop(state, i, {"prob": conf[0], "pred": conf, "conf": conf})
-        if stop is not None and bool(np.asarray(stop).reshape(-1)[0]):
-            break
-    return kept, [q.row(i) for i in range(len(kept))]
+    Each target call catches up on the tokens the drafter emitted since its last call.
+    """
+    if not getattr(rule, "draft_only", False):
+        raise DraftsimError(f"the sequential cascade needs a rule that defers on the draft alone (chow); "
+                            f"{rule!r} reads the target's distribution — run it as a speculative cascade")
+    if not isinstance(drafter, NeuralDraft):
+        raise DraftsimError("the sequential cascade needs a neural drafter (its confidence decides deferral)")
+    if not sampling.greedy and rng is None:
+        raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
+    _check_models(target, [drafter], _ONE_TOKEN)
+    _check_context(target, prompt, max_new_tokens)
+    eos = target.tokenizer.eos_token_id if stop_at_eos else None
+    log = RunLog()
+    t_run = time.perf_counter()
+    run = _Run(target, [drafter], _ONE_TOKEN, sampling, rule, rng, len(prompt), log)
+    context = list(prompt)
+    while log.tokens < max_new_tokens and (eos is None or not log.output or log.output[-1] != eos):
+        q_logits = run._call(1, "draft", lambda: run.lms[1].logits(context, 1))
+        q = Sampling(1.0).rows(q_logits) if sampling.greedy else sampling.rows(q_logits)
+        defer = bool(rule.defer(q, q)[0])
+        if defer:
+            p_logits = run._call(0, "verify", lambda: run.lms[0].logits(context, 1))
+            logits = p_logits
+        else:
+            logits = q_logits
+        rows = sampling.rows(logits)[0]
+        tok = int(logits[0].argmax()) if sampling.greedy else int(rng.choice(len(rows), p=rows / rows.sum()))
+        log.drafts.append({"round": run.round, "verifier": 0, "proposer": 1, "position": log.tokens,
+                           "token": tok, "conf": float(q[0].max()), "accepted": not defer})
+        log.rounds.append({"start": log.tokens, "drafted": 1, "accepted": int(not defer), "emitted": 1,
+                           "draft_seconds": log.calls[-1 - defer]["seconds"], "target_seconds": log.calls[-1]["seconds"] if defer else 0.0})
+        context.append(tok)
+        log.output.append(tok)
+        run.round += 1
+    log.seconds = time.perf_counter() - t_run
+    return log

@@ -96,6 +96,18 @@ class Rule(Parametrised):
         accepted = q * a
         return accepted + (1.0 - accepted.sum(axis=-1, keepdims=True)) * self.residual(q, p)
 
+    # Greedy decoding (temperature 0). The rule's decisions are taken on the untempered
+    # distributions q and p; the emitted token is the mode of π. For SD that is argmax p: the
+    # target's own greedy output.
+
+    def greedy_choice(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """The token greedy verification emits where it does not keep the draft: argmax π."""
+        return self.target(q, p).argmax(axis=-1)
+
+    def greedy_accept(self, q: np.ndarray, p: np.ndarray, x) -> np.ndarray:
+        """Whether greedy verification keeps the drafted token ``x``: x = argmax π."""
+        return np.asarray(x) == self.greedy_choice(q, p)
+
 
 
 class SD(Rule):
@@ -242,6 +254,9 @@ class _DeferralRule(_AlphaRule):
 class Chow(_DeferralRule):
     """Chow's rule: defer when the draft is unsure, δ = 1[max q < 1 − α] ([SC] eq. 2)."""
 
+    #: δ reads q alone, so a sequential cascade ([SC] Algorithm 2) can decide before calling the target.
+    draft_only = True
+
     def defer(self, q, p):
         return np.asarray(q).max(axis=-1) < 1.0 - self.alpha
 
@@ -368,6 +383,14 @@ class Leniency(Rule):
 
     def target(self, q, p):
         return self.output(q, p)
+
+    def greedy_choice(self, q, p):
+        return np.asarray(p).argmax(axis=-1)
+
+    def greedy_accept(self, q, p, x):
+        """Greedy leniency: keep x when l·p(x) ≥ max p (x = argmax p when l = 1, ties aside)."""
+        p = np.asarray(p)
+        return self.leniency * _gather(p, x) >= p.max(axis=-1)
 
     @property
     def lossless(self) -> bool:  # type: ignore[override]

@@ -118,17 +118,35 @@ def verify_block(tokens, q, p, rule: Rule | None = None, rng: np.random.Generato
     return BlockResult(n_accepted=n[()], token=token[()])
 
 
-def verify_block_greedy(tokens, p, *, validate: bool = True) -> BlockResult:
-    """Greedy verification: accept x_i while it equals argmax p_i; emit argmax at the first miss.
+def verify_block_greedy(tokens, p, rule: Rule | None = None, q=None, *, validate: bool = True) -> BlockResult:
+    """Greedy verification: keep x_i while the rule's greedy test accepts it (for SD: x_i =
+    argmax p_i); at the first miss emit :meth:`sim.rules.Rule.greedy_choice`, after a full
+    accept argmax p_k (the bonus token).
 
-    Ties in argmax go to the lowest token id (numpy's argmax), the same convention as
-    :func:`sim.distributions.warp` with temperature 0. No randomness.
+    ``q`` (the draft rows, (..., k, V)) is needed by rules whose decision depends on the
+    draft (Chow, Diff, OPT, token-specific, Lossy). Ties in argmax go to the lowest token id
+    (numpy's argmax), the same convention as :func:`sim.distributions.warp` with temperature 0.
+    No randomness.
     """
     if validate:
-        tokens, _, p = _check_block(tokens, None, p)
+        tokens, q, p = _check_block(tokens, q, p)
     else:
         tokens, p = np.asarray(tokens), np.asarray(p)
-    return verify_greedy_ids(tokens, p.argmax(axis=-1))
+        q = None if q is None else np.asarray(q)
+    if rule is None or isinstance(rule, SD):
+        return verify_greedy_ids(tokens, p.argmax(axis=-1))
+    k = tokens.shape[-1]
+    if q is None and k:
+        q = np.zeros(p[..., :k, :].shape)  # rules that ignore q (Leniency) still get rows
+    best = p.argmax(axis=-1)
+    if not k:
+        return BlockResult(n_accepted=np.zeros(tokens.shape[:-1], dtype=np.int64)[()], token=best[..., 0][()])
+    keep = rule.greedy_accept(q, p[..., :k, :], tokens)
+    n = _first_true(~keep, k)
+    choice = rule.greedy_choice(q, p[..., :k, :])
+    at = np.minimum(n, k - 1)
+    token = np.where(n < k, np.take_along_axis(choice, at[..., None], axis=-1)[..., 0], best[..., k])
+    return BlockResult(n_accepted=n[()], token=token[()])
 
 
 def verify_greedy_ids(tokens, target_argmax) -> BlockResult:

@@ -8,11 +8,12 @@ import torch
 from scipy import stats
 
 from realrun.drafters import MaxGram, NeuralDraft
-from realrun.executor import Sampling, generate
+from realrun.executor import Sampling, generate, token_cascade
 from realrun.models import LoadedModel, load_model, tiny_model
 from sim import policies as P
 from sim.distributions import warp
 from sim.errors import DraftsimError
+from sim.rules import SD, Chow, Diff, Leniency, OPT, TokenV3
 
 
 @pytest.fixture(scope="module")
@@ -48,29 +49,101 @@ def test_greedy_output_is_the_targets_own(target, drafters, policy, name):
         assert log.target_calls < log.tokens
 
 
+CASCADES = [
+    (P.VerticalCascade([[0, 2, 0], [0, 0, 3], [0, 0, 0]]), ("tiny2", "maxgram")),
+    (P.VerticalCascade([[0, 3, 0], [0, 0, 2], [0, 0, 0]], leniency=3.0), ("tiny2", "maxgram")),
+    (P.VerticalCascade([[0, 1, 2], [0, 0, 4], [0, 0, 0]], leniency=2.0), ("tiny2", "maxgram")),  # vertical + horizontal
+    (P.VerticalCascade([[0, 2, 0, 0], [0, 0, 2, 0], [0, 0, 0, 3], [0, 0, 0, 0]], leniency=2.0), ("self", "tiny2", "maxgram")),
+    (P.HorizontalCascade((1, 2), (2, 3)), ("tiny2", "maxgram")),
+]
+
+
+@pytest.mark.parametrize("policy,names", CASCADES, ids=[repr(c[0]) for c in CASCADES])
+def test_cascades_reproduce_the_targets_greedy_output(target, drafters, policy, names):
+    """CS Drafting, vertical (nested three deep, lenient inner levels) and horizontal: lossless."""
+    prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
+    log = generate(target, prompt, 30, policy, drafters=[drafters[n] for n in names], stop_at_eos=False)
+    assert log.output == own_greedy(target, prompt, 30)
+    levels = log.levels()
+    assert all(v["accepted"] <= v["drafted"] for v in levels.values())
+    bottom = len(names)  # the last drafter proposes to the one above it (vertical) or to the target
+    assert any(p == bottom for p, _ in levels)
+    assert log.calls_per_model(len(names) + 1)[0] == log.target_calls == len(log.rounds)
+
+
+def test_greedy_rules_at_their_extremes(target, drafters):
+    """Chow with alpha = 0 always defers (the target's greedy text); alpha = 1 never does (the
+    drafter's own greedy text) — through block verification and the sequential cascade alike."""
+    prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
+    d = drafters["tiny2"]
+    mine = own_greedy(target, prompt, 20)
+    theirs = own_greedy(d.loaded, prompt, 20)
+    assert mine != theirs
+    for rule in (Chow(0.0), Leniency(1.0), TokenV3(0.0)):
+        assert generate(target, prompt, 20, P.FixedK(3), d, rule=rule, stop_at_eos=False).output == mine, rule
+    # Chow(1) keeps every draft; only the bonus tokens (every 4th) come from the target.
+    never = generate(target, prompt, 20, P.FixedK(3), d, rule=Chow(1.0), stop_at_eos=False)
+    assert all(r["accepted"] == r["drafted"] == 3 for r in never.rounds[:-1]) and never.output != mine
+    assert token_cascade(target, d, prompt, 20, Chow(0.0), stop_at_eos=False).output == mine
+    log = token_cascade(target, d, prompt, 20, Chow(1.0))  # HF generate stops at EOS; so does this
+    assert log.output == theirs and log.target_calls == 0 and log.draft_calls == len(theirs)
+
+
+def test_greedy_lenient_top_level_accepts_more(target, drafters):
+    prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
+    strict = generate(target, prompt, 40, P.FixedK(4), drafters["tiny2"], stop_at_eos=False)
+    lenient = generate(target, prompt, 40, P.FixedK(4), drafters["tiny2"], rule=Leniency(1e6), stop_at_eos=False)
+    assert all(r["accepted"] == r["drafted"] for r in lenient.rounds)  # l -> inf keeps every draft
+    assert lenient.target_calls < strict.target_calls
+
+
 def test_autoregressive_baseline(target):
     prompt = target.tokenizer("hello")["input_ids"]
     log = generate(target, prompt, 12, stop_at_eos=False)
     assert log.output == own_greedy(target, prompt, 12) and log.target_calls == 12
 
 
-def test_sampling_keeps_the_target_distribution(target, drafters):
-    """Two tokens sampled with temperature 1 and top-k 4 through FixedK(2) speculative steps:
-    chi-square against the exact target distribution (16 cells), significance 1e-3, fixed seed."""
+def _row(model, ids):
+    with torch.inference_mode():
+        return warp(torch.softmax(model.model(torch.tensor([ids])).logits[0, -1].double(), -1).numpy(), 1.0, 4)
+
+
+def _exact_two_tokens(target, draft, prompt, rule):
+    """Exact distribution of two tokens decoded with temperature 1, top-k 4: the first follows
+    π(q₁, p₁) of the rule, the second π(q₂, p₂) given the first ([SC]); π = p for SD."""
+    pi = lambda ids: rule.target(_row(draft, ids), _row(target, ids))  # noqa: E731
+    first = pi(prompt)
+    exact = {}
+    for x in np.flatnonzero(first > 0):
+        second = pi(prompt + [int(x)])
+        for y in np.flatnonzero(second > 0):
+            exact[(int(x), int(y))] = first[x] * second[y]
+    return exact
+
+
+SAMPLED = [
+    ("sd", P.FixedK(2), ("tiny2",), SD()),
+    ("csd-vertical-lenient", P.VerticalCascade([[0, 2, 0], [0, 0, 2], [0, 0, 0]], leniency=3.0), ("tiny2", "maxgram"), SD()),
+    ("csd-horizontal", P.HorizontalCascade((1, 2), (1, 2)), ("tiny2", "maxgram"), SD()),
+    ("cascade-opt", P.FixedK(2), ("tiny2",), OPT(0.3)),
+    ("cascade-chow", P.FixedK(2), ("tiny2",), Chow(0.5)),  # defers at some positions, not all
+]
+
+
+@pytest.mark.parametrize("name,policy,names,rule", SAMPLED, ids=[s[0] for s in SAMPLED])
+def test_sampling_follows_the_exact_distribution(target, drafters, name, policy, names, rule):
+    """Two tokens sampled with temperature 1 and top-k 4 through speculative steps: chi-square
+    against the exact distribution (p for lossless methods, the rule's π for speculative
+    cascades; at most 16 cells), significance 1e-3, fixed seed."""
     prompt = target.tokenizer("ab")["input_ids"]
     sampling = Sampling(1.0, 4)
-    with torch.inference_mode():
-        p1 = warp(torch.softmax(target.model(torch.tensor([prompt])).logits[0, -1].double(), -1).numpy(), 1.0, 4)
-        exact = {}
-        for x in np.flatnonzero(p1 > 0):
-            p2 = warp(torch.softmax(target.model(torch.tensor([prompt + [int(x)]])).logits[0, -1].double(), -1).numpy(), 1.0, 4)
-            for y in np.flatnonzero(p2 > 0):
-                exact[(int(x), int(y))] = p1[x] * p2[y]
+    exact = _exact_two_tokens(target, drafters["tiny2"].loaded, prompt, rule)
     rng = np.random.default_rng(0)
     counts: dict = {}
-    n = 3000
+    n = 2000
+    models = [drafters[m] for m in names]
     for _ in range(n):
-        out = tuple(generate(target, prompt, 2, P.FixedK(2), drafters["tiny2"], sampling, rng=rng, stop_at_eos=False).output)
+        out = tuple(generate(target, prompt, 2, policy, sampling=sampling, rule=rule, rng=rng, stop_at_eos=False, drafters=models).output)
         counts[out] = counts.get(out, 0) + 1
     assert set(counts) <= set(exact)
     keys = sorted(exact)
@@ -92,12 +165,25 @@ def test_bad_input(target, drafters):
         generate(target, prompt, 4, P.FixedK(2), NeuralDraft(other, "other"))
     with pytest.raises(DraftsimError, match="exceeds the target's context"):
         generate(target, prompt * 1100, 4)
-    with pytest.raises(DraftsimError, match="needs a drafter"):
+    with pytest.raises(DraftsimError, match="needs 1 drafter"):
         generate(target, prompt, 4, P.FixedK(2))
     with pytest.raises(DraftsimError, match="sampling needs rng"):
         generate(target, prompt, 4, P.FixedK(2), drafters["tiny2"], Sampling(1.0))
-    with pytest.raises(DraftsimError, match="cascade executor"):
+    with pytest.raises(DraftsimError, match="needs 2 drafter"):  # a K matrix over 3 models, one drafter
         generate(target, prompt, 4, P.VerticalCascade([[0, 1, 0], [0, 0, 2], [0, 0, 0]]), drafters["tiny2"])
+    with pytest.raises(DraftsimError, match="a K matrix must have one row"):
+        generate(target, prompt, 4, P.FixedK(2), drafters=[drafters["tiny2"], drafters["maxgram"]])
+    with pytest.raises(DraftsimError, match="tree policy"):
+        generate(target, prompt, 4, P.Tree(2, 2), drafters["tiny2"])
+    with pytest.raises(DraftsimError, match="defers on the draft alone"):
+        token_cascade(target, drafters["tiny2"], prompt, 4, Diff(0.1))
+    renamed = tiny_model(4)
+    vocab = renamed.tokenizer.get_vocab()
+    a, b = sorted(vocab)[:2]
+    swapped = dict(vocab, **{a: vocab[b], b: vocab[a]})
+    renamed.tokenizer.get_vocab = lambda: swapped
+    with pytest.raises(DraftsimError, match="does not share the target's tokenizer"):
+        generate(target, prompt, 4, P.FixedK(2), NeuralDraft(renamed, "renamed"))
 
 
 def test_run_cli_on_tiny_models(capsys):
