@@ -80,9 +80,11 @@ class RunLog:
     lie within the final text), accepted, emitted, draft_seconds, target_seconds.
     ``calls``: per forward call or drafter proposal — round, model (0 = target), kind
     ("prefill", "draft", "verify"), n_tokens (tokens fed), seconds.
-    ``drafts``: per proposed token at every level — round, verifier, proposer, position
-    (output index the token would take), token, conf (proposer's probability of it),
-    accepted (by that verifier).
+    ``drafts``: per proposed token at every level — round, verifier, proposer (the model that
+    drafted it), block (the model of the plan block it came out of: for tokens a drafter's
+    speculative round passed up, that drafter), position (output index the token would take),
+    index (its place in the verified draft: position − index is where that draft started),
+    token, conf (proposer's probability of it), accepted (by that verifier).
     """
 
     output: list = field(default_factory=list)
@@ -236,11 +238,13 @@ class _Run:
                     return out
                 before = len(out)
                 if block.inner:
-                    out.extend(self.speculative_round(block.model, block.inner, context + out.tokens))
+                    part = self.speculative_round(block.model, block.inner, context + out.tokens)
                 elif statistical:  # proposes all of the block's steps at once (cost ~ 0)
-                    out.extend(self.propose(block.model, context + out.tokens, steps if room is None else min(steps, room)))
+                    part = self.propose(block.model, context + out.tokens, steps if room is None else min(steps, room))
                 else:
-                    out.extend(self.draft(block.model, context + out.tokens))
+                    part = self.draft(block.model, context + out.tokens)
+                part.blocks = [block.model] * len(part)
+                out.extend(part)
                 if budget is not None:
                     out.truncate(budget)
                     if self.has_stop and self._stopped(out, before):
@@ -340,7 +344,8 @@ class _Run:
         start = len(context) - self.prompt_len
         for i, tok in enumerate(draft.tokens):
             self.log.drafts.append({"round": self.round, "verifier": verifier, "proposer": draft.proposers[i],
-                                    "position": start + i, "token": tok, "conf": draft.confs[i], "accepted": i < n})
+                                    "block": draft.blocks[i], "position": start + i, "index": i, "token": tok, "conf": draft.confs[i],
+                                    "accepted": i < n})
         return n, int(res.token), p_rows
 
 
@@ -350,6 +355,7 @@ class _Draft:
     rows: list = field(default_factory=list)
     proposers: list = field(default_factory=list)
     confs: list = field(default_factory=list)
+    blocks: list = field(default_factory=list)  # per token: the model of the plan block it came out of
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -362,11 +368,11 @@ class _Draft:
         return self
 
     def extend(self, other: "_Draft"):
-        for f in ("tokens", "rows", "proposers", "confs"):
+        for f in ("tokens", "rows", "proposers", "confs", "blocks"):
             getattr(self, f).extend(getattr(other, f))
 
     def truncate(self, n: int):
-        for f in ("tokens", "rows", "proposers", "confs"):
+        for f in ("tokens", "rows", "proposers", "confs", "blocks"):
             del getattr(self, f)[n:]
 
 
@@ -428,8 +434,7 @@ def generate(
             done = True
         new = new[:remaining]
         done = done or len(new) >= remaining
-        # Counted against the final text: proposals past its end are not positions of it.
-        log.rounds.append({"start": log.tokens, "drafted": min(len(draft), len(new)), "accepted": min(n, len(new)),
+        log.rounds.append({"start": log.tokens, "drafted": len(draft), "accepted": n,
                            "emitted": len(new), "draft_seconds": t_draft, "target_seconds": t_target})
         committed.extend(new)
         log.output.extend(new)
@@ -437,6 +442,10 @@ def generate(
         for d in drafters:
             d.feedback(n)
         run.round += 1
+    # Counted against the final text: proposals past its end are not positions of it.
+    for r in log.rounds:
+        room = log.tokens - r["start"]
+        r["drafted"], r["accepted"] = min(r["drafted"], room), min(r["accepted"], room)
     log.seconds = time.perf_counter() - t_run
     return log
 
@@ -483,7 +492,7 @@ def token_cascade(
             logits = q_logits
         rows = sampling.rows(logits)[0]
         tok = int(logits[0].argmax()) if sampling.greedy else int(rng.choice(len(rows), p=rows / rows.sum()))
-        log.drafts.append({"round": run.round, "verifier": 0, "proposer": 1, "position": log.tokens,
+        log.drafts.append({"round": run.round, "verifier": 0, "proposer": 1, "block": 1, "position": log.tokens, "index": 0,
                            "token": tok, "conf": float(q[0].max()), "accepted": not defer})
         log.rounds.append({"start": log.tokens, "drafted": 1, "accepted": int(not defer), "emitted": 1,
                            "draft_seconds": log.calls[-1 - defer]["seconds"], "target_seconds": log.calls[-1]["seconds"] if defer else 0.0})

@@ -43,8 +43,9 @@ class Track:
     def prob(self, proposer: int, verifier: int, seq: np.ndarray, pos: np.ndarray, index: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def observe(self, process: "AcceptanceProcess", prob: np.ndarray, seq: np.ndarray, pos: np.ndarray, rng) -> dict:
-        """What the drafter observes about tokens drafted at ``pos`` (default: the process's noise model)."""
+    def observe(self, process: "AcceptanceProcess", prob: np.ndarray, seq: np.ndarray, pos: np.ndarray, rng, index=None) -> dict:
+        """What the drafter observes about tokens drafted at ``pos``, ``index`` into the
+        draft (default: the process's noise model)."""
         return process.observe(prob, rng)
 
 
@@ -238,18 +239,32 @@ class MarkovModulated(AcceptanceProcess):
         return _MarkovTrack(regimes, self.alphas)
 
 
+def _by_round(table, seq, pos, index):
+    """Values recorded per (sequence, round start, draft index), NaN where none was."""
+    start = np.asarray(pos) - np.asarray(index)
+    ok = (start >= 0) & (start < table.shape[1]) & (np.asarray(index) < table.shape[2])
+    out = np.full(np.shape(ok), np.nan)
+    out[ok] = table[np.broadcast_to(seq, ok.shape)[ok], np.broadcast_to(start, ok.shape)[ok], np.broadcast_to(index, ok.shape)[ok]]
+    return out
+
+
 class _TraceTrack(Track):
-    def __init__(self, probs: dict, lengths: np.ndarray, confidence: np.ndarray | None):
+    def __init__(self, probs: dict, lengths: np.ndarray, confidence: np.ndarray | None, rounds: dict | None = None, round_conf=None):
         self.probs = probs
         self.lengths = lengths
         self.confidence = confidence
+        self.rounds = rounds or {}
+        self.round_conf = round_conf
 
-    def observe(self, process, prob, seq, pos, rng):
+    def observe(self, process, prob, seq, pos, rng, index=None):
         if self.confidence is None:
             return process.observe(prob, rng)
         # The drafter's own probability of its token, as recorded: its confidence, and the
         # only acceptance prediction a drafter without a trained head has.
         conf = self.confidence[seq, np.minimum(pos, self.confidence.shape[1] - 1)]
+        if self.round_conf is not None and index is not None:
+            exact = _by_round(self.round_conf, seq, pos, index)
+            conf = np.where(np.isnan(exact), conf, exact)
         return {"prob": prob, "pred": conf, "conf": conf}
 
     def prob(self, proposer, verifier, seq, pos, index):
@@ -258,7 +273,22 @@ class _TraceTrack(Track):
             raise DraftsimError(f"the trace has no acceptance data for proposer {proposer} -> verifier {verifier}")
         pos = np.asarray(pos)
         inside = pos < table.shape[1]
-        return np.where(inside, table[seq, np.minimum(pos, table.shape[1] - 1)], 0.0)
+        value = np.where(inside, table[seq, np.minimum(pos, table.shape[1] - 1)], 0.0)
+        by_round = self.rounds.get((proposer, verifier))
+        if by_round is not None:
+            exact = _by_round(by_round, seq, pos, index)
+            value = np.where(np.isnan(exact) | ~inside, value, exact)
+        return value
+
+
+def _stack_rounds(tables: list) -> np.ndarray:
+    """Per-sequence (L, K) tables as one (S, L_max, K_max) array padded with NaN."""
+    L = max(t.shape[0] for t in tables)
+    K = max(t.shape[1] for t in tables)
+    out = np.full((len(tables), max(L, 1), max(K, 1)), np.nan)
+    for i, t in enumerate(tables):
+        out[i, : t.shape[0], : t.shape[1]] = t
+    return out
 
 
 class TraceDriven(AcceptanceProcess):
@@ -267,14 +297,22 @@ class TraceDriven(AcceptanceProcess):
 
     ``data`` is a list of 1-d arrays (one per recorded sequence; drafter 1 → target), or a
     dict {(proposer, verifier): list of arrays} for cascades. Each simulated sequence replays
-    one recorded sequence and ends with it. Predictions and confidences come from the noise
-    models of the base class.
+    one recorded sequence and ends with it. ``confidence`` (per sequence and position) is
+    what the drafter observed; without it, the noise models of the base class.
+
+    A real run observes more than a value per position: a position drafted past a rejection
+    is drafted again in the next round, from another context. ``rounds`` ({pair: list of
+    (L, K) arrays}) and ``round_confidence`` (list of (L, K) arrays) hold values per round
+    start and draft index (NaN where none was recorded); where present they take precedence,
+    which lets a replay of a real run follow it exactly (:mod:`analysis.reality`).
     """
 
     finite = True
 
-    def __init__(self, data, confidence=None, **kwargs):
+    def __init__(self, data, confidence=None, rounds=None, round_confidence=None, **kwargs):
         super().__init__(**kwargs)
+        self.rounds = rounds
+        self.round_confidence = round_confidence
         pairs = data if isinstance(data, dict) else {(1, 0): data}
         self.confidence = None if confidence is None else [as_probability("confidence", c) for c in confidence]
         self.data = {}
@@ -340,7 +378,9 @@ class TraceDriven(AcceptanceProcess):
             conf = np.zeros((len(self.confidence), width))
             for i, c in enumerate(self.confidence):
                 conf[i, : len(c)] = c
-        return _TraceTrack(tables, self.lengths.copy(), conf)
+        rounds = {pair: _stack_rounds(tables) for pair, tables in (self.rounds or {}).items()}
+        round_conf = _stack_rounds(self.round_confidence) if self.round_confidence is not None else None
+        return _TraceTrack(tables, self.lengths.copy(), conf, rounds, round_conf)
 
     def stationary_alpha(self):
         return float(np.concatenate(self.data[(1, 0)]).mean())

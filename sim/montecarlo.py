@@ -87,7 +87,9 @@ class _Engine:
             elif self._fast(plan):
                 drafted, n_acc = self._fast_round(plan[0], live)
             else:
-                prob, proposer, drafted = self._draft(0, plan, pos, live, top=True)
+                # A recorded text ends: no top-level draft runs past it (as in the real executor).
+                cap = np.maximum(self.track.lengths - pos, 0) if self.finite else None
+                prob, proposer, drafted = self._draft(0, plan, pos, live, top=True, cap=cap)
                 n_acc = self._verify(prob, drafted, proposer, live)
             self.policy.end_round(self.state, drafted, n_acc)
         live_i = live.astype(np.int64)
@@ -153,9 +155,9 @@ class _Engine:
 
     # ------------------------------------------------------------ drafting and verification
 
-    def _draft(self, verifier: int, plan: tuple[Block, ...], pos, live, top: bool):
+    def _draft(self, verifier: int, plan: tuple[Block, ...], pos, live, top: bool, cap=None):
         """Build the draft ``plan`` proposes to ``verifier``: acceptance probabilities and
-        proposers per draft position (S, L), and the draft lengths."""
+        proposers per draft position (S, L), and the draft lengths (at most ``cap``)."""
         S, c = self.S, self.counts
         L = max(_bound(plan), 1)
         prob = np.zeros((S, L))
@@ -167,6 +169,8 @@ class _Engine:
             m = block.model
             for t in range(int(steps.max(initial=0))):
                 act = (t < steps) & ~stopped
+                if cap is not None:
+                    act &= length < cap
                 if not act.any():
                     break
                 if not block.inner:
@@ -177,13 +181,15 @@ class _Engine:
                     c.calls[idx, m] += 1
                     c.call_tokens[idx, m] += 1
                     if top and self.has_stop:
-                        obs = self.track.observe(self.process, p, self.seq, pos + length, self.rng)
+                        obs = self.track.observe(self.process, p, self.seq, pos + length, self.rng, index=length)
                         stop = self.policy.stop(self.state, t, obs)
                         if stop is not None:
                             stopped |= act & stop
                     length += act
                 else:
                     emitted = self._level_round(m, block.inner, pos + length, act)
+                    if cap is not None:
+                        emitted = np.minimum(emitted, np.maximum(cap - length, 0))
                     for u in range(int(emitted.max(initial=0))):
                         idx = np.flatnonzero(act & (u < emitted))
                         at = length[idx] + u

@@ -26,13 +26,12 @@ BiLD (confidence-based fallback); GSD / Sequoia (token trees).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from .params import Parametrised
+from .params import Parametrised, parse_spec
 from .errors import DraftsimError, as_count, as_probability
 
 __all__ = [
@@ -330,24 +329,9 @@ def _convert(name: str, key: str, kind, text: str):
 
 def parse_policy(spec: str) -> Policy:
     """Build a policy from the mini-language (:data:`POLICY_HELP`), e.g. ``fixed:k=5``."""
-    name, _, rest = spec.strip().partition(":")
-    name = name.lower()
-    if name not in _POLICIES:
-        raise DraftsimError(f"unknown policy {name!r}; known: {', '.join(sorted(set(_POLICIES)))}")
+    name, raw = parse_spec(spec, "policy", {n: keys for n, (_, keys) in _POLICIES.items()})
     cls, keys = _POLICIES[name]
-    params = {}
-    if rest:
-        # Split on commas that start a new KEY=; commas inside list values stay.
-        for item in re.split(r",(?=\s*[A-Za-z_]\w*\s*=)", rest):
-            key, eq, value = item.partition("=")
-            key = key.strip()
-            if not eq or not value.strip():
-                raise DraftsimError(f"policy {name}: expected KEY=VALUE, got {item!r}")
-            if key not in keys:
-                raise DraftsimError(f"policy {name}: unknown parameter {key!r}; known: {', '.join(keys) or 'none'}")
-            if key in params:
-                raise DraftsimError(f"policy {name}: parameter {key!r} given twice")
-            params[key] = _convert(name, key, keys[key], value.strip())
+    params = {key: _convert(name, key, keys[key], value) for key, value in raw.items()}
     renamed = {"kmax": "k_max", "kmin": "k_min"}
     params = {renamed.get(k, k): v for k, v in params.items()}
     if cls is FixedK and "k" not in params:

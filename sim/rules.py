@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .distributions import capped_ratio, kl_divergence, normalize, tv_distance
-from .params import Parametrised
+from .params import Parametrised, parse_spec
 from .errors import DraftsimError, as_float_array, as_probability
 
 __all__ = [
@@ -41,6 +41,8 @@ __all__ = [
     "BiLD",
     "Leniency",
     "DISCREPANCIES",
+    "parse_rule",
+    "RULE_HELP",
 ]
 
 
@@ -395,3 +397,47 @@ class Leniency(Rule):
     @property
     def lossless(self) -> bool:  # type: ignore[override]
         return self.leniency == 1.0
+
+
+# ---------------------------------------------------------------- the rule mini-language
+
+RULE_HELP = """\
+Rules on the command line: NAME[:KEY=VALUE[,KEY=VALUE...]]
+  sd                        lossless speculative sampling (pi = p)
+  chow:alpha=0.3            defer to the target when max q < 1 - alpha      ([SC] eq. 2)
+  diff:alpha=0.1            defer when max q < max p - alpha                ([SC] eq. 5)
+  opt:alpha=0.5             defer when max q < max p - alpha TV(p, q)       ([SC] eq. 10)
+  token1|token2|token3:alpha=0.2   token-specific cascades                   ([SC] eqs. 13-15)
+  lossy:alpha=0.1[,beta=1]  lossy speculative sampling                      ([SC] Lemma 3)
+  bild:alpha=0.3[,d=tv|kl|nll]     BiLD* deferral on a discrepancy
+  leniency:l=2              CS Drafting leniency (lossy at the top level)   ([CSD] 3.1)"""
+
+_RULES = {
+    "sd": (SD, {}),
+    "chow": (Chow, {"alpha": float}),
+    "diff": (Diff, {"alpha": float}),
+    "opt": (OPT, {"alpha": float}),
+    "token1": (TokenV1, {"alpha": float}),
+    "token2": (TokenV2, {"alpha": float}),
+    "token3": (TokenV3, {"alpha": float}),
+    "lossy": (Lossy, {"alpha": float, "beta": float}),
+    "bild": (BiLD, {"alpha": float, "d": str}),
+    "leniency": (Leniency, {"l": float}),
+}
+
+
+def parse_rule(spec: str) -> Rule:
+    """Build a rule from the mini-language (:data:`RULE_HELP`), e.g. ``opt:alpha=0.5``."""
+    name, raw = parse_spec(spec, "rule", {n: keys for n, (_, keys) in _RULES.items()})
+    cls, keys = _RULES[name]
+    params = {}
+    for key, value in raw.items():
+        try:
+            params[key] = keys[key](value)
+        except ValueError:
+            raise DraftsimError(f"rule {name}: {key}={value!r} is not a valid value") from None
+    required = [k for k in keys if k not in params and k not in ("beta", "d")]
+    if required:
+        raise DraftsimError(f"rule {name} needs {', '.join(required)} (e.g. {name}:{required[0]}=0.3)")
+    renamed = {"d": "discrepancy", "l": "leniency"}
+    return cls(**{renamed.get(k, k): v for k, v in params.items()})

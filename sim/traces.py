@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,7 @@ import pyarrow.parquet as pq
 
 from .errors import DraftsimError
 
-__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceWriter", "Trace", "TraceError", "EMBEDDED_TRACE"]
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
 
 #: A small trace of the embedded model (SmolLM2-135M-Instruct) shipped with draftsim, so that
 #: replay and the demo work without torch.
@@ -100,6 +101,46 @@ TABLES = {
 }
 
 
+#: Metadata fields that must agree for a recording to resume into an existing trace.
+RESUME_KEYS = ("target", "drafters", "prompt_set", "max_new_tokens", "top_k", "modes", "seed")
+
+_SEQUENCES = TABLES["sequences"]
+
+#: Tables of a run trace (``draftsim.run``, version 1): what a real run of a policy did.
+RUN_TABLES = {
+    "sequences": _SEQUENCES,
+    "rounds": pa.schema([
+        ("prompt_id", pa.int32()), ("round", pa.int32()), ("start", pa.int32()), ("drafted", pa.int32()),
+        ("accepted", pa.int32()), ("emitted", pa.int32()), ("draft_seconds", pa.float64()), ("target_seconds", pa.float64()),
+    ]),
+    "calls": pa.schema([
+        ("prompt_id", pa.int32()), ("round", pa.int32()), ("model", pa.int32()), ("kind", pa.string()),
+        ("n_tokens", pa.int32()), ("seconds", pa.float64()),
+    ]),
+    "drafts": pa.schema([
+        ("prompt_id", pa.int32()), ("round", pa.int32()), ("verifier", pa.int32()), ("proposer", pa.int32()),
+        ("block", pa.int32()), ("position", pa.int32()), ("index", pa.int32()), ("token", pa.int32()), ("conf", pa.float64()), ("accepted", pa.bool_()),
+    ]),
+}
+
+
+@dataclass(frozen=True)
+class TraceSchema:
+    """One member of the trace family: its name, version, tables and resume keys. Every
+    member shares the folder layout, the manifest and the atomic, checksummed commits."""
+
+    name: str
+    version: int
+    tables: dict
+    resume_keys: tuple
+
+
+#: Recordings (``draftsim record``): teacher-forced agreement of drafters with the target.
+RECORDING = TraceSchema(SCHEMA_NAME, SCHEMA_VERSION, TABLES, RESUME_KEYS)
+#: Runs (``draftsim run --trace``): per round and per call, what a policy did on real models.
+RUN = TraceSchema("draftsim.run", 1, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"))
+
+
 class TraceError(DraftsimError):
     """A trace that cannot be read: missing, truncated, corrupt or of another schema."""
 
@@ -127,28 +168,25 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-#: Metadata fields that must agree for a run to resume into an existing trace.
-RESUME_KEYS = ("target", "drafters", "prompt_set", "max_new_tokens", "top_k", "modes", "seed")
-
-
 class TraceWriter:
     """Append prompts to a trace folder, one atomic commit per prompt."""
 
-    def __init__(self, path, metadata: dict, resume: bool = False):
+    def __init__(self, path, metadata: dict, resume: bool = False, schema: TraceSchema = RECORDING):
         self.path = Path(path)
+        self.schema = schema
         manifest = self.path / "manifest.json"
         if manifest.exists():
-            existing = Trace._read_manifest(self.path)
+            existing = Trace._read_manifest(self.path, schema)
             if not resume:
                 raise DraftsimError(f"{self.path} already holds a trace; pass --resume to continue it, or choose another --out")
-            for key in RESUME_KEYS:
+            for key in schema.resume_keys:
                 if existing["metadata"].get(key) != metadata.get(key):
                     raise DraftsimError(
                         f"cannot resume {self.path}: {key} was {existing['metadata'].get(key)!r}, now {metadata.get(key)!r}"
                     )
             self.manifest = existing
         else:
-            self.manifest = {"schema": SCHEMA_NAME, "version": SCHEMA_VERSION, "metadata": metadata, "prompts": []}
+            self.manifest = {"schema": schema.name, "version": schema.version, "metadata": metadata, "prompts": []}
             self._write_manifest()
 
     @property
@@ -161,7 +199,7 @@ class TraceWriter:
             raise DraftsimError(f"prompt {key} is already in the trace")
         files = {}
         safe = key.replace("/", "-")
-        for name, schema in TABLES.items():
+        for name, schema in self.schema.tables.items():
             table = pa.Table.from_pydict(tables[name], schema=schema)
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink, compression="zstd")
@@ -180,17 +218,20 @@ class TraceWriter:
 
 
 class Trace:
-    """A validated trace (see the module docstring). Tables are pyarrow Tables."""
+    """A validated recording trace (see the module docstring). Tables are pyarrow Tables."""
+
+    schema = RECORDING
 
     def __init__(self, path, verify: bool = True):
         self.path = Path(path)
-        self.manifest = self._read_manifest(self.path)
+        self.manifest = self._read_manifest(self.path, self.schema)
         self.metadata = self.manifest["metadata"]
-        parts: dict[str, list] = {name: [] for name in TABLES}
+        tables = self.schema.tables
+        parts: dict[str, list] = {name: [] for name in tables}
         self.entries: list[dict] = []  # per committed sequence: {"key", "mode", table name -> Table}
         for entry in self.manifest["prompts"]:
             mine = {"key": entry.get("key"), "mode": entry.get("mode")}
-            for name, schema in TABLES.items():
+            for name, schema in tables.items():
                 info = entry.get("files", {}).get(name)
                 if info is None:
                     raise TraceError(f"trace {self.path}: prompt {entry.get('key')} lists no {name} file")
@@ -204,16 +245,16 @@ class Trace:
                 except Exception as exc:  # pyarrow raises several types for damaged files
                     raise TraceError(f"trace {self.path}: {info['path']} is not readable Parquet ({exc})") from None
                 if not table.schema.equals(schema, check_metadata=False):
-                    raise TraceError(f"trace {self.path}: {info['path']} does not match the {name} schema of version {SCHEMA_VERSION}")
+                    raise TraceError(f"trace {self.path}: {info['path']} does not match the {name} schema of version {self.schema.version}")
                 if table.num_rows != info["rows"]:
                     raise TraceError(f"trace {self.path}: {info['path']} has {table.num_rows} rows, the manifest says {info['rows']}")
                 parts[name].append(table)
                 mine[name] = table
             self.entries.append(mine)
-        self.tables = {name: (pa.concat_tables(t) if t else schema.empty_table()) for (name, schema), t in zip(TABLES.items(), parts.values())}
+        self.tables = {name: (pa.concat_tables(t) if t else schema.empty_table()) for (name, schema), t in zip(tables.items(), parts.values())}
 
     @staticmethod
-    def _read_manifest(path: Path) -> dict:
+    def _read_manifest(path: Path, schema: TraceSchema = RECORDING) -> dict:
         file = Path(path) / "manifest.json"
         if not Path(path).is_dir():
             raise TraceError(f"no trace at {path} (not a folder)")
@@ -223,10 +264,11 @@ class Trace:
             manifest = json.loads(file.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise TraceError(f"trace {path}: manifest.json is not valid JSON ({exc})") from None
-        if manifest.get("schema") != SCHEMA_NAME:
-            raise TraceError(f"{path} is not a draftsim trace (schema {manifest.get('schema')!r})")
-        if manifest.get("version") != SCHEMA_VERSION:
-            raise TraceError(f"trace {path} has schema version {manifest.get('version')!r}; this draftsim reads version {SCHEMA_VERSION}")
+        if manifest.get("schema") != schema.name:
+            hint = {RUN.name: " (a run trace: use draftsim check-sim)", RECORDING.name: " (a recording: use draftsim replay)"}
+            raise TraceError(f"{path} is not a {schema.name} trace (schema {manifest.get('schema')!r}){hint.get(manifest.get('schema'), '')}")
+        if manifest.get("version") != schema.version:
+            raise TraceError(f"trace {path} has schema version {manifest.get('version')!r}; this draftsim reads version {schema.version}")
         if not isinstance(manifest.get("prompts"), list) or not isinstance(manifest.get("metadata"), dict):
             raise TraceError(f"trace {path}: manifest.json lacks its prompts list or metadata")
         return manifest
@@ -338,3 +380,22 @@ class Trace:
             ],
             "calls": [{"model": m, "kind": k, "calls": c, "tokens": n, "seconds": s} for (m, k), (c, n, s) in sorted(timing.items())],
         }
+
+
+class RunTrace(Trace):
+    """A validated run trace (schema ``draftsim.run``): per prompt its sequence, rounds,
+    forward calls and every proposed token with its fate. Models are numbered as in the
+    policy (0 = target); ``metadata["models"]`` names them."""
+
+    schema = RUN
+
+    @property
+    def rounds(self) -> pa.Table:
+        return self.tables["rounds"]
+
+    @property
+    def drafts(self) -> pa.Table:
+        return self.tables["drafts"]
+
+    def models(self) -> list[str]:
+        return list(self.metadata.get("models", []))

@@ -194,7 +194,85 @@ def test_run_cli_on_tiny_models(capsys):
     assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "tiny:1", "--policy", "fixed:k=3",
                  "--prompts", "arithmetic", "--n", "2", "--max-new-tokens", "12", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["counts"]["accepted"] == data["counts"]["drafted"]  # the drafter is the target itself
-    assert data["mean_accepted_length"] > 1.5
+    (level,) = data["levels"]
+    assert level["accepted"] == level["drafted"]  # the drafter is the target itself
+    assert data["mean_accepted_length"] > 1.5 and data["quality"]["identical_to_target"] == 1.0
+    assert data["sim_check"]["counts_equal"]
     assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "maxgram", "--policy", "warp:k=2"]) == 2
     assert "unknown policy" in capsys.readouterr().err
+    for argv, message in (
+        (["--method", "sd", "--rule", "chow:alpha=0.3"], "lossless"),
+        (["--method", "csd", "--drafter", "maxgram", "--policy", "vertical:n=2,k=2"], "uses 2 drafter"),
+        (["--method", "sd", "--drafter", "tiny:2,maxgram", "--policy", "vertical:n=2,k=2"], "use --method csd"),
+        (["--method", "cascade", "--drafter", "tiny:2", "--rule", "opt:alpha=0.3", "--sequential"], "defers on the draft alone"),
+        (["--method", "ar", "--drafter", "tiny:2"], "takes no --drafter"),
+    ):
+        assert main(["run", "--model", "tiny:1", "--n", "1", "--max-new-tokens", "4", *argv]) == 2, argv
+        assert message in capsys.readouterr().err, argv
+
+
+# ---------------------------------------------------------------- run traces and the simulator check
+
+REPLAYS = [
+    ("sd", "fixed:k=3", "tiny:2", "sd", True),
+    ("sd", "heuristic:k=2,kmax=8", "maxgram", "sd", True),
+    ("sd", "confidence:tau=0.3,kmax=6", "tiny:2", "sd", True),
+    ("sd", "threshold:h=0.8,kmax=6", "tiny:2", "sd", True),
+    ("cascade", "fixed:k=3", "tiny:2", "chow:alpha=0.4", True),
+    ("csd", "horizontal:counts=2,3", "tiny:2,maxgram", "sd", True),
+    ("csd", "vertical:n=2,k=3,leniency=2", "tiny:2,maxgram", "sd", False),
+]
+
+
+@pytest.mark.parametrize("method,policy,drafter,rule,exact", REPLAYS, ids=[f"{r[0]}-{r[1]}" for r in REPLAYS])
+def test_run_traces_replay_in_the_simulator(tmp_path, target, method, policy, drafter, rule, exact):
+    """A greedy run's trace, replayed with the same policy by the Monte Carlo engine, gives
+    the same target calls, drafted and accepted tokens (single drafter or horizontal);
+    vertical cascades within 5%."""
+    from analysis.reality import check_run
+    from draftsim.commands.running import method_from
+    from realrun.compare import measure
+    from realrun.prompts import prompt_set
+    from sim.traces import RunTrace
+
+    m = method_from(method, target, drafter, policy, rule)
+    prompts = prompt_set("code", "test", 3) + prompt_set("arithmetic", "test", 3)
+    out = measure(target, m, prompts, 40, trace_dir=tmp_path / "run")
+    trace = RunTrace(tmp_path / "run")
+    assert len(trace.entries) == 6 and trace.metadata["policy"] == policy
+    assert trace.rounds.num_rows == out["target_calls"] and sum(trace.rounds["emitted"].to_pylist()) == out["tokens"]
+    check = check_run(trace)
+    assert check == out["sim_check"]  # the replay is deterministic
+    if exact:
+        assert check["counts_equal"], (check["sim"], check["real"])
+    else:
+        assert all(abs(e) < 0.05 for e in check["count_errors"].values()), check["count_errors"]
+    assert check["sim"]["tokens"] == check["real"]["tokens"]
+    assert abs(check["model_time_error"]) < 0.25  # the fitted a + b·n costs price the calls
+    if method != "cascade":
+        assert out["quality"]["identical_to_target"] == 1.0
+
+
+def test_run_trace_resume_and_errors(tmp_path, target, capsys):
+    from draftsim.cli import main
+    from sim.traces import RunTrace, Trace, TraceError
+
+    base = ["run", "--model", "tiny:1", "--method", "sd", "--drafter", "maxgram", "--n", "2", "--max-new-tokens", "8",
+            "--trace", str(tmp_path / "t")]
+    assert main(base + ["--prompts", "code"]) == 0
+    assert main(base + ["--prompts", "code"]) == 2 and "--resume" in capsys.readouterr().err
+    assert main(base + ["--prompts", "code", "--resume"]) == 0
+    assert "run trace:" in capsys.readouterr().out
+    assert len(RunTrace(tmp_path / "t").entries) == 2
+    assert main(["check-sim", str(tmp_path / "t"), "--json"]) == 0
+    assert json_load(capsys.readouterr().out)["counts_equal"]
+    with pytest.raises(TraceError, match="a run trace"):
+        Trace(tmp_path / "t")
+    (tmp_path / "t" / "drafts").joinpath(sorted(p.name for p in (tmp_path / "t" / "drafts").iterdir())[0]).write_bytes(b"junk")
+    assert main(["check-sim", str(tmp_path / "t")]) == 2 and "checksum" in capsys.readouterr().err
+
+
+def json_load(text):
+    import json
+
+    return json.loads(text)

@@ -153,3 +153,39 @@ def test_bad_rule_parameters(make, fragment):
     with pytest.raises(DraftsimError, match=None) as info:
         make()
     assert fragment in str(info.value)
+
+
+# ---------------------------------------------------------------- greedy decoding with a rule
+
+
+@given(row_pairs(), alphas, st.floats(1.0, 50.0))
+def test_greedy_rules(qp, alpha, leniency):
+    """Greedy verification emits the mode of π and keeps a draft only when it is that mode;
+    SD's mode is argmax p (lossless); leniency l ≥ 1 keeps at least what SD keeps."""
+    from sim.verify import verify_block_greedy
+
+    q, p = qp
+    x = int(q.argmax())
+    for rule in all_rules(alpha):
+        choice = int(rule.greedy_choice(q, p))
+        assert choice == int(rule.target(q, p).argmax())
+        assert bool(rule.greedy_accept(q, p, x)) == (x == choice)
+        res = verify_block_greedy(np.array([x]), np.stack([p, p]), rule, q[None, :])
+        assert int(res.n_accepted) == int(x == choice)
+        assert int(res.token) == (int(p.argmax()) if x == choice else choice)
+    assert int(rules.SD().greedy_choice(q, p)) == int(p.argmax())
+    lenient = rules.Leniency(leniency)
+    assert bool(lenient.greedy_accept(q, p, x)) >= (x == int(p.argmax()))
+    assert int(lenient.greedy_choice(q, p)) == int(p.argmax())
+
+
+def test_parse_rule():
+    assert rules.parse_rule("opt:alpha=0.5") == rules.OPT(0.5)
+    assert rules.parse_rule("bild:alpha=1,d=kl") == rules.BiLD(1.0, "kl")
+    assert rules.parse_rule("leniency:l=2") == rules.Leniency(2.0)
+    assert rules.parse_rule("lossy:alpha=0.1,beta=1") == rules.Lossy(0.1, 1.0)
+    assert rules.parse_rule("SD") == rules.SD()
+    for bad, message in (("chow", "needs alpha"), ("foo", "unknown rule"), ("chow:alpha=x", "not a valid value"),
+                         ("chow:beta=1", "unknown parameter"), ("chow:alpha=2", "alpha"), ("chow:alpha=0.1,alpha=0.2", "twice")):
+        with pytest.raises(DraftsimError, match=message):
+            rules.parse_rule(bad)

@@ -1,101 +1,157 @@
-"""``draftsim run``: decode real prompts with a real target, autoregressively or speculatively."""
+"""``draftsim run`` and ``draftsim check-sim``: decode real prompts with real models, and hold
+the simulator against what the run did."""
 
 from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from analysis.table import format_table
-from sim.analytic import swi
 from sim.errors import DraftsimError
 from sim.policies import POLICY_HELP, parse_policy
+from sim.rules import RULE_HELP, parse_rule
 
 from .. import args as a
 from ..progress import count_bar
 
+#: Per method: default drafters, policy and rule.
+DEFAULTS = {
+    "ar": ("", "ar", "sd"),
+    "sd": ("maxgram", "fixed:k=4", "sd"),
+    "csd": ("distilled,maxgram", "vertical:n=2,k=4", "sd"),
+    "cascade": ("distilled", "fixed:k=4", "opt:alpha=0.5"),
+}
+
 
 def register(sub, common) -> None:
-    p = sub.add_parser("run", parents=[common], help="decode prompts with real models (ar or speculative decoding)",
-                       description="Run a sim policy on real models and measure tokens/s against autoregressive decoding "
-                       "of the same prompts (measured alternately, prompt by prompt).",
-                       epilog=POLICY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("run", parents=[common], help="decode prompts with real models: ar, sd, csd or cascade",
+                       description="Run a method on real models and measure it against autoregressive decoding of the same "
+                       "prompts (alternately, prompt by prompt). Methods: ar (baseline), sd (speculative decoding with one "
+                       "drafter), csd (Cascade Speculative Drafting: a K matrix over several drafters, lenient inner levels), "
+                       "cascade (speculative cascades with a deferral rule; --sequential for the token-level cascade). "
+                       "Every run writes a run trace and is replayed in the simulator (counts and tokens/s compared).",
+                       epilog=POLICY_HELP + "\n\n" + RULE_HELP + "\n\nDrafters: maxgram, bigram, distilled (draftsim distill), "
+                       "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--method", choices=["ar", "sd"], default="sd")
-    p.add_argument("--drafter", default="maxgram", help="maxgram, bigram, distilled or a neural model")
-    p.add_argument("--policy", default="fixed:k=4")
-    p.add_argument("--prompts", default="code")
-    p.add_argument("--n", type=a.count("n", 1, 10_000), default=5)
+    p.add_argument("--method", choices=list(DEFAULTS), default="sd")
+    p.add_argument("--drafter", help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
+    p.add_argument("--policy", help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
+    p.add_argument("--rule", help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
+    p.add_argument("--sequential", action="store_true", help="cascade: the sequential token-level cascade ([SC] Algorithm 2; rule chow)")
+    p.add_argument("--prompts", default="code", help="prompt set(s), comma-separated")
+    p.add_argument("--split", choices=["train", "test"], default="test")
+    p.add_argument("--n", type=a.count("n", 1, 10_000), default=5, help="prompts per set")
     p.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 4096), default=64)
     p.add_argument("--temperature", type=a.cost("temperature"), default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=a.count("top_k", 1, 1_000_000))
     p.add_argument("--seed", type=a.count("seed"), default=0)
-    p.add_argument("--cost", type=a.cost("cost"), help="drafter cost coefficient for SWI (default: measured)")
+    p.add_argument("--trace", help="write the run trace to this folder (default: a temporary one)")
+    p.add_argument("--resume", action="store_true", help="continue an existing --trace")
+    p.add_argument("--no-check", action="store_true", help="skip the simulator replay")
     p.add_argument("--device", default="auto")
     p.set_defaults(run=run)
 
+    c = sub.add_parser("check-sim", parents=[common], help="replay a run trace in the simulator and compare",
+                       description="Replay the acceptance a real run recorded with the same policy in the Monte Carlo engine; "
+                       "compare counts (exact for greedy single-drafter runs) and predicted against measured tokens/s.")
+    c.add_argument("trace", nargs="+", help="run trace folder(s) (draftsim run --trace)")
+    c.set_defaults(run=run_check)
 
-def run(args: argparse.Namespace) -> int:
+
+def method_from(kind: str, target, drafter: str | None, policy: str | None, rule: str | None, sequential: bool = False):
+    """A :class:`realrun.compare.Method` from command-line specs (defaults per method)."""
+    from realrun.compare import Method
     from realrun.drafters import Bigram
-    from realrun.executor import Sampling, generate
-    from realrun.models import load_model
     from realrun.prompts import SETS, format_prompt, prompt_set
 
     from .traces import _drafter
 
+    d_default, p_default, r_default = DEFAULTS[kind]
+    if kind == "ar" and (drafter or policy or rule):
+        raise DraftsimError("method ar takes no --drafter, --policy or --rule")
+    if sequential and kind != "cascade":
+        raise DraftsimError("--sequential applies to --method cascade")
+    policy_spec = policy or p_default
+    rule_spec = rule or r_default
+    pol = parse_policy(policy_spec)
+    names = [s.strip() for s in (drafter if drafter is not None else d_default).split(",") if s.strip()]
+    if kind != "ar" and pol.n_models - 1 != len(names):
+        raise DraftsimError(f"policy {policy_spec} uses {pol.n_models - 1} drafter(s) but --drafter names {len(names)} ({', '.join(names) or 'none'})")
+    if kind in ("sd", "cascade") and pol.n_models > 2:
+        raise DraftsimError(f"method {kind} uses one drafter; policy {policy_spec} needs {pol.n_models - 1} (use --method csd)")
+    drafters = []
+    if names:
+        train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
+        bigram = Bigram.fit(train, target.vocab_size)
+        drafters = [_drafter(n, target, bigram) for n in names]
+    return Method(kind, pol, policy_spec, drafters, parse_rule(rule_spec), rule_spec, sequential)
+
+
+def run(args: argparse.Namespace) -> int:
+    from realrun.compare import measure
+    from realrun.executor import Sampling
+    from realrun.models import load_model
+    from realrun.prompts import prompt_set
+
+    if args.resume and not args.trace:
+        raise DraftsimError("--resume needs --trace")
+    if args.top_k is not None and args.temperature == 0:
+        raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
     target = load_model(args.model, device=args.device)
-    policy = parse_policy(args.policy) if args.method == "sd" else parse_policy("ar")
-    drafter = None
-    if args.method == "sd":
-        bigram = Bigram.fit([format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")], target.vocab_size)
-        drafter = _drafter(args.drafter, target, bigram)
+    method = method_from(args.method, target, args.drafter, args.policy, args.rule, args.sequential)
+    sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
+    prompts = [p for s in sets for p in prompt_set(s, args.split, args.n)]
     sampling = Sampling(args.temperature, args.top_k)
-    rng = np.random.default_rng(args.seed)
-    prompts = prompt_set(args.prompts, "test", args.n)
-    spec = {"tokens": 0, "seconds": 0.0, "target_calls": 0, "draft_calls": 0, "drafted": 0, "accepted": 0}
-    base = {"tokens": 0, "seconds": 0.0}
     with count_bar(len(prompts), "decoding") as bar:
-        for prompt in prompts:
-            ids = format_prompt(prompt, target.tokenizer)
-            ar = generate(target, ids, args.max_new_tokens, sampling=sampling, rng=rng)
-            base["tokens"] += ar.tokens
-            base["seconds"] += ar.seconds
-            if args.method == "sd":
-                log = generate(target, ids, args.max_new_tokens, policy, drafter, sampling, rng=rng)
-                spec["tokens"] += log.tokens
-                spec["seconds"] += log.seconds
-                spec["target_calls"] += log.target_calls
-                spec["draft_calls"] += log.draft_calls
-                spec["drafted"] += sum(r["drafted"] for r in log.rounds)
-                spec["accepted"] += sum(r["accepted"] for r in log.rounds)
-            bar.update(1)
-    ar_rate = base["tokens"] / base["seconds"]
-    out = {"method": args.method, "policy": repr(policy), "drafter": args.drafter if drafter else None,
-           "autoregressive_tokens_per_second": ar_rate, "prompts": len(prompts)}
-    if args.method == "sd":
-        rate = spec["tokens"] / spec["seconds"]
-        cost = args.cost
-        if cost is None:
-            cost = 0.0  # refined by the cost profiler of a later issue; Max-Gram and bigram are ~free
-        out.update({
-            "tokens_per_second": rate, "speedup": rate / ar_rate,
-            "mean_accepted_length": spec["tokens"] / max(spec["target_calls"], 1),
-            "acceptance_rate": spec["accepted"] / max(spec["drafted"], 1),
-            "counts": {k: spec[k] for k in ("target_calls", "draft_calls", "drafted", "accepted", "tokens")},
-            "swi": float(swi([spec["target_calls"], spec["draft_calls"]], [1.0, cost], max(spec["tokens"], 1))),
-            "swi_cost": cost,
-        })
+        out = measure(target, method, prompts, args.max_new_tokens, sampling, args.seed, args.trace, args.resume,
+                      progress=bar.update, check=not args.no_check)
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"{target.name} on {len(prompts)} {args.prompts} test prompts, {args.max_new_tokens} new tokens, "
-          f"{'greedy' if sampling.greedy else f'temperature {args.temperature:g}'}")
-    rows = [["autoregressive", ar_rate, 1.0, 1.0, "-"]]
-    if args.method == "sd":
-        rows.append([f"{policy!r} with {args.drafter}", out["tokens_per_second"], out["speedup"], out["mean_accepted_length"], f"{out['swi']:.3f}"])
-    print(format_table(["method", "tokens/s", "speedup", "tokens/target call", f"SWI (c={args.cost or 0:g})"], rows))
-    if args.method == "sd":
-        c = out["counts"]
-        print(f"target calls {c['target_calls']}, draft calls {c['draft_calls']}, drafted {c['drafted']}, accepted {c['accepted']} "
-              f"({out['acceptance_rate']:.1%})")
+    print(f"{target.name} on {len(prompts)} {args.split} prompts ({', '.join(sets)}), {args.max_new_tokens} new tokens, "
+          f"{'greedy' if sampling.greedy else out['sampling']}")
+    q = out["quality"]
+    rows = [["autoregressive", out["autoregressive_tokens_per_second"], 1.0, 1.0, "-", "-"]]
+    if args.method != "ar":
+        rows.append([out["label"], out["tokens_per_second"], out["speedup"], out["mean_accepted_length"], f"{out['swi']:.2f}",
+                     f"{q['identical_to_target']:.0%}"])
+    print(format_table(["method", "tokens/s", "speedup", "tokens/target call", "SWI", "= target output"], rows))
+    if args.method != "ar":
+        print("calls per model: " + ", ".join(f"{n} {c}" for n, c in zip(["target"] + out["drafters"], out["calls_per_model"]))
+              + "; cost coefficients (measured): " + ", ".join(f"{c:.3f}" for c in out["cost_coefficients"]))
+        for lv in out["levels"]:
+            print(f"  {lv['proposer']} -> {lv['verifier']}: drafted {lv['drafted']}, accepted {lv['accepted']} "
+                  f"({lv['accepted'] / max(lv['drafted'], 1):.1%})")
+    if q["answer_accuracy"] is not None:
+        print(f"arithmetic answers correct: {q['answer_accuracy']:.0%} (target alone: {q['answer_accuracy_target']:.0%})")
+    if not sampling.greedy or out["rule"] != "sd":
+        print(f"agreement with the target's output: {q['mean_prefix_agreement']:.0%} of tokens before the first difference")
+    if "sim_check" in out:
+        _print_check(out["sim_check"])
+    if out["trace"]:
+        print(f"run trace: {out['trace']}")
+    return 0
+
+
+def _print_check(c: dict) -> None:
+    if not c.get("replayable"):
+        print(f"simulator check: not replayable ({c['reason']})")
+        return
+    r, s = c["real"], c["sim"]
+    same = "identical" if c["counts_equal"] else "differ: " + ", ".join(f"{k} {s[k]} vs {r[k]}" for k in r if s[k] != r[k])
+    print(f"simulator check: counts {same}; predicted {c['predicted_tokens_per_second']:.1f} tokens/s vs measured "
+          f"{c['measured_tokens_per_second']:.1f} ({c['tokens_per_second_error']:+.1%}; model time {c['model_time_error']:+.1%}, "
+          f"{c['overhead_share']:.0%} of the run outside model calls)")
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from analysis.reality import check_run
+
+    results = [check_run(path) for path in args.trace]
+    if args.json:
+        a.emit_json(results if len(results) > 1 else results[0])
+        return 0
+    for c in results:
+        print(f"{c['path']}: {c['method']} {c['policy']} ({c['mode']}, {c['sequences']} sequences)")
+        _print_check(c)
     return 0

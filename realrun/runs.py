@@ -1,0 +1,52 @@
+"""Run traces: every real run's rounds, forward calls and proposed tokens, on disk.
+
+A run trace is the ``draftsim.run`` member of the trace family (:mod:`sim.traces`): the same
+folder layout, manifest, checksums and atomic per-prompt commits as a recording, with the
+tables ``sequences``, ``rounds``, ``calls`` and ``drafts`` (see :data:`sim.traces.RUN_TABLES`
+and :class:`realrun.executor.RunLog`). :mod:`analysis.reality` replays them in ``sim``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.traces import RUN, RunTrace, TraceWriter
+
+from .executor import RunLog
+from .prompts import Prompt
+
+__all__ = ["RunWriter", "log_tables"]
+
+
+def log_tables(log: RunLog, prompt: Prompt, prompt_ids: list[int], mode: str, seed: int) -> dict[str, dict]:
+    """Column dicts of one generation, ready for :meth:`sim.traces.TraceWriter.commit`."""
+    pid = int(prompt.id)
+    tables = {
+        "sequences": {"prompt_set": [prompt.set], "prompt_id": [pid], "split": [prompt.split], "mode": [mode],
+                      "seed": [seed], "prompt_ids": [list(prompt_ids)], "output_ids": [list(log.output)]},
+    }
+    for name, rows, columns in (
+        ("rounds", [dict(r, round=i) for i, r in enumerate(log.rounds)], ("round", "start", "drafted", "accepted", "emitted", "draft_seconds", "target_seconds")),
+        ("calls", log.calls, ("round", "model", "kind", "n_tokens", "seconds")),
+        ("drafts", log.drafts, ("round", "verifier", "proposer", "block", "position", "index", "token", "conf", "accepted")),
+    ):
+        tables[name] = {"prompt_id": [pid] * len(rows), **{c: [r[c] for r in rows] for c in columns}}
+    return tables
+
+
+class RunWriter:
+    """Append generations to a run trace (resumable: prompts already there are skipped)."""
+
+    def __init__(self, path, metadata: dict, resume: bool = False):
+        self.writer = TraceWriter(Path(path), metadata, resume=resume, schema=RUN)
+
+    @property
+    def done(self) -> set[str]:
+        return self.writer.done
+
+    def commit(self, key: str, log: RunLog, prompt: Prompt, prompt_ids: list[int], mode: str, seed: int, **info) -> None:
+        self.writer.commit(key, {"mode": mode, "tokens": log.tokens, "seconds": log.seconds, **info},
+                           log_tables(log, prompt, prompt_ids, mode, seed))
+
+    def load(self) -> RunTrace:
+        return RunTrace(self.writer.path)
