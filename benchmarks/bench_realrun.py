@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python benchmarks/bench_realrun.py [--n 4] [--max-new-tokens 64]``.
 For each prompt, measured alternately in this one run: plain greedy (transformers),
 ``generate(assistant_model=distilled)``, ``generate(prompt_lookup_num_tokens=k)``, and ours
-with the distilled draft and with Max-Gram (FixedK(k)). Outputs must be identical to plain
+with the distilled draft and with Max-Gram (FixedK(k)), and CS Drafting (``--csd``: a vertical
+cascade of the distilled draft over Max-Gram). Outputs must be identical to plain
 greedy; the script prints tokens/s and the ratios. Needs the distilled draft in the cache
 (``draftsim distill``).
 """
@@ -21,6 +22,7 @@ from realrun.executor import generate
 from realrun.models import load_model
 from realrun.prompts import format_prompt, prompt_set
 from sim import policies as P
+from sim.policies import parse_policy
 
 
 def main() -> None:
@@ -29,12 +31,14 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--prompts", default="code")
+    parser.add_argument("--csd", default="vertical:n=2,k=4,leniency=2", help="CS Drafting policy (distilled over Max-Gram)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     target = load_model("smollm2", device="cpu")
     draft = load_distilled(target)
     tok = target.tokenizer
-    totals = {name: [0, 0.0] for name in ("hf greedy", "hf assisted", "hf prompt lookup", "ours sd distilled", "ours sd maxgram")}
+    totals = {name: [0, 0.0] for name in ("hf greedy", "hf assisted", "hf prompt lookup", "ours sd distilled", "ours sd maxgram", "ours csd")}
+    csd = parse_policy(args.csd)
     mismatches = []
     for prompt in prompt_set(args.prompts, "test", args.n):
         ids = format_prompt(prompt, tok)
@@ -51,6 +55,7 @@ def main() -> None:
             "hf prompt lookup": lambda: hf(prompt_lookup_num_tokens=args.k),
             "ours sd distilled": lambda: generate(target, ids, args.max_new_tokens, P.FixedK(args.k), NeuralDraft(draft, "distilled")).output,
             "ours sd maxgram": lambda: generate(target, ids, args.max_new_tokens, P.FixedK(args.k), MaxGram(target.vocab_size)).output,
+            "ours csd": lambda: generate(target, ids, args.max_new_tokens, csd, drafters=[NeuralDraft(draft, "distilled"), MaxGram(target.vocab_size)]).output,
         }
         outputs = {}
         for name, fn in runs.items():
@@ -71,7 +76,9 @@ def main() -> None:
         print(f"{name:22s} {n / s:9.2f} {n / s / base:9.2f}x")
     r1 = (totals["ours sd distilled"][0] / totals["ours sd distilled"][1]) / (totals["hf assisted"][0] / totals["hf assisted"][1])
     r2 = (totals["ours sd maxgram"][0] / totals["ours sd maxgram"][1]) / (totals["hf prompt lookup"][0] / totals["hf prompt lookup"][1])
-    print(f"ours / transformers: distilled draft {r1:.2f}x, Max-Gram vs prompt lookup {r2:.2f}x")
+    r3 = (totals["ours csd"][0] / totals["ours csd"][1]) / (totals["hf assisted"][0] / totals["hf assisted"][1])
+    print(f"ours / transformers: distilled draft {r1:.2f}x, Max-Gram vs prompt lookup {r2:.2f}x, "
+          f"CS Drafting ({args.csd}) vs assisted {r3:.2f}x")
     print("outputs identical to plain greedy" if not mismatches else f"MISMATCHES: {mismatches}")
 
 

@@ -77,6 +77,20 @@ def _prefix_fraction(a: list[int], b: list[int]) -> float:
     return n / max(len(b), 1)
 
 
+def _target_nll(target: LoadedModel, ids: list[int], output: list[int]) -> float:
+    """Mean negative log-likelihood per token of ``output`` after ``ids`` under the target
+    (one teacher-forced forward; lower is closer to what the target itself would write)."""
+    import torch
+
+    if not output:
+        return float("nan")
+    with torch.inference_mode():
+        x = torch.tensor([list(ids) + list(output)], device=target.device)
+        logits = target.model(x).logits[0, len(ids) - 1 : -1].double()
+        logp = torch.log_softmax(logits, dim=-1)[torch.arange(len(output)), torch.tensor(output)]
+    return float(-logp.mean())
+
+
 def _answer_correct(prompt: Prompt, text: str) -> bool | None:
     if prompt.answer is None:
         return None
@@ -113,7 +127,7 @@ def measure(
     mode = "greedy" if sampling.greedy else "sampled"
     base = {"tokens": 0, "seconds": 0.0}
     spec = {"tokens": 0, "seconds": 0.0}
-    quality = {"identical": 0, "prefix": [], "answers": [], "answers_ar": []}
+    quality = {"identical": 0, "prefix": [], "answers": [], "answers_ar": [], "nll": [], "nll_ar": []}
     for prompt in prompts:
         key = f"{prompt.set}-{prompt.id}"
         ids = format_prompt(prompt, target.tokenizer)
@@ -127,6 +141,9 @@ def measure(
             writer.commit(key, log, prompt, ids, mode, -1 if sampling.greedy else seed, prompt_id=prompt.id, set=prompt.set)
         quality["identical"] += int(log.output == ar.output)
         quality["prefix"].append(_prefix_fraction(log.output, ar.output))
+        if method.kind == "cascade" or not sampling.greedy:  # lossless greedy output is the target's own text
+            quality["nll"].append(_target_nll(target, ids, log.output))
+            quality["nll_ar"].append(_target_nll(target, ids, ar.output))
         ok = _answer_correct(prompt, target.tokenizer.decode(log.output))
         if ok is not None:
             quality["answers"].append(ok)
@@ -165,6 +182,8 @@ def measure(
             "mean_prefix_agreement": float(np.mean(quality["prefix"])),
             "answer_accuracy": float(np.mean(quality["answers"])) if quality["answers"] else None,
             "answer_accuracy_target": float(np.mean(quality["answers_ar"])) if quality["answers_ar"] else None,
+            "target_nll": float(np.mean(quality["nll"])) if quality["nll"] else None,
+            "target_nll_target": float(np.mean(quality["nll_ar"])) if quality["nll_ar"] else None,
         },
         "trace": None if tmp else str(trace_dir),
     }

@@ -1,6 +1,12 @@
 """Traces: how real drafters and a real target agreed, token by token, on real text.
 
-A trace is a folder::
+Two members of one family share the folder layout, the manifest and the atomic, checksummed
+per-prompt commits (:class:`TraceSchema`): *recordings* (``draftsim.trace``, below; written by
+``draftsim record``) and *run traces* (``draftsim.run``, :data:`RUN_TABLES`; written by every
+``draftsim run``: per round, per forward call and per proposed token at every cascade level,
+what a policy did on real models — :mod:`analysis.reality` replays them).
+
+A recording is a folder::
 
     NAME/manifest.json                 schema, version, run metadata, committed prompts
     NAME/sequences/KEY.parquet         per prompt: prompt ids, the target's output ids

@@ -68,6 +68,8 @@ def test_demo_writes_figures(capsys, tmp_path):
     data = json.loads(out)
     assert status == 0
     assert len(data["settings"]) >= 3
+    real = data["real"]  # make test installs torch and SmolLM2: the short real run happens
+    assert real["quality"]["identical_to_target"] == 1.0 and real["sim_check"]["counts_equal"], real
     for path in data["figures"]:
         png = Path(path)
         assert png.parent == tmp_path and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

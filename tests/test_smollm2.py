@@ -61,3 +61,37 @@ def test_embedded_trace_is_valid_and_replays():
         assert all(np.isin(f, (0.0, 1.0)).all() for f in flags)
     total = sum(p.stat().st_size for p in EMBEDDED_TRACE.rglob("*") if p.is_file())
     assert total < 600_000, f"the embedded trace should stay small; it is {total} bytes"
+
+
+def _prompts20():
+    return prompt_set("code", "test", 7) + prompt_set("arithmetic", "test", 7) + prompt_set("instructions", "test", 3) + prompt_set("docstrings", "test", 3)
+
+
+def test_lossless_methods_reproduce_smollm2_greedy_on_20_prompts(smollm2):
+    """Speculative decoding (Max-Gram) and CS Drafting (vertical cascade: a 4-layer
+    truncated copy of SmolLM2 verifying Max-Gram with leniency 2, then the target) give
+    exactly transformers' own greedy output on 20 bundled prompts (24 new tokens each)."""
+    import torch
+
+    from realrun.distill import truncated_copy
+    from realrun.drafters import NeuralDraft
+    from realrun.executor import generate
+    from realrun.models import LoadedModel
+    from realrun.prompts import format_prompt
+
+    small = LoadedModel("truncated-4", truncated_copy(smollm2, 4).eval(), smollm2.tokenizer, "cpu", smollm2.dtype, "test")
+    maxgram = MaxGram(smollm2.vocab_size)
+    methods = {
+        "sd": (P.FixedK(4), [maxgram]),
+        "csd": (P.VerticalCascade([[0, 2, 0], [0, 0, 3], [0, 0, 0]], leniency=2.0), [NeuralDraft(small, "truncated-4"), maxgram]),
+    }
+    prompts = _prompts20()
+    assert len(prompts) == 20
+    for prompt in prompts:
+        ids = format_prompt(prompt, smollm2.tokenizer)
+        with torch.inference_mode():
+            own = smollm2.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
+                                         pad_token_id=smollm2.tokenizer.eos_token_id)[0, len(ids):].tolist()
+        for name, (policy, drafters) in methods.items():
+            log = generate(smollm2, ids, 24, policy, drafters=drafters)
+            assert log.output == own, (name, prompt.set, prompt.id)

@@ -22,11 +22,12 @@ def register(sub, common) -> None:
         "figures EWIF-against-k and optimal-k map written as PNG files.",
     )
     p.add_argument("--out", type=Path, default=Path("figures"), help="folder for the figures (default: figures)")
+    p.add_argument("--no-real", action="store_true", help="skip the short real run on the embedded model")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_demo(args.out)
+    result = run_demo(args.out, real=not args.no_real)
     if args.json:
         a.emit_json(
             {
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
                 "simulations": result["simulations"],
                 "optimisation": {k: v for k, v in result["optimisation"].items() if k != "figure"},
                 "replay": result["replay"],
+                "real": result["real"],
                 "figures": [str(p) for p in result["figures"]],
             }
         )
@@ -85,6 +87,21 @@ def run(args: argparse.Namespace) -> int:
         ["drafter", "cost", "policy", "tokens/call", "EWIF", "oracle"],
         [[r["drafter"], r["cost"], r["policy"], r["tokens_per_call"], r["ewif"], r["oracle_speedup"]] for r in rp["rows"]],
     ))
+    print()
+    rr = result["real"]
+    if "skipped" in rr:
+        print(f"Real run on SmolLM2: skipped ({rr['skipped']}; make test installs torch and the model)")
+    else:
+        c = rr["sim_check"]
+        print(f"Real run on SmolLM2 ({rr['prompts']} code prompts, {rr['max_new_tokens']} new tokens, greedy):")
+        print(format_table(
+            ["method", "tokens/s", "speedup", "tokens/target call", "= target output"],
+            [["autoregressive", rr["autoregressive_tokens_per_second"], 1.0, 1.0, "-"],
+             [rr["label"], rr["tokens_per_second"], rr["speedup"], rr["mean_accepted_length"], f"{rr['quality']['identical_to_target']:.0%}"]],
+        ))
+        print(f"simulator replay of the run: counts {'identical' if c['counts_equal'] else 'differ'}, "
+              f"tokens/s predicted {c['predicted_tokens_per_second']:.1f} vs measured {c['measured_tokens_per_second']:.1f} "
+              f"({c['tokens_per_second_error']:+.1%})")
     print()
     print("figures:")
     for path in result["figures"]:
