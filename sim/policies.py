@@ -263,17 +263,33 @@ class ConfidenceStop(Policy):
 
 
 class Tree(Policy):
-    """Token-tree drafting: ``width`` candidates per node, ``depth`` levels, one target call
-    verifying the whole tree. Candidate r at a node is accepted with the process's per-rank
-    acceptance (:meth:`sim.acceptance.AcceptanceProcess.rank_prob`)."""
+    """Token-tree (and token-graph) drafting: up to ``width`` candidates per node, ``depth``
+    levels, one target call verifying the whole tree with a tree-attention mask.
+
+    The real executor (:mod:`realrun.trees`) also honours the graph-structured drafting
+    controls of GSD (§4–5): ``theta_prob`` prunes candidates whose draft probability is
+    below it, ``theta_sib`` those below ``theta_sib`` × their best sibling's, ``theta_exit``
+    ends drafting once every new node's probability is below it, ``merge`` = m ≥ 1 turns a
+    node that ends an m-gram already present elsewhere in the graph into a leaf pointing at
+    the first occurrence (a DAG; 0 = a plain tree), and ``max_nodes`` caps the drafted nodes.
+    The simulators draft the full ``width``/``depth`` tree and accept candidate r at a node
+    with the process's per-rank acceptance (:meth:`sim.acceptance.AcceptanceProcess.rank_prob`);
+    the effect of pruning and merging reaches them through traces of real runs.
+    """
 
     kind = "tree"
 
-    def __init__(self, width: int, depth: int):
+    def __init__(self, width: int, depth: int, theta_prob: float = 0.0, theta_sib: float = 0.0, theta_exit: float = 0.0,
+                 merge: int = 0, max_nodes: int = 4096):
         self.width = _steps("width", width, minimum=1)
         self.depth = _steps("depth", depth, minimum=1)
-        if self.nodes > 4096:
-            raise DraftsimError(f"a tree of width {self.width} and depth {self.depth} has {self.nodes} nodes; the limit is 4096")
+        self.theta_prob = float(as_probability("theta_prob", theta_prob))
+        self.theta_sib = float(as_probability("theta_sib", theta_sib))
+        self.theta_exit = float(as_probability("theta_exit", theta_exit))
+        self.merge = int(as_count("merge", merge, maximum=64))
+        self.max_nodes = int(as_count("max_nodes", max_nodes, minimum=1, maximum=4096))
+        if self.nodes > 4096 and max_nodes == 4096:
+            raise DraftsimError(f"a tree of width {self.width} and depth {self.depth} has {self.nodes} nodes; the limit is 4096 (or set max_nodes)")
 
     @property
     def nodes(self) -> int:
@@ -301,6 +317,9 @@ Policies on the command line: NAME[:KEY=VALUE[,KEY=VALUE...]]
   vertical:n=4,k=10                   d1 builds its draft in n inner rounds of k tokens from d2
   vertical:K=0,4,0;0,0,10;0,0,0       a full K matrix (rows separated by ';')
   tree:width=2,depth=4                token tree, candidates accepted by per-rank rates
+  tree:width=3,depth=5,prob=0.05,sib=0.1,exit=0.02,merge=2,nodes=48
+                                      GSD graph drafting on real models: pruning, early exit,
+                                      merging of repeated m-grams (merge=0: a tree)
 Any vertical policy also takes leniency=L."""
 
 _POLICIES = {
@@ -312,7 +331,7 @@ _POLICIES = {
     "confidence": (ConfidenceStop, {"tau": float, "kmax": int}),
     "horizontal": (HorizontalCascade, {"counts": "ints"}),
     "vertical": (VerticalCascade, {"n": int, "k": int, "K": "matrix", "leniency": float}),
-    "tree": (Tree, {"width": int, "depth": int}),
+    "tree": (Tree, {"width": int, "depth": int, "prob": float, "sib": float, "exit": float, "merge": int, "nodes": int}),
 }
 
 
@@ -332,7 +351,7 @@ def parse_policy(spec: str) -> Policy:
     name, raw = parse_spec(spec, "policy", {n: keys for n, (_, keys) in _POLICIES.items()})
     cls, keys = _POLICIES[name]
     params = {key: _convert(name, key, keys[key], value) for key, value in raw.items()}
-    renamed = {"kmax": "k_max", "kmin": "k_min"}
+    renamed = {"kmax": "k_max", "kmin": "k_min", "prob": "theta_prob", "sib": "theta_sib", "exit": "theta_exit", "nodes": "max_nodes"}
     params = {renamed.get(k, k): v for k, v in params.items()}
     if cls is FixedK and "k" not in params:
         raise DraftsimError("policy fixed needs k (e.g. fixed:k=5)")

@@ -39,6 +39,7 @@ __all__ = [
     "candidate_residual",
     "draw_candidates",
     "verify_tree_greedy",
+    "verify_tree_greedy_ids",
     "verify_tree",
 ]
 
@@ -164,7 +165,14 @@ def draw_candidates(q: np.ndarray, m: int, rng: np.random.Generator, replacement
 def verify_tree_greedy(tree: TokenTree, p) -> TreeResult:
     """Follow the child equal to the target's argmax from the root; emit the argmax at the first miss."""
     p = _check_tree_rows(tree, "p", p)
-    best = p.argmax(axis=-1)
+    return verify_tree_greedy_ids(tree, p.argmax(axis=-1))
+
+
+def verify_tree_greedy_ids(tree: TokenTree, best) -> TreeResult:
+    """:func:`verify_tree_greedy` from the target's argmax id at every position (n + 1,) alone."""
+    best = np.asarray(best)
+    if best.shape != (tree.size + 1,):
+        raise DraftsimError(f"target argmax ids must have shape (n_nodes + 1,) = ({tree.size + 1},); got {best.shape}")
     position, path = 0, []
     while True:
         want = int(best[position])

@@ -1,0 +1,354 @@
+"""Token trees and token graphs on real models (GSD §4–5, Appendix A; SSD / TSD / GSD).
+
+A round drafts a graph level by level with a neural drafter, then the target verifies it in
+one forward call:
+
+* **drafting** — every node of a level is drafted in *one* forward pass of the drafter with a
+  tree-attention mask (a node sees the context and its own ancestors; its position id is
+  context length − 1 + depth); the drafter's KV cache keeps the context and the graph's
+  earlier levels, so each level feeds only its new nodes. Candidates per node: the top
+  ``width`` tokens of q (greedy) or ``width`` draws without replacement from q (sampling);
+  ``theta_sib`` / ``theta_prob`` prune candidates (greedy: dropped; sampling: kept as leaves,
+  so that every drawn candidate is still tried — pruning a drawn candidate would bias the
+  verification); ``theta_exit`` ends drafting once every new node's probability is below it;
+* **merging** (``merge`` = m ≥ 1, GSD) — a new node whose last m tokens (context included)
+  already end another node of the graph that is not its ancestor becomes a leaf pointing at
+  that first occurrence, whose successors it reuses: the tree becomes a DAG and the drafter
+  never expands the merged node;
+* **verification** — the DAG is unmerged into a tree (each merged node gets a copy of its
+  target's subtree, cut at ``depth``), flattened, and scored by one target forward with the
+  tree mask. Greedy: the walk of :func:`sim.tree.verify_tree_greedy_ids`; sampling: lossless
+  multi-candidate verification (:func:`sim.tree.verify_tree`, without replacement), where a
+  copied node's candidates carry the row q they were drawn from at the original.
+
+With width 1 this is speculative decoding with a chain (SSD); with ``merge = 0`` a token
+tree (TSD); with ``merge ≥ 1`` a token graph (GSD). Every round is logged like the chain
+executor's (:class:`realrun.executor.RunLog`) plus the graph's own counters.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.errors import DraftsimError
+from sim.policies import Tree
+from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
+
+from .drafters import NeuralDraft
+from .executor import CachedLM, RunLog, Sampling, _check_context, _check_models
+from .models import LoadedModel
+
+__all__ = ["TreeForward", "Graph", "draft_graph", "generate_tree", "TreeStats"]
+
+
+class TreeForward:
+    """Feeds a context and then tree nodes into a :class:`CachedLM` with tree attention.
+
+    ``start(context, nodes)`` crops the cache to its longest prefix shared with the context,
+    feeds the rest of the context plus the given nodes in one call and returns the logits at
+    the context's last token (row 0) and at every node; ``add(nodes)`` feeds more nodes.
+    A node is (id, token, parent id or −1 for the context's last token, depth); parents come
+    before their children, and only fed nodes may be parents. A node attends to the context
+    and its ancestors, at position id len(context) − 1 + depth. ``finish()`` marks the node
+    slots as not being context, so the model's next ordinary call crops them away.
+    """
+
+    def __init__(self, lm: CachedLM):
+        self.lm = lm
+        self.slot: dict = {}  # node id -> cache index
+        self.parent: dict = {}
+
+    def start(self, context: list[int], nodes=()):
+        lm = self.lm
+        keep = lm._common(context, len(context) - 1)
+        if keep < len(lm.ids):
+            lm.cache.crop(keep - len(lm.ids))
+            del lm.ids[keep:]
+        self.base = len(context)
+        self.slot, self.parent = {}, {}
+        linear = context[keep:]
+        lm.ids.extend(linear)
+        self.cached = len(lm.ids)
+        logits = self._forward(linear, list(nodes), past=keep)
+        return logits[len(linear) - 1 :]
+
+    def add(self, nodes):
+        return self._forward([], list(nodes), past=self.cached)
+
+    def _forward(self, linear, nodes, past):
+        import torch
+
+        lm = self.lm
+        L, N = len(linear), len(nodes)
+        kv_len = past + L + N
+        allowed = torch.zeros((L + N, kv_len), dtype=torch.bool)
+        for i in range(L):
+            allowed[i, : past + i + 1] = True
+        positions = list(range(past, past + L))
+        for j, (node, _tok, parent, depth) in enumerate(nodes):
+            self.slot[node] = past + L + j
+            self.parent[node] = parent
+            row = allowed[L + j]
+            row[: self.base] = True
+            a = node
+            while a >= 0:
+                row[self.slot[a]] = True
+                a = self.parent[a]
+            positions.append(self.base - 1 + depth)
+        dtype = next(lm.loaded.model.parameters()).dtype
+        mask = torch.zeros((L + N, kv_len), dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+        dev = lm.loaded.device
+        ids = torch.tensor([list(linear) + [n[1] for n in nodes]], device=dev)
+        with torch.inference_mode():
+            out = lm.loaded.model(ids, attention_mask=mask[None, None].to(dev), past_key_values=lm.cache,
+                                  position_ids=torch.tensor([positions], device=dev), use_cache=True)
+        lm.fed = L + N
+        self.cached += N
+        return out.logits[0].float()
+
+    def finish(self) -> None:
+        """Mark the node slots in the cache as not being context (the next call crops them)."""
+        self.lm.ids.extend([-1] * (self.cached - len(self.lm.ids)))
+
+
+@dataclass
+class Graph:
+    """A drafted token graph. Node i: ``tokens[i]``, ``parents[i]`` (−1 = root), ``probs[i]``
+    (the drafter's probability of the token), ``merged[i]`` (the node it points to, or −1).
+    ``rows[r]`` is the draft row at position r (0 = root, i + 1 = node i) when sampling."""
+
+    tokens: list = field(default_factory=list)
+    parents: list = field(default_factory=list)
+    probs: list = field(default_factory=list)
+    merged: list = field(default_factory=list)
+    rows: dict = field(default_factory=dict)
+    expanded: int = 0  # nodes the drafter fed (its forward tokens beyond the context)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, token: int, parent: int, prob: float) -> int:
+        self.tokens.append(int(token))
+        self.parents.append(int(parent))
+        self.probs.append(float(prob))
+        self.merged.append(-1)
+        return len(self.tokens) - 1
+
+    def ancestors(self, node: int) -> set:
+        out = set()
+        while node >= 0:
+            out.add(node)
+            node = self.parents[node]
+        return out
+
+    def path(self, node: int) -> list[int]:
+        out = []
+        while node >= 0:
+            out.append(self.tokens[node])
+            node = self.parents[node]
+        return out[::-1]
+
+    def children(self, node: int) -> list[int]:
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def unmerge(self, depth: int) -> tuple[TokenTree, list[int], list[bool]]:
+        """The tree to verify: every merged node gets a copy of its target's subtree (cut at
+        ``depth``). Returns the tree, each tree node's origin in the graph (for its q row)
+        and whether it is (inside) a copy."""
+        tokens, parents, origin, copied = [], [], [], []
+
+        def emit(node: int, parent: int, level: int, is_copy: bool):
+            tokens.append(self.tokens[node])
+            parents.append(parent)
+            origin.append(node)
+            copied.append(is_copy)
+            me = len(tokens) - 1
+            if level >= depth:
+                return
+            source, via = (self.merged[node], True) if self.merged[node] >= 0 else (node, is_copy)
+            for child in self.children(source):
+                emit(child, me, level + 1, via)
+
+        for root_child in self.children(-1):
+            emit(root_child, -1, 1, False)
+        return TokenTree(np.array(tokens, dtype=np.int64), np.array(parents, dtype=np.int64)), origin, copied
+
+
+def _candidates(logits, width: int, sampling: Sampling, rng):
+    """A node's candidate tokens with their draft probabilities, and the row (sampling)."""
+    import torch
+
+    if sampling.greedy:
+        probs = torch.softmax(logits.double(), -1)
+        top = torch.topk(probs, width)
+        return [int(t) for t in top.indices], [float(v) for v in top.values], None
+    q = sampling.rows(logits[None, :])[0]
+    toks = draw_candidates(q, width, rng, replacement=False)
+    return toks, [float(q[t]) for t in toks], q
+
+
+def draft_graph(draft: CachedLM, context: list[int], policy: Tree, sampling: Sampling, rng, log: RunLog, round_: int) -> Graph:
+    """Draft a token graph level by level (see the module docstring)."""
+    g = Graph()
+    tf = TreeForward(draft)
+    t0 = time.perf_counter()
+    frontier_logits = tf.start(context)[-1:]  # the root's row
+    log.calls.append({"round": round_, "model": 1, "kind": "draft", "n_tokens": draft.fed, "seconds": time.perf_counter() - t0})
+    frontier = [-1]
+    first_seen: dict = {}  # m-gram ending at a node -> the first node that ends it
+    m = policy.merge
+    for level in range(1, policy.depth + 1):
+        new, expand = [], []
+        for f, logits in zip(frontier, frontier_logits):
+            toks, probs, row = _candidates(logits, policy.width, sampling, rng)
+            if row is not None:
+                g.rows[f + 1] = row
+            best = max(probs) if probs else 0.0
+            for tok, pr in zip(toks, probs):
+                if len(g) >= policy.max_nodes:
+                    break
+                pruned = pr < policy.theta_prob or pr < policy.theta_sib * best
+                if pruned and sampling.greedy:
+                    continue
+                node = g.add(tok, f, pr)
+                new.append(node)
+                if m and level < policy.depth:  # a merged leaf at the last level would reuse nothing
+                    key = tuple((context + g.path(node))[-m:])
+                    other = first_seen.get(key)
+                    if other is not None and other not in g.ancestors(node):
+                        g.merged[node] = other
+                        continue
+                    first_seen.setdefault(key, node)
+                if not pruned:
+                    expand.append(node)
+        if not new or level == policy.depth or len(g) >= policy.max_nodes:
+            break
+        if all(g.probs[n] < policy.theta_exit for n in new):
+            break  # early exit: the drafter is unsure everywhere
+        if not expand:
+            break
+        t0 = time.perf_counter()
+        depth = {n: level for n in expand}
+        rows = tf.add([(n, g.tokens[n], g.parents[n], depth[n]) for n in expand])
+        frontier_logits = list(rows)
+        log.calls.append({"round": round_, "model": 1, "kind": "draft", "n_tokens": draft.fed, "seconds": time.perf_counter() - t0})
+        g.expanded += len(expand)
+        frontier = expand
+    tf.finish()
+    return g
+
+
+@dataclass
+class TreeStats:
+    """GSD's metrics over a run: nodes drafted (fed to the drafter), nodes verified, rounds
+    whose accepted path used merged nodes."""
+
+    rounds: int = 0
+    drafted_nodes: int = 0
+    expanded_nodes: int = 0
+    verified_nodes: int = 0
+    merged_nodes: int = 0
+    rounds_using_merged: int = 0
+    accepted: int = 0
+
+    def to_dict(self) -> dict:
+        d = dict(vars(self))
+        d["acceptance_rate"] = self.accepted / max(self.verified_nodes, 1)
+        d["accepted_per_round"] = self.accepted / max(self.rounds, 1)
+        d["merged_path_share"] = self.rounds_using_merged / max(self.rounds, 1)
+        return d
+
+
+def generate_tree(
+    target: LoadedModel,
+    prompt: list[int],
+    max_new_tokens: int,
+    policy: Tree,
+    drafter: NeuralDraft,
+    sampling: Sampling = Sampling(),
+    rng: np.random.Generator | None = None,
+    stop_at_eos: bool = True,
+    stats: TreeStats | None = None,
+) -> RunLog:
+    """Decode with token trees / graphs (see the module docstring). Greedy output is the
+    target's own greedy output; sampling keeps the target's distribution."""
+    if not isinstance(policy, Tree):
+        raise DraftsimError(f"{policy!r} is not a tree policy; use realrun.executor.generate")
+    if not isinstance(drafter, NeuralDraft):
+        raise DraftsimError("tree drafting needs a neural drafter (it drafts a level per forward call)")
+    if not sampling.greedy and rng is None:
+        raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
+    _check_models(target, [drafter], _ChainView(policy))
+    _check_context(target, prompt, max_new_tokens + policy.depth)
+    stats = stats if stats is not None else TreeStats()
+    eos = target.tokenizer.eos_token_id if stop_at_eos else None
+    log = RunLog()
+    t_run = time.perf_counter()
+    tgt, dlm = CachedLM(target), CachedLM(drafter.loaded)
+    committed = list(prompt)
+    done, round_ = False, 0
+    while not done:
+        t0 = time.perf_counter()
+        g = draft_graph(dlm, committed, policy, sampling, rng, log, round_)
+        t_draft = time.perf_counter() - t0
+        tree, origin, copied = g.unmerge(policy.depth)
+        t0 = time.perf_counter()
+        tf = TreeForward(tgt)
+        depths = tree.depth()
+        logits = tf.start(committed, [(i, int(t), int(par), int(depths[i])) for i, (t, par) in enumerate(zip(tree.tokens, tree.parents))])
+        tf.finish()
+        t_target = time.perf_counter() - t0
+        log.calls.append({"round": round_, "model": 0, "kind": "verify", "n_tokens": tgt.fed, "seconds": t_target})
+        if sampling.greedy:
+            res = verify_tree_greedy_ids(tree, logits.argmax(dim=-1).cpu().numpy())
+        else:
+            p = sampling.rows(logits)
+            q = np.empty_like(p)
+            for r in range(tree.size + 1):
+                src = 0 if r == 0 else origin[r - 1] + 1  # a copied node's children came from its original
+                if r > 0 and g.merged[origin[r - 1]] >= 0:
+                    src = g.merged[origin[r - 1]] + 1
+                q[r] = g.rows.get(src, p[r])  # leaves: any valid row (never used)
+            res = verify_tree(tree, q, p, rng, replacement=False)
+        path = list(res.path)
+        new = [int(tree.tokens[c]) for c in path] + [int(res.token)]
+        remaining = max_new_tokens - log.tokens
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+            done = True
+        new = new[:remaining]
+        done = done or len(new) >= remaining
+        depth_of = tree.depth()
+        for i in range(tree.size):
+            log.drafts.append({"round": round_, "verifier": 0, "proposer": 1, "block": 1, "position": log.tokens + int(depth_of[i]) - 1,
+                               "index": int(depth_of[i]) - 1, "token": int(tree.tokens[i]), "conf": g.probs[origin[i]], "accepted": i in path})
+        log.rounds.append({"start": log.tokens, "drafted": tree.size, "accepted": len(path), "emitted": len(new),
+                           "draft_seconds": t_draft, "target_seconds": t_target})
+        stats.rounds += 1
+        stats.drafted_nodes += len(g)
+        stats.expanded_nodes += g.expanded
+        stats.verified_nodes += tree.size
+        stats.merged_nodes += sum(1 for x in g.merged if x >= 0)
+        stats.rounds_using_merged += int(any(copied[c] for c in path))
+        stats.accepted += len(path)
+        committed.extend(new)
+        log.output.extend(new)
+        round_ += 1
+    log.seconds = time.perf_counter() - t_run
+    return log
+
+
+class _ChainView:
+    """What :func:`realrun.executor._check_models` needs of a tree policy: one drafter."""
+
+    kind = "chain"
+    n_models = 2
+
+    def __init__(self, policy: Tree):
+        self.policy = policy
+
+    def __repr__(self) -> str:
+        return repr(self.policy)
