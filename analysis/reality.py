@@ -28,7 +28,7 @@ from sim.errors import DraftsimError
 from sim.policies import Autoregressive, parse_policy
 from sim.traces import RunTrace
 
-__all__ = ["fit_costs", "replay_process", "check_run"]
+__all__ = ["fit_costs", "replay_process", "check_run", "check_tree_run"]
 
 
 def _policy(trace: RunTrace):
@@ -125,9 +125,10 @@ def check_run(trace, seed: int = 0) -> dict:
     out = {"path": str(trace.path), "method": trace.metadata.get("method"), "policy": trace.metadata.get("policy"),
            "mode": trace.metadata.get("sampling"), "sequences": len(trace.entries), "real": real,
            "measured_tokens_per_second": real["tokens"] / seconds if seconds > 0 else float("nan")}
-    if policy is None:
+    if policy is None or policy.kind == "tree":
         out["replayable"] = False
-        out["reason"] = "the sequential token cascade has no simulator policy"
+        out["reason"] = ("the sequential token cascade has no simulator policy" if policy is None else
+                         "tree and graph runs are held against the tree optimiser (analysis.reality.check_tree_run)")
         return out
     M = policy.n_models
     process = replay_process(trace, M)
@@ -155,3 +156,31 @@ def check_run(trace, seed: int = 0) -> dict:
     })
     out["tokens_per_second_error"] = out["predicted_tokens_per_second"] / out["measured_tokens_per_second"] - 1.0
     return out
+
+
+def check_tree_run(trace, tree_stats: dict) -> dict:
+    """Hold a tree / graph run against the tree optimiser (:func:`sim.optimize.tree_shape`):
+    with the per-rank acceptance the run observed and the call costs fitted to its timings,
+    the best tree of at most as many nodes as the run verified per round, its expected
+    accepted tokens per round and modelled tokens/s, next to the run's own."""
+    from sim.optimize import tree_shape
+
+    trace = trace if isinstance(trace, RunTrace) else RunTrace(trace)
+    costs = fit_costs(trace, 2)
+    rounds = trace.rounds.to_pydict()
+    calls = trace.calls.to_pydict()
+    draft = [s for m, k, s in zip(calls["model"], calls["kind"], calls["seconds"]) if m == 1 and k == "draft"]
+    n_rounds = max(len(rounds["round"]), 1)
+    per_level = float(np.sum(draft)) / max(len(draft), 1)  # one drafter call per tree level
+    budget = int(max(rounds["drafted"], default=1))
+    target = costs.models[0]
+    shape = tree_shape(tree_stats["rank_alphas"] or [0.0], budget, lambda n: target.a + target.b * n, per_level)
+    seconds = float(sum(p.get("seconds", 0.0) for p in trace.manifest["prompts"]))
+    tokens = int(sum(rounds["emitted"]))
+    return {
+        "rank_alphas": tree_stats["rank_alphas"],
+        "run": {"accepted_per_round": tree_stats["accepted_per_round"], "verified_nodes_per_round": tree_stats["verified_nodes"] / n_rounds,
+                "tokens_per_second": tokens / seconds if seconds else float("nan")},
+        "optimiser": {"nodes": shape.size, "depth": shape.depth(), "expected_accepted_per_round": shape.expected_accepted,
+                      "tokens_per_second": shape.tokens_per_time, "parents": list(shape.parents)},
+    }

@@ -29,7 +29,8 @@ from .runs import RunWriter
 
 __all__ = ["Method", "measure", "METHODS"]
 
-METHODS = ("ar", "sd", "csd", "cascade")
+METHODS = ("ar", "sd", "csd", "cascade", "ssd", "tsd", "gsd")
+TREE_METHODS = ("ssd", "tsd", "gsd")
 
 
 @dataclass
@@ -45,12 +46,27 @@ class Method:
     rule: Rule = field(default_factory=SD)
     rule_spec: str = "sd"
     sequential: bool = False
+    tree_stats: object = None
 
     def __post_init__(self):
         if self.kind not in METHODS:
             raise DraftsimError(f"method must be one of {', '.join(METHODS)}; got {self.kind!r}")
-        if self.kind in ("sd", "csd") and not self.rule.lossless:
+        if self.kind in ("sd", "csd", *TREE_METHODS) and not self.rule.lossless:
             raise DraftsimError(f"method {self.kind} is lossless; rule {self.rule_spec} is lossy — use --method cascade")
+        if self.kind in TREE_METHODS:
+            from .trees import TreeStats
+
+            if self.policy.kind != "tree":
+                raise DraftsimError(f"method {self.kind} needs a tree policy (e.g. tree:width=3,depth=4); got {self.policy_spec}")
+            if self.kind == "ssd" and self.policy.width != 1:
+                raise DraftsimError("method ssd drafts a chain: tree:width=1,depth=K")
+            if self.kind == "tsd" and self.policy.merge:
+                raise DraftsimError("method tsd drafts a tree: leave merge=0 (merging makes it gsd)")
+            if self.kind == "gsd" and not self.policy.merge:
+                raise DraftsimError("method gsd merges repeated m-grams: give merge=M (e.g. merge=2)")
+            self.tree_stats = TreeStats()
+        elif self.policy.kind == "tree":
+            raise DraftsimError(f"a tree policy runs with --method ssd, tsd or gsd; got --method {self.kind}")
 
     @property
     def label(self) -> str:
@@ -65,6 +81,10 @@ class Method:
     def run(self, target: LoadedModel, ids: list[int], max_new_tokens: int, sampling: Sampling, rng) -> RunLog:
         if self.sequential:
             return token_cascade(target, self.drafters[0], ids, max_new_tokens, self.rule, sampling, rng)
+        if self.kind in TREE_METHODS:
+            from .trees import generate_tree
+
+            return generate_tree(target, ids, max_new_tokens, self.policy, self.drafters[0], sampling, rng, stats=self.tree_stats)
         return generate(target, ids, max_new_tokens, self.policy, sampling=sampling, rule=self.rule, rng=rng, drafters=self.drafters)
 
 
@@ -187,6 +207,11 @@ def measure(
         },
         "trace": None if tmp else str(trace_dir),
     }
+    if method.tree_stats is not None:
+        from analysis.reality import check_tree_run
+
+        out["tree"] = method.tree_stats.to_dict()
+        out["tree_check"] = check_tree_run(trace, out["tree"])
     if check:
         out["sim_check"] = check_run(trace, seed=seed)
     if tmp is not None:

@@ -253,9 +253,34 @@ class TreeStats:
     merged_nodes: int = 0
     rounds_using_merged: int = 0
     accepted: int = 0
+    # Per candidate rank r (0-based): positions on the walk where rank r was tried (every
+    # earlier rank rejected) and where it was the accepted one — the per-rank acceptance
+    # the tree optimiser (sim.optimize.tree_shape) takes.
+    rank_tried: list = field(default_factory=list)
+    rank_accepted: list = field(default_factory=list)
+
+    def observe_walk(self, tree: TokenTree, path: list[int]) -> None:
+        position = 0
+        for step in range(len(path) + 1):
+            children = list(tree.children(position))
+            chosen = children.index(path[step]) if step < len(path) else None
+            tried = len(children) if chosen is None else chosen + 1
+            while len(self.rank_tried) < len(children):
+                self.rank_tried.append(0)
+                self.rank_accepted.append(0)
+            for r in range(tried):
+                self.rank_tried[r] += 1
+            if chosen is not None:
+                self.rank_accepted[chosen] += 1
+                position = path[step] + 1
+
+    @property
+    def rank_alphas(self) -> list[float]:
+        return [a / t if t else 0.0 for a, t in zip(self.rank_accepted, self.rank_tried)]
 
     def to_dict(self) -> dict:
         d = dict(vars(self))
+        d["rank_alphas"] = self.rank_alphas
         d["acceptance_rate"] = self.accepted / max(self.verified_nodes, 1)
         d["accepted_per_round"] = self.accepted / max(self.rounds, 1)
         d["merged_path_share"] = self.rounds_using_merged / max(self.rounds, 1)
@@ -334,6 +359,7 @@ def generate_tree(
         stats.merged_nodes += sum(1 for x in g.merged if x >= 0)
         stats.rounds_using_merged += int(any(copied[c] for c in path))
         stats.accepted += len(path)
+        stats.observe_walk(tree, path)
         committed.extend(new)
         log.output.extend(new)
         round_ += 1

@@ -19,15 +19,19 @@ DEFAULTS = {
     "sd": ("maxgram", "fixed:k=4", "sd"),
     "csd": ("distilled,maxgram", "vertical:n=2,k=4", "sd"),
     "cascade": ("distilled", "fixed:k=4", "opt:alpha=0.5"),
+    "ssd": ("distilled", "tree:width=1,depth=4", "sd"),
+    "tsd": ("distilled", "tree:width=3,depth=4,sib=0.1,nodes=40", "sd"),
+    "gsd": ("distilled", "tree:width=3,depth=4,sib=0.1,nodes=40,merge=2", "sd"),
 }
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("run", parents=[common], help="decode prompts with real models: ar, sd, csd or cascade",
+    p = sub.add_parser("run", parents=[common], help="decode prompts with real models: ar, sd, csd, cascade, ssd, tsd, gsd",
                        description="Run a method on real models and measure it against autoregressive decoding of the same "
                        "prompts (alternately, prompt by prompt). Methods: ar (baseline), sd (speculative decoding with one "
                        "drafter), csd (Cascade Speculative Drafting: a K matrix over several drafters, lenient inner levels), "
-                       "cascade (speculative cascades with a deferral rule; --sequential for the token-level cascade). "
+                       "cascade (speculative cascades with a deferral rule; --sequential for the token-level cascade), "
+                       "ssd / tsd / gsd (chain, token tree, token graph with merged m-grams; GSD). "
                        "Every run writes a run trace and is replayed in the simulator (counts and tokens/s compared).",
                        epilog=POLICY_HELP + "\n\n" + RULE_HELP + "\n\nDrafters: maxgram, bigram, distilled (draftsim distill), "
                        "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first.",
@@ -77,7 +81,7 @@ def method_from(kind: str, target, drafter: str | None, policy: str | None, rule
     names = [s.strip() for s in (drafter if drafter is not None else d_default).split(",") if s.strip()]
     if kind != "ar" and pol.n_models - 1 != len(names):
         raise DraftsimError(f"policy {policy_spec} uses {pol.n_models - 1} drafter(s) but --drafter names {len(names)} ({', '.join(names) or 'none'})")
-    if kind in ("sd", "cascade") and pol.n_models > 2:
+    if kind in ("sd", "cascade", "ssd", "tsd", "gsd") and pol.n_models > 2:
         raise DraftsimError(f"method {kind} uses one drafter; policy {policy_spec} needs {pol.n_models - 1} (use --method csd)")
     drafters = []
     if names:
@@ -122,6 +126,15 @@ def run(args: argparse.Namespace) -> int:
         for lv in out["levels"]:
             print(f"  {lv['proposer']} -> {lv['verifier']}: drafted {lv['drafted']}, accepted {lv['accepted']} "
                   f"({lv['accepted'] / max(lv['drafted'], 1):.1%})")
+    if "tree" in out:
+        t = out["tree"]
+        print(f"graph: {t['drafted_nodes']} nodes drafted ({t['expanded_nodes']} expanded by the drafter, {t['merged_nodes']} merged), "
+              f"{t['verified_nodes']} verified, {t['accepted_per_round']:.2f} accepted per round, "
+              f"{t['merged_path_share']:.1%} of rounds accepted a path through merged nodes")
+        tc, o = out["tree_check"], out["tree_check"]["optimiser"]
+        print(f"tree optimiser on this run's per-rank acceptance ({', '.join(f'{a:.2f}' for a in tc['rank_alphas'][:4])}): "
+              f"{o['nodes']} nodes, depth {o['depth']}, {o['expected_accepted_per_round']:.2f} accepted per round expected, "
+              f"{o['tokens_per_second']:.1f} tokens/s modelled (run: {tc['run']['accepted_per_round']:.2f}, {tc['run']['tokens_per_second']:.1f})")
     if q["answer_accuracy"] is not None:
         print(f"arithmetic answers correct: {q['answer_accuracy']:.0%} (target alone: {q['answer_accuracy_target']:.0%})")
     if not sampling.greedy or out["rule"] != "sd":
