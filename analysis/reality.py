@@ -84,7 +84,10 @@ def replay_process(trace: RunTrace, n_models: int) -> TraceDriven:
     confidence, round_conf = [], []
     for entry in trace.entries:
         length = len(entry["sequences"]["output_ids"][0].as_py())
-        d = entry["drafts"].select(["verifier", "block", "position", "index", "conf", "accepted"]).to_pydict()
+        # What the drafter observed about its token: the head's prediction when the run had one.
+        seen = "pred" if trace.metadata.get("head") else "conf"
+        d = entry["drafts"].select(["verifier", "block", "position", "index", seen, "accepted"]).to_pydict()
+        d["conf"] = d.pop(seen)
         width = max(d["index"], default=0) + 1
         flags = {pair: np.zeros(length) for pair in pairs}
         by_round = {pair: np.full((length, width), np.nan) for pair in pairs}

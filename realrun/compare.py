@@ -76,7 +76,8 @@ class Method:
         if self.sequential:
             return f"sequential cascade {self.rule_spec} with {names}"
         rule = "" if isinstance(self.rule, SD) else f", {self.rule_spec}"
-        return f"{self.kind} {self.policy_spec}{rule} with {names}"
+        head = " + head" if self.drafters and getattr(self.drafters[0], "head", None) is not None else ""
+        return f"{self.kind} {self.policy_spec}{rule} with {names}{head}"
 
     def run(self, target: LoadedModel, ids: list[int], max_new_tokens: int, sampling: Sampling, rng) -> RunLog:
         if self.sequential:
@@ -140,6 +141,7 @@ def measure(
     meta = {
         "target": target.name, "models": [target.name] + [d.name for d in method.drafters], "drafters": [d.name for d in method.drafters],
         "method": method.kind, "policy": method.policy_spec, "rule": method.rule_spec, "sequential": method.sequential,
+        "head": str(getattr(getattr(method.drafters[0], "head", None), "path", "")) if method.drafters and getattr(method.drafters[0], "head", None) is not None else None,
         "prompt_set": sorted({p.set for p in prompts}), "max_new_tokens": max_new_tokens,
         "sampling": "greedy" if sampling.greedy else f"temperature={sampling.temperature:g},top_k={sampling.top_k}", "seed": seed,
     }

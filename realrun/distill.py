@@ -83,7 +83,7 @@ def truncated_copy(target: LoadedModel, layers: int):
     return student
 
 
-def _corpus(target: LoadedModel, split: str, n_per_set: int, max_new_tokens: int) -> list[tuple[list[int], int]]:
+def target_corpus(target: LoadedModel, split: str, n_per_set: int, max_new_tokens: int) -> list[tuple[list[int], int]]:
     """(ids, prompt length) of the target's greedy generations on prompts of ``split``,
     cached (atomically) beside the drafts: generating is most of a short distillation's time."""
     import torch
@@ -154,8 +154,8 @@ def distill(
     torch.manual_seed(seed)
     t0 = time.perf_counter()
     log(f"generating target text: {n_per_set} train and test prompts per set, up to {max_new_tokens} tokens each")
-    train = _corpus(target, "train", n_per_set, max_new_tokens)
-    test = _corpus(target, "test", max(2, n_per_set // 4), max_new_tokens)
+    train = target_corpus(target, "train", n_per_set, max_new_tokens)
+    test = target_corpus(target, "test", max(2, n_per_set // 4), max_new_tokens)
     student = truncated_copy(target, layers)
     before = agreement(target.model, student, test, target.device)
     log(f"before training: greedy agreement {before['greedy_match']:.3f}, 1-TV {before['accept_prob']:.3f} on {before['tokens']} test tokens")

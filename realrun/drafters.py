@@ -220,10 +220,12 @@ class NeuralDraft(Drafter):
 
     neural = True
 
-    def __init__(self, loaded, name: str | None = None):
+    def __init__(self, loaded, name: str | None = None, head=None):
         self.loaded = loaded
         self.name = name or loaded.name
         self.vocab = loaded.vocab_size
+        #: Optional SpecDec++ acceptance head (:mod:`realrun.head`): its p̂ becomes the policy's prediction.
+        self.head = head
 
     def predict_along(self, ids, start):
         import torch

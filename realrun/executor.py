@@ -139,9 +139,10 @@ class CachedLM:
         self.ids: list[int] = []  # the tokens the cache holds
         self.fed = 0  # tokens fed by the last call
 
-    def logits(self, context: list[int], n_rows: int = 1):
+    def logits(self, context: list[int], n_rows: int = 1, hidden: bool = False):
         """Next-token logits after each of the last ``n_rows`` prefixes of ``context``
-        (row j follows ``context[: len(context) - n_rows + 1 + j]``), as a (n_rows, V) tensor."""
+        (row j follows ``context[: len(context) - n_rows + 1 + j]``), as a (n_rows, V) tensor;
+        with ``hidden``, also the last layer's hidden states at those positions."""
         import torch
 
         need = len(context) - n_rows  # the cache may hold at most this much of the context
@@ -153,9 +154,12 @@ class CachedLM:
             del self.ids[keep:]
         new = context[keep:]
         with torch.inference_mode():
-            out = self.loaded.model(torch.tensor([new], device=self.loaded.device), past_key_values=self.cache, use_cache=True)
+            out = self.loaded.model(torch.tensor([new], device=self.loaded.device), past_key_values=self.cache, use_cache=True,
+                                    output_hidden_states=hidden)
         self.ids.extend(new)
         self.fed = len(new)
+        if hidden:
+            return out.logits[0, -n_rows:].float(), out.hidden_states[-1][0, -n_rows:]
         return out.logits[0, -n_rows:].float()
 
     def _common(self, context: list[int], limit: int) -> int:
@@ -211,6 +215,7 @@ class _Run:
         self.has_stop = type(policy).stop is not Policy.stop
         self.prompt_len = prompt_len
         self.round = 0
+        self._ahead: dict = {}  # model -> next-token logits already computed (acceptance heads)
 
     def _call(self, model: int, kind: str, fn):
         t0 = time.perf_counter()
@@ -253,17 +258,30 @@ class _Run:
 
     def _stopped(self, out: "_Draft", before: int) -> bool:
         for i in range(before, len(out)):
-            stop = self.policy.stop(self.state, i, {"prob": out.confs[i], "pred": np.array([out.confs[i]]), "conf": np.array([out.confs[i]])})
+            stop = self.policy.stop(self.state, i, {"prob": out.confs[i], "pred": np.array([out.preds[i]]), "conf": np.array([out.confs[i]])})
             if stop is not None and bool(np.asarray(stop).reshape(-1)[0]):
                 out.truncate(i + 1)
                 return True
         return False
 
     def draft(self, m: int, context: list[int]) -> "_Draft":
-        """One token from neural drafter ``m`` (one forward call)."""
-        logits = self._call(m, "draft", lambda: self.lms[m].logits(context, 1))[0]
+        """One token from neural drafter ``m`` (one forward call). A drafter with an
+        acceptance head ([SD++]) feeds its token at once: the hidden state there gives the
+        head's prediction p̂, and the logits are kept for the next token."""
+        drafter, lm = self.models[m], self.lms[m]
+        ahead = self._ahead.pop(m, None)
+        if ahead is not None and lm.ids == context:
+            logits = ahead
+        else:
+            logits = self._call(m, "draft", lambda: lm.logits(context, 1))[0]
         tok, row, conf = self._pick(logits)
-        return _Draft().add(tok, row, m, conf)
+        pred = conf
+        head = getattr(drafter, "head", None)
+        if head is not None:
+            nxt, hidden = self._call(m, "draft", lambda: lm.logits(context + [tok], 1, hidden=True))
+            pred = float(head.predict(hidden)[0])
+            self._ahead[m] = nxt[0]
+        return _Draft().add(tok, row, m, conf, pred)
 
     def propose(self, m: int, context: list[int], steps: int) -> "_Draft":
         """``steps`` tokens from statistical drafter ``m`` (Max-Gram, bigram) in one proposal."""
@@ -344,7 +362,7 @@ class _Run:
         start = len(context) - self.prompt_len
         for i, tok in enumerate(draft.tokens):
             self.log.drafts.append({"round": self.round, "verifier": verifier, "proposer": draft.proposers[i],
-                                    "block": draft.blocks[i], "position": start + i, "index": i, "token": tok, "conf": draft.confs[i],
+                                    "block": draft.blocks[i], "position": start + i, "index": i, "token": tok, "conf": draft.confs[i], "pred": draft.preds[i],
                                     "accepted": i < n})
         return n, int(res.token), p_rows
 
@@ -355,24 +373,26 @@ class _Draft:
     rows: list = field(default_factory=list)
     proposers: list = field(default_factory=list)
     confs: list = field(default_factory=list)
+    preds: list = field(default_factory=list)  # acceptance predictions (the confidence without a head)
     blocks: list = field(default_factory=list)  # per token: the model of the plan block it came out of
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, tok, row, proposer, conf):
+    def add(self, tok, row, proposer, conf, pred=None):
         self.tokens.append(int(tok))
         self.rows.append(row)
         self.proposers.append(int(proposer))
         self.confs.append(float(conf))
+        self.preds.append(float(conf if pred is None else pred))
         return self
 
     def extend(self, other: "_Draft"):
-        for f in ("tokens", "rows", "proposers", "confs", "blocks"):
+        for f in ("tokens", "rows", "proposers", "confs", "preds", "blocks"):
             getattr(self, f).extend(getattr(other, f))
 
     def truncate(self, n: int):
-        for f in ("tokens", "rows", "proposers", "confs", "blocks"):
+        for f in ("tokens", "rows", "proposers", "confs", "preds", "blocks"):
             del getattr(self, f)[n:]
 
 
@@ -493,7 +513,7 @@ def token_cascade(
         rows = sampling.rows(logits)[0]
         tok = int(logits[0].argmax()) if sampling.greedy else int(rng.choice(len(rows), p=rows / rows.sum()))
         log.drafts.append({"round": run.round, "verifier": 0, "proposer": 1, "block": 1, "position": log.tokens, "index": 0,
-                           "token": tok, "conf": float(q[0].max()), "accepted": not defer})
+                           "token": tok, "conf": float(q[0].max()), "pred": float(q[0].max()), "accepted": not defer})
         log.rounds.append({"start": log.tokens, "drafted": 1, "accepted": int(not defer), "emitted": 1,
                            "draft_seconds": log.calls[-1 - defer]["seconds"], "target_seconds": log.calls[-1]["seconds"] if defer else 0.0})
         context.append(tok)

@@ -28,7 +28,7 @@ def log_tables(log: RunLog, prompt: Prompt, prompt_ids: list[int], mode: str, se
     for name, rows, columns in (
         ("rounds", [dict(r, round=i) for i, r in enumerate(log.rounds)], ("round", "start", "drafted", "accepted", "emitted", "draft_seconds", "target_seconds")),
         ("calls", log.calls, ("round", "model", "kind", "n_tokens", "seconds")),
-        ("drafts", log.drafts, ("round", "verifier", "proposer", "block", "position", "index", "token", "conf", "accepted")),
+        ("drafts", log.drafts, ("round", "verifier", "proposer", "block", "position", "index", "token", "conf", "pred", "accepted")),
     ):
         tables[name] = {"prompt_id": [pid] * len(rows), **{c: [r[c] for r in rows] for c in columns}}
     return tables

@@ -349,7 +349,8 @@ def generate_tree(
         depth_of = tree.depth()
         for i in range(tree.size):
             log.drafts.append({"round": round_, "verifier": 0, "proposer": 1, "block": 1, "position": log.tokens + int(depth_of[i]) - 1,
-                               "index": int(depth_of[i]) - 1, "token": int(tree.tokens[i]), "conf": g.probs[origin[i]], "accepted": i in path})
+                               "index": int(depth_of[i]) - 1, "token": int(tree.tokens[i]), "conf": g.probs[origin[i]],
+                               "pred": g.probs[origin[i]], "accepted": i in path})
         log.rounds.append({"start": log.tokens, "drafted": tree.size, "accepted": len(path), "emitted": len(new),
                            "draft_seconds": t_draft, "target_seconds": t_target})
         stats.rounds += 1

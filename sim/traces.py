@@ -125,7 +125,7 @@ RUN_TABLES = {
     ]),
     "drafts": pa.schema([
         ("prompt_id", pa.int32()), ("round", pa.int32()), ("verifier", pa.int32()), ("proposer", pa.int32()),
-        ("block", pa.int32()), ("position", pa.int32()), ("index", pa.int32()), ("token", pa.int32()), ("conf", pa.float64()), ("accepted", pa.bool_()),
+        ("block", pa.int32()), ("position", pa.int32()), ("index", pa.int32()), ("token", pa.int32()), ("conf", pa.float64()), ("pred", pa.float64()), ("accepted", pa.bool_()),
     ]),
 }
 

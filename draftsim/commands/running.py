@@ -41,6 +41,7 @@ def register(sub, common) -> None:
     p.add_argument("--drafter", help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
     p.add_argument("--policy", help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
     p.add_argument("--rule", help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
+    p.add_argument("--head", help="SpecDec++ acceptance head (draftsim train-head) for drafter 1; with --policy threshold:h=...")
     p.add_argument("--sequential", action="store_true", help="cascade: the sequential token-level cascade ([SC] Algorithm 2; rule chow)")
     p.add_argument("--prompts", default="code", help="prompt set(s), comma-separated")
     p.add_argument("--split", choices=["train", "test"], default="test")
@@ -62,7 +63,8 @@ def register(sub, common) -> None:
     c.set_defaults(run=run_check)
 
 
-def method_from(kind: str, target, drafter: str | None, policy: str | None, rule: str | None, sequential: bool = False):
+def method_from(kind: str, target, drafter: str | None, policy: str | None, rule: str | None, sequential: bool = False,
+                head: str | None = None):
     """A :class:`realrun.compare.Method` from command-line specs (defaults per method)."""
     from realrun.compare import Method
     from realrun.drafters import Bigram
@@ -88,6 +90,17 @@ def method_from(kind: str, target, drafter: str | None, policy: str | None, rule
         train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
         bigram = Bigram.fit(train, target.vocab_size)
         drafters = [_drafter(n, target, bigram) for n in names]
+    if head is not None:
+        from realrun.drafters import NeuralDraft
+        from realrun.head import load_head
+        from sim.policies import Threshold
+
+        if not isinstance(pol, Threshold):
+            raise DraftsimError(f"an acceptance head drives the threshold policy (--policy threshold:h=0.7); got {policy_spec}")
+        if not drafters or not isinstance(drafters[0], NeuralDraft):
+            raise DraftsimError("an acceptance head needs a neural drafter (its hidden states are the head's input)")
+        drafters[0].head = load_head(head, drafters[0].loaded)
+        drafters[0].head.path = head
     return Method(kind, pol, policy_spec, drafters, parse_rule(rule_spec), rule_spec, sequential)
 
 
@@ -102,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.top_k is not None and args.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
     target = load_model(args.model, device=args.device)
-    method = method_from(args.method, target, args.drafter, args.policy, args.rule, args.sequential)
+    method = method_from(args.method, target, args.drafter, args.policy, args.rule, args.sequential, args.head)
     sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
     prompts = [p for s in sets for p in prompt_set(s, args.split, args.n)]
     sampling = Sampling(args.temperature, args.top_k)
