@@ -25,6 +25,9 @@ METHODS = [
     ("csd", "distilled,maxgram", "horizontal:counts=3,3", None),
     ("cascade", "distilled", "fixed:k=4", "opt:alpha=0.5"),
     ("cascade", "distilled", "fixed:k=4", "chow:alpha=0.5"),
+    ("ssd", "distilled", "tree:width=1,depth=4", None),
+    ("tsd", "distilled", "tree:width=3,depth=4,sib=0.1,nodes=40", None),
+    ("gsd", "distilled", "tree:width=3,depth=4,sib=0.1,nodes=40,merge=2", None),
 ]
 
 
@@ -45,6 +48,15 @@ def main() -> None:
         r = measure(target, m, prompts, args.max_new_tokens)
         c = r["sim_check"]
         results.append(r)
+        if not c["replayable"]:
+            t = r["tree_check"]
+            print(f"{r['label'][:58]:58s} {r['tokens_per_second']:6.2f} {r['autoregressive_tokens_per_second']:8.2f} "
+                  f"{r['speedup']:6.2f}x {r['mean_accepted_length']:8.2f} {r['quality']['identical_to_target']:6.0%} "
+                  f"  tree: {r['tree']['drafted_nodes']} nodes ({r['tree']['expanded_nodes']} expanded, {r['tree']['merged_nodes']} merged), "
+                  f"merged paths {r['tree']['merged_path_share']:.0%}; optimiser: {t['optimiser']['nodes']} nodes, "
+                  f"{t['optimiser']['expected_accepted_per_round']:.2f} acc/round, {t['optimiser']['tokens_per_second']:.1f} tok/s modelled",
+                  flush=True)
+            continue
         counts = "exact" if c["counts_equal"] else f"{max(abs(e) for e in c['count_errors'].values()):.1%} off"
         print(f"{r['label'][:58]:58s} {r['tokens_per_second']:6.2f} {r['autoregressive_tokens_per_second']:8.2f} "
               f"{r['speedup']:6.2f}x {r['mean_accepted_length']:8.2f} {r['quality']['identical_to_target']:6.0%} "
