@@ -3,8 +3,11 @@
 Run: ``.venv/bin/python benchmarks/bench_realrun.py [--n 4] [--max-new-tokens 64]``.
 For each prompt, measured alternately in this one run: plain greedy (transformers),
 ``generate(assistant_model=distilled)``, ``generate(prompt_lookup_num_tokens=k)``, and ours
-with the distilled draft and with Max-Gram (FixedK(k)), and CS Drafting (``--csd``: a vertical
-cascade of the distilled draft over Max-Gram). Outputs must be identical to plain
+with the distilled draft and with Max-Gram, and CS Drafting (``--csd``: a vertical cascade of
+the distilled draft over Max-Gram). transformers' assisted generation stops drafting after a
+token of confidence < 0.4 (its default ``assistant_confidence_threshold``) within
+``num_assistant_tokens`` = k; ours with the distilled draft runs the same policy,
+``ConfidenceStop(0.4, k)``, so that both sides draft alike; Max-Gram and prompt lookup use k. Outputs must be identical to plain
 greedy; the script prints tokens/s and the ratios. Needs the distilled draft in the cache
 (``draftsim distill``).
 """
@@ -53,7 +56,7 @@ def main() -> None:
             "hf greedy": lambda: hf(),
             "hf assisted": lambda: hf(assistant_model=draft.model, num_assistant_tokens=args.k, num_assistant_tokens_schedule="constant"),
             "hf prompt lookup": lambda: hf(prompt_lookup_num_tokens=args.k),
-            "ours sd distilled": lambda: generate(target, ids, args.max_new_tokens, P.FixedK(args.k), NeuralDraft(draft, "distilled")).output,
+            "ours sd distilled": lambda: generate(target, ids, args.max_new_tokens, P.ConfidenceStop(0.4, args.k), NeuralDraft(draft, "distilled")).output,
             "ours sd maxgram": lambda: generate(target, ids, args.max_new_tokens, P.FixedK(args.k), MaxGram(target.vocab_size)).output,
             "ours csd": lambda: generate(target, ids, args.max_new_tokens, csd, drafters=[NeuralDraft(draft, "distilled"), MaxGram(target.vocab_size)]).output,
         }
