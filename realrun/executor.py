@@ -303,9 +303,11 @@ class _Run:
 
         if self.sampling.greedy:
             tok = int(logits.argmax())
-            if self.rows_needed or self.has_stop:
+            if self.rows_needed:
                 row = self.sampling.rows(logits[None, :])[0]
-                return tok, (row if self.rows_needed else None), float(row[tok])
+                return tok, row, float(row[tok])
+            if self.has_stop:  # only the token's probability: no full row through numpy
+                return tok, None, float(torch.softmax(logits.double(), -1)[tok])
             return tok, None, 1.0
         q = self.sampling.rows(logits[None, :])[0]
         tok = int(self.rng.choice(len(q), p=q / q.sum()))

@@ -231,9 +231,7 @@ def draft_graph(draft: CachedLM, context: list[int], policy: Tree, sampling: Sam
         if not expand:
             break
         t0 = time.perf_counter()
-        depth = {n: level for n in expand}
-        rows = tf.add([(n, g.tokens[n], g.parents[n], depth[n]) for n in expand])
-        frontier_logits = list(rows)
+        frontier_logits = list(tf.add([(n, g.tokens[n], g.parents[n], level) for n in expand]))
         log.calls.append({"round": round_, "model": 1, "kind": "draft", "n_tokens": draft.fed, "seconds": time.perf_counter() - t0})
         g.expanded += len(expand)
         frontier = expand

@@ -95,3 +95,26 @@ def test_lossless_methods_reproduce_smollm2_greedy_on_20_prompts(smollm2):
         for name, (policy, drafters) in methods.items():
             log = generate(smollm2, ids, 24, policy, drafters=drafters)
             assert log.output == own, (name, prompt.set, prompt.id)
+
+
+def test_token_graphs_reproduce_smollm2_greedy(smollm2):
+    """GSD (merged token graph) and TSD on SmolLM2 with a 4-layer truncated copy as drafter:
+    transformers' own greedy output on 6 bundled prompts (16 new tokens each)."""
+    import torch
+
+    from realrun.distill import truncated_copy
+    from realrun.drafters import NeuralDraft
+    from realrun.models import LoadedModel
+    from realrun.prompts import format_prompt
+    from realrun.trees import TreeStats, generate_tree
+
+    small = NeuralDraft(LoadedModel("truncated-4", truncated_copy(smollm2, 4).eval(), smollm2.tokenizer, "cpu", smollm2.dtype, "test"))
+    stats = TreeStats()
+    for prompt in prompt_set("code", "test", 3) + prompt_set("instructions", "test", 3):
+        ids = format_prompt(prompt, smollm2.tokenizer)
+        with torch.inference_mode():
+            own = smollm2.model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False,
+                                         pad_token_id=smollm2.tokenizer.eos_token_id)[0, len(ids):].tolist()
+        for policy in (P.Tree(3, 3, theta_sib=0.05, merge=2, max_nodes=24), P.Tree(2, 3)):
+            assert generate_tree(smollm2, ids, 16, policy, small, stats=stats).output == own, (prompt.set, prompt.id, policy)
+    assert stats.accepted > 0
