@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--prompts", default="code")
-    parser.add_argument("--csd", default="vertical:n=2,k=4,leniency=2", help="CS Drafting policy (distilled over Max-Gram)")
+    parser.add_argument("--csd", default="vertical:n=1,k=3,leniency=2", help="CS Drafting policy (distilled over Max-Gram)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     target = load_model("smollm2", device="cpu")
