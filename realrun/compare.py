@@ -69,6 +69,12 @@ class Method:
             raise DraftsimError(f"a tree policy runs with --method ssd, tsd or gsd; got --method {self.kind}")
 
     @property
+    def head_path(self) -> str | None:
+        """Where drafter 1's acceptance head came from, if it has one."""
+        head = getattr(self.drafters[0], "head", None) if self.drafters else None
+        return None if head is None else str(getattr(head, "path", ""))
+
+    @property
     def label(self) -> str:
         if self.kind == "ar":
             return "autoregressive"
@@ -76,7 +82,7 @@ class Method:
         if self.sequential:
             return f"sequential cascade {self.rule_spec} with {names}"
         rule = "" if isinstance(self.rule, SD) else f", {self.rule_spec}"
-        head = " + head" if self.drafters and getattr(self.drafters[0], "head", None) is not None else ""
+        head = " + head" if self.head_path is not None else ""
         return f"{self.kind} {self.policy_spec}{rule} with {names}{head}"
 
     def run(self, target: LoadedModel, ids: list[int], max_new_tokens: int, sampling: Sampling, rng) -> RunLog:
@@ -141,7 +147,7 @@ def measure(
     meta = {
         "target": target.name, "models": [target.name] + [d.name for d in method.drafters], "drafters": [d.name for d in method.drafters],
         "method": method.kind, "policy": method.policy_spec, "rule": method.rule_spec, "sequential": method.sequential,
-        "head": str(getattr(getattr(method.drafters[0], "head", None), "path", "")) if method.drafters and getattr(method.drafters[0], "head", None) is not None else None,
+        "head": method.head_path,
         "prompt_set": sorted({p.set for p in prompts}), "max_new_tokens": max_new_tokens,
         "sampling": "greedy" if sampling.greedy else f"temperature={sampling.temperature:g},top_k={sampling.top_k}", "seed": seed,
     }
@@ -150,6 +156,7 @@ def measure(
     base = {"tokens": 0, "seconds": 0.0}
     spec = {"tokens": 0, "seconds": 0.0}
     quality = {"identical": 0, "prefix": [], "answers": [], "answers_ar": [], "nll": [], "nll_ar": []}
+    logs = []
     for prompt in prompts:
         key = f"{prompt.set}-{prompt.id}"
         ids = format_prompt(prompt, target.tokenizer)
@@ -159,6 +166,7 @@ def measure(
         log = ar if method.kind == "ar" else method.run(target, ids, max_new_tokens, sampling, rng)
         spec["tokens"] += log.tokens
         spec["seconds"] += log.seconds
+        logs.append(log)
         if key not in writer.done:
             writer.commit(key, log, prompt, ids, mode, -1 if sampling.greedy else seed, prompt_id=prompt.id, set=prompt.set)
         quality["identical"] += int(log.output == ar.output)
@@ -175,25 +183,27 @@ def measure(
     trace = writer.load()
     ar_rate = base["tokens"] / base["seconds"]
     rate = spec["tokens"] / spec["seconds"]
-    rounds = trace.rounds.to_pydict()
-    drafts = trace.drafts.to_pydict()
-    calls = trace.calls.to_pydict()
+    # Counts of this call's generations (a resumed trace may hold earlier ones too).
     n_models = 1 + len(method.drafters)
-    per_model = [sum(1 for m, k in zip(calls["model"], calls["kind"]) if m == i and k != "prefill") for i in range(n_models)]
+    per_model = np.sum([log.calls_per_model(n_models) for log in logs], axis=0).tolist()
+    target_calls = sum(log.target_calls for log in logs)
     levels: dict = {}
-    for v, p, acc in zip(drafts["verifier"], drafts["proposer"], drafts["accepted"]):
-        e = levels.setdefault((p, v), [0, 0])
-        e[0] += 1
-        e[1] += int(acc)
+    for log in logs:
+        for pair, e in log.levels().items():
+            total = levels.setdefault(pair, [0, 0])
+            total[0] += e["drafted"]
+            total[1] += e["accepted"]
+    drafted = sum(r["drafted"] for log in logs for r in log.rounds)
+    accepted = sum(r["accepted"] for log in logs for r in log.rounds)
     costs = fit_costs(trace, n_models)
     out = {
         "target": target.name, "method": method.kind, "label": method.label, "policy": method.policy_spec, "rule": method.rule_spec,
         "sequential": method.sequential, "drafters": [d.name for d in method.drafters], "prompts": len(prompts),
         "max_new_tokens": max_new_tokens, "sampling": meta["sampling"],
         "autoregressive_tokens_per_second": ar_rate, "tokens_per_second": rate, "speedup": rate / ar_rate,
-        "tokens": spec["tokens"], "target_calls": len(rounds["round"]),
-        "mean_accepted_length": spec["tokens"] / max(len(rounds["round"]), 1),
-        "acceptance_rate": sum(rounds["accepted"]) / max(sum(rounds["drafted"]), 1),
+        "tokens": spec["tokens"], "target_calls": target_calls,
+        "mean_accepted_length": spec["tokens"] / max(target_calls, 1),
+        "acceptance_rate": accepted / max(drafted, 1),
         "calls_per_model": per_model,
         "levels": [{"proposer": trace.models()[p], "verifier": trace.models()[v], "drafted": d, "accepted": a}
                    for (p, v), (d, a) in sorted(levels.items())],

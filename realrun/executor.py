@@ -47,9 +47,9 @@ from sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 from .drafters import Drafter, NeuralDraft
 from .models import LoadedModel, same_tokenizer
 
-__all__ = ["Sampling", "RunLog", "CachedLM", "generate", "token_cascade"]
+__all__ = ["Sampling", "RunLog", "CachedLM", "generate", "token_cascade", "check_context", "check_drafters"]
 
-_ONE_TOKEN = FixedK(1)  # the sequential cascade's shape: one drafter token per step
+_ONE_TOKEN = FixedK(1)  # the sequential cascade's shape for _Run: one drafter token per step
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,8 @@ class CachedLM:
         return int(diff[0])
 
 
-def _check_context(target: LoadedModel, prompt: list[int], max_new_tokens: int) -> None:
+def check_context(target: LoadedModel, prompt: list[int], max_new_tokens: int) -> None:
+    """Raise unless ``prompt`` is non-empty and ``max_new_tokens`` more fit the target's context."""
     if not prompt:
         raise DraftsimError("the prompt is empty")
     limit = getattr(target.model.config, "max_position_embeddings", None)
@@ -180,7 +181,19 @@ def _check_context(target: LoadedModel, prompt: list[int], max_new_tokens: int) 
         )
 
 
-def _check_models(target: LoadedModel, drafters: list[Drafter], policy: Policy) -> None:
+def check_drafters(target: LoadedModel, drafters: list[Drafter]) -> None:
+    """Raise unless every drafter shares the target's vocabulary and token ids."""
+    for d in drafters:
+        vocab = getattr(d, "vocab", target.vocab_size)
+        if vocab != target.vocab_size:
+            raise DraftsimError(f"drafter {d.name} and the target have different vocabularies ({vocab} vs {target.vocab_size})")
+        tok = getattr(getattr(d, "loaded", None), "tokenizer", None)
+        if tok is not None and tok is not target.tokenizer and not same_tokenizer(tok, target.tokenizer):
+            raise DraftsimError(f"drafter {d.name} does not share the target's tokenizer (token ids differ); "
+                                "speculative decoding needs one vocabulary")
+
+
+def _check_chain_policy(policy: Policy, drafters: list[Drafter]) -> None:
     if policy.kind != "chain":
         raise DraftsimError(f"{policy!r} is a {policy.kind} policy; this executor runs chain policies (tree drafting has its own)")
     need = policy.n_models - 1
@@ -190,14 +203,6 @@ def _check_models(target: LoadedModel, drafters: list[Drafter], policy: Policy) 
     if len(drafters) > need:
         raise DraftsimError(f"{policy!r} uses {need} drafter(s) but {len(drafters)} were given; "
                             f"a K matrix must have one row and column per model (target + drafters)")
-    for d in drafters:
-        vocab = getattr(d, "vocab", target.vocab_size)
-        if vocab != target.vocab_size:
-            raise DraftsimError(f"drafter {d.name} and the target have different vocabularies ({vocab} vs {target.vocab_size})")
-        tok = getattr(getattr(d, "loaded", None), "tokenizer", None)
-        if tok is not None and tok is not target.tokenizer and not same_tokenizer(tok, target.tokenizer):
-            raise DraftsimError(f"drafter {d.name} does not share the target's tokenizer (token ids differ); "
-                                "speculative decoding needs one vocabulary")
 
 
 class _Run:
@@ -427,8 +432,9 @@ def generate(
         raise DraftsimError("give drafter or drafters, not both")
     if not sampling.greedy and rng is None:
         raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
-    _check_models(target, drafters, policy)
-    _check_context(target, prompt, max_new_tokens)
+    _check_chain_policy(policy, drafters)
+    check_drafters(target, drafters)
+    check_context(target, prompt, max_new_tokens)
     eos = target.tokenizer.eos_token_id if stop_at_eos else None
     log = RunLog()
     t_run = time.perf_counter()
@@ -496,8 +502,8 @@ def token_cascade(
         raise DraftsimError("the sequential cascade needs a neural drafter (its confidence decides deferral)")
     if not sampling.greedy and rng is None:
         raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
-    _check_models(target, [drafter], _ONE_TOKEN)
-    _check_context(target, prompt, max_new_tokens)
+    check_drafters(target, [drafter])
+    check_context(target, prompt, max_new_tokens)
     eos = target.tokenizer.eos_token_id if stop_at_eos else None
     log = RunLog()
     t_run = time.perf_counter()

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from sim.errors import DraftsimError, as_count, as_probability
 
@@ -42,53 +43,40 @@ HEAD_SCHEMA = "draftsim.head"
 HEAD_VERSION = 1
 
 
-def _torch():
-    import torch
+class _Block(torch.nn.Module):
+    """x + W₂·SiLU(W₁·x)."""
 
-    return torch
+    def __init__(self, width: int):
+        super().__init__()
+        self.up = torch.nn.Linear(width, width)
+        self.down = torch.nn.Linear(width, width)
 
-
-def _module():
-    torch = _torch()
-
-    class _Block(torch.nn.Module):
-        def __init__(self, width: int):
-            super().__init__()
-            self.up = torch.nn.Linear(width, width)
-            self.down = torch.nn.Linear(width, width)
-
-        def forward(self, x):
-            return x + self.down(torch.nn.functional.silu(self.up(x)))
-
-    class AcceptanceHead(torch.nn.Module):
-        """D residual SiLU blocks (independent weights) and a linear output: a logit per state."""
-
-        def __init__(self, width: int, depth: int):
-            super().__init__()
-            self.width, self.depth = int(width), int(depth)
-            self.blocks = torch.nn.ModuleList([_Block(width) for _ in range(depth)])
-            self.out = torch.nn.Linear(width, 1)
-
-        def forward(self, h):
-            for block in self.blocks:
-                h = block(h)
-            return self.out(h).squeeze(-1)
-
-        def predict(self, h) -> np.ndarray:
-            with torch.inference_mode():
-                return torch.sigmoid(self(h.float())).cpu().numpy().astype(np.float64)
-
-    return AcceptanceHead
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.up(x)))
 
 
-def AcceptanceHead(width: int, depth: int):  # noqa: N802 - a factory that looks like the class
-    """The head module (torch is imported lazily)."""
-    return _module()(width, depth)
+class AcceptanceHead(torch.nn.Module):
+    """D residual SiLU blocks (independent weights) and a linear output: a logit per state."""
+
+    def __init__(self, width: int, depth: int):
+        super().__init__()
+        self.width, self.depth = int(width), int(depth)
+        self.blocks = torch.nn.ModuleList([_Block(width) for _ in range(depth)])
+        self.out = torch.nn.Linear(width, 1)
+
+    def forward(self, h):
+        for block in self.blocks:
+            h = block(h)
+        return self.out(h).squeeze(-1)
+
+    def predict(self, h) -> np.ndarray:
+        """p̂ = sigmoid(logit) per hidden state."""
+        with torch.inference_mode():
+            return torch.sigmoid(self(h.float())).cpu().numpy().astype(np.float64)
 
 
 def fingerprint(draft: LoadedModel) -> str:
     """Identifies a draft model: its shape and a hash of a slice of its output layer."""
-    torch = _torch()
     w = draft.model.get_output_embeddings().weight
     with torch.no_grad():
         sample = w[:: max(1, w.shape[0] // 64), :16].float().cpu().numpy().round(5)
@@ -110,7 +98,6 @@ class HeadData:
 
 def head_data(target: LoadedModel, draft: LoadedModel, corpus, mix: float, rng: np.random.Generator, progress=None) -> HeadData:
     """Training examples from ``corpus`` ((ids, prompt length) pairs: the target's responses)."""
-    torch = _torch()
     mix = float(as_probability("mix", mix))
     if not corpus:
         raise DraftsimError("no training data: the corpus of target responses is empty")
@@ -152,7 +139,6 @@ def binary_kl(y: np.ndarray, p_hat: np.ndarray) -> float:
 def train_head(data: HeadData, depth: int = 2, w_rej: float = 1.0, epochs: int = 20, lr: float = 1e-3,
                batch: int = 256, seed: int = 0, progress=None):
     """Fit a head by weighted soft-label BCE (w_acc = 1). Returns the module and its history."""
-    torch = _torch()
     depth = int(as_count("depth", depth, maximum=16))
     w_rej = float(w_rej)
     if not (np.isfinite(w_rej) and w_rej > 0):
@@ -190,7 +176,6 @@ def train_head(data: HeadData, depth: int = 2, w_rej: float = 1.0, epochs: int =
 
 def save_head(path, head, draft: LoadedModel, meta: dict) -> Path:
     """Write ``head.pt`` and ``head.json`` into the folder ``path``, atomically (temp + rename)."""
-    torch = _torch()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
@@ -210,7 +195,6 @@ def save_head(path, head, draft: LoadedModel, meta: dict) -> Path:
 
 def load_head(path, draft: LoadedModel):
     """A saved head, checked to belong to ``draft``."""
-    torch = _torch()
     path = Path(path)
     meta_file = path / "head.json"
     if not meta_file.is_file() or not (path / "head.pt").is_file():

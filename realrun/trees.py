@@ -38,7 +38,7 @@ from sim.policies import Tree
 from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
 
 from .drafters import NeuralDraft
-from .executor import CachedLM, RunLog, Sampling, _check_context, _check_models
+from .executor import CachedLM, RunLog, Sampling, check_context, check_drafters
 from .models import LoadedModel
 
 __all__ = ["TreeForward", "Graph", "draft_graph", "generate_tree", "TreeStats"]
@@ -304,8 +304,8 @@ def generate_tree(
         raise DraftsimError("tree drafting needs a neural drafter (it drafts a level per forward call)")
     if not sampling.greedy and rng is None:
         raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
-    _check_models(target, [drafter], _ChainView(policy))
-    _check_context(target, prompt, max_new_tokens + policy.depth)
+    check_drafters(target, [drafter])
+    check_context(target, prompt, max_new_tokens + policy.depth)
     stats = stats if stats is not None else TreeStats()
     eos = target.tokenizer.eos_token_id if stop_at_eos else None
     log = RunLog()
@@ -364,16 +364,3 @@ def generate_tree(
         round_ += 1
     log.seconds = time.perf_counter() - t_run
     return log
-
-
-class _ChainView:
-    """What :func:`realrun.executor._check_models` needs of a tree policy: one drafter."""
-
-    kind = "chain"
-    n_models = 2
-
-    def __init__(self, policy: Tree):
-        self.policy = policy
-
-    def __repr__(self) -> str:
-        return repr(self.policy)
