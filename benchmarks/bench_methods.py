@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from draftsim.commands.running import method_from
+from analysis.reality import held_to_sim
 from realrun.compare import measure
+from realrun.methods import method_from
 from realrun.models import load_model
 from realrun.prompts import prompt_set
 
@@ -45,7 +46,7 @@ def main() -> None:
     print(f"{'method':58s} {'tok/s':>6s} {'AR tok/s':>8s} {'speedup':>7s} {'tok/call':>8s} {'=target':>7s} {'sim counts':>10s} {'sim tok/s err':>13s}")
     for kind, drafter, policy, rule in METHODS:
         m = method_from(kind, target, drafter, policy, rule)
-        r = measure(target, m, prompts, args.max_new_tokens)
+        r = held_to_sim(measure(target, m, prompts, args.max_new_tokens))
         c = r["sim_check"]
         results.append(r)
         if not c["replayable"]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from draftsim.commands.running import method_from
 from realrun.compare import measure
+from realrun.methods import method_from
 from realrun.models import load_model
 from realrun.prompts import prompt_set
 
@@ -39,7 +39,7 @@ def main() -> None:
     print(f"{'rule':18s} {'speedup':>7s} {'tok/call':>8s} {'=target':>7s} {'agreement':>9s} {'target NLL':>10s} {'answers':>7s} {'(target)':>8s}")
     results = []
     for kind, rule in POINTS:
-        r = measure(target, method_from(kind, target, "distilled", f"fixed:k={args.k}", rule), prompts, args.max_new_tokens, check=False)
+        r = measure(target, method_from(kind, target, "distilled", f"fixed:k={args.k}", rule), prompts, args.max_new_tokens).to_dict()
         q = r["quality"]
         results.append(r)
         acc = "-" if q["answer_accuracy"] is None else f"{q['answer_accuracy']:.0%}"

@@ -3,96 +3,32 @@
 :func:`measure` runs, prompt by prompt and alternately (these machines are noisy), the
 target's own autoregressive decoding and the method, writes the method's run trace
 (:mod:`realrun.runs`), and reports tokens/s, speedup, accepted lengths, counts per level,
-SWI with the costs measured in the run, quality against the target's output, and the
-simulator's replay of the run (:func:`analysis.reality.check_run`). The CLI (``draftsim
-run``), the demo and the benchmark scripts all call it.
+SWI with the costs measured in the run and quality against the target's output, as a
+:class:`Measurement`. Its callers hold it against the simulator
+(:func:`analysis.reality.held_to_sim`): the CLI (``draftsim run``), the demo and the
+benchmark scripts.
 """
 
 from __future__ import annotations
 
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from sim.analytic import swi
 from sim.errors import DraftsimError
-from sim.policies import Autoregressive, Policy
-from sim.rules import SD, Rule
+from sim.replay import fit_costs
+from sim.traces import RunTrace
 
-from .drafters import Drafter
-from .executor import RunLog, Sampling, generate, token_cascade
+from .executor import Sampling, generate
+from .methods import Method
 from .models import LoadedModel
 from .prompts import Prompt, format_prompt
 from .runs import RunWriter
 
-__all__ = ["Method", "measure", "METHODS"]
-
-METHODS = ("ar", "sd", "csd", "cascade", "ssd", "tsd", "gsd")
-TREE_METHODS = ("ssd", "tsd", "gsd")
-
-
-@dataclass
-class Method:
-    """What to run: ``kind`` (ar, sd, csd, cascade), the policy (and its command-line spec),
-    drafters (models 1, 2, …), the target-level rule, and for cascades whether to run the
-    sequential token cascade ([SC] Algorithm 2) instead of speculative cascades."""
-
-    kind: str
-    policy: Policy = field(default_factory=Autoregressive)
-    policy_spec: str = "ar"
-    drafters: list = field(default_factory=list)
-    rule: Rule = field(default_factory=SD)
-    rule_spec: str = "sd"
-    sequential: bool = False
-    tree_stats: object = None
-
-    def __post_init__(self):
-        if self.kind not in METHODS:
-            raise DraftsimError(f"method must be one of {', '.join(METHODS)}; got {self.kind!r}")
-        if self.kind in ("sd", "csd", *TREE_METHODS) and not self.rule.lossless:
-            raise DraftsimError(f"method {self.kind} is lossless; rule {self.rule_spec} is lossy — use --method cascade")
-        if self.kind in TREE_METHODS:
-            from .trees import TreeStats
-
-            if self.policy.kind != "tree":
-                raise DraftsimError(f"method {self.kind} needs a tree policy (e.g. tree:width=3,depth=4); got {self.policy_spec}")
-            if self.kind == "ssd" and self.policy.width != 1:
-                raise DraftsimError("method ssd drafts a chain: tree:width=1,depth=K")
-            if self.kind == "tsd" and self.policy.merge:
-                raise DraftsimError("method tsd drafts a tree: leave merge=0 (merging makes it gsd)")
-            if self.kind == "gsd" and not self.policy.merge:
-                raise DraftsimError("method gsd merges repeated m-grams: give merge=M (e.g. merge=2)")
-            self.tree_stats = TreeStats()
-        elif self.policy.kind == "tree":
-            raise DraftsimError(f"a tree policy runs with --method ssd, tsd or gsd; got --method {self.kind}")
-
-    @property
-    def head_path(self) -> str | None:
-        """Where drafter 1's acceptance head came from, if it has one."""
-        head = getattr(self.drafters[0], "head", None) if self.drafters else None
-        return None if head is None else str(getattr(head, "path", ""))
-
-    @property
-    def label(self) -> str:
-        if self.kind == "ar":
-            return "autoregressive"
-        names = "+".join(d.name for d in self.drafters)
-        if self.sequential:
-            return f"sequential cascade {self.rule_spec} with {names}"
-        rule = "" if isinstance(self.rule, SD) else f", {self.rule_spec}"
-        head = " + head" if self.head_path is not None else ""
-        return f"{self.kind} {self.policy_spec}{rule} with {names}{head}"
-
-    def run(self, target: LoadedModel, ids: list[int], max_new_tokens: int, sampling: Sampling, rng) -> RunLog:
-        if self.sequential:
-            return token_cascade(target, self.drafters[0], ids, max_new_tokens, self.rule, sampling, rng)
-        if self.kind in TREE_METHODS:
-            from .trees import generate_tree
-
-            return generate_tree(target, ids, max_new_tokens, self.policy, self.drafters[0], sampling, rng, stats=self.tree_stats)
-        return generate(target, ids, max_new_tokens, self.policy, sampling=sampling, rule=self.rule, rng=rng, drafters=self.drafters)
+__all__ = ["Measurement", "Quality", "measure"]
 
 
 def _prefix_fraction(a: list[int], b: list[int]) -> float:
@@ -124,6 +60,73 @@ def _answer_correct(prompt: Prompt, text: str) -> bool | None:
     return re.search(rf"(?<![\d.]){re.escape(prompt.answer)}(?![\d])", text.replace(",", "")) is not None
 
 
+@dataclass(frozen=True)
+class Quality:
+    """How the method's text compares with the target's own (autoregressive) text.
+
+    ``identical_to_target``: share of prompts with the same output; ``mean_prefix_agreement``:
+    mean share of the target's tokens before the first difference; ``answer_accuracy`` (and
+    ``_target``): arithmetic answers correct, None without arithmetic prompts; ``target_nll``
+    (and ``_target``): mean target negative log-likelihood per token, measured only where the
+    text may differ from the target's (lossy rules or sampling), else None.
+    """
+
+    identical_to_target: float
+    mean_prefix_agreement: float
+    answer_accuracy: float | None = None
+    answer_accuracy_target: float | None = None
+    target_nll: float | None = None
+    target_nll_target: float | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One :func:`measure`: the method and autoregressive decoding of the same prompts.
+
+    Rates are output tokens per wall-clock second of decoding (prefill included);
+    ``calls_per_model`` counts forward calls (or proposals, for statistical drafters) per
+    model, target first; ``levels`` drafted / accepted per (proposer, verifier) pair, by name;
+    ``cost_coefficients`` are fitted to the run's calls (:func:`sim.replay.fit_costs`);
+    ``swi`` is [CSD]'s standardised walltime improvement with them. ``trace`` is the run
+    trace loaded in memory (``trace_path`` is None when it was written to a temporary
+    folder); ``tree`` the tree/graph statistics of ssd/tsd/gsd runs.
+    """
+
+    target: str
+    method: str
+    label: str
+    policy: str
+    rule: str
+    sequential: bool
+    drafters: list[str]
+    prompts: int
+    max_new_tokens: int
+    sampling: str
+    autoregressive_tokens_per_second: float
+    tokens_per_second: float
+    speedup: float
+    tokens: int
+    target_calls: int
+    mean_accepted_length: float
+    acceptance_rate: float
+    calls_per_model: list[int]
+    levels: list[dict]
+    cost_coefficients: list[float]
+    swi: float
+    quality: Quality
+    trace_path: str | None
+    tree: dict | None = None
+    trace: RunTrace | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """Every field but the in-memory trace, JSON-ready (``trace`` is the trace's path)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("trace", "trace_path")}
+        out["trace"] = self.trace_path
+        if self.tree is None:
+            out.pop("tree")
+        return out
+
+
 def measure(
     target: LoadedModel,
     method: Method,
@@ -134,11 +137,10 @@ def measure(
     trace_dir=None,
     resume: bool = False,
     progress=None,
-    check: bool = True,
-) -> dict:
+) -> Measurement:
     """Run ``method`` and autoregressive decoding alternately on ``prompts``; see the module docstring."""
-    from analysis.reality import check_run, fit_costs
-
+    if not prompts:
+        raise DraftsimError("no prompts to decode: give at least one prompt set with --prompts and --n >= 1")
     rng = np.random.default_rng(seed)
     tmp = None
     if trace_dir is None:
@@ -181,6 +183,8 @@ def measure(
         if progress is not None:
             progress(1)
     trace = writer.load()
+    if tmp is not None:
+        tmp.cleanup()
     ar_rate = base["tokens"] / base["seconds"]
     rate = spec["tokens"] / spec["seconds"]
     # Counts of this call's generations (a resumed trace may hold earlier ones too).
@@ -196,36 +200,30 @@ def measure(
     drafted = sum(r["drafted"] for log in logs for r in log.rounds)
     accepted = sum(r["accepted"] for log in logs for r in log.rounds)
     costs = fit_costs(trace, n_models)
-    out = {
-        "target": target.name, "method": method.kind, "label": method.label, "policy": method.policy_spec, "rule": method.rule_spec,
-        "sequential": method.sequential, "drafters": [d.name for d in method.drafters], "prompts": len(prompts),
-        "max_new_tokens": max_new_tokens, "sampling": meta["sampling"],
-        "autoregressive_tokens_per_second": ar_rate, "tokens_per_second": rate, "speedup": rate / ar_rate,
-        "tokens": spec["tokens"], "target_calls": target_calls,
-        "mean_accepted_length": spec["tokens"] / max(target_calls, 1),
-        "acceptance_rate": accepted / max(drafted, 1),
-        "calls_per_model": per_model,
-        "levels": [{"proposer": trace.models()[p], "verifier": trace.models()[v], "drafted": d, "accepted": a}
-                   for (p, v), (d, a) in sorted(levels.items())],
-        "cost_coefficients": costs.coefficient.tolist(),
-        "swi": float(swi(per_model, costs.coefficient, max(spec["tokens"], 1))),
-        "quality": {
-            "identical_to_target": quality["identical"] / len(prompts),
-            "mean_prefix_agreement": float(np.mean(quality["prefix"])),
-            "answer_accuracy": float(np.mean(quality["answers"])) if quality["answers"] else None,
-            "answer_accuracy_target": float(np.mean(quality["answers_ar"])) if quality["answers_ar"] else None,
-            "target_nll": float(np.mean(quality["nll"])) if quality["nll"] else None,
-            "target_nll_target": float(np.mean(quality["nll_ar"])) if quality["nll_ar"] else None,
-        },
-        "trace": None if tmp else str(trace_dir),
-    }
-    if method.tree_stats is not None:
-        from analysis.reality import check_tree_run
+    names = trace.models()
 
-        out["tree"] = method.tree_stats.to_dict()
-        out["tree_check"] = check_tree_run(trace, out["tree"])
-    if check:
-        out["sim_check"] = check_run(trace, seed=seed)
-    if tmp is not None:
-        tmp.cleanup()
-    return out
+    def mean(values):
+        return float(np.mean(values)) if values else None
+
+    return Measurement(
+        target=target.name, method=method.kind, label=method.label, policy=method.policy_spec, rule=method.rule_spec,
+        sequential=method.sequential, drafters=[d.name for d in method.drafters], prompts=len(prompts),
+        max_new_tokens=max_new_tokens, sampling=meta["sampling"],
+        autoregressive_tokens_per_second=ar_rate, tokens_per_second=rate, speedup=rate / ar_rate,
+        tokens=spec["tokens"], target_calls=target_calls,
+        mean_accepted_length=spec["tokens"] / max(target_calls, 1),
+        acceptance_rate=accepted / max(drafted, 1),
+        calls_per_model=per_model,
+        levels=[{"proposer": names[p], "verifier": names[v], "drafted": d, "accepted": a} for (p, v), (d, a) in sorted(levels.items())],
+        cost_coefficients=costs.coefficient.tolist(),
+        swi=float(swi(per_model, costs.coefficient, max(spec["tokens"], 1))),
+        quality=Quality(
+            identical_to_target=quality["identical"] / len(prompts),
+            mean_prefix_agreement=float(np.mean(quality["prefix"])),
+            answer_accuracy=mean(quality["answers"]), answer_accuracy_target=mean(quality["answers_ar"]),
+            target_nll=mean(quality["nll"]), target_nll_target=mean(quality["nll_ar"]),
+        ),
+        trace_path=None if tmp else str(trace_dir),
+        tree=method.tree_stats.to_dict() if method.tree_stats is not None else None,
+        trace=trace,
+    )

@@ -93,6 +93,8 @@ class Drafter:
 
     name = "drafter"
     neural = False
+    #: A SpecDec++ acceptance head (:mod:`realrun.head`) for a neural drafter, else None.
+    head = None
 
     def predict_along(self, ids: Sequence[int], start: int) -> Rows:
         raise NotImplementedError

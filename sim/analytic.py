@@ -486,7 +486,7 @@ def fixed_k_rates(alpha, k):
     return (k_arr - (tokens - 1.0)) / tokens, 1.0 / tokens
 
 
-def _kmatrix_model(K: np.ndarray, A: np.ndarray, c: np.ndarray):
+def kmatrix_model(K: np.ndarray, A: np.ndarray, c: np.ndarray):
     """Closed-form statistics of the cascade a K matrix describes, vectorised over a leading
     batch axis of K (see :func:`ewif_kmatrix`). Returns (step_cost, mean_L, pgf_L) functions
     of the model index."""
@@ -558,5 +558,5 @@ def ewif_kmatrix(K, A, costs):
         raise DraftsimError(f"K must be (..., m, m), A (m, m) and costs (m,); got {K.shape}, {A.shape}, {c.shape}")
     if np.any(np.tril(np.ones((m, m), dtype=bool)) & (K != 0)):
         raise DraftsimError("K must be strictly upper triangular")
-    step_cost, mean_L, _ = _kmatrix_model(K, A, c)
+    step_cost, mean_L, _ = kmatrix_model(K, A, c)
     return (mean_L(0) / step_cost(0))[()]

@@ -20,7 +20,7 @@ import numpy as np
 
 from .acceptance import AcceptanceProcess, Track
 from .errors import DraftsimError
-from .policies import Block, Policy, _bound
+from .policies import Block, Policy, plan_bound
 
 __all__ = ["Counts", "RoundLog", "run"]
 
@@ -159,7 +159,7 @@ class _Engine:
         """Build the draft ``plan`` proposes to ``verifier``: acceptance probabilities and
         proposers per draft position (S, L), and the draft lengths (at most ``cap``)."""
         S, c = self.S, self.counts
-        L = max(_bound(plan), 1)
+        L = max(plan_bound(plan), 1)
         prob = np.zeros((S, L))
         proposer = np.zeros((S, L), dtype=np.int64)
         length = np.zeros(S, dtype=np.int64)

@@ -101,7 +101,7 @@ def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX, progress=None) -> KMat
     K_low = np.zeros((len(combos), m, m), dtype=np.int64)
     for col, (i, j) in enumerate(lower_slots):
         K_low[:, i, j] = combos[:, col]
-    step_cost, mean_L, pgf_L = analytic._kmatrix_model(K_low, A, c)
+    step_cost, mean_L, pgf_L = analytic.kmatrix_model(K_low, A, c)
     ks = values.astype(np.float64)
     m_tab, p_tab, s = [], [], []
     for j in range(1, m):

@@ -31,8 +31,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .params import Parametrised, parse_spec
 from .errors import DraftsimError, as_count, as_probability
+from .params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int, ascii_ints, ascii_matrix
 
 __all__ = [
     "Block",
@@ -67,11 +67,11 @@ class Block:
     inner: tuple["Block", ...] = ()
 
 
-def _bound(plan: tuple[Block, ...]) -> int:
+def plan_bound(plan: tuple[Block, ...]) -> int:
     """Most tokens a plan can propose to its verifier."""
     total = 0
     for block in plan:
-        per_step = 1 + _bound(block.inner) if block.inner else 1
+        per_step = 1 + plan_bound(block.inner) if block.inner else 1
         total += int(np.max(block.steps)) * per_step
     return total
 
@@ -105,7 +105,7 @@ class Policy(Parametrised):
     @property
     def max_draft(self) -> int:
         """Most tokens proposed to the target in one round."""
-        return _bound(self.begin_round(self.init(1)))
+        return plan_bound(self.begin_round(self.init(1)))
 
 
 
@@ -306,73 +306,56 @@ class Tree(Policy):
 
 # ---------------------------------------------------------------- the policy mini-language
 
-POLICY_HELP = """\
-Policies on the command line: NAME[:KEY=VALUE[,KEY=VALUE...]]
-  ar                                  autoregressive (no drafting)
-  fixed:k=5                           draft k tokens with drafter 1
-  heuristic[:k=5,kmax=64]             transformers' schedule: K+2 after a full accept, else K-1
-  threshold:h=0.7[,kmax=16,kmin=0]    SpecDec++: stop when 1 - prod(p_hat) > h
-  confidence:tau=0.4[,kmax=16]        stop after a token with draft confidence < tau
-  horizontal:counts=3,5               drafter 1 drafts 3 tokens, then drafter 2 drafts 5
-  vertical:n=4,k=10                   d1 builds its draft in n inner rounds of k tokens from d2
-  vertical:K=0,4,0;0,0,10;0,0,0       a full K matrix (rows separated by ';')
-  tree:width=2,depth=4                token tree, candidates accepted by per-rank rates
-  tree:width=3,depth=5,prob=0.05,sib=0.1,exit=0.02,merge=2,nodes=48
-                                      GSD graph drafting on real models: pruning, early exit,
-                                      merging of repeated m-grams (merge=0: a tree)
-Any vertical policy also takes leniency=L."""
-
-_POLICIES = {
-    "ar": (Autoregressive, {}),
-    "autoregressive": (Autoregressive, {}),
-    "fixed": (FixedK, {"k": int}),
-    "heuristic": (Heuristic, {"k": int, "kmax": int}),
-    "threshold": (Threshold, {"h": float, "kmax": int, "kmin": int}),
-    "confidence": (ConfidenceStop, {"tau": float, "kmax": int}),
-    "horizontal": (HorizontalCascade, {"counts": "ints"}),
-    "vertical": (VerticalCascade, {"n": int, "k": int, "K": "matrix", "leniency": float}),
-    "tree": (Tree, {"width": int, "depth": int, "prob": float, "sib": float, "exit": float, "merge": int, "nodes": int}),
-}
+def _horizontal(counts: list[int]) -> HorizontalCascade:
+    return HorizontalCascade(tuple(range(1, len(counts) + 1)), counts)
 
 
-def _convert(name: str, key: str, kind, text: str):
-    try:
-        if kind == "ints":
-            return [int(v) for v in text.split(",")]
-        if kind == "matrix":
-            return [[int(v) for v in row.split(",")] for row in text.split(";")]
-        return kind(text)
-    except ValueError:
-        raise DraftsimError(f"policy {name}: {key}={text!r} is not a valid value") from None
+def _vertical(n: int | None = None, k: int | None = None, K=None, leniency: float = 1.0) -> VerticalCascade:
+    if K is not None:
+        if n is not None or k is not None:
+            raise DraftsimError("policy vertical takes either K or n and k, not both")
+        return VerticalCascade(K, leniency)
+    if n is None or k is None:
+        raise DraftsimError("policy vertical needs n and k (e.g. vertical:n=4,k=10) or K")
+    return VerticalCascade([[0, n, 0], [0, 0, k], [0, 0, 0]], leniency)
+
+
+def _tree(**params) -> Tree:
+    if "width" not in params or "depth" not in params:
+        raise DraftsimError("policy tree needs width and depth (e.g. tree:width=2,depth=4)")
+    return Tree(**params)
+
+
+_int, _float = ascii_int, ascii_float
+
+#: The policy mini-language: one entry per policy (adding a policy is a class plus an entry).
+POLICIES = Registry("policy", plural="policies", entries=[
+    Entry("ar", Autoregressive, (), (("ar", "autoregressive (no drafting)"),), aliases=("autoregressive",)),
+    Entry("fixed", FixedK, (Param("k", _int, required=True),), (("fixed:k=5", "draft k tokens with drafter 1"),)),
+    Entry("heuristic", Heuristic, (Param("k", _int), Param("kmax", _int, "k_max")),
+          (("heuristic[:k=5,kmax=64]", "transformers' schedule: K+2 after a full accept, else K-1"),)),
+    Entry("threshold", Threshold, (Param("h", _float, required=True), Param("kmax", _int, "k_max"), Param("kmin", _int, "k_min")),
+          (("threshold:h=0.7[,kmax=16,kmin=0]", "SpecDec++: stop when 1 - prod(p_hat) > h"),)),
+    Entry("confidence", ConfidenceStop, (Param("tau", _float, required=True), Param("kmax", _int, "k_max")),
+          (("confidence:tau=0.4[,kmax=16]", "stop after a token with draft confidence < tau\n"
+            "(Max-Gram's confidence grows with its match length)"),)),
+    Entry("horizontal", _horizontal, (Param("counts", ascii_ints, required=True),),
+          (("horizontal:counts=3,5", "drafter 1 drafts 3 tokens, then drafter 2 drafts 5"),)),
+    Entry("vertical", _vertical, (Param("n", _int), Param("k", _int), Param("K", ascii_matrix), Param("leniency", _float)),
+          (("vertical:n=4,k=10", "d1 builds its draft in n inner rounds of k tokens from d2"),
+           ("vertical:K=0,4,0;0,0,10;0,0,0", "a full K matrix (rows separated by ';')"),
+           ("vertical:...,leniency=2", "inner verifications accept leniently ([CSD] 3.1)"))),
+    Entry("tree", _tree, (Param("width", _int), Param("depth", _int), Param("prob", _float, "theta_prob"),
+                          Param("sib", _float, "theta_sib"), Param("exit", _float, "theta_exit"), Param("merge", _int),
+                          Param("nodes", _int, "max_nodes")),
+          (("tree:width=2,depth=4", "token tree, candidates accepted by per-rank rates"),
+           ("tree:width=3,depth=5,prob=0.05,sib=0.1,exit=0.02,merge=2,nodes=48",
+            "GSD graph drafting on real models: pruning, early exit,\nmerging of repeated m-grams (merge=0: a tree)"))),
+])
+
+POLICY_HELP = POLICIES.help
 
 
 def parse_policy(spec: str) -> Policy:
     """Build a policy from the mini-language (:data:`POLICY_HELP`), e.g. ``fixed:k=5``."""
-    name, raw = parse_spec(spec, "policy", {n: keys for n, (_, keys) in _POLICIES.items()})
-    cls, keys = _POLICIES[name]
-    params = {key: _convert(name, key, keys[key], value) for key, value in raw.items()}
-    renamed = {"kmax": "k_max", "kmin": "k_min", "prob": "theta_prob", "sib": "theta_sib", "exit": "theta_exit", "nodes": "max_nodes"}
-    params = {renamed.get(k, k): v for k, v in params.items()}
-    if cls is FixedK and "k" not in params:
-        raise DraftsimError("policy fixed needs k (e.g. fixed:k=5)")
-    if cls is Threshold and "h" not in params:
-        raise DraftsimError("policy threshold needs h (e.g. threshold:h=0.7)")
-    if cls is ConfidenceStop and "tau" not in params:
-        raise DraftsimError("policy confidence needs tau (e.g. confidence:tau=0.4)")
-    if cls is HorizontalCascade:
-        counts = params.get("counts")
-        if counts is None:
-            raise DraftsimError("policy horizontal needs counts (e.g. horizontal:counts=3,5)")
-        return HorizontalCascade(tuple(range(1, len(counts) + 1)), counts)
-    if cls is VerticalCascade:
-        if "K" in params:
-            if "n" in params or "k" in params:
-                raise DraftsimError("policy vertical takes either K or n and k, not both")
-            return VerticalCascade(params["K"], params.get("leniency", 1.0))
-        if "n" not in params or "k" not in params:
-            raise DraftsimError("policy vertical needs n and k (e.g. vertical:n=4,k=10) or K")
-        n, k = params["n"], params["k"]
-        return VerticalCascade([[0, n, 0], [0, 0, k], [0, 0, 0]], params.get("leniency", 1.0))
-    if cls is Tree and ("width" not in params or "depth" not in params):
-        raise DraftsimError("policy tree needs width and depth (e.g. tree:width=2,depth=4)")
-    return cls(**params)
+    return POLICIES.parse(spec)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .distributions import capped_ratio, kl_divergence, normalize, tv_distance
-from .params import Parametrised, parse_spec
+from .params import Entry, Param, Parametrised, Registry, ascii_float
 from .errors import DraftsimError, as_float_array, as_probability
 
 __all__ = [
@@ -401,43 +401,28 @@ class Leniency(Rule):
 
 # ---------------------------------------------------------------- the rule mini-language
 
-RULE_HELP = """\
-Rules on the command line: NAME[:KEY=VALUE[,KEY=VALUE...]]
-  sd                        lossless speculative sampling (pi = p)
-  chow:alpha=0.3            defer to the target when max q < 1 - alpha      ([SC] eq. 2)
-  diff:alpha=0.1            defer when max q < max p - alpha                ([SC] eq. 5)
-  opt:alpha=0.5             defer when max q < max p - alpha TV(p, q)       ([SC] eq. 10)
-  token1|token2|token3:alpha=0.2   token-specific cascades                   ([SC] eqs. 13-15)
-  lossy:alpha=0.1[,beta=1]  lossy speculative sampling                      ([SC] Lemma 3)
-  bild:alpha=0.3[,d=tv|kl|nll]     BiLD* deferral on a discrepancy
-  leniency:l=2              CS Drafting leniency (lossy at the top level)   ([CSD] 3.1)"""
+_alpha = Param("alpha", ascii_float, required=True)
 
-_RULES = {
-    "sd": (SD, {}),
-    "chow": (Chow, {"alpha": float}),
-    "diff": (Diff, {"alpha": float}),
-    "opt": (OPT, {"alpha": float}),
-    "token1": (TokenV1, {"alpha": float}),
-    "token2": (TokenV2, {"alpha": float}),
-    "token3": (TokenV3, {"alpha": float}),
-    "lossy": (Lossy, {"alpha": float, "beta": float}),
-    "bild": (BiLD, {"alpha": float, "d": str}),
-    "leniency": (Leniency, {"l": float}),
-}
+#: The rule mini-language: one entry per rule (adding a rule is a class plus an entry).
+RULES = Registry("rule", [
+    Entry("sd", SD, (), (("sd", "lossless speculative sampling (pi = p)"),)),
+    Entry("chow", Chow, (_alpha,), (("chow:alpha=0.3", "defer to the target when max q < 1 - alpha      ([SC] eq. 2)"),)),
+    Entry("diff", Diff, (_alpha,), (("diff:alpha=0.1", "defer when max q < max p - alpha                ([SC] eq. 5)"),)),
+    Entry("opt", OPT, (_alpha,), (("opt:alpha=0.5", "defer when max q < max p - alpha TV(p, q)       ([SC] eq. 10)"),)),
+    Entry("token1", TokenV1, (_alpha,), (("token1|token2|token3:alpha=0.2", "token-specific cascades ([SC] eqs. 13-15)"),)),
+    Entry("token2", TokenV2, (_alpha,)),
+    Entry("token3", TokenV3, (_alpha,)),
+    Entry("lossy", Lossy, (_alpha, Param("beta", ascii_float)),
+          (("lossy:alpha=0.1[,beta=1]", "lossy speculative sampling                      ([SC] Lemma 3)"),)),
+    Entry("bild", BiLD, (_alpha, Param("d", str, "discrepancy")),
+          (("bild:alpha=0.3[,d=tv|kl|nll]", "BiLD* deferral on a discrepancy"),)),
+    Entry("leniency", Leniency, (Param("l", ascii_float, "leniency", required=True),),
+          (("leniency:l=2", "CS Drafting leniency (lossy at the top level)   ([CSD] 3.1)"),)),
+])
+
+RULE_HELP = RULES.help
 
 
 def parse_rule(spec: str) -> Rule:
     """Build a rule from the mini-language (:data:`RULE_HELP`), e.g. ``opt:alpha=0.5``."""
-    name, raw = parse_spec(spec, "rule", {n: keys for n, (_, keys) in _RULES.items()})
-    cls, keys = _RULES[name]
-    params = {}
-    for key, value in raw.items():
-        try:
-            params[key] = keys[key](value)
-        except ValueError:
-            raise DraftsimError(f"rule {name}: {key}={value!r} is not a valid value") from None
-    required = [k for k in keys if k not in params and k not in ("beta", "d")]
-    if required:
-        raise DraftsimError(f"rule {name} needs {', '.join(required)} (e.g. {name}:{required[0]}=0.3)")
-    renamed = {"d": "discrepancy", "l": "leniency"}
-    return cls(**{renamed.get(k, k): v for k, v in params.items()})
+    return RULES.parse(spec)

@@ -229,15 +229,15 @@ def test_run_traces_replay_in_the_simulator(tmp_path, target, method, policy, dr
     """A greedy run's trace, replayed with the same policy by the Monte Carlo engine, gives
     the same target calls, drafted and accepted tokens (single drafter or horizontal);
     vertical cascades within 5%."""
-    from analysis.reality import check_run
-    from draftsim.commands.running import method_from
+    from analysis.reality import check_run, held_to_sim
     from realrun.compare import measure
+    from realrun.methods import method_from
     from realrun.prompts import prompt_set
     from sim.traces import RunTrace
 
     m = method_from(method, target, drafter, policy, rule)
     prompts = prompt_set("code", "test", 3) + prompt_set("arithmetic", "test", 3)
-    out = measure(target, m, prompts, 40, trace_dir=tmp_path / "run")
+    out = held_to_sim(measure(target, m, prompts, 40, trace_dir=tmp_path / "run"))
     trace = RunTrace(tmp_path / "run")
     assert len(trace.entries) == 6 and trace.metadata["policy"] == policy
     assert trace.rounds.num_rows == out["target_calls"] and sum(trace.rounds["emitted"].to_pylist()) == out["tokens"]

@@ -85,12 +85,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"Replay of the embedded SmolLM2 trace ({rp['sequences']} sequences, {rp['tokens']} tokens; greedy; measured costs):")
     print(format_table(
         ["drafter", "cost", "policy", "tokens/call", "EWIF", "oracle"],
-        [[r["drafter"], r["cost"], r["policy"], r["tokens_per_call"], r["ewif"], r["oracle_speedup"]] for r in rp["rows"]],
+        [[r["drafter"], r["cost"], r["policy"], r["tokens_per_call"], r["ewif"],
+          "n/a*" if r["oracle_speedup"] is None else r["oracle_speedup"]] for r in rp["rows"]],
     ))
+    if any(r["oracle_speedup"] is None for r in rp["rows"]):
+        print("* the oracle ([SD++] Theorem 4.1) knows one drafter's acceptance; a cascade has no such bound")
     print()
     rr = result["real"]
     if "skipped" in rr:
-        print(f"Real run on SmolLM2: skipped ({rr['skipped']}; make test installs torch and the model)")
+        why = rr["skipped"] if rr.get("by_request") else f"{rr['skipped']}; `make demo` installs torch and the model"
+        print(f"Real run on SmolLM2: skipped ({why})")
     else:
         c = rr["sim_check"]
         print(f"Real run on SmolLM2 ({rr['prompts']} code prompts, {rr['max_new_tokens']} new tokens, greedy):")

@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from realrun.head import binary_kl, head_data, save_head, train_head
     from realrun.models import load_model
 
-    from .traces import _drafter
+    from realrun.methods import make_drafter
 
     target = load_model(args.model, device=args.device)
-    drafter = _drafter(args.drafter, target, Bigram(target.vocab_size))
+    drafter = make_drafter(args.drafter, target, Bigram(target.vocab_size))
     if not isinstance(drafter, NeuralDraft):
         raise DraftsimError(f"an acceptance head reads a neural draft's hidden states; {args.drafter} is not a neural model")
     rng = np.random.default_rng(args.seed)

@@ -7,22 +7,15 @@ import argparse
 
 from analysis.table import format_table
 from sim.errors import DraftsimError
-from sim.policies import POLICY_HELP, parse_policy
-from sim.rules import RULE_HELP, parse_rule
+from sim.policies import POLICY_HELP
+from sim.rules import RULE_HELP
 
 from .. import args as a
 from ..progress import count_bar
 
-#: Per method: default drafters, policy and rule.
-DEFAULTS = {
-    "ar": ("", "ar", "sd"),
-    "sd": ("maxgram", "fixed:k=4", "sd"),
-    "csd": ("distilled,maxgram", "vertical:n=2,k=4", "sd"),
-    "cascade": ("distilled", "fixed:k=4", "opt:alpha=0.5"),
-    "ssd": ("distilled", "tree:width=1,depth=4", "sd"),
-    "tsd": ("distilled", "tree:width=3,depth=4,sib=0.1,nodes=40", "sd"),
-    "gsd": ("distilled", "tree:width=3,depth=4,sib=0.1,nodes=40,merge=2", "sd"),
-}
+#: Methods of ``draftsim run`` (:data:`realrun.methods.METHODS`; listed here so that the
+#: parser is built without importing torch).
+METHODS = ("ar", "sd", "csd", "cascade", "ssd", "tsd", "gsd")
 
 
 def register(sub, common) -> None:
@@ -37,7 +30,7 @@ def register(sub, common) -> None:
                        "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--method", choices=list(DEFAULTS), default="sd")
+    p.add_argument("--method", choices=list(METHODS), default="sd")
     p.add_argument("--drafter", help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
     p.add_argument("--policy", help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
     p.add_argument("--rule", help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
@@ -63,65 +56,31 @@ def register(sub, common) -> None:
     c.set_defaults(run=run_check)
 
 
-def method_from(kind: str, target, drafter: str | None, policy: str | None, rule: str | None, sequential: bool = False,
-                head: str | None = None):
-    """A :class:`realrun.compare.Method` from command-line specs (defaults per method)."""
-    from realrun.compare import Method
-    from realrun.drafters import Bigram
-    from realrun.prompts import SETS, format_prompt, prompt_set
-
-    from .traces import _drafter
-
-    d_default, p_default, r_default = DEFAULTS[kind]
-    if kind == "ar" and (drafter or policy or rule):
-        raise DraftsimError("method ar takes no --drafter, --policy or --rule")
-    if sequential and kind != "cascade":
-        raise DraftsimError("--sequential applies to --method cascade")
-    policy_spec = policy or p_default
-    rule_spec = rule or r_default
-    pol = parse_policy(policy_spec)
-    names = [s.strip() for s in (drafter if drafter is not None else d_default).split(",") if s.strip()]
-    if kind != "ar" and pol.n_models - 1 != len(names):
-        raise DraftsimError(f"policy {policy_spec} uses {pol.n_models - 1} drafter(s) but --drafter names {len(names)} ({', '.join(names) or 'none'})")
-    if kind in ("sd", "cascade", "ssd", "tsd", "gsd") and pol.n_models > 2:
-        raise DraftsimError(f"method {kind} uses one drafter; policy {policy_spec} needs {pol.n_models - 1} (use --method csd)")
-    drafters = []
-    if names:
-        train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
-        bigram = Bigram.fit(train, target.vocab_size)
-        drafters = [_drafter(n, target, bigram) for n in names]
-    if head is not None:
-        from realrun.drafters import NeuralDraft
-        from realrun.head import load_head
-        from sim.policies import Threshold
-
-        if not isinstance(pol, Threshold):
-            raise DraftsimError(f"an acceptance head drives the threshold policy (--policy threshold:h=0.7); got {policy_spec}")
-        if not drafters or not isinstance(drafters[0], NeuralDraft):
-            raise DraftsimError("an acceptance head needs a neural drafter (its hidden states are the head's input)")
-        drafters[0].head = load_head(head, drafters[0].loaded)
-        drafters[0].head.path = head
-    return Method(kind, pol, policy_spec, drafters, parse_rule(rule_spec), rule_spec, sequential)
-
-
 def run(args: argparse.Namespace) -> int:
+    from analysis.reality import held_to_sim
     from realrun.compare import measure
     from realrun.executor import Sampling
+    from realrun.methods import MethodSpec, build_method, check_model_name
     from realrun.models import load_model
     from realrun.prompts import prompt_set
 
+    # Everything is validated before the model is loaded.
     if args.resume and not args.trace:
         raise DraftsimError("--resume needs --trace")
     if args.top_k is not None and args.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    target = load_model(args.model, device=args.device)
-    method = method_from(args.method, target, args.drafter, args.policy, args.rule, args.sequential, args.head)
+    check_model_name(args.model)
+    spec = MethodSpec(args.method, args.drafter, args.policy, args.rule, args.sequential, args.head)
     sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
+    if not sets:
+        raise DraftsimError(f"--prompts {args.prompts!r} names no prompt set; give one or more, comma-separated")
     prompts = [p for s in sets for p in prompt_set(s, args.split, args.n)]
     sampling = Sampling(args.temperature, args.top_k)
+    target = load_model(args.model, device=args.device)
+    method = build_method(spec, target)
     with count_bar(len(prompts), "decoding") as bar:
-        out = measure(target, method, prompts, args.max_new_tokens, sampling, args.seed, args.trace, args.resume,
-                      progress=bar.update, check=not args.no_check)
+        m = measure(target, method, prompts, args.max_new_tokens, sampling, args.seed, args.trace, args.resume, progress=bar.update)
+    out = held_to_sim(m, seed=args.seed, check=not args.no_check)
     if args.json:
         a.emit_json(out)
         return 0

@@ -55,35 +55,15 @@ def register(sub, common) -> None:
     p.set_defaults(run=run_replay)
 
 
-def _drafter(spec: str, target, bigram):
-    from realrun.drafters import MaxGram, NeuralDraft
-    from realrun.models import load_model, same_tokenizer
-
-    if spec == "maxgram":
-        return MaxGram(target.vocab_size, fallback=bigram)
-    if spec == "bigram":
-        return bigram
-    if spec == "distilled":
-        from realrun.distill import load_distilled
-
-        loaded = load_distilled(target)
-        return NeuralDraft(loaded, "distilled")
-    loaded = load_model(spec, device=target.device, dtype=target.dtype)
-    if not same_tokenizer(loaded.tokenizer, target.tokenizer):
-        raise DraftsimError(f"drafter {spec} does not share the target's tokenizer")
-    return NeuralDraft(loaded, spec)
-
-
 def run_record(args: argparse.Namespace) -> int:
-    from realrun.drafters import Bigram
+    from realrun.methods import fit_bigram, make_drafter
     from realrun.models import load_model
-    from realrun.prompts import SETS, format_prompt, prompt_set
+    from realrun.prompts import prompt_set
     from realrun.record import record
 
     target = load_model(args.model, device=args.device, dtype=args.dtype)
-    train = [format_prompt(p, target.tokenizer) for s in SETS for p in prompt_set(s, "train")]
-    bigram = Bigram.fit(train, target.vocab_size)
-    drafters = [_drafter(spec, target, bigram) for spec in args.drafter]
+    bigram = fit_bigram(target)
+    drafters = [make_drafter(spec, target, bigram) for spec in args.drafter]
     sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
     prompts = [p for s in sets for p in prompt_set(s, None if args.split == "all" else args.split, args.n)]
     n_modes = 2 if args.sample_seed is not None else 1

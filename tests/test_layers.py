@@ -1,0 +1,79 @@
+"""The architecture of DESIGN.md, checked on the source: layers point one way
+(``sim`` ← ``realrun`` ← ``analysis`` ← ``draftsim`` ← ``benchmarks``), ``sim`` never imports
+torch or transformers, and no module reaches into another's private names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ["sim", "realrun", "analysis", "draftsim", "benchmarks"]
+#: Heavy real-model libraries that the simulation layer must do without.
+NOT_IN_SIM = ("torch", "transformers", "accelerate", "gguf")
+
+
+def _sources(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py"))
+
+
+def _imports(tree: ast.AST, relative: bool = False) -> list[tuple[int, str, list[str]]]:
+    """(line, module, imported names) of every import, at any depth (function-level too);
+    relative imports (``from .x import y``, module ``.x``) only with ``relative``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.level == 0 and node.module or relative and node.level):
+            out.append((node.lineno, "." * node.level + (node.module or ""), [a.name for a in node.names]))
+    return out
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_layers_point_one_way(package):
+    above = LAYERS[LAYERS.index(package) + 1:]
+    bad = []
+    for path in _sources(package):
+        for line, module, _ in _imports(ast.parse(path.read_text())):
+            top = module.split(".")[0]
+            if top in above or (package == "sim" and top in NOT_IN_SIM):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every name a module defines: functions, classes, assignments (attributes of self too)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_no_cross_module_private_names(package):
+    """A private name (``_x``) is used only in the module that defines it: no ``from m import
+    _x`` across modules, no ``obj._x`` for an ``_x`` the module does not define itself."""
+    bad = []
+    for path in _sources(package):
+        tree = ast.parse(path.read_text())
+        own = _defined_names(tree)
+        for line, module, names in _imports(tree, relative=True):
+            if module.startswith(".") or module.split(".")[0] in LAYERS:
+                bad.extend(f"{path.relative_to(ROOT)}:{line} imports {module}.{n}" for n in names if _private(n))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses .{node.attr}")
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
