@@ -1,0 +1,399 @@
+"""Catalogs of model architectures and hardware: the data files, user files, HF configs.
+
+Two JSON files ship with draftsim (``sim/data/models.json``, ``sim/data/hardware.json``);
+each has a ``schema``, a ``version`` and one entry per name, every entry with a ``source``
+(the model card / config.json / datasheet its numbers come from). Users add entries with
+files of the same format (:func:`load_catalog`), and a Hugging Face ``config.json`` (or a
+checkpoint folder holding one) is read directly (:func:`model_from_hf_config`).
+
+Units in the files are the ones datasheets use (TFLOP/s, GB/s, GB, µs); the records here are
+SI (FLOP/s, B/s, B, s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from ..errors import DraftsimError
+
+__all__ = [
+    "DTYPE_BYTES",
+    "HardwareSpec",
+    "ModelSpec",
+    "Catalog",
+    "dtype_bytes",
+    "load_catalog",
+    "default_catalog",
+    "model_from_hf_config",
+    "write_catalog",
+]
+
+MODELS_SCHEMA = "draftsim.models"
+HARDWARE_SCHEMA = "draftsim.hardware"
+CATALOG_VERSION = 1
+
+#: Bytes per element of each dtype the roofline knows.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "int8": 1}
+
+
+def dtype_bytes(dtype: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise DraftsimError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only transformer LM (Llama/Qwen/Gemma/Mistral family), as in its config.json.
+
+    layers (num_hidden_layers), hidden (hidden_size), intermediate (intermediate_size),
+    heads (num_attention_heads), kv_heads (num_key_value_heads; < heads is GQA, 1 is MQA),
+    head_dim (hidden / heads unless the config says otherwise, as in Gemma-2), vocab
+    (vocab_size), tied_embeddings (tie_word_embeddings: the LM head shares the embedding's
+    weights, stored once), mlp ``"gated"`` (SwiGLU/GeGLU: gate, up and down projections) or
+    ``"plain"`` (up and down), max_context (max_position_embeddings).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool = False
+    mlp: str = "gated"
+    max_context: int = 0
+    source: str = ""
+    notes: str = ""
+
+    def __post_init__(self):
+        for key in ("layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 1; got {v!r}")
+        if self.heads % self.kv_heads:
+            raise DraftsimError(f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.mlp not in ("gated", "plain"):
+            raise DraftsimError(f"model {self.name!r}: mlp must be 'gated' or 'plain'; got {self.mlp!r}")
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.mlp == "gated" else 2
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one decoder layer (projections and MLP; norms and biases neglected)."""
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        out = self.heads * self.head_dim * self.hidden
+        return qkv + out + self.mlp_matrices * self.hidden * self.intermediate
+
+    @property
+    def params(self) -> int:
+        """All weights: layers, embedding and (unless tied) the LM head."""
+        emb = self.vocab * self.hidden
+        return self.layers * self.layer_params + emb * (1 if self.tied_embeddings else 2)
+
+    @property
+    def kv_per_token(self) -> int:
+        """KV-cache elements per token over all layers (keys and values)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One accelerator (or CPU) and its efficiency factors, in SI units.
+
+    peak_flops : dense peak FLOP/s per dtype (no sparsity), per device
+    memory_bandwidth : B/s; memory : bytes of device memory
+    interconnect_bandwidth : B/s per direction between devices (NVLink, PCIe) for tensor
+        parallelism; interconnect_latency : seconds per collective
+    mfu, mbu : achievable fractions of peak FLOP/s and of memory bandwidth (model FLOP/bandwidth
+        utilisation); ici_efficiency : achievable fraction of the interconnect's bandwidth
+    overhead, overhead_per_layer : fixed seconds per forward call (framework, kernel launches)
+    usable_memory : fraction of memory that may hold weights and KV cache
+    """
+
+    name: str
+    peak_flops: dict
+    memory_bandwidth: float
+    memory: float
+    interconnect_bandwidth: float = 0.0
+    interconnect_latency: float = 0.0
+    mfu: float = 0.6
+    mbu: float = 0.7
+    ici_efficiency: float = 0.7
+    overhead: float = 0.0
+    overhead_per_layer: float = 0.0
+    usable_memory: float = 0.9
+    kind: str = "gpu"
+    source: str = ""
+    notes: str = ""
+    measured: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.peak_flops:
+            raise DraftsimError(f"hardware {self.name!r}: peak_tflops needs at least one dtype")
+        for dt, v in self.peak_flops.items():
+            dtype_bytes(dt)
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise DraftsimError(f"hardware {self.name!r}: peak FLOP/s for {dt} must be > 0; got {v!r}")
+        for key in ("memory_bandwidth", "memory"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must be > 0; got {v!r}")
+        for key in ("mfu", "mbu", "ici_efficiency", "usable_memory"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and 0 < v <= 1):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must lie in (0, 1]; got {v!r}")
+        for key in ("interconnect_bandwidth", "interconnect_latency", "overhead", "overhead_per_layer"):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and v >= 0):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0; got {v!r}")
+
+    def peak(self, dtype: str) -> float:
+        if dtype not in self.peak_flops:
+            raise DraftsimError(f"hardware {self.name!r} lists no peak FLOP/s for {dtype}; it lists {', '.join(self.peak_flops)}")
+        return float(self.peak_flops[dtype])
+
+
+# -- file <-> records ----------------------------------------------------------------------------
+
+_MODEL_REQUIRED = ("layers", "hidden", "intermediate", "heads", "vocab", "source")
+_MODEL_OPTIONAL = ("kv_heads", "head_dim", "tied_embeddings", "mlp", "max_context", "notes", "aliases", "architecture", "unsupported")
+_HW_REQUIRED = ("peak_tflops", "memory_bandwidth_gbs", "memory_gb", "source")
+_HW_OPTIONAL = ("interconnect_gbs", "interconnect_latency_us", "mfu", "mbu", "ici_efficiency", "overhead_us", "overhead_per_layer_us",
+                "usable_memory", "kind", "notes", "measured", "aliases")
+
+
+def _check_keys(what: str, name: str, entry, required, optional) -> None:
+    if not isinstance(entry, dict):
+        raise DraftsimError(f"{what} {name!r}: an entry must be a JSON object")
+    missing = [k for k in required if k not in entry]
+    if missing:
+        raise DraftsimError(f"{what} {name!r} is missing field(s) {', '.join(missing)}")
+    unknown = [k for k in entry if k not in required and k not in optional]
+    if unknown:
+        raise DraftsimError(f"{what} {name!r} has unknown field(s) {', '.join(unknown)}; known: {', '.join(required + optional)}")
+
+
+def model_from_entry(name: str, e: dict) -> ModelSpec:
+    """A :class:`ModelSpec` from a catalog entry (raises for unsupported architectures)."""
+    if e.get("unsupported"):
+        raise DraftsimError(f"model {name!r} is not supported by the roofline: {e['unsupported']}")
+    _check_keys("model", name, e, _MODEL_REQUIRED, _MODEL_OPTIONAL)
+    heads = e["heads"]
+    return ModelSpec(
+        name=name, layers=e["layers"], hidden=e["hidden"], intermediate=e["intermediate"], heads=heads,
+        kv_heads=e.get("kv_heads", heads), head_dim=e.get("head_dim", e["hidden"] // heads if isinstance(heads, int) and heads else 0),
+        vocab=e["vocab"], tied_embeddings=bool(e.get("tied_embeddings", False)), mlp=e.get("mlp", "gated"),
+        max_context=int(e.get("max_context", 0)), source=e["source"], notes=e.get("notes", ""),
+    )
+
+
+def hardware_from_entry(name: str, e: dict) -> HardwareSpec:
+    _check_keys("hardware", name, e, _HW_REQUIRED, _HW_OPTIONAL)
+    if not isinstance(e["peak_tflops"], dict):
+        raise DraftsimError(f"hardware {name!r}: peak_tflops must map dtypes to TFLOP/s")
+    num = lambda key, default=0.0: e.get(key, default) if isinstance(e.get(key, default), (int, float)) else _bad(name, key, e[key])  # noqa: E731
+    return HardwareSpec(
+        name=name,
+        peak_flops={dt: (v * 1e12 if isinstance(v, (int, float)) else v) for dt, v in e["peak_tflops"].items()},
+        memory_bandwidth=num("memory_bandwidth_gbs") * 1e9, memory=num("memory_gb") * 1e9,
+        interconnect_bandwidth=num("interconnect_gbs") * 1e9, interconnect_latency=num("interconnect_latency_us") * 1e-6,
+        mfu=num("mfu", 0.6), mbu=num("mbu", 0.7), ici_efficiency=num("ici_efficiency", 0.7),
+        overhead=num("overhead_us") * 1e-6, overhead_per_layer=num("overhead_per_layer_us") * 1e-6,
+        usable_memory=num("usable_memory", 0.9), kind=e.get("kind", "gpu"), source=e["source"], notes=e.get("notes", ""),
+        measured=e.get("measured", {}),
+    )
+
+
+def _bad(name, key, value):
+    raise DraftsimError(f"hardware {name!r}: {key} must be a number; got {value!r}")
+
+
+def hardware_to_entry(hw: HardwareSpec) -> dict:
+    """The catalog entry (file units) of a :class:`HardwareSpec`."""
+    e = {
+        "kind": hw.kind,
+        "peak_tflops": {dt: v / 1e12 for dt, v in hw.peak_flops.items()},
+        "memory_bandwidth_gbs": hw.memory_bandwidth / 1e9,
+        "memory_gb": hw.memory / 1e9,
+        "interconnect_gbs": hw.interconnect_bandwidth / 1e9,
+        "interconnect_latency_us": hw.interconnect_latency * 1e6,
+        "mfu": hw.mfu, "mbu": hw.mbu, "ici_efficiency": hw.ici_efficiency,
+        "overhead_us": hw.overhead * 1e6, "overhead_per_layer_us": hw.overhead_per_layer * 1e6,
+        "usable_memory": hw.usable_memory, "source": hw.source,
+    }
+    if hw.notes:
+        e["notes"] = hw.notes
+    if hw.measured:
+        e["measured"] = hw.measured
+    return e
+
+
+def model_to_entry(m: ModelSpec) -> dict:
+    e = {k: v for k, v in asdict(m).items() if k != "name"}
+    return {k: v for k, v in e.items() if v != ""}
+
+
+@dataclass
+class Catalog:
+    """Model and hardware entries by lower-case name (raw file entries, validated on use)."""
+
+    models: dict = field(default_factory=dict)
+    hardware: dict = field(default_factory=dict)
+    aliases: dict = field(default_factory=dict)
+
+    def merge(self, other: "Catalog") -> "Catalog":
+        return Catalog({**self.models, **other.models}, {**self.hardware, **other.hardware}, {**self.aliases, **other.aliases})
+
+    def model(self, name: str) -> ModelSpec:
+        """A model by catalog name (case-insensitive, aliases) or by a config.json / checkpoint path."""
+        path = Path(str(name)).expanduser()
+        if path.is_dir() or (path.suffix == ".json" and path.is_file()):
+            return model_from_hf_config(path)
+        key = self.aliases.get(str(name).lower(), str(name).lower())
+        if key not in self.models:
+            raise DraftsimError(f"unknown model {name!r}; known: {', '.join(sorted(self.models))} (or a path to a config.json)")
+        return model_from_entry(key, self.models[key])
+
+    def hardware_spec(self, name: str) -> HardwareSpec:
+        key = self.aliases.get(str(name).lower(), str(name).lower())
+        if key not in self.hardware:
+            raise DraftsimError(f"unknown hardware {name!r}; known: {', '.join(sorted(self.hardware))}")
+        return hardware_from_entry(key, self.hardware[key])
+
+    def validate(self) -> None:
+        """Build every record once: raises on the first bad entry."""
+        for name, e in self.models.items():
+            if not e.get("unsupported"):
+                model_from_entry(name, e)
+            elif "source" not in e:
+                raise DraftsimError(f"model {name!r} is missing field(s) source")
+        for name in self.hardware:
+            self.hardware_spec(name)
+
+
+def _read_json(path) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise DraftsimError(f"no such file: {path}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DraftsimError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _parse(doc: dict, origin: str) -> Catalog:
+    if not isinstance(doc, dict) or doc.get("schema") not in (MODELS_SCHEMA, HARDWARE_SCHEMA):
+        raise DraftsimError(f"{origin}: not a draftsim catalog (schema must be {MODELS_SCHEMA!r} or {HARDWARE_SCHEMA!r})")
+    if doc.get("version") != CATALOG_VERSION:
+        raise DraftsimError(f"{origin}: catalog version {doc.get('version')!r} is not supported (this draftsim reads version {CATALOG_VERSION})")
+    key = "models" if doc["schema"] == MODELS_SCHEMA else "hardware"
+    entries = doc.get(key)
+    if not isinstance(entries, dict):
+        raise DraftsimError(f"{origin}: a {doc['schema']} catalog needs a {key!r} object")
+    entries = {str(k).lower(): v for k, v in entries.items()}
+    aliases = {}
+    for name, e in entries.items():
+        for alias in (e.get("aliases", []) if isinstance(e, dict) else []):
+            aliases[str(alias).lower()] = name
+    cat = Catalog(models=entries, aliases=aliases) if key == "models" else Catalog(hardware=entries, aliases=aliases)
+    try:
+        cat.validate()
+    except DraftsimError as exc:
+        raise DraftsimError(f"{origin}: {exc}") from None
+    return cat
+
+
+def load_catalog(path) -> Catalog:
+    """A user catalog file (models or hardware, told apart by its schema), validated."""
+    return _parse(_read_json(path), str(path))
+
+
+def default_catalog(extra=()) -> Catalog:
+    """The shipped catalogs, then each user file in ``extra`` (later entries win)."""
+    data = resources.files("sim") / "data"
+    cat = Catalog()
+    for fname in ("models.json", "hardware.json"):
+        cat = cat.merge(_parse(json.loads((data / fname).read_text()), f"sim/data/{fname}"))
+    for path in extra:
+        cat = cat.merge(load_catalog(path))
+    return cat
+
+
+_HF_KEYS = {"layers": "num_hidden_layers", "hidden": "hidden_size", "intermediate": "intermediate_size",
+            "heads": "num_attention_heads", "vocab": "vocab_size"}
+_HF_ALIASES = {"n_layer": "num_hidden_layers", "n_embd": "hidden_size", "n_head": "num_attention_heads",
+               "n_inner": "intermediate_size", "n_positions": "max_position_embeddings"}
+#: model_type values whose MLP is a plain up/down projection (others are gated).
+_PLAIN_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "phi", "falcon", "bloom", "starcoder2", "gpt_bigcode"}
+#: model_type values whose tie_word_embeddings defaults to true in transformers.
+_TIED_DEFAULT = {"gemma", "gemma2", "gemma3_text", "gpt2", "opt", "phi"}
+
+
+def model_from_hf_config(path) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (or a folder holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    cfg = _read_json(path)
+    if not isinstance(cfg, dict):
+        raise DraftsimError(f"{path}: a config.json must be a JSON object")
+    cfg = {**{v: cfg[k] for k, v in _HF_ALIASES.items() if k in cfg}, **cfg}
+    if cfg.get("is_encoder_decoder"):
+        raise DraftsimError(f"{path}: encoder-decoder models ({cfg.get('model_type', '?')}) are not supported by the roofline (dense decoder LMs only)")
+    if "num_local_experts" in cfg or "num_experts" in cfg:
+        raise DraftsimError(f"{path}: mixture-of-experts models are not supported by the roofline (dense decoder LMs only)")
+    model_type = cfg.get("model_type", "")
+    if "intermediate_size" not in cfg and model_type in _PLAIN_MLP and "hidden_size" in cfg:
+        cfg["intermediate_size"] = 4 * cfg["hidden_size"]
+    missing = [hf for hf in _HF_KEYS.values() if cfg.get(hf) is None]
+    if missing:
+        raise DraftsimError(f"{path} is missing field(s) {', '.join(missing)} (needed by the roofline)")
+    heads = cfg["num_attention_heads"]
+    return ModelSpec(
+        name=path.parent.name or path.stem,
+        layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], intermediate=cfg["intermediate_size"], heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        vocab=cfg["vocab_size"], tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type in _TIED_DEFAULT)),
+        mlp="plain" if model_type in _PLAIN_MLP else "gated", max_context=int(cfg.get("max_position_embeddings") or 0),
+        source=str(path),
+    )
+
+
+def write_catalog(path, hardware: dict | None = None, models: dict | None = None) -> None:
+    """Write a user catalog file atomically (temp file + rename); ``hardware`` maps names to
+    :class:`HardwareSpec` (or raw entries), ``models`` names to :class:`ModelSpec`."""
+    if (hardware is None) == (models is None):
+        raise DraftsimError("write_catalog writes either hardware or models")
+    if hardware is not None:
+        doc = {"schema": HARDWARE_SCHEMA, "version": CATALOG_VERSION,
+               "hardware": {k: hardware_to_entry(v) if isinstance(v, HardwareSpec) else v for k, v in hardware.items()}}
+    else:
+        doc = {"schema": MODELS_SCHEMA, "version": CATALOG_VERSION,
+               "models": {k: model_to_entry(v) if isinstance(v, ModelSpec) else v for k, v in models.items()}}
+    _parse(doc, str(path))  # never write what we could not read back
+    atomic_write_json(path, doc)
+
+
+def atomic_write_json(path, doc: dict) -> None:
+    """Write ``doc`` as JSON to ``path`` through a temporary file in the same folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

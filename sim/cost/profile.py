@@ -1,0 +1,273 @@
+"""Measured cost profiles: forward times on a grid of batch × new tokens × context.
+
+``draftsim profile`` (:mod:`realrun.profiling`) measures a model on this machine and writes
+a profile file; :class:`ProfileCost` reads it back and answers the cost interface by
+interpolation between grid points:
+
+* multilinear in log(time) over log(batch), log(new tokens) and log(1 + context), so power
+  laws between grid points are followed exactly;
+* monotone: the stored medians are first made non-decreasing along each axis (running
+  maximum; a bigger call never takes less time, noise below that is dropped), and
+  multilinear interpolation of data monotone along each axis stays monotone along each axis;
+* no extrapolation: a shape outside the grid raises :class:`~sim.errors.DraftsimError` naming
+  the value and the grid's range (``extrapolate="clamp"`` answers with the nearest edge
+  instead and :meth:`ProfileCost.outside` flags such shapes).
+
+A ragged batch is priced as the uniform batch of its active sequences with the mean new
+tokens and mean context of those sequences (exact for uniform batches).
+
+File format (JSON, ``schema`` "draftsim.cost-profile", ``version`` 1): the grid axes,
+median seconds and spread (half the inter-quartile range) per grid point, repeats, the
+drafters' proposal seconds per token, and a fingerprint of the model (name, dtype,
+architecture hash) and of the machine (CPU/GPU model, cores, torch version). Written
+atomically, validated on read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DraftsimError, as_count
+from .base import BatchStats, CostModel
+from .catalog import atomic_write_json
+
+__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "ProfileCost", "load_profile"]
+
+PROFILE_SCHEMA = "draftsim.cost-profile"
+PROFILE_VERSION = 1
+_AXES = ("batch", "new_tokens", "context")
+_LUT_MAX = 1 << 20  # integer axes up to this size are looked up in a table
+
+
+@dataclass(eq=False)
+class ProfileCost(CostModel):
+    """Measured forward times of one model on one machine (see the module docstring).
+
+    seconds, spread : arrays (len(batch), len(new_tokens), len(context)) of medians and half
+    inter-quartile ranges; drafters : proposal seconds per token of cheap drafters (Max-Gram,
+    bigram) by name; fingerprint : {"model": {...}, "machine": {...}}.
+    """
+
+    model: str
+    batch: tuple
+    new_tokens: tuple
+    context: tuple
+    seconds: np.ndarray
+    spread: np.ndarray | None = None
+    repeats: int = 1
+    dtype: str = "float32"
+    device: str = "cpu"
+    fingerprint: dict = field(default_factory=dict)
+    drafters: dict = field(default_factory=dict)
+    created: str = ""
+    extrapolate: str = "refuse"
+
+    def __post_init__(self):
+        axes = []
+        for name in _AXES:
+            v = np.asarray(getattr(self, name))
+            lo = 0 if name == "context" else 1
+            if v.ndim != 1 or len(v) < 1 or not np.issubdtype(v.dtype, np.integer) or (v < lo).any() or (np.diff(v) <= 0).any():
+                raise DraftsimError(f"profile {name} axis must be strictly increasing integers >= {lo}; got {v.tolist()}")
+            axes.append(v)
+            setattr(self, name, tuple(int(x) for x in v))
+        shape = tuple(len(a) for a in axes)
+        self.seconds = np.asarray(self.seconds, dtype=np.float64)
+        if self.seconds.shape != shape:
+            raise DraftsimError(f"profile seconds must have shape {shape} (batch x new_tokens x context); got {self.seconds.shape}")
+        if not (np.isfinite(self.seconds).all() and (self.seconds > 0).all()):
+            raise DraftsimError("profile seconds must be finite and > 0")
+        if self.spread is not None:
+            self.spread = np.asarray(self.spread, dtype=np.float64)
+            if self.spread.shape != shape:
+                raise DraftsimError(f"profile spread must have shape {shape}; got {self.spread.shape}")
+        if self.extrapolate not in ("refuse", "clamp"):
+            raise DraftsimError(f"extrapolate must be 'refuse' or 'clamp'; got {self.extrapolate!r}")
+        mono = self.seconds
+        for ax in range(3):
+            mono = np.maximum.accumulate(mono, axis=ax)
+        self._log_t = np.log(mono).ravel()
+        self._strides = (shape[1] * shape[2], shape[2], 1)
+        self._coords = [np.log(a + (1.0 if name == "context" else 0.0)) for a, name in zip(axes, _AXES)]
+        self._luts = [self._lut(i, a) for i, a in enumerate(axes)]
+        self.name = f"profile of {self.model} ({self.dtype}, {self.device})"
+
+    # -- interpolation ---------------------------------------------------------------------------
+    def _lut(self, axis: int, grid: np.ndarray):
+        """(cell index, weight) for every integer 0..max of the axis (fast path)."""
+        hi = int(grid[-1])
+        if hi > _LUT_MAX:
+            return None
+        x = np.arange(hi + 1)
+        return self._locate_float(axis, x.astype(np.float64), clamp=True)
+
+    def _locate_float(self, axis: int, x: np.ndarray, clamp: bool):
+        g = self._coords[axis]
+        if len(g) == 1:
+            return np.zeros(x.shape, dtype=np.int64), np.zeros(x.shape)
+        lx = np.log(x + 1.0) if axis == 2 else np.log(np.maximum(x, 1e-300))
+        pos = np.interp(lx, g, np.arange(len(g), dtype=np.float64))
+        i = np.minimum(pos.astype(np.int64), len(g) - 2)
+        return i, pos - i
+
+    def _locate(self, axis: int, x: np.ndarray):
+        grid = (self.batch, self.new_tokens, self.context)[axis]
+        lut = self._luts[axis]
+        if lut is not None and np.issubdtype(x.dtype, np.integer):
+            xi = np.clip(x, 0, grid[-1])
+            return lut[0][xi], lut[1][xi]
+        return self._locate_float(axis, np.asarray(x, dtype=np.float64), clamp=True)
+
+    def _table2(self):
+        """log seconds at every integer (batch, new tokens) up to the grid's ends and every
+        context grid point, flattened; None when that table would be large."""
+        if not hasattr(self, "_t2"):
+            nb, nn = self.batch[-1] + 1, self.new_tokens[-1] + 1
+            self._t2 = None
+            if nb * nn * len(self.context) <= (1 << 22) and self._luts[0] is not None and self._luts[1] is not None:
+                b, n, c = np.meshgrid(np.arange(nb), np.arange(nn), np.asarray(self.context), indexing="ij")
+                saved, self.extrapolate = self.extrapolate, "clamp"
+                try:
+                    self._t2 = np.log(self.lookup(b.astype(np.float64), n.astype(np.float64), c.astype(np.float64))).ravel()
+                finally:
+                    self.extrapolate = saved
+        return self._t2
+
+    def outside(self, batch, new_tokens, context) -> np.ndarray:
+        """Whether each shape lies outside the measured grid (broadcast)."""
+        out = np.zeros(np.broadcast_shapes(np.shape(batch), np.shape(new_tokens), np.shape(context)), dtype=bool)
+        for name, x in zip(_AXES, (batch, new_tokens, context)):
+            grid = getattr(self, name)
+            out |= (np.asarray(x) < grid[0]) | (np.asarray(x) > grid[-1])
+        return out
+
+    def _check_inside(self, values) -> None:
+        if self.extrapolate != "refuse":
+            return
+        for name, x in zip(_AXES, values):
+            grid = getattr(self, name)
+            x = np.asarray(x)
+            if x.size == 0:
+                continue
+            lo, hi = x.min(), x.max()
+            if lo < grid[0] or hi > grid[-1]:
+                bad = lo if lo < grid[0] else hi
+                raise DraftsimError(f"{name} {_fmt(bad)} is outside the profile's grid [{grid[0]}, {grid[-1]}] for {self.model}; "
+                                    "measure a wider grid (draftsim profile) or use the roofline")
+
+    def lookup(self, batch, new_tokens, context) -> np.ndarray:
+        """Interpolated seconds at uniform shapes (arrays broadcast; integer arrays take a
+        table-lookup fast path)."""
+        b, n, c = (np.asarray(v) for v in (batch, new_tokens, context))
+        self._check_inside((b, n, c))
+        table = self._table2() if all(np.issubdtype(v.dtype, np.integer) for v in (b, n, c)) else None
+        if table is not None and self._luts[2] is not None:
+            # batch and new tokens by table, then one interpolation along context
+            cols = len(self.context)
+            i2, w2 = self._luts[2][0][np.clip(c, 0, self.context[-1])], self._luts[2][1][np.clip(c, 0, self.context[-1])]
+            k = (np.clip(b, 0, self.batch[-1]) * (self.new_tokens[-1] + 1) + np.clip(n, 0, self.new_tokens[-1])) * cols + i2
+            d2 = 1 if cols > 1 else 0
+            lo = table[k]
+            return np.exp(lo + w2 * (table[k + d2] - lo))[()]
+        (i0, w0), (i1, w1), (i2, w2) = self._locate(0, b), self._locate(1, n), self._locate(2, c)
+        s0, s1, s2 = self._strides
+        base = i0 * s0 + i1 * s1 + i2 * s2
+        lt = self._log_t
+        d0 = s0 if len(self.batch) > 1 else 0
+        d1 = s1 if len(self.new_tokens) > 1 else 0
+        d2 = s2 if len(self.context) > 1 else 0
+        # interpolate along context, then new tokens, then batch
+        def along2(k):
+            return lt[k] + w2 * (lt[k + d2] - lt[k])
+        def along1(k):
+            lo = along2(k)
+            return lo + w1 * (along2(k + d1) - lo)
+        lo = along1(base)
+        out = lo + w0 * (along1(base + d0) - lo)
+        return np.exp(out)[()]
+
+    # -- the cost interface ----------------------------------------------------------------------
+    def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
+        values = [np.asarray(v) for v in (batch, new_tokens, context)]
+        for name, v, lo in zip(_AXES, values, (1, 1, 0)):
+            if not np.issubdtype(v.dtype, np.integer):  # integer arrays need only the range check below
+                v = as_count(name, v, minimum=lo)
+            elif v.size and v.min() < lo:
+                as_count(name, v, minimum=lo)  # raises, naming the value
+        return self.lookup(*values)
+
+    def _time(self, stats: BatchStats) -> np.ndarray:
+        active = stats.sequences > 0
+        b = np.where(active, stats.sequences, self.batch[0])
+        n = np.where(active, stats.mean_new_tokens, self.new_tokens[0])
+        c = np.where(active, stats.mean_context, self.context[0])
+        return self.lookup(b, n, c)
+
+    def _bound(self, stats: BatchStats) -> np.ndarray:
+        # measured: no decomposition; call it overhead-bound where it costs no more than a
+        # one-token call of the same batch would (the flat part of the step), else compute
+        t = self._time(stats)
+        b = np.where(stats.sequences > 0, stats.sequences, self.batch[0])
+        t1 = self.lookup(np.clip(b, self.batch[0], self.batch[-1]), self.new_tokens[0], self.context[0])
+        return np.where(t <= 1.05 * t1, 1, 3)
+
+    # -- files -----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "schema": PROFILE_SCHEMA, "version": PROFILE_VERSION, "model": self.model, "dtype": self.dtype, "device": self.device,
+            "created": self.created, "fingerprint": self.fingerprint, "repeats": self.repeats,
+            "batch": list(self.batch), "new_tokens": list(self.new_tokens), "context": list(self.context),
+            "seconds": self.seconds.tolist(), "spread": None if self.spread is None else self.spread.tolist(),
+            "drafters": self.drafters,
+        }
+
+    def save(self, path) -> None:
+        """Write the profile atomically (temp file + rename)."""
+        atomic_write_json(path, self.to_dict())
+
+    def check_fingerprint(self, model: dict | None = None, machine: dict | None = None) -> None:
+        """Raise unless the profile was measured for ``model`` on ``machine`` (the keys given)."""
+        for what, expected in (("model", model), ("machine", machine)):
+            if not expected:
+                continue
+            have = self.fingerprint.get(what, {})
+            diff = [k for k, v in expected.items() if have.get(k) != v]
+            if diff:
+                k = diff[0]
+                raise DraftsimError(f"the profile was measured for another {what}: {k} is {have.get(k)!r} in the profile, "
+                                    f"{expected[k]!r} here; measure this one with draftsim profile")
+
+
+def load_profile(path, extrapolate: str = "refuse") -> ProfileCost:
+    """Read and validate a profile file written by :meth:`ProfileCost.save`."""
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise DraftsimError(f"no such profile file: {path}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DraftsimError(f"{path} is not a valid profile (JSON): {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
+        raise DraftsimError(f"{path} is not a draftsim cost profile (schema {PROFILE_SCHEMA!r})")
+    if doc.get("version") != PROFILE_VERSION:
+        raise DraftsimError(f"{path}: profile version {doc.get('version')!r} is not supported (this draftsim reads {PROFILE_VERSION})")
+    missing = [k for k in ("model", "batch", "new_tokens", "context", "seconds", "fingerprint") if k not in doc]
+    if missing:
+        raise DraftsimError(f"{path}: profile is missing field(s) {', '.join(missing)}")
+    try:
+        return ProfileCost(
+            model=str(doc["model"]), batch=doc["batch"], new_tokens=doc["new_tokens"], context=doc["context"],
+            seconds=doc["seconds"], spread=doc.get("spread"), repeats=int(doc.get("repeats", 1)), dtype=str(doc.get("dtype", "")),
+            device=str(doc.get("device", "")), fingerprint=doc["fingerprint"] or {}, drafters=doc.get("drafters") or {},
+            created=str(doc.get("created", "")), extrapolate=extrapolate,
+        )
+    except (TypeError, ValueError) as exc:
+        raise DraftsimError(f"{path}: invalid profile: {exc}") from None
+
+
+def _fmt(x) -> str:
+    x = float(x)
+    return str(int(x)) if x.is_integer() else f"{x:g}"

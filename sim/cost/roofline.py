@@ -1,0 +1,247 @@
+"""Roofline cost model of a dense decoder LM on given hardware.
+
+Each operator of a forward call takes max(FLOPs / (peak · MFU), bytes / (bandwidth · MBU))
+(the roofline of Williams, Waterman & Patterson, CACM 2009), and a call is the sum over its
+operators, plus collectives and a fixed overhead:
+
+* per layer: the QKV projection, attention (scores and values), the output projection and
+  the MLP (3 matrices gated, 2 plain); each projection reads its weights once per call
+  (whatever the batch) plus its input and output activations; FLOPs are 2 per weight per
+  new token (Kaplan et al. 2020, eq. 2.2's 2N forward FLOPs per token);
+* attention reads every active sequence's KV cache (c_i cached + n_i new entries of
+  2·kv_heads·head_dim elements per layer) and does 4·head_dim FLOPs per query–key pair per
+  head (QKᵀ and PV); with GQA the KV cache shrinks by heads/kv_heads;
+* the LM head (vocab × hidden) computes logits for every new token (as verification
+  needs); the embedding lookup reads one row per new token; tied embeddings store the matrix
+  once (memory capacity) but the LM head still reads it;
+* tensor parallelism over ``tp`` devices (Megatron-LM, Shoeybi et al. 2019) splits heads and
+  MLP columns (KV heads replicate when kv_heads < tp), and adds two all-reduces of the
+  activations per layer and an all-gather of the logits, each a ring collective:
+  latency + 2(tp−1)/tp · bytes / (link bandwidth · efficiency) (all-gather: (tp−1)/tp);
+* pipeline stages ``pp`` split the layers for memory; one call still runs them in sequence,
+  plus a point-to-point activation transfer per stage boundary;
+* a fixed overhead per call, ``overhead + overhead_per_layer · layers`` (framework and kernel
+  launches): what dominates small batches of small models (:func:`fit_overhead` fits it
+  from a measured profile).
+
+Efficiency factors (``mfu``, ``mbu``, ``ici_efficiency``) come from the hardware entry and
+may be overridden. Norms, rotary embeddings, biases and softmax are neglected (a few % of the
+FLOPs and bytes of one layer). Sliding-window attention (Mistral-7B v0.1, Gemma-2 local
+layers) is treated as full attention, which overestimates KV reads beyond the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DraftsimError, as_count, as_positive
+from .base import BatchStats, CostModel
+from .catalog import HardwareSpec, ModelSpec, dtype_bytes
+
+__all__ = ["RooflineModel", "fit_overhead"]
+
+
+class RooflineModel(CostModel):
+    """Seconds of a forward call of ``model`` on ``tp × pp`` devices of ``hardware`` in ``dtype``.
+
+    Parameters
+    ----------
+    model, hardware : catalog records
+    dtype : weights, activations and KV cache ("float32", "bfloat16", "float16", "float8", "int8")
+    tp, pp : tensor-parallel and pipeline-parallel degrees, >= 1
+    mfu, mbu, ici_efficiency, overhead, overhead_per_layer : override the hardware's factors
+    check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
+    """
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
+                 mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
+                 overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True):
+        self.model, self.hardware, self.dtype = model, hardware, dtype
+        self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
+        self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
+        self.bytes = dtype_bytes(dtype)
+        self.peak = hardware.peak(dtype)
+        self.mfu = hardware.mfu if mfu is None else _fraction("mfu", mfu)
+        self.mbu = hardware.mbu if mbu is None else _fraction("mbu", mbu)
+        self.ici_efficiency = hardware.ici_efficiency if ici_efficiency is None else _fraction("ici_efficiency", ici_efficiency)
+        self.overhead = hardware.overhead if overhead is None else float(_nonneg("overhead", overhead))
+        self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
+        if (self.tp > 1 or self.pp > 1) and hardware.interconnect_bandwidth <= 0:
+            raise DraftsimError(f"hardware {hardware.name!r} lists no interconnect; use --tp 1 --pp 1")
+        self.name = f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") + \
+            (f", pp {self.pp}" if self.pp > 1 else "") + ")"
+        self._build()
+        if check_memory:
+            self.check_fits(1, 0)
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp
+
+    def _build(self) -> None:
+        """Per-call coefficients of each operator, per device: FLOPs and bytes are affine in
+        (tokens N, pairs, KV entries read); weights are a constant."""
+        m, t, w = self.model, self.tp, self.bytes
+        hd, h = m.head_dim, m.hidden
+        q_heads = m.heads / t
+        kv_heads = float(np.ceil(m.kv_heads / t))  # replicated when fewer KV heads than devices
+        qkv_out = (q_heads + 2 * kv_heads) * hd
+        L = m.layers
+        # (weight elements, FLOPs per token, activation elements per token) of the dense operators, per device
+        qkv = (h * qkv_out, 2 * h * qkv_out, h + qkv_out)
+        out = (q_heads * hd * h, 2 * q_heads * hd * h, q_heads * hd + h)
+        mlp_w = m.mlp_matrices * h * m.intermediate / t
+        mlp = (mlp_w, 2 * mlp_w, h + (m.mlp_matrices - 1) * m.intermediate / t + h)
+        head_w = m.vocab * h / t
+        head = (head_w, 2 * head_w, h + m.vocab / t)
+        # rows: layer ops (x L), then the LM head (x 1)
+        dense = np.array([qkv, out, mlp]), np.array([head])
+        self._dense = [(d[:, 0] * w, d[:, 1], d[:, 2] * w, mult) for d, mult in zip(dense, (L, 1))]
+        self._kv_bytes = 2 * kv_heads * hd * w * L  # per KV entry (cached or new) read, all layers
+        self._q_bytes = 2 * q_heads * hd * w * L  # per new token: queries in, attention out
+        self._pair_flops = 4 * q_heads * hd * L  # per query-key pair
+        self._embed_bytes = h * w  # one embedding row per new token
+        self._fixed = self.overhead + self.overhead_per_layer * L
+        bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
+        lat = self.hardware.interconnect_latency
+        # collectives: per call a constant (latencies) plus seconds per new token
+        self._comm_fixed, self._comm_per_token = 0.0, 0.0
+        if t > 1:
+            ring = 2 * (t - 1) / t
+            self._comm_fixed += (2 * L + 1) * lat
+            self._comm_per_token += 2 * L * ring * h * w / bw + (t - 1) / t * m.vocab * w / bw
+        if self.pp > 1:
+            self._comm_fixed += (self.pp - 1) * lat
+            self._comm_per_token += (self.pp - 1) * h * w / bw
+
+    # -- the cost interface ----------------------------------------------------------------------
+    def _parts(self, stats: BatchStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Seconds limited by memory, by compute, and fixed (overhead + collectives)."""
+        P = self.peak * self.mfu
+        B = self.hardware.memory_bandwidth * self.mbu
+        N = stats.tokens
+        mem = np.zeros_like(N)
+        cmp = np.zeros_like(N)
+        for weights, flops_tok, act_tok, mult in self._dense:
+            for wb, ft, at in zip(weights, flops_tok, act_tok):
+                tm = (wb + at * N) * (mult / B)
+                tc = N * (ft * mult / P)
+                _accumulate(mem, cmp, tm, tc)
+        tm = ((stats.cached + N) * self._kv_bytes + N * self._q_bytes) / B
+        tc = stats.pairs * (self._pair_flops / P)
+        _accumulate(mem, cmp, tm, tc)
+        mem += N * (self._embed_bytes / B)
+        fixed = self._fixed + self._comm_fixed + self._comm_per_token * N
+        return mem, cmp, fixed
+
+    def _time(self, stats: BatchStats) -> np.ndarray:
+        # Same sum as _parts, faster: the dense operators' max(memory, compute) terms depend on
+        # N only and sum to a convex piecewise-linear function of N, evaluated by np.interp at
+        # its breakpoints; attention adds max(KV bytes / bandwidth, pair FLOPs / peak).
+        P = self.peak * self.mfu
+        B = self.hardware.memory_bandwidth * self.mbu
+        N = stats.tokens
+        n_max = float(N.max()) if N.size else 0.0
+        knots = self._knots(P, B, n_max)
+        out = np.interp(N, knots, self._dense_sum(knots, P, B))
+        kv = stats.cached * (self._kv_bytes / B)
+        kv += N * ((self._kv_bytes + self._q_bytes) / B)
+        np.maximum(kv, stats.pairs * (self._pair_flops / P), out=kv)
+        out += kv
+        out += N * (self._comm_per_token + self._embed_bytes / B)
+        out += self._fixed + self._comm_fixed
+        return out
+
+    def _dense_terms(self, P: float, B: float):
+        """(a_j, b_j, c_j) with dense operator j taking max(a_j + b_j·N, c_j·N) seconds."""
+        a, b, c = [], [], []
+        for weights, flops_tok, act_tok, mult in self._dense:
+            a.extend(weights * mult / B)
+            b.extend(act_tok * mult / B)
+            c.extend(flops_tok * mult / P)
+        return np.array(a), np.array(b), np.array(c)
+
+    def _knots(self, P: float, B: float, n_max: float) -> np.ndarray:
+        a, b, c = self._dense_terms(P, B)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = np.where(c > b, a / (c - b), np.inf)
+        inner = cross[np.isfinite(cross) & (cross < n_max)]
+        return np.unique(np.concatenate([[0.0], inner, [max(n_max, 1.0)]]))
+
+    def _dense_sum(self, N: np.ndarray, P: float, B: float) -> np.ndarray:
+        a, b, c = self._dense_terms(P, B)
+        N = np.asarray(N, dtype=np.float64)[..., None]
+        return np.maximum(a + b * N, c * N).sum(axis=-1)
+
+    def _bound(self, stats: BatchStats) -> np.ndarray:
+        mem, cmp, fixed = self._parts(stats)
+        return np.argmax(np.stack([fixed, mem, cmp]), axis=0) + 1
+
+    # -- memory capacity -------------------------------------------------------------------------
+    def weight_bytes_per_device(self) -> float:
+        return self.model.params * self.bytes / self.devices
+
+    def kv_bytes_per_device(self, batch, context) -> np.ndarray:
+        m = self.model
+        kv_heads = np.ceil(m.kv_heads / self.tp)
+        per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
+        return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token
+
+    def check_fits(self, batch, context) -> None:
+        """Raise unless weights plus the KV cache of ``batch`` sequences of ``context`` tokens
+        fit in the usable memory of each device (say by how much they do not)."""
+        hw = self.hardware
+        cap = hw.memory * hw.usable_memory
+        weights = self.weight_bytes_per_device()
+        kv = float(np.max(self.kv_bytes_per_device(batch, context)))
+        if weights + kv > cap:
+            what = f"{weights / 1e9:.1f} GB of weights" + (f" + {kv / 1e9:.1f} GB of KV cache (batch {int(np.max(batch))} x context "
+                                                            f"{int(np.max(context))})" if kv > 0 else "")
+            hint = f"; add devices (--tp/--pp; {self.devices} now)" if hw.interconnect_bandwidth > 0 else ""
+            raise DraftsimError(
+                f"{self.model.name} in {self.dtype} does not fit on {hw.name}: {what} per device, "
+                f"{cap / 1e9:.1f} GB usable ({hw.usable_memory:.0%} of {hw.memory / 1e9:.0f} GB): "
+                f"{(weights + kv - cap) / 1e9:.1f} GB short{hint}"
+            )
+
+    def with_overhead(self, overhead: float, overhead_per_layer: float = 0.0) -> "RooflineModel":
+        """The same roofline with another fixed overhead per call."""
+        return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
+                             ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
+                             check_memory=False)
+
+
+def _accumulate(mem: np.ndarray, cmp: np.ndarray, tm, tc) -> None:
+    """Add max(tm, tc) to ``mem`` where memory limits the operator, to ``cmp`` elsewhere."""
+    tm = np.broadcast_to(tm, mem.shape)
+    tc = np.broadcast_to(tc, mem.shape)
+    is_mem = tm >= tc
+    mem += np.where(is_mem, tm, 0.0)
+    cmp += np.where(is_mem, 0.0, tc)
+
+
+def _fraction(name: str, x) -> float:
+    v = float(as_positive(name, x))
+    if v > 1:
+        raise DraftsimError(f"{name} must lie in (0, 1]; got {v:g}")
+    return v
+
+
+def _nonneg(name: str, x) -> float:
+    from ..errors import as_cost
+
+    return float(as_cost(name, x))
+
+
+def fit_overhead(roofline: RooflineModel, batch, new_tokens, context, seconds) -> RooflineModel:
+    """The roofline with the fixed per-call overhead o >= 0 that best explains measured
+    ``seconds`` at the given uniform shapes: o minimises Σ (log(r_i + o) − log(m_i))², the
+    relative error, where r_i is the roofline without overhead (a 1-D bounded search)."""
+    from scipy.optimize import minimize_scalar
+
+    base = roofline.with_overhead(0.0)
+    r = np.ravel(base.shape_time(batch, new_tokens, context))
+    m = np.ravel(as_positive("seconds", seconds))
+    r, m = np.broadcast_arrays(r, m)
+    res = minimize_scalar(lambda o: float(np.sum((np.log(r + o) - np.log(m)) ** 2)), bounds=(0.0, float(m.max())), method="bounded")
+    return roofline.with_overhead(float(res.x))
