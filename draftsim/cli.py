@@ -13,9 +13,9 @@ import sys
 from sim.errors import DraftsimError
 
 from . import __version__
-from .commands import demo, distillation, heads, optimization, planning, running, simulation, traces
+from .commands import costing, demo, distillation, heads, optimization, planning, running, simulation, traces
 
-COMMANDS = (planning, simulation, optimization, traces, distillation, heads, running, demo)
+COMMANDS = (planning, simulation, optimization, costing, traces, distillation, heads, running, demo)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,224 @@
+"""Measuring forward times of real models on this machine (``draftsim profile``).
+
+:func:`profile_model` times a model's forward call over a grid of batch sizes × new tokens
+per sequence × context lengths (the KV cache is filled once per (batch, context) and cropped
+back after every timed call), with warm-up calls, repeats, the median and the spread (half the
+inter-quartile range), and returns a :class:`sim.cost.ProfileCost`. :func:`drafter_seconds`
+times Max-Gram's and a bigram table's proposals per token. :func:`probe_hardware` measures
+this machine's memory bandwidth (streaming reads and matrix–vector products) and matmul
+FLOP/s per dtype: a ``local-cpu`` hardware entry for the roofline.
+
+Time is wall-clock (``time.perf_counter``) around each call; on a machine shared with other
+work the medians absorb short interruptions, the spread shows how noisy it was.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+import numpy as np
+
+from sim.cost.catalog import HardwareSpec, ModelSpec
+from sim.cost.profile import ProfileCost
+from sim.errors import DraftsimError, as_count
+
+__all__ = ["machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def machine_fingerprint(device: str = "cpu") -> dict:
+    """What identifies this machine for a profile: processor model, cores, device."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    fp = {"cpu": cpu, "cores": os.cpu_count(), "device": device.split(":")[0]}
+    if device.startswith("cuda"):
+        torch = _torch()
+        fp["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return fp
+
+
+def model_spec(loaded) -> ModelSpec:
+    """The roofline's :class:`ModelSpec` of a loaded HF model (read from its config)."""
+    cfg = loaded.model.config
+    heads = cfg.num_attention_heads
+    return ModelSpec(
+        name=loaded.name, layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, heads=heads,
+        kv_heads=getattr(cfg, "num_key_value_heads", None) or heads, head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads,
+        vocab=cfg.vocab_size, tied_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+        max_context=int(getattr(cfg, "max_position_embeddings", 0) or 0), source=loaded.source,
+    )
+
+
+def model_fingerprint(loaded) -> dict:
+    """What identifies a model for a profile: its name, dtype and architecture."""
+    s = model_spec(loaded)
+    arch = f"{s.layers}x{s.hidden}/{s.intermediate} h{s.heads}/{s.kv_heads}x{s.head_dim} v{s.vocab}"
+    return {"name": loaded.name, "dtype": loaded.dtype, "architecture": arch}
+
+
+def _stats(samples: Sequence[float]) -> tuple[float, float]:
+    q1, med, q3 = np.percentile(samples, [25, 50, 75])
+    return float(med), float((q3 - q1) / 2)
+
+
+def _check_grid(name: str, values, minimum: int) -> list[int]:
+    arr = np.unique(as_count(name, list(values), minimum=minimum))
+    if arr.size == 0:
+        raise DraftsimError(f"{name} needs at least one value")
+    return [int(v) for v in arr]
+
+
+def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], *, repeats: int = 5,
+                  warmup: int = 1, seed: int = 0, progress: Callable[[int], None] | None = None) -> ProfileCost:
+    """Median forward seconds of ``loaded`` over the grid batch × new tokens × context.
+
+    For each (batch, context) the KV cache is filled once with random tokens; each timed call
+    feeds ``new_tokens`` more random tokens per sequence on top of it and is then cropped
+    away. ``progress(1)`` is called after each grid point.
+    """
+    torch = _torch()
+    from transformers import DynamicCache
+
+    batch = _check_grid("batch", batch, 1)
+    new_tokens = _check_grid("new_tokens", new_tokens, 1)
+    context = _check_grid("context", context, 0)
+    repeats = int(as_count("repeats", repeats, minimum=1, maximum=10_000))
+    warmup = int(as_count("warmup", warmup, minimum=0, maximum=10_000))
+    limit = getattr(loaded.model.config, "max_position_embeddings", None)
+    if limit and context[-1] + new_tokens[-1] > limit:
+        raise DraftsimError(f"context {context[-1]} + new tokens {new_tokens[-1]} exceeds {loaded.name}'s {limit} positions")
+    gen = torch.Generator().manual_seed(seed)
+    vocab = loaded.vocab_size
+    dev = loaded.device
+    seconds = np.zeros((len(batch), len(new_tokens), len(context)))
+    spread = np.zeros_like(seconds)
+    model = loaded.model
+    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
+    with torch.inference_mode():
+        for i, b in enumerate(batch):
+            for k, c in enumerate(context):
+                cache = None
+                if c > 0:
+                    cache = DynamicCache()
+                    model(torch.randint(vocab, (b, c), generator=gen).to(dev), past_key_values=cache, use_cache=True)
+                for j, n in enumerate(new_tokens):
+                    ids = torch.randint(vocab, (b, n), generator=gen).to(dev)
+                    samples = []
+                    for r in range(warmup + repeats):
+                        sync()
+                        t0 = time.perf_counter()
+                        model(ids, past_key_values=cache, use_cache=cache is not None)
+                        sync()
+                        dt = time.perf_counter() - t0
+                        if cache is not None:
+                            cache.crop(c)
+                        if r >= warmup:
+                            samples.append(dt)
+                    seconds[i, j, k], spread[i, j, k] = _stats(samples)
+                    if progress:
+                        progress(1)
+    return ProfileCost(
+        model=loaded.name, batch=tuple(batch), new_tokens=tuple(new_tokens), context=tuple(context), seconds=seconds, spread=spread,
+        repeats=repeats, dtype=loaded.dtype, device=dev,
+        fingerprint={"model": model_fingerprint(loaded), "machine": machine_fingerprint(dev)},
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+
+def drafter_seconds(names: Sequence[str], vocab: int, context: int = 512, k: int = 8, repeats: int = 20, seed: int = 0) -> dict:
+    """Median seconds per proposed token of the cheap drafters (``maxgram``, ``bigram``) on a
+    random-but-repetitive text of ``context`` tokens (so Max-Gram finds matches)."""
+    from .drafters import Bigram, MaxGram
+
+    rng = np.random.default_rng(seed)
+    motif = rng.integers(vocab, size=max(8, context // 8))
+    text = np.tile(motif, context // len(motif) + 1)[:context].tolist()
+    bigram = Bigram.fit([text], vocab)
+    out = {}
+    for name in names:
+        if name == "maxgram":
+            drafter = MaxGram(vocab, fallback=bigram)
+        elif name == "bigram":
+            drafter = bigram
+        else:
+            raise DraftsimError(f"proposal timing knows maxgram and bigram; got {name!r}")
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            drafter.propose(text, k)
+            samples.append((time.perf_counter() - t0) / k)
+        med, spr = _stats(samples)
+        out[name] = {"seconds_per_token": med, "spread": spr, "context": context, "k": k}
+    return out
+
+
+def _best_time(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def probe_hardware(dtypes: Sequence[str] = ("float32", "bfloat16"), size_mb: int = 512, matmul: int = 2048, repeats: int = 5,
+                   name: str = "local-cpu") -> HardwareSpec:
+    """Measure this CPU: streaming-read bandwidth (torch sum over ``size_mb`` MB), matrix–vector
+    bandwidth per dtype (the weight reads of a one-token forward) and matmul FLOP/s per dtype.
+
+    The entry's memory bandwidth is the float32 matrix–vector rate (what decoding sees), its
+    peak FLOP/s the measured matmul rates; since both are achieved rates, MFU and MBU are 1.
+    """
+    torch = _torch()
+    n = size_mb * (1 << 20) // 4
+    x = torch.ones(n, dtype=torch.float32)
+    t = _best_time(lambda: x.sum(), repeats)
+    stream = n * 4 / t
+    del x
+    peak, gemv = {}, {}
+    for dt in dtypes:
+        tdt = getattr(torch, dt)
+        rows = size_mb * (1 << 20) // (4096 * torch.finfo(tdt).bits // 8)
+        W = torch.randn(rows, 4096).to(tdt)
+        v = torch.randn(1, 4096).to(tdt)
+        t = _best_time(lambda: torch.nn.functional.linear(v, W), repeats)
+        gemv[dt] = W.numel() * W.element_size() / t
+        del W
+        a = torch.randn(matmul, matmul).to(tdt)
+        b = torch.randn(matmul, matmul).to(tdt)
+        t = _best_time(lambda: a @ b, repeats)
+        peak[dt] = 2 * matmul**3 / t
+    mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    measured = {
+        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_fingerprint("cpu"),
+        "threads": torch.get_num_threads(),
+        "stream_read_gbs": round(stream / 1e9, 2),
+        "gemv_gbs": {k: round(v / 1e9, 2) for k, v in gemv.items()},
+        "matmul_tflops": {k: round(v / 1e12, 4) for k, v in peak.items()},
+        "load_average": list(os.getloadavg()),
+    }
+    return HardwareSpec(
+        name=name, kind="cpu", peak_flops=peak, memory_bandwidth=gemv.get("float32", stream), memory=float(mem_total),
+        mfu=1.0, mbu=1.0, usable_memory=0.8,
+        source=f"measured by draftsim profile --probe ({size_mb} MB streaming read and matrix-vector products, {matmul}^3 matmuls; "
+               f"torch {torch.__version__}, {torch.get_num_threads()} threads)",
+        measured=measured,
+    )
