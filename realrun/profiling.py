@@ -127,7 +127,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
                         sync()
                         dt = time.perf_counter() - t0
                         if cache is not None:
-                            cache.crop(c)
+                            cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)
                         if r >= warmup:
                             samples.append(dt)
                     seconds[i, j, k], spread[i, j, k] = _stats(samples)
@@ -189,7 +189,7 @@ def probe_hardware(dtypes: Sequence[str] = ("float32", "bfloat16"), size_mb: int
     torch = _torch()
     n = size_mb * (1 << 20) // 4
     x = torch.ones(n, dtype=torch.float32)
-    t = _best_time(lambda: x.sum(), repeats)
+    t = _best_time(lambda x=x: x.sum(), repeats)
     stream = n * 4 / t
     del x
     peak, gemv = {}, {}
@@ -198,12 +198,12 @@ def probe_hardware(dtypes: Sequence[str] = ("float32", "bfloat16"), size_mb: int
         rows = size_mb * (1 << 20) // (4096 * torch.finfo(tdt).bits // 8)
         W = torch.randn(rows, 4096).to(tdt)
         v = torch.randn(1, 4096).to(tdt)
-        t = _best_time(lambda: torch.nn.functional.linear(v, W), repeats)
+        t = _best_time(lambda v=v, W=W: torch.nn.functional.linear(v, W), repeats)
         gemv[dt] = W.numel() * W.element_size() / t
         del W
         a = torch.randn(matmul, matmul).to(tdt)
         b = torch.randn(matmul, matmul).to(tdt)
-        t = _best_time(lambda: a @ b, repeats)
+        t = _best_time(lambda a=a, b=b: a @ b, repeats)
         peak[dt] = 2 * matmul**3 / t
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     measured = {

@@ -155,7 +155,8 @@ class CostModel:
 
     def stats_bound(self, stats: BatchStats) -> np.ndarray:
         codes = np.where(stats.sequences > 0, self._bound(stats), 0)
-        return np.asarray(BOUNDS, dtype=object)[codes][()]
+        out = np.asarray(BOUNDS, dtype=object)[np.asarray(codes)]
+        return out if isinstance(out, str) else out[()]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

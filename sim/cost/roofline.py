@@ -146,7 +146,7 @@ class RooflineModel(CostModel):
         out = np.interp(N, knots, self._dense_sum(knots, P, B))
         kv = stats.cached * (self._kv_bytes / B)
         kv += N * ((self._kv_bytes + self._q_bytes) / B)
-        np.maximum(kv, stats.pairs * (self._pair_flops / P), out=kv)
+        kv = np.maximum(kv, stats.pairs * (self._pair_flops / P))
         out += kv
         out += N * (self._comm_per_token + self._embed_bytes / B)
         out += self._fixed + self._comm_fixed
