@@ -62,6 +62,9 @@ class AcceptanceProcess:
     #: True when acceptance does not depend on the text position (only on the pair and the
     #: draft index), so that rounds are i.i.d. under a memoryless policy.
     stationary_rounds = False
+    #: True when the process describes texts of given lengths (a trace): the engines stop
+    #: each sequence where its text ends instead of at a token budget.
+    finite = False
 
     def start(self, n_seq: int, max_len: int, rng: np.random.Generator) -> Track:
         raise NotImplementedError

@@ -70,7 +70,7 @@ class _Engine:
         self.counts = Counts.zeros(S, self.M, P)
         self.state = policy.init(S)
         self.has_stop = type(policy).stop is not Policy.stop
-        self.finite = getattr(process, "finite", False)
+        self.finite = process.finite
 
     # ------------------------------------------------------------ one round
 
@@ -253,7 +253,7 @@ def run(
         raise DraftsimError(
             f"the policy uses {policy.n_models} models but the acceptance process describes {process.n_models}"
         )
-    finite = getattr(process, "finite", False)
+    finite = process.finite
     if finite:
         quota = np.asarray(process.lengths, dtype=np.int64)
         n_sequences = len(quota)

@@ -135,7 +135,7 @@ def simulate(
     costs.require(policy.n_models)
     n_tokens = int(as_count("n_tokens", n_tokens, minimum=1))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    finite = getattr(process, "finite", False)
+    finite = process.finite
     if engine == "mc":
         n_seq = n_sequences if n_sequences is not None else default_sequences(n_tokens, process)
         n_seq = int(as_count("n_sequences", n_seq, minimum=1))

@@ -62,11 +62,17 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+def _project_private_names() -> set[str]:
+    return {n for package in LAYERS for path in _sources(package) for n in _defined_names(ast.parse(path.read_text())) if _private(n)}
+
+
 @pytest.mark.parametrize("package", LAYERS)
 def test_no_cross_module_private_names(package):
-    """A private name (``_x``) is used only in the module that defines it: no ``from m import
-    _x`` across modules, no ``obj._x`` for an ``_x`` the module does not define itself."""
+    """A private name (``_x``) of the project is used only in the module that defines it: no
+    ``from m import _x`` across modules, no ``obj._x`` for a project ``_x`` the module does not
+    define itself (private names of the standard library are not the project's to police)."""
     bad = []
+    project = _project_private_names()
     for path in _sources(package):
         tree = ast.parse(path.read_text())
         own = _defined_names(tree)
@@ -74,6 +80,34 @@ def test_no_cross_module_private_names(package):
             if module.startswith(".") or module.split(".")[0] in LAYERS:
                 bad.extend(f"{path.relative_to(ROOT)}:{line} imports {module}.{n}" for n in names if _private(n))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+            if isinstance(node, ast.Attribute) and node.attr in project and node.attr not in own:
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno} uses .{node.attr}")
     assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_docstring_references_resolve():
+    """Every fully qualified ``:mod:`` / ``:func:`` / ``:class:`` / ``:data:`` / ``:meth:``
+    reference to the project in a docstring names something that exists (no stale docs)."""
+    import importlib
+    import re
+
+    pattern = re.compile(r":(?:mod|func|class|data|meth):`((?:sim|realrun|analysis|draftsim)\.[A-Za-z_.]+)`")
+    stale = []
+    for package in LAYERS[:-1]:
+        for path in _sources(package):
+            for ref in sorted(set(pattern.findall(path.read_text()))):
+                parts = ref.split(".")
+                for i in range(len(parts), 0, -1):
+                    try:
+                        obj = importlib.import_module(".".join(parts[:i]))
+                    except ImportError:
+                        continue
+                    try:
+                        for name in parts[i:]:
+                            obj = getattr(obj, name)
+                    except AttributeError:
+                        stale.append(f"{path.relative_to(ROOT)}: {ref}")
+                    break
+                else:
+                    stale.append(f"{path.relative_to(ROOT)}: {ref}")
+    assert not stale, "docstrings name what does not exist:\n" + "\n".join(stale)
