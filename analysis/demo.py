@@ -133,10 +133,10 @@ def real_step(n: int = 2, max_new_tokens: int = 32) -> dict:
         return {"skipped": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     from realrun.compare import measure
     from realrun.methods import method_from
-
-    from .reality import held_to_sim
     from realrun.models import load_model
     from realrun.prompts import prompt_set
+
+    from .reality import held_to_sim
 
     target = load_model("smollm2", device="cpu")
     method = method_from("sd", target, "maxgram", "fixed:k=4", None)

@@ -197,8 +197,8 @@ def measure(
             total = levels.setdefault(pair, [0, 0])
             total[0] += e["drafted"]
             total[1] += e["accepted"]
-    drafted = sum(r["drafted"] for log in logs for r in log.rounds)
-    accepted = sum(r["accepted"] for log in logs for r in log.rounds)
+    drafted = sum(log.drafted for log in logs)
+    accepted = sum(log.accepted for log in logs)
     costs = fit_costs(trace, n_models)
     names = trace.models()
 

@@ -67,7 +67,7 @@ def _functions():
 
 def _code_prompts():
     prompts = []
-    for module, attr, fn, source in _functions():
+    for module, _attr, fn, source in _functions():
         lines = source.splitlines()
         doc = inspect.getdoc(fn)
         if not doc or len(lines) < 4:

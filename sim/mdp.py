@@ -272,7 +272,7 @@ class _NoisyRoundDP:
         O = E.shape[1]
         # Level i holds R·O^i histories: (start regime, symbols); children of h are h·O + o.
         self.G, self.F, self.prod = [np.eye(R)], [np.eye(R)], [np.ones(R)]
-        for i in range(k_max):
+        for _ in range(k_max):
             GT, FT = self.G[-1] @ T, self.F[-1] @ T  # (n, R') regime of the next token
             self.G.append((GT[:, None, :] * E.T[None, :, :]).reshape(-1, R))
             self.F.append((FT[:, None, :] * (alphas[None, None, :] * E.T[None, :, :])).reshape(-1, R))

@@ -26,7 +26,7 @@ BiLD (confidence-based fallback); GSD / Sequoia (token trees).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -84,6 +84,9 @@ class Policy(Parametrised):
     drafters: tuple[int, ...] = (1,)
     #: True when a round's outcome does not depend on earlier rounds (no state carried over).
     memoryless = True
+    #: Leniency l of drafters verifying other drafters ([CSD] §3.1; 1 = lossless, the default;
+    #: :class:`VerticalCascade` takes one). The target never applies it.
+    leniency = 1.0
 
     @property
     def n_models(self) -> int:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from .distributions import capped_ratio, kl_divergence, normalize, tv_distance
-from .params import Entry, Param, Parametrised, Registry, ascii_float
 from .errors import DraftsimError, as_float_array, as_probability
+from .params import Entry, Param, Parametrised, Registry, ascii_float
 
 __all__ = [
     "Rule",
@@ -59,9 +59,13 @@ class Rule(Parametrised):
     ----------
     lossless : bool
         True when π = p for every q and p (the output keeps the target's distribution).
+    draft_only : bool
+        True when the rule's deferral reads the draft's distribution q alone, so that a
+        sequential token cascade ([SC] Algorithm 2) can decide before calling the target.
     """
 
     lossless = False
+    draft_only = False
 
     def target(self, q: np.ndarray, p: np.ndarray) -> np.ndarray:
         """The distribution π the verified token follows, rows along the last axis."""
