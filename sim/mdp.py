@@ -303,7 +303,7 @@ class _NoisyRoundDP:
         return U, go
 
     def stats(self, go):
-        T, a, E, O, R = self.T, self.alphas, self.E, self.O, self.R
+        T, a, O, R = self.T, self.alphas, self.O, self.R
         C, tau, Q = np.zeros(R), np.zeros(R), np.zeros((R, R))
         alive = np.ones(R, dtype=bool)
         start = np.repeat(np.arange(R), 1)  # start regime of each history at level 0
