@@ -9,29 +9,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from sim.errors import DraftsimError, as_cost, as_count, as_positive, as_probability
-
-
-def _number(text: str) -> float | int:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
+from sim.errors import DraftsimError, as_cost, as_count, as_positive, as_probability, parse_number
 
 
 def _checked(check: Callable, name: str, **kwargs) -> Callable[[str], object]:
     def parse(text: str):
         try:
-            value = check(name, _number(text), **kwargs)
+            value = check(name, parse_number(name, text), **kwargs)
         except DraftsimError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return value.item() if isinstance(value, np.ndarray) else value
@@ -78,3 +70,114 @@ def emit_json(payload: dict) -> None:
     """Write ``payload`` to stdout as one JSON document (numpy values converted)."""
     json.dump(_jsonable(payload), sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+# --- output paths -------------------------------------------------------------------------
+#
+# Every subcommand checks all of its output paths before it computes or writes anything, so
+# that a bad path costs no time and leaves nothing behind (not even a first output written
+# before a second one fails).
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in [path, *path.parents]:
+        if parent.exists() or parent.is_symlink():
+            return parent
+    return Path(".")  # pragma: no cover - the root always exists
+
+
+def _probe_folder(option: str, path, folder: Path) -> None:
+    """Raise unless a file can be created in ``folder`` (created and removed at once: this is
+    the only honest test — permission bits do not tell about /proc, read-only mounts, ...)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".draftsim-probe-")
+    except OSError as exc:
+        raise DraftsimError(f"{option} {str(path)!r}: cannot create files in {str(folder)!r} ({exc.strerror}); "
+                            "give a path in a writable folder") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def output_file(option: str, path, suffix: str | None = None) -> Path:
+    """Check that ``path`` can be written as a file (by an atomic temp + rename in its folder).
+
+    The folder must exist (nothing is created), be a folder and be writable; ``path`` itself
+    must not be a folder or anything but a regular file; with ``suffix``, the file name must
+    end with it. Returns ``path`` as a :class:`Path`. Writes nothing.
+    """
+    if path is None or str(path).strip() == "":
+        raise DraftsimError(f"{option} needs a file path; got {'' if path is None else str(path)!r}")
+    p = Path(path)
+    if suffix is not None and p.suffix.lower() != suffix:
+        raise DraftsimError(f"{option} {str(path)!r}: the file name must end with {suffix}")
+    if p.is_dir():
+        raise DraftsimError(f"{option} {str(path)!r} is a folder; give a file path (e.g. {Path(path) / ('out' + (suffix or '.json'))})")
+    if p.exists() and not p.is_file():
+        raise DraftsimError(f"{option} {str(path)!r} exists and is not a regular file (a device, FIFO or socket); give a file path")
+    folder = p.parent
+    if not folder.is_dir():
+        found = _nearest_existing(folder)
+        if found.exists() and not found.is_dir():
+            raise DraftsimError(f"{option} {str(path)!r}: {str(found)!r} is a file, not a folder")
+        raise DraftsimError(f"{option} {str(path)!r}: folder {str(folder)!r} does not exist; create it first")
+    _probe_folder(option, path, folder)
+    return p
+
+
+def output_folder(option: str, path) -> Path:
+    """Check that ``path`` is, or can be created as, a writable folder: an existing folder, or
+    a new one under a writable existing folder (created later, by the writer). Writes nothing."""
+    if path is None or str(path).strip() == "":
+        raise DraftsimError(f"{option} needs a folder path; got {'' if path is None else str(path)!r}")
+    p = Path(path)
+    found = _nearest_existing(p)
+    if not found.is_dir():
+        what = "is a file" if found.is_file() else "is not a regular folder"
+        where = f"{str(path)!r}" if found == p else f"{str(path)!r}: {str(found)!r}"
+        raise DraftsimError(f"{option} {where} {what}, not a folder; give a folder path")
+    _probe_folder(option, path, found)
+    return p
+
+
+def distinct_outputs(*pairs: tuple[str, object]) -> None:
+    """Raise if two of the (option, path) outputs name the same file."""
+    seen: dict = {}
+    for option, path in pairs:
+        if path is None:
+            continue
+        key = os.path.abspath(path)
+        if key in seen:
+            raise DraftsimError(f"{option} and {seen[key]} name the same file {str(path)!r}; give two different paths")
+        seen[key] = option
+
+
+# --- work budgets ---------------------------------------------------------------------------
+
+#: Largest memory a single command may plan to use (beyond the interpreter's own ~150 MB).
+MEMORY_BUDGET = 4e9
+#: Longest a single command may plan to run; longer work is refused up front, with an estimate.
+TIME_BUDGET = 3600.0
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _duration(seconds: float) -> str:
+    for unit, scale in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def check_budget(what: str, seconds: float, nbytes: float, hint: str) -> None:
+    """Refuse work whose estimated time or memory exceeds :data:`TIME_BUDGET` /
+    :data:`MEMORY_BUDGET`; the message gives the estimate, the budget and ``hint`` (what to
+    change)."""
+    if seconds <= TIME_BUDGET and nbytes <= MEMORY_BUDGET:
+        return
+    raise DraftsimError(f"{what} would need about {_size(nbytes)} of memory and {_duration(seconds)}; the budget is "
+                        f"{_size(MEMORY_BUDGET)} and {_duration(TIME_BUDGET)}: {hint}")

@@ -22,6 +22,7 @@ class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr, exit status 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        message = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -40,13 +41,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--alpha -inf`` as ``--alpha=-inf``: for options that take one value, a following
+    token that starts with a single dash and is not an option of the command is the value.
+
+    argparse reads only plain negative numbers (``-1``, ``-0.5``) as values; ``-inf`` or
+    ``-1,0.002`` would otherwise be reported as a missing argument ("expected one
+    argument") instead of being checked — and named — as the bad value it is.
+    """
+    current, chain = parser, [parser]
+    for token in argv:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and not token.startswith("-") and token in subs[0].choices:
+            current = subs[0].choices[token]
+            chain.append(current)
+    takes_value, options = set(), set()
+    for p in chain:
+        for action in p._actions:
+            options.update(action.option_strings)
+            if action.option_strings and action.nargs is None:
+                takes_value.update(action.option_strings)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if token in takes_value and nxt is not None and nxt.startswith("-") and not nxt.startswith("--") and nxt not in options:
+            out.append(f"{token}={nxt}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_join_dash_values(parser, argv))
     try:
         return int(args.run(args) or 0)
     except DraftsimError as exc:
-        print(f"draftsim {args.command}: error: {exc}", file=sys.stderr)
+        print(f"draftsim {_command(args)}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a write that passed the checks but failed anyway (disk full, ...)
+        name = f" {exc.filename!r}" if exc.filename else ""
+        print(f"draftsim {_command(args)}: error: cannot read or write{name}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("draftsim: interrupted", file=sys.stderr)
@@ -54,6 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `draftsim ... | head`: stop quietly
         sys.stdout = open(os.devnull, "w")
         return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    return " ".join(x for x in (args.command, getattr(args, "target", None), getattr(args, "trace_command", None)) if x)
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import DraftsimError
+from sim.errors import DraftsimError, file_mode
 
 from .models import LoadedModel, cache_dir, load_model
 from .prompts import SETS, format_prompt, prompt_set
@@ -112,6 +112,7 @@ def target_corpus(target: LoadedModel, split: str, n_per_set: int, max_new_token
     fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".tmp-")
     with os.fdopen(fd, "w") as fh:
         json.dump(out, fh)
+    os.chmod(tmp, file_mode())  # mkstemp creates 0600
     os.replace(tmp, cache)
     return out
 

@@ -7,6 +7,9 @@ and exits with status 2.
 
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 
 #: Largest draft length any planner searches. Larger values are almost certainly a typo and
@@ -89,3 +92,54 @@ def as_k_max(x, name: str = "k_max") -> int:
     if arr.ndim != 0:
         raise DraftsimError(f"{name} must be a single integer; got an array of shape {arr.shape}")
     return int(arr)
+
+
+#: A number as draftsim reads it from text: ASCII decimal digits only (Python's ``int`` and
+#: ``float`` also accept other scripts' digits, such as full-width ``１２``, and ``1_000``).
+_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+def parse_number(name: str, text: str) -> int | float:
+    """``text`` as an int (when written as one) or a float; ASCII digits only.
+
+    Surrounding blanks are ignored; anything else (other scripts' digits, ``1_000``, ``0x10``,
+    an empty string) raises :class:`DraftsimError` naming the text.
+    """
+    if not isinstance(text, str) or not _NUMBER.fullmatch(text.strip()):
+        raise DraftsimError(f"{name} must be a number written with ASCII digits (e.g. 0.25, 3, 1e6); got {text!r}")
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def parse_numbers(name: str, text: str, count: int | None = None, minimum: int = 1) -> list[float]:
+    """Comma-separated ASCII numbers (``"0.9,0.7"``) as floats: no empty items, and exactly
+    ``count`` of them (when given) or at least ``minimum``."""
+    items = text.split(",") if isinstance(text, str) and text.strip() else []
+    if not items or any(not item.strip() for item in items):
+        shape = f"{count} comma-separated numbers" if count else "comma-separated numbers (e.g. 0.9,0.7)"
+        raise DraftsimError(f"{name} must be {shape}; got {text!r}")
+    values = []
+    for item in items:
+        try:
+            values.append(float(parse_number(name, item)))
+        except DraftsimError:
+            raise DraftsimError(f"{name} must be comma-separated numbers written with ASCII digits; got {text!r} ({item.strip()!r})") from None
+    if count is not None and len(values) != count:
+        raise DraftsimError(f"{name} must be exactly {count} comma-separated numbers; got {len(values)} in {text!r}")
+    if len(values) < minimum:
+        raise DraftsimError(f"{name} needs at least {minimum} comma-separated numbers; got {len(values)} in {text!r}")
+    return values
+
+
+def file_mode() -> int:
+    """The permission bits a new file gets under the process umask (0644 under umask 022).
+
+    :func:`tempfile.mkstemp` creates files with mode 0600; atomic writers (temp file +
+    rename) chmod their file to this before the rename.
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask

@@ -19,7 +19,7 @@ import numpy as np
 from . import des, montecarlo
 from .acceptance import AcceptanceProcess
 from .costs import Costs
-from .errors import DraftsimError, as_count, as_positive
+from .errors import DraftsimError, as_count, as_positive, file_mode
 from .metrics import Estimate, ratio, summarize
 from .policies import Policy
 
@@ -75,6 +75,7 @@ class SimResult:
         try:
             with os.fdopen(fd, "w") as fh:
                 json.dump(payload, fh)
+            os.chmod(tmp, file_mode())  # mkstemp creates 0600
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

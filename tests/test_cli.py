@@ -84,7 +84,7 @@ def test_demo_writes_figures(capsys, tmp_path):
         (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "-2"], "k must be an integer in [0, 1024]; got -2"),
         (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "2.5"], "k must be an integer in [0, 1024]; got 2.5"),
         (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k-max", "100000"], "k_max must be an integer in [0, 1024]"),
-        (["ewif", "--alpha", "high", "--cost", "0.1"], "expected a number; got 'high'"),
+        (["ewif", "--alpha", "high", "--cost", "0.1"], "alpha must be a number written with ASCII digits (e.g. 0.25, 3, 1e6); got 'high'"),
         (["plan", "--drafter", "small:0.7"], "drafter must be NAME:ALPHA:COST"),
         (["plan", "--drafter", "small:x:0.1"], "ALPHA and COST must be numbers"),
         (["plan", "--drafter", "small:1.7:0.1"], "alpha of drafter small must lie in [0, 1]; got 1.7"),
@@ -140,11 +140,11 @@ def test_simulate_des_text_and_timeline(capsys, tmp_path):
         (["simulate", "--policy", "warp:k=3", "--alpha", "0.8"], "unknown policy 'warp'"),
         (["simulate", "--policy", "fixed:k=x", "--alpha", "0.8"], "k='x' is not a valid value"),
         (["simulate", "--policy", "fixed:k=3"], "give exactly one acceptance process"),
-        (["simulate", "--policy", "horizontal:counts=2,2", "--alpha", "0.8", "--cost", "0.1"], "costs were given for 2"),
+        (["simulate", "--policy", "horizontal:counts=2,2", "--alpha", "0.8", "--cost", "0.1"], "uses 2 drafter(s): give --cost"),
         (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--engine", "des", "--rate", "0"], "rate must be finite and > 0"),
         (["simulate", "--policy", "vertical:K=0,1;1,0", "--alpha", "0.8", "--cost", "0.1"], "strictly upper triangular"),
         (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--pair", "1:2=0.5"], "need 0 <= V < M"),
-        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--timeline", "x.json"], "--timeline needs --engine des"),
+        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "x.json"], "--timeline applies to the discrete-event engine"),
     ],
 )
 def test_simulate_bad_input(capsys, argv, fragment):
@@ -180,7 +180,7 @@ def test_optimize_threshold_and_tree_text(capsys):
         (["optimize", "threshold"], "give exactly one of --alpha or --markov"),
         (["optimize", "threshold", "--alpha", "0.8", "--t-draft", "0"], "t_draft must be finite and > 0"),
         (["optimize", "tree", "--rank-alphas", "0.6,x"], "--rank-alphas must be comma-separated numbers"),
-        (["optimize", "tree", "--rank-alphas", "0.6", "--verify-cost", "0,1"], "--verify-cost needs A > 0"),
+        (["optimize", "tree", "--rank-alphas", "0.6", "--verify-cost", "0,1"], "needs finite A > 0 and B >= 0; got A 0, B 1"),
     ],
 )
 def test_optimize_bad_input(capsys, argv, fragment):

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import numpy as np
 
 from analysis.table import format_table
 from sim import analytic, mdp, optimize
-from sim.errors import DraftsimError
+from sim.errors import DraftsimError, as_probability
 
 from .. import args as a
 from ..progress import count_bar
-from .simulation import _floats, parse_pairs
+from .simulation import float_list, parse_pairs
 
 
 def register(sub, common) -> None:
@@ -97,22 +98,66 @@ def run_kmatrix(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Time and memory of the draft-length MDP, measured on a 2-core x86 machine with
+#: ``mdp.solve_markov`` over 1..5 regimes and k_max up to 256 (11-23 µs per (state, regime),
+#: about 200 B each, plus ~5 ms a solve) and ``draftsim optimize threshold --pred-noise 1``
+#: (0.3-0.7 µs and ~130 B per (symbol history, regime pair), 4 symbols, 22 solves).
+SOLVE_OVERHEAD_S, STATE_S, STATE_BYTES = 5e-3, 25e-6, 300.0
+HISTORY_S, HISTORY_BYTES, NOISY_SOLVES, NOISY_BINS, NOISY_K_MAX = 0.7e-6, 200.0, 22, 4, 10
+#: :func:`sim.mdp.solve_noisy_markov` refuses more (regimes x symbol histories) than this.
+NOISY_HISTORIES_MAX = 4_000_000
+
+
+def threshold_work(regimes: int, k_max: int, sweep_points: int, noisy: bool) -> tuple[float, float]:
+    """Estimated (seconds, bytes) of ``optimize threshold``: the optimum, every fixed k, 101
+    thresholds and the sweep, each an exact solve over C(k_max + R, R) * R states."""
+    states = math.comb(k_max + regimes, regimes) * regimes
+    solves = 1 + (k_max + 1) + 101 + sweep_points
+    seconds, nbytes = solves * (SOLVE_OVERHEAD_S + states * STATE_S), states * STATE_BYTES
+    if noisy:
+        k = min(k_max, NOISY_K_MAX)
+        histories = (NOISY_BINS ** (k + 1) - 1) // (NOISY_BINS - 1)
+        seconds += NOISY_SOLVES * histories * regimes**2 * HISTORY_S
+        nbytes = max(nbytes, histories * regimes * HISTORY_BYTES)
+    return seconds, nbytes
+
+
+def parse_sweep(text: str) -> tuple[float, float, int]:
+    """``LO,HI,N``: N values of t_draft/t_target from LO to HI (geometric), 0 < LO <= HI."""
+    lo, hi, n = float_list("--sweep", text, count=3)
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+        raise DraftsimError(f"--sweep {text!r}: need 0 < LO <= HI (finite ratios t_draft/t_target); got LO {lo:g}, HI {hi:g}")
+    if not (n == int(n) and 1 <= n <= 1_000_000):
+        raise DraftsimError(f"--sweep {text!r}: N must be an integer in [1, 1000000]; got {n:g}")
+    if lo == hi and n > 1:
+        raise DraftsimError(f"--sweep {text!r}: LO equals HI, so N must be 1; got {int(n)}")
+    return lo, hi, int(n)
+
+
 def run_threshold(args: argparse.Namespace) -> int:
     if (args.alpha is None) == (args.markov is None):
         raise DraftsimError("give exactly one of --alpha or --markov")
+    if args.stay is not None and args.markov is None:
+        raise DraftsimError(f"--stay {args.stay!r} applies to --markov only")
     if args.markov:
-        alphas = _floats("--markov", args.markov)
-        stay = _floats("--stay", args.stay) if args.stay else [0.95] * len(alphas)
-        if len(stay) != len(alphas) or len(alphas) < 2:
-            raise DraftsimError("--markov needs at least two regimes and --stay one value per regime")
+        alphas = as_probability("--markov", float_list("--markov", args.markov, minimum=2)).tolist()
+        stay = as_probability("--stay", float_list("--stay", args.stay)).tolist() if args.stay is not None else [0.95] * len(alphas)
+        if len(stay) != len(alphas):
+            raise DraftsimError(f"--stay needs one value per --markov regime ({len(alphas)}); got {len(stay)} in {args.stay!r}")
         T = [[s if i == j else (1 - s) / (len(alphas) - 1) for j in range(len(alphas))] for i, s in enumerate(stay)]
     else:
         alphas, T = [args.alpha], [[1.0]]
-    try:
-        lo, hi, n = _floats("--sweep", args.sweep)
-    except ValueError:
-        raise DraftsimError(f"--sweep must be LO,HI,N; got {args.sweep!r}") from None
-    ratios = np.geomspace(lo, hi, int(n)) if lo > 0 else np.linspace(lo, hi, int(n))
+    lo, hi, n = parse_sweep(args.sweep)
+    if args.pred_noise is not None:
+        k_noisy = min(args.k_max, NOISY_K_MAX)
+        if len(alphas) * NOISY_BINS**k_noisy > NOISY_HISTORIES_MAX:
+            fits = max(k for k in range(1, NOISY_K_MAX + 1) if len(alphas) * NOISY_BINS**k <= NOISY_HISTORIES_MAX)
+            raise DraftsimError(f"--pred-noise with {len(alphas)} regimes and --k-max {args.k_max} solves over {len(alphas)} x "
+                                f"{NOISY_BINS}^{k_noisy} symbol histories, more than {NOISY_HISTORIES_MAX:,}: give --k-max {fits} or less")
+    seconds, nbytes = threshold_work(len(alphas), args.k_max, n, args.pred_noise is not None)
+    a.check_budget(f"optimize threshold with {len(alphas)} regime(s), --k-max {args.k_max} and {n:,} sweep points", seconds, nbytes,
+                   "use fewer sweep points, a smaller --k-max or fewer regimes")
+    ratios = np.geomspace(lo, hi, n)
     thresholds = np.linspace(0.0, 1.0, 101)
     with count_bar(1 + len(ratios), "solving") as bar:
         cmp = mdp.compare_policies(T, alphas, args.t_draft, args.t_target, args.k_max, thresholds)
@@ -172,13 +217,10 @@ def _h(value) -> str:
 
 
 def run_tree(args: argparse.Namespace) -> int:
-    ranks = _floats("--rank-alphas", args.rank_alphas)
-    try:
-        va, vb = _floats("--verify-cost", args.verify_cost)
-    except ValueError:
-        raise DraftsimError(f"--verify-cost must be A,B; got {args.verify_cost!r}") from None
-    if va <= 0 or vb < 0:
-        raise DraftsimError(f"--verify-cost needs A > 0 and B >= 0; got {va}, {vb}")
+    ranks = as_probability("--rank-alphas", float_list("--rank-alphas", args.rank_alphas)).tolist()
+    va, vb = float_list("--verify-cost", args.verify_cost, count=2)
+    if not (math.isfinite(va) and math.isfinite(vb) and va > 0 and vb >= 0):
+        raise DraftsimError(f"--verify-cost {args.verify_cost!r}: t(n) = A + B*n needs finite A > 0 and B >= 0; got A {va:g}, B {vb:g}")
     cost = lambda n: va + vb * n  # noqa: E731
     t0 = time.perf_counter()
     tree = optimize.tree_shape(ranks, args.budget, cost, args.draft_cost)
