@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -181,3 +182,73 @@ def check_budget(what: str, seconds: float, nbytes: float, hint: str) -> None:
         return
     raise DraftsimError(f"{what} would need about {_size(nbytes)} of memory and {_duration(seconds)}; the budget is "
                         f"{_size(MEMORY_BUDGET)} and {_duration(TIME_BUDGET)}: {hint}")
+
+
+# --- real-model arguments, checked before any model loads ------------------------------------
+
+_DEVICE = re.compile(r"auto|cpu|cuda(?::[0-9]+)?")
+
+
+def device(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether CUDA is present is checked at load)."""
+    if not _DEVICE.fullmatch(text):
+        raise DraftsimError(f"--device must be auto, cpu, cuda or cuda:N; got {text!r}")
+    return text
+
+
+def model_name(option: str, text: str) -> str:
+    """A target or neural drafter :func:`realrun.models.load_model` can load, checked without
+    loading it."""
+    from realrun.methods import check_model_name
+
+    if not text.strip():
+        raise DraftsimError(f"{option} needs a model: smollm2, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
+    return check_model_name(text, option)
+
+
+def drafter_names(option: str, names: list[str], neural_only: bool = False) -> list[str]:
+    """Drafter names (maxgram, bigram, distilled or a loadable model), each once."""
+    from realrun.methods import STATISTICAL_DRAFTERS
+
+    seen = set()
+    for name in names:
+        if not name.strip():
+            raise DraftsimError(f"{option} needs a drafter: maxgram, bigram, distilled, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
+        if name in seen:
+            raise DraftsimError(f"{option} {name} is given twice; name each drafter once")
+        seen.add(name)
+        if name in STATISTICAL_DRAFTERS:
+            if neural_only:
+                raise DraftsimError(f"{option} {name} is not a neural model; give distilled, tiny[:SEED], a checkpoint folder or a .gguf file")
+        elif name != "distilled":
+            if not (name == "tiny" or name.startswith("tiny:") or name == "smollm2" or Path(name).expanduser().exists()):
+                raise DraftsimError(f"{option} {name!r}: unknown drafter; use maxgram, bigram, distilled (draftsim distill), "
+                                    "tiny[:SEED], a checkpoint folder or a .gguf file")
+            model_name(option, name)
+    return names
+
+
+def prompt_sets(option: str, text: str) -> list[str]:
+    """Comma-separated prompt set names (:data:`realrun.prompts.SETS`), each once."""
+    from realrun.prompts import SETS
+
+    names = [s.strip() for s in text.split(",")]
+    valid = ", ".join(SETS)
+    if not text.strip() or any(not s for s in names):
+        raise DraftsimError(f"{option} must be comma-separated prompt sets ({valid}); got {text!r}")
+    for s in names:
+        if s not in SETS:
+            raise DraftsimError(f"{option}: unknown prompt set {s!r}; choose from {valid}")
+    if len(set(names)) != len(names):
+        raise DraftsimError(f"{option} {text!r} names a prompt set twice; name each once")
+    return names
+
+
+def trace_folder(option: str, path, resume: bool) -> Path:
+    """A folder to write a trace to: writable, and holding no trace unless ``resume``."""
+    p = output_folder(option, path)
+    if (p / "manifest.json").exists() and not resume:
+        raise DraftsimError(f"{option} {str(path)!r} already holds a trace; pass --resume to continue it, or choose another folder")
+    if p.is_dir() and not (p / "manifest.json").exists() and any(p.iterdir()):
+        raise DraftsimError(f"{option} {str(path)!r} is a folder with other files in it and no trace; give a new or empty folder")
+    return p

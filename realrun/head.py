@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.errors import DraftsimError, as_count, as_probability
+from sim.errors import DraftsimError, as_count, as_probability, folder_mode
 
 from .models import LoadedModel
 
@@ -184,6 +184,7 @@ def save_head(path, head, draft: LoadedModel, meta: dict) -> Path:
         info = {"schema": HEAD_SCHEMA, "version": HEAD_VERSION, "width": head.width, "depth": head.depth,
                 "draft": {"name": draft.name, "fingerprint": fingerprint(draft)}, **meta}
         (tmp / "head.json").write_text(json.dumps(info, indent=1))
+        os.chmod(tmp, folder_mode())  # mkdtemp creates 0700
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)

@@ -140,6 +140,16 @@ def file_mode() -> int:
     :func:`tempfile.mkstemp` creates files with mode 0600; atomic writers (temp file +
     rename) chmod their file to this before the rename.
     """
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
+
+
+def folder_mode() -> int:
+    """The permission bits a new folder gets under the process umask (0755 under umask 022);
+    :func:`tempfile.mkdtemp` creates 0700."""
+    return 0o777 & ~_umask()

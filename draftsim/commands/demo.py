@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from analysis.demo import run_demo
-
-from .. import args as a
 from analysis.table import format_table
 
+from .. import args as a
 from .planning import format_plan
 
 
@@ -21,13 +19,14 @@ def register(sub, common) -> None:
         description="An analytic plan for a few reference settings, printed as tables, and the "
         "figures EWIF-against-k and optimal-k map written as PNG files.",
     )
-    p.add_argument("--out", type=Path, default=Path("figures"), help="folder for the figures (default: figures)")
+    p.add_argument("--out", default="figures", help="folder for the figures (default: figures)")
     p.add_argument("--no-real", action="store_true", help="skip the short real run on the embedded model")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_demo(args.out, real=not args.no_real)
+    out = a.output_folder("--out", args.out)  # before any work: a bad folder costs nothing and leaves nothing
+    result = run_demo(out, real=not args.no_real)
     if args.json:
         a.emit_json(
             {

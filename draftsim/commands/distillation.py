@@ -31,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from realrun.distill import distill
     from realrun.models import load_model
 
+    a.model_name("--model", args.model)
+    a.device(args.device)
     target = load_model(args.model, device=args.device)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
     with tqdm(total=int(args.minutes * 60), desc="distilling", unit="s", disable=None, leave=False) as bar:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from sim.errors import DraftsimError
 
@@ -31,6 +32,21 @@ def register(sub, common) -> None:
     p.set_defaults(run=run)
 
 
+def check(args: argparse.Namespace) -> None:
+    """Check every argument before a model loads. ``--out`` is replaced as a whole when the
+    head is saved, so it must be new, empty or an earlier head (never a folder of other files)."""
+    a.model_name("--model", args.model)
+    a.drafter_names("--drafter", [args.drafter], neural_only=True)
+    a.device(args.device)
+    out = a.output_folder("--out", args.out)
+    here = Path.cwd().resolve()
+    if out.resolve() == here or out.resolve() in here.parents:
+        raise DraftsimError(f"--out {args.out!r} is the current folder or one above it; the head is written as a folder of its own: give a new folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "head.json").is_file():
+        raise DraftsimError(f"--out {args.out!r} is a folder with other files and no head in it; saving replaces the whole folder: "
+                            "give a new folder, an empty one or an earlier head")
+
+
 def run(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
@@ -38,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
     from realrun.distill import target_corpus
     from realrun.drafters import Bigram, NeuralDraft
     from realrun.head import binary_kl, head_data, save_head, train_head
+    from realrun.methods import make_drafter
     from realrun.models import load_model
 
-    from realrun.methods import make_drafter
-
+    check(args)
     target = load_model(args.model, device=args.device)
     drafter = make_drafter(args.drafter, target, Bigram(target.vocab_size))
     if not isinstance(drafter, NeuralDraft):

@@ -61,10 +61,15 @@ def run_record(args: argparse.Namespace) -> int:
     from realrun.prompts import prompt_set
     from realrun.record import record
 
+    # every argument is checked before the model loads (seconds, and loader noise on stderr)
+    a.model_name("--model", args.model)
+    a.drafter_names("--drafter", args.drafter)
+    sets = a.prompt_sets("--prompts", args.prompts)
+    a.device(args.device)
+    a.trace_folder("--out", args.out, args.resume)
     target = load_model(args.model, device=args.device, dtype=args.dtype)
     bigram = fit_bigram(target)
     drafters = [make_drafter(spec, target, bigram) for spec in args.drafter]
-    sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
     prompts = [p for s in sets for p in prompt_set(s, None if args.split == "all" else args.split, args.n)]
     n_modes = 2 if args.sample_seed is not None else 1
     with count_bar(len(prompts) * n_modes, "recording") as bar:
@@ -110,8 +115,13 @@ def run_replay(args: argparse.Namespace) -> int:
     trace = Trace(args.trace)
     policy = parse_policy(args.policy)
     names = args.drafter or trace.drafters()[: max(policy.n_models - 1, 1)]
-    if len(names) < policy.n_models - 1:
-        raise DraftsimError(f"the policy uses {policy.n_models - 1} drafters; name them with --drafter (the trace has {trace.drafters()})")
+    if len(names) != max(policy.n_models - 1, 1):
+        raise DraftsimError(f"policy {args.policy} uses {policy.n_models - 1} drafter(s); --drafter names {len(names)} "
+                            f"({', '.join(names)}); the trace has {', '.join(trace.drafters())}")
+    if len(set(names)) != len(names):
+        raise DraftsimError(f"--drafter names a drafter twice ({', '.join(names)}); each model of the policy needs its own")
+    if args.cost is not None and len(args.cost) != len(names):
+        raise DraftsimError(f"give --cost once per drafter ({len(names)}: {', '.join(names)}); got {len(args.cost)} value(s)")
     process = TraceDriven.from_trace(trace, names, kind=args.kind)
     costs = args.cost or trace.cost_coefficients(names)
     result = simulate(policy, process, Costs.coefficients(costs), 1, seed=args.seed)
