@@ -1,0 +1,681 @@
+"""Real batched serving: continuous batching with speculative decoding on Hugging Face models.
+
+The real counterpart of the serving simulator (:mod:`sim.serving`). :class:`Server` admits
+requests as they arrive in wall-clock time, prefills them, and decodes the running batch
+one *step* at a time with the same policy objects as every other executor
+(:mod:`sim.policies`, chain policies with one drafter) and a per-step speculation
+controller (:mod:`sim.controllers`) that may cap the draft length for the whole batch:
+
+1. **admit** — waiting requests whose arrival time has passed join, first come first
+   served, up to ``max_batch`` running sequences;
+2. **prefill** (a step of its own) — the joiners' prompts in one batched forward of the
+   target (and of a neural drafter); the target's row after the prompt gives each joiner
+   its first token (time to first token);
+3. **decode** — the drafter proposes for the whole batch (Max-Gram and bigram per
+   sequence; a neural drafter in batched forwards, one per draft position), the target
+   verifies every sequence's block in ONE batched forward, and each sequence accepts its
+   own number of tokens with the verification core (:mod:`sim.verify`): ``verify_greedy_ids``
+   at temperature 0, ``verify_block`` (lossless speculative sampling, [SC] Algorithm 4 with
+   the SD rule) when sampling, with a generator per request so that a request's tokens do
+   not depend on what else is in the batch;
+4. finished sequences (EOS or their token budget) leave; waiting ones join at the next step.
+
+**Ragged KV cache** (:class:`BatchKV`): one ``DynamicCache`` holds every running sequence's
+keys and values, one row per sequence, slots shared along the time axis. A forward feeds
+each row its own number of new tokens (right-padded to the longest), with per-sequence
+position ids and an explicit 4-D attention mask: a query sees the valid slots of its own
+row and the new tokens at or before it. Rejected draft tokens and padding stay in the cache
+as *stale* slots, masked out (keys carry their rotary position, so slots may sit anywhere);
+when stale slots exceed a fraction of the cache (:attr:`Server.compact_ratio`) the cache is
+compacted — every row's valid slots gathered to the left — so attention stops paying for
+them. Joiners are prefilled in a cache of their own and merged in (rows padded to the
+longer time axis); leavers' rows are dropped.
+
+Lossless: with the SD rule the output of every request is the target's own greedy output
+for its prompt (temperature 0) or follows the target's distribution (sampling), whatever
+the batch composition. Batched fp32 forwards are not bit-identical to single-sequence
+ones (other matmul shapes sum in another order; logits differ in the last bits), so a
+near-tie between the two best tokens can flip; the tests compare greedy outputs and
+explain any flip by the gap.
+
+Everything the server does is recorded (:mod:`realrun.servetrace`): per step its batch,
+new tokens, contexts, drafter and target time and the wall time outside model calls; per
+request its arrival, admission, first token, every token's time and finish, and per round
+its drafted and accepted tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from sim.errors import DraftsimError
+from sim.policies import Autoregressive, Policy
+from sim.rules import SD
+from sim.verify import verify_block, verify_greedy_ids
+
+from .drafters import Drafter
+from .executor import Sampling, check_drafters
+from .models import LoadedModel
+from .servetrace import Member, RequestRecord, Step, TokenRecord
+
+__all__ = ["ServeRequest", "BatchKV", "Server", "ServeLog", "kv_bytes_per_token", "check_requests", "check_memory"]
+
+_now = time.perf_counter
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """One request: ``id``, ``arrival`` (seconds after the run starts), the ``prompt``'s token
+    ids and the most tokens it may generate (``max_new_tokens``; EOS may end it earlier)."""
+
+    id: int
+    arrival: float
+    prompt: tuple
+    max_new_tokens: int
+
+
+# ---------------------------------------------------------------- the ragged batched KV cache
+
+class BatchKV:
+    """A ragged batch of sequences in one ``DynamicCache`` (see the module docstring).
+
+    Per row (sequence) ``ids[r]`` are the tokens its cache holds, in order, and ``slots[r]``
+    the cache slot of each; ``valid`` (rows, T) marks the live slots (all others are padding
+    or stale). The model runs its decoder on the new tokens only and its output head on the
+    rows asked for.
+    """
+
+    def __init__(self, loaded: LoadedModel):
+        self.loaded = loaded
+        self.cache = None
+        self.valid = None  # bool tensor (rows, T)
+        self.ids: list[list[int]] = []
+        self.slots: list[list[int]] = []
+        self.pad = int(loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0)
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def length(self) -> int:
+        """Slots along the time axis (valid and stale)."""
+        return 0 if self.valid is None else int(self.valid.shape[1])
+
+    @property
+    def live(self) -> int:
+        """Valid slots over all rows."""
+        return sum(len(s) for s in self.slots)
+
+    @property
+    def stale_fraction(self) -> float:
+        total = self.rows * self.length
+        return 0.0 if total == 0 else 1.0 - self.live / total
+
+    def rollback(self, row: int, context: Sequence[int], limit: int) -> int:
+        """Mask out row ``row``'s slots past its longest prefix shared with ``context`` (at most
+        ``limit`` tokens) and return that prefix's length."""
+        held = self.ids[row]
+        n = min(len(held), limit)
+        keep = n
+        if held[:n] != list(context[:n]):
+            keep = int(np.flatnonzero(np.asarray(held[:n]) != np.asarray(context[:n]))[0])
+        if keep < len(held):
+            drop = self.slots[row][keep:]
+            self.valid[row, drop] = False
+            del held[keep:]
+            del self.slots[row][keep:]
+        return keep
+
+    def forward(self, feeds: Sequence[Sequence[int]], keep: Sequence[int]):
+        """Feed row r the tokens ``feeds[r]`` (ragged; empty: nothing) on top of what it holds
+        and return, per row, the next-token logits after each of its last ``keep[r]`` fed
+        tokens, a (keep[r], V) float tensor (row j follows all but ``keep[r] − 1 − j`` of them)."""
+        import torch
+
+        from transformers import DynamicCache
+
+        B = len(feeds)
+        if B != self.rows:
+            raise DraftsimError(f"{B} feeds for a batch of {self.rows} rows")
+        lens = [len(f) for f in feeds]
+        N = max(lens) if lens else 0
+        if N == 0:
+            return [None] * B
+        dev = self.loaded.device
+        T = self.length
+        ids = torch.full((B, N), self.pad, dtype=torch.long)
+        pos = torch.empty((B, N), dtype=torch.long)
+        ar = torch.arange(N)
+        for r, f in enumerate(feeds):
+            if f:
+                ids[r, : len(f)] = torch.as_tensor(list(f), dtype=torch.long)
+            pos[r] = len(self.ids[r]) + ar
+        new_valid = ar[None, :] < torch.as_tensor(lens)[:, None]  # (B, N)
+        key_valid = new_valid if self.valid is None else torch.cat([self.valid, new_valid], dim=1)  # (B, T + N)
+        causal = torch.ones((N, T + N), dtype=torch.bool)
+        causal[:, T:] = torch.tril(torch.ones((N, N), dtype=torch.bool))
+        allowed = key_valid[:, None, :] & causal[None]  # (B, N, T + N)
+        allowed[:, ar, T + ar] = True  # every query sees itself (padding queries included: no empty row)
+        model = self.loaded.model
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros((B, 1, N, T + N), dtype=dtype)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
+        if self.cache is None:
+            self.cache = DynamicCache()
+        with torch.inference_mode():
+            out = model.get_decoder()(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
+                                      past_key_values=self.cache, use_cache=True)
+            hidden = out.last_hidden_state  # (B, N, H)
+            rows = [(r, j) for r in range(B) for j in range(lens[r] - keep[r], lens[r])]
+            if rows:
+                rr = torch.as_tensor([r for r, _ in rows], device=dev)
+                jj = torch.as_tensor([j for _, j in rows], device=dev)
+                logits = model.get_output_embeddings()(hidden[rr, jj]).float()
+        self.valid = key_valid
+        for r, f in enumerate(feeds):
+            self.ids[r].extend(int(t) for t in f)
+            self.slots[r].extend(range(T, T + len(f)))
+        out_rows, at = [], 0
+        for r in range(B):
+            out_rows.append(logits[at : at + keep[r]] if keep[r] else None)
+            at += keep[r]
+        return out_rows
+
+    def add_rows(self, n: int, front: bool = False) -> None:
+        """Add ``n`` empty rows (to be filled by a later forward), after the others or before them."""
+        import torch
+
+        def join(mine, extra):
+            return [*extra, *mine] if front else [*mine, *extra]
+
+        self.ids = join(self.ids, [[] for _ in range(n)])
+        self.slots = join(self.slots, [[] for _ in range(n)])
+        if self.valid is not None:
+            self.valid = torch.cat(join([self.valid], [torch.zeros((n, self.length), dtype=torch.bool)]))
+            for layer in self._layers():
+                for name in ("keys", "values"):
+                    t = getattr(layer, name)
+                    setattr(layer, name, torch.cat(join([t], [t.new_zeros((n, *t.shape[1:]))])))
+
+    def merge(self, other: "BatchKV") -> None:
+        """Append ``other``'s rows (their slots keep their places; the shorter time axis is padded)."""
+        import torch
+
+        if other.rows == 0:
+            return
+        if other.cache is None:  # rows that hold nothing yet
+            self.add_rows(other.rows)
+            return
+        if self.cache is None:  # rows that hold nothing yet go first, as empty rows of other's shape
+            mine = self.rows
+            self.cache, self.valid, self.ids, self.slots = other.cache, other.valid, other.ids, other.slots
+            if mine:
+                self.add_rows(mine, front=True)
+            return
+        T = max(self.length, other.length)
+
+        def pad(t, axis):
+            extra = T - t.shape[axis]
+            if extra == 0:
+                return t
+            shape = list(t.shape)
+            shape[axis] = extra
+            return torch.cat([t, t.new_zeros(shape)], dim=axis)
+
+        for mine, theirs in zip(self._layers(), other._layers()):
+            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)])
+            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)])
+        self.valid = torch.cat([pad(self.valid, 1), pad(other.valid, 1)])
+        self.ids += other.ids
+        self.slots += other.slots
+
+    def keep_rows(self, rows: Sequence[int]) -> None:
+        """Keep only ``rows`` (in this order); the others leave the batch."""
+        import torch
+
+        rows = list(rows)
+        if not rows:
+            self.cache, self.valid, self.ids, self.slots = None, None, [], []
+            return
+        if rows == list(range(self.rows)):
+            return
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        for layer in self._layers():
+            layer.keys = layer.keys[idx.to(layer.keys.device)]
+            layer.values = layer.values[idx.to(layer.values.device)]
+        self.valid = self.valid[idx]
+        self.ids = [self.ids[r] for r in rows]
+        self.slots = [self.slots[r] for r in rows]
+
+    def compact(self) -> None:
+        """Gather every row's valid slots to the left; the time axis shrinks to the longest row."""
+        import torch
+
+        if self.rows == 0:
+            return
+        T = max(len(s) for s in self.slots)
+        index = torch.zeros((self.rows, T), dtype=torch.long)
+        for r, s in enumerate(self.slots):
+            if s:
+                index[r, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+        for layer in self._layers():
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                g = index.to(t.device)[:, None, :, None].expand(t.shape[0], t.shape[1], T, t.shape[3])
+                setattr(layer, name, torch.gather(t, 2, g))
+        self.valid = torch.arange(T)[None, :] < torch.as_tensor([len(s) for s in self.slots])[:, None]
+        self.slots = [list(range(len(s))) for s in self.slots]
+
+    def _layers(self):
+        return [] if self.cache is None else [layer for layer in self.cache.layers if getattr(layer, "is_initialized", True)]
+
+
+# ---------------------------------------------------------------- checks
+
+def kv_bytes_per_token(loaded: LoadedModel) -> int:
+    """Bytes of keys and values one token takes in ``loaded``'s cache (all layers)."""
+    cfg = loaded.model.config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    width = next(loaded.model.parameters()).element_size()
+    return int(2 * cfg.num_hidden_layers * kv_heads * head_dim * width)
+
+
+def check_requests(target: LoadedModel, requests: Sequence[ServeRequest]) -> None:
+    """Raise unless every request has a prompt, a budget >= 1, an arrival >= 0 and fits the
+    target's context (prompt + new tokens + a draft block's worth of stale slots is not
+    counted: stale slots hold no positions)."""
+    if not requests:
+        raise DraftsimError("no requests to serve")
+    limit = getattr(target.model.config, "max_position_embeddings", None)
+    ids = set()
+    for r in requests:
+        if r.id in ids:
+            raise DraftsimError(f"request id {r.id} appears twice")
+        ids.add(r.id)
+        if not r.prompt:
+            raise DraftsimError(f"request {r.id} has an empty prompt")
+        if r.max_new_tokens < 1:
+            raise DraftsimError(f"request {r.id} asks for {r.max_new_tokens} new tokens; at least 1")
+        if not (np.isfinite(r.arrival) and r.arrival >= 0):
+            raise DraftsimError(f"request {r.id} arrives at {r.arrival!r}; arrival times are finite and >= 0 s")
+        if limit is not None and len(r.prompt) + r.max_new_tokens > limit:
+            raise DraftsimError(f"request {r.id}: prompt of {len(r.prompt)} tokens + {r.max_new_tokens} new tokens exceeds "
+                                f"{target.name}'s context of {limit} positions")
+
+
+def available_memory(device: str) -> int:
+    """Bytes free for KV caches on ``device`` (CUDA: free device memory; CPU: MemAvailable)."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def check_memory(models: Sequence[LoadedModel], requests: Sequence[ServeRequest], max_batch: int, max_draft: int,
+                 available: int | None = None) -> int:
+    """Raise unless ``max_batch`` of the longest requests fit in memory: each model's KV cache
+    for prompt + new tokens + a draft block per sequence, twice over (a compaction or a
+    merge copies the cache), within 80% of what is free. Returns the bytes needed."""
+    if max_batch < 1:
+        raise DraftsimError(f"max_batch must be >= 1; got {max_batch}")
+    longest = max(len(r.prompt) + r.max_new_tokens for r in requests) + max_draft + 1
+    per_token = sum(kv_bytes_per_token(m) for m in models)
+    need = 2 * max_batch * longest * per_token
+    free = available_memory(models[0].device) if available is None else available
+    if need > 0.8 * free:
+        fit = int(0.8 * free // (2 * longest * per_token))
+        raise DraftsimError(f"a batch of {max_batch} sequences of up to {longest} tokens needs {need / 2**30:.2f} GiB of KV cache; "
+                            f"{free / 2**30:.2f} GiB is free, enough for max_batch <= {fit}")
+    return need
+
+
+# ---------------------------------------------------------------- the server
+
+@dataclass
+class _Live:
+    """A running request: its context (prompt + output), policy state and generator."""
+
+    req: ServeRequest
+    context: list
+    output: list = field(default_factory=list)
+    state: dict = field(default_factory=dict)
+    rng: np.random.Generator | None = None
+    times: list = field(default_factory=list)  # per output token: the time it was emitted
+    steps: list = field(default_factory=list)  # per output token: the step that emitted it
+    admitted: float = 0.0
+    prefill_step: int = -1
+    done: bool = False
+
+
+@dataclass
+class ServeLog:
+    """What a serving run did: per step (:class:`~realrun.servetrace.Step`), per step and
+    member (:class:`~realrun.servetrace.Member`), per request
+    (:class:`~realrun.servetrace.RequestRecord`) and per output token
+    (:class:`~realrun.servetrace.TokenRecord`); ``outputs`` maps request id to its tokens and
+    ``seconds`` is the run's wall time."""
+
+    steps: list = field(default_factory=list)
+    members: list = field(default_factory=list)
+    requests: list = field(default_factory=list)
+    tokens: list = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _capped(controller, batch: int, k: int) -> int:
+    """The draft length a controller allows a sequence in a step of ``batch`` sequences."""
+    if controller is None:
+        return k
+    cap = controller.cap(batch) if hasattr(controller, "cap") else controller(batch)
+    return k if cap is None else max(0, min(k, int(cap)))
+
+
+class Server:
+    """Continuous batching with speculative decoding on real models (module docstring).
+
+    ``policy`` is a chain policy of :mod:`sim.policies` with at most one drafter and no inner
+    blocks (autoregressive, fixed k, heuristic, confidence, threshold); ``controller`` an
+    object with ``cap(batch_size) -> int | None`` (or a callable): the most tokens any
+    sequence may draft in a step of that batch size (None: no cap). ``seed`` seeds each
+    request's generator (``default_rng([seed, request id])``).
+    """
+
+    #: Compact the target's cache when this fraction of its slots are stale (and it holds
+    #: at least :attr:`compact_min` slots per row): attention over stale slots costs as much
+    #: as over live ones, a compaction copies the live ones once.
+    compact_ratio = 0.5
+    compact_min = 64
+
+    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, policy: Policy | None = None, controller=None,
+                 sampling: Sampling = Sampling(), max_batch: int = 8, seed: int = 0, stop_at_eos: bool = True,
+                 clock: Callable[[], float] = _now, sleep: Callable[[float], None] = time.sleep):
+        self.policy = policy or Autoregressive()
+        if self.policy.kind != "chain":
+            raise DraftsimError(f"{self.policy!r} is a {self.policy.kind} policy; batched serving runs chain policies")
+        plan = self.policy.begin_round(self.policy.init(1))
+        if self.policy.n_models > 2 or any(b.inner or b.model != 1 for b in plan):
+            raise DraftsimError(f"{self.policy!r} drafts with several models; batched serving runs policies of one drafter "
+                                "(ar, fixed, heuristic, confidence, threshold)")
+        need = self.policy.n_models - 1
+        if need and drafter is None:
+            raise DraftsimError(f"{self.policy!r} needs a drafter")
+        if not need and drafter is not None:
+            raise DraftsimError(f"{self.policy!r} drafts nothing; drop the drafter or give a drafting policy")
+        if drafter is not None:
+            check_drafters(target, [drafter])
+            if drafter.head is not None:
+                raise DraftsimError("batched serving does not run acceptance heads")
+        if not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
+            raise DraftsimError(f"max_batch must be an integer >= 1; got {max_batch!r}")
+        self.target, self.drafter, self.controller = target, drafter, controller
+        self.sampling, self.max_batch, self.seed, self.stop_at_eos = sampling, int(max_batch), int(seed), stop_at_eos
+        self.eos = target.tokenizer.eos_token_id if stop_at_eos else None
+        self.clock, self.sleep = clock, sleep
+        self.has_stop = type(self.policy).stop is not Policy.stop
+        self.max_draft = self.policy.max_draft
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, requests: Sequence[ServeRequest], on_step: Callable | None = None, check: bool = True) -> ServeLog:
+        """Serve ``requests`` (arrival times relative to the start of the run) to the end.
+
+        ``on_step(log, finished)`` is called after every step with the requests that just
+        finished (a trace writer commits from there; a progress bar advances)."""
+        requests = sorted(requests, key=lambda r: (r.arrival, r.id))
+        if check:
+            check_requests(self.target, requests)
+            models = [self.target] + ([self.drafter.loaded] if self.drafter is not None and self.drafter.neural else [])
+            check_memory(models, requests, self.max_batch, self.max_draft)
+        log = ServeLog()
+        pending = deque(requests)
+        live: list[_Live] = []
+        self.kv = BatchKV(self.target)
+        self.dkv = BatchKV(self.drafter.loaded) if self.drafter is not None and self.drafter.neural else None
+        self.start = self.clock()
+        while pending or live:
+            now = self.clock() - self.start
+            joiners = []
+            while pending and pending[0].arrival <= now and len(live) + len(joiners) < self.max_batch:
+                joiners.append(pending.popleft())
+            if not live and not joiners:
+                self.sleep(max(0.0, pending[0].arrival - now))
+                continue
+            finished = []
+            if joiners:
+                finished += self._prefill(log, live, joiners, now)
+            if live:
+                finished += self._decode(log, live)
+            if on_step is not None:
+                on_step(log, finished)
+        log.seconds = self.clock() - self.start
+        return log
+
+    def _t(self) -> float:
+        return self.clock() - self.start
+
+    def _finish(self, log: ServeLog, r: _Live, t: float) -> RequestRecord:
+        r.done = True
+        rec = RequestRecord(r.req.id, r.req.arrival, len(r.req.prompt), len(r.output), r.req.max_new_tokens, r.admitted,
+                            r.times[0], t, r.prefill_step)
+        log.requests.append(rec)
+        log.outputs[r.req.id] = list(r.output)
+        for i, (tok, when, step) in enumerate(zip(r.output, r.times, r.steps)):
+            log.tokens.append(TokenRecord(r.req.id, i, int(tok), when, step))
+        return rec
+
+    def _emit(self, r: _Live, new: list, t: float, step: int) -> list:
+        """Append ``new`` to ``r``'s output, cut at its budget and after EOS."""
+        new = new[: r.req.max_new_tokens - len(r.output)]
+        if self.eos is not None and self.eos in new:
+            new = new[: new.index(self.eos) + 1]
+            r.done = True
+        r.output.extend(new)
+        r.context.extend(new)
+        r.times.extend([t] * len(new))
+        r.steps.extend([step] * len(new))
+        if len(r.output) >= r.req.max_new_tokens:
+            r.done = True
+        return new
+
+    def _pick(self, r: _Live, logits) -> int:
+        """A token from the target's row: argmax (greedy) or a sample of the warped row."""
+        if self.sampling.greedy:
+            return int(logits.argmax())
+        p = self.sampling.rows(logits[None, :])[0]
+        return int(r.rng.choice(len(p), p=p / p.sum()))
+
+    def _prefill(self, log: ServeLog, live: list, joiners: list, admitted: float) -> list:
+        step = len(log.steps)
+        t0 = self._t()
+        new = [_Live(req, list(req.prompt), state=self.policy.init(1), admitted=admitted, prefill_step=step,
+                     rng=np.random.default_rng([self.seed, req.id])) for req in joiners]
+        kv = BatchKV(self.target)
+        kv.add_rows(len(new))
+        c0 = self._t()
+        rows = kv.forward([r.req.prompt for r in new], [1] * len(new))
+        target_s = self._t() - c0
+        draft_s = 0.0
+        if self.dkv is not None:  # the drafter reads the prompt too (all but its last token: the first draft feeds it)
+            dkv = BatchKV(self.drafter.loaded)
+            dkv.add_rows(len(new))
+            c0 = self._t()
+            dkv.forward([r.req.prompt[:-1] for r in new], [0] * len(new))
+            draft_s = self._t() - c0
+            self.dkv.merge(dkv)
+        toks = [self._pick(r, rows[i][0]) for i, r in enumerate(new)]
+        self.kv.merge(kv)
+        t1 = self._t()
+        finished = []
+        for r, tok in zip(new, toks):
+            self._emit(r, [tok], t1, step)
+            log.members.append(Member(step, r.req.id, len(r.req.prompt), 0, 0, 0, 1))
+        live.extend(new)
+        finished = self._leave(log, live, t1)
+        t2 = self._t()
+        log.steps.append(Step(step, "prefill", t0, t2, len(new), sum(len(r.req.prompt) for r in new), 0, 0, 0, len(new),
+                              -1, draft_s, target_s, (t2 - t0) - draft_s - target_s, False))
+        return finished
+
+    def _leave(self, log: ServeLog, live: list, t: float) -> list:
+        """Drop finished requests from the batch and the caches; their records."""
+        done = [i for i, r in enumerate(live) if r.done]
+        if not done:
+            return []
+        out = [self._finish(log, live[i], t) for i in done]
+        keep = [i for i, r in enumerate(live) if not r.done]
+        self.kv.keep_rows(keep)
+        if self.dkv is not None:
+            self.dkv.keep_rows(keep)
+        live[:] = [live[i] for i in keep]
+        return out
+
+    # ------------------------------------------------------------ one decoding step
+
+    def _decode(self, log: ServeLog, live: list) -> list:
+        step = len(log.steps)
+        t0 = self._t()
+        B = len(live)
+        ks = []
+        for r in live:
+            plan = self.policy.begin_round(r.state)
+            k = sum(int(np.asarray(b.steps).reshape(-1)[0]) for b in plan)
+            k = min(k, r.req.max_new_tokens - len(r.output) - 1)
+            ks.append(_capped(self.controller, B, max(k, 0)))
+        cap = max(ks) if ks else 0
+        draft_s = 0.0
+        if self.drafter is None or cap == 0:
+            drafts = [([], []) for _ in live]
+        elif self.drafter.neural:
+            drafts, draft_s = self._draft_neural(live, ks)
+        else:
+            drafts = []
+            for r, k in zip(live, ks):
+                c0 = self._t()
+                drafts.append(self._draft_statistical(r, k) if k else ([], []))
+                draft_s += self._t() - c0
+        # the target verifies every sequence's block in one forward
+        feeds, keeps, contexts = [], [], []
+        for i, (r, (tokens, _)) in enumerate(zip(live, drafts)):
+            keep = self.kv.rollback(i, r.context, len(r.context) - 1)
+            contexts.append(keep)
+            feeds.append(r.context[keep:] + tokens)
+            keeps.append(len(tokens) + 1)
+        c0 = self._t()
+        rows = self.kv.forward(feeds, keeps)
+        target_s = self._t() - c0
+        results = []
+        for r, (tokens, q), logits in zip(live, drafts, rows):
+            if self.sampling.greedy:
+                res = verify_greedy_ids(np.asarray(tokens, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
+            else:
+                p = self.sampling.rows(logits)
+                qq = np.stack(q) if tokens else np.zeros((0, p.shape[1]))
+                res = verify_block(np.asarray(tokens, dtype=np.int64), qq, p, SD(), r.rng, validate=False)
+            results.append((int(res.n_accepted), int(res.token)))
+        t1 = self._t()
+        for i, (r, (tokens, _), (n, tok)) in enumerate(zip(live, drafts, results)):
+            new = self._emit(r, tokens[:n] + [tok], t1, step)
+            self.policy.end_round(r.state, np.array([len(tokens)]), np.array([n]))
+            if self.drafter is not None:
+                self.drafter.feedback(n)
+            log.members.append(Member(step, r.req.id, len(feeds[i]), contexts[i], len(tokens), n, len(new)))
+        finished = self._leave(log, live, t1)
+        compacted = False
+        if self.kv.length >= self.compact_min and self.kv.stale_fraction > self.compact_ratio:
+            self.kv.compact()
+            compacted = True
+        if self.dkv is not None and self.dkv.length >= self.compact_min and self.dkv.stale_fraction > self.compact_ratio:
+            self.dkv.compact()
+        t2 = self._t()
+        mine = log.members[-B:]
+        log.steps.append(Step(step, "decode", t0, t2, B, sum(m.new_tokens for m in mine), sum(m.context for m in mine),
+                              sum(m.drafted for m in mine), sum(m.accepted for m in mine), sum(m.emitted for m in mine),
+                              max(ks) if ks else 0, draft_s, target_s, (t2 - t0) - draft_s - target_s, compacted))
+        return finished
+
+    def _stops(self, r: _Live, index: int, conf: float) -> bool:
+        """Whether the policy stops drafting after draft token ``index`` (its ``stop``, with the
+        drafter's confidence as the prediction)."""
+        if not self.has_stop:
+            return False
+        c = np.array([conf])
+        stop = self.policy.stop(r.state, index, {"prob": conf, "pred": c, "conf": c})
+        return stop is not None and bool(np.asarray(stop).reshape(-1)[0])
+
+    def _stop_at(self, r: _Live, confs: Sequence[float]) -> int:
+        """How many of the drafted tokens the policy keeps (its ``stop`` after each)."""
+        for i, c in enumerate(confs):
+            if self._stops(r, i, c):
+                return i + 1
+        return len(confs)
+
+    def _draft_statistical(self, r: _Live, k: int):
+        tokens, rows = self.drafter.propose(r.context, k, prompt_len=len(r.req.prompt))
+        confs = rows.conf if rows.conf is not None else rows.prob(tokens)
+        n = self._stop_at(r, list(map(float, confs)))
+        tokens = list(tokens[:n])
+        q = [rows.row(i) for i in range(n)] if not self.sampling.greedy else []
+        return tokens, q
+
+    def _draft_neural(self, live: list, ks: list):
+        """Batched drafting: one forward of the drafter per draft position over the rows still
+        drafting (first position: each row catches up on the tokens it has not seen)."""
+        B = len(live)
+        tokens = [[] for _ in range(B)]
+        qs = [[] for _ in range(B)]
+        active = [k > 0 for k in ks]
+        seconds = 0.0
+        for j in range(max(ks)):
+            feeds = []
+            for i, r in enumerate(live):
+                if not active[i]:
+                    feeds.append([])
+                elif j == 0:
+                    keep = self.dkv.rollback(i, r.context, len(r.context) - 1)
+                    feeds.append(r.context[keep:])
+                else:
+                    feeds.append([tokens[i][-1]])
+            c0 = self._t()
+            rows = self.dkv.forward(feeds, [1 if a else 0 for a in active])
+            seconds += self._t() - c0
+            for i, r in enumerate(live):
+                if not active[i]:
+                    continue
+                logits = rows[i][0]
+                if self.sampling.greedy:
+                    tok = int(logits.argmax())
+                    conf = 1.0
+                    if self.has_stop:
+                        import torch
+
+                        conf = float(torch.softmax(logits.double(), -1)[tok])
+                else:
+                    q = self.sampling.rows(logits[None, :])[0]
+                    tok = int(r.rng.choice(len(q), p=q / q.sum()))
+                    conf = float(q[tok])
+                    qs[i].append(q)
+                tokens[i].append(tok)
+                if len(tokens[i]) >= ks[i] or self._stops(r, len(tokens[i]) - 1, conf):
+                    active[i] = False
+            if not any(active):
+                break
+        return list(zip(tokens, qs)), seconds
