@@ -13,9 +13,9 @@ import sys
 from sim.errors import DraftsimError
 
 from . import __version__
-from .commands import costing, demo, distillation, heads, optimization, planning, running, simulation, traces
+from .commands import costing, demo, distillation, heads, optimization, planning, running, simulation, sweeping, traces
 
-COMMANDS = (planning, simulation, optimization, costing, traces, distillation, heads, running, demo)
+COMMANDS = (planning, simulation, optimization, costing, traces, distillation, heads, running, sweeping, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args: argparse.Namespace) -> str:
-    return " ".join(x for x in (args.command, getattr(args, "target", None), getattr(args, "trace_command", None)) if x)
+    sub = {"optimize": "target", "trace": "trace_command"}.get(args.command)
+    return f"{args.command} {getattr(args, sub)}" if sub else args.command
 
 
 def _one_line(exc) -> str:

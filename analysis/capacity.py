@@ -1,0 +1,346 @@
+"""Capacity planning: the largest request rate whose serving simulation meets SLOs.
+
+Vidur's configuration search binary-searches the largest QPS that meets a latency SLO; so does
+this, generically: :func:`find_capacity` brackets (doubling or halving from a start rate) and
+bisects (geometric midpoints) any ``evaluate(qps) -> (meets, metrics)``, assuming that a
+higher rate never helps latency. :func:`replicated` builds ``evaluate`` from a per-seed
+``meets_slo(qps, seed)`` that returns either a bool (the rate meets the SLOs when every
+replication does) or a dict of metrics (the rate meets them when the mean of each SLO metric
+over the replications is within its bound). The seeds are the same at every rate (common
+random numbers), which keeps the comparison between rates sharp.
+
+A capacity spec is a sweep spec (:mod:`analysis.sweep`) of a kind that has a request-rate
+option, plus a ``[capacity]`` table::
+
+    [capacity]
+    slo = { ttft_p99 = 1.0, tpot_p50 = 0.05 }  # metric name -> upper bound
+    start = 1.0          # first rate tried (requests/s)
+    minimum = 0.01       # below this the configuration is reported with capacity 0
+    maximum = 1000.0     # above this the search stops (capacity reported as >= maximum)
+    tolerance = 0.02     # stop when high / low - 1 <= tolerance
+    throughput = "throughput"   # metric in output tokens/s, reported at capacity
+    price_per_hour = 2.5        # optional: price of one device-hour -> cost per 1M tokens
+    devices = ["replicas", "tp"]  # options whose product is the number of devices (default 1)
+    compare = "policy"   # the axis drawn as side-by-side bars in the figure (default: policy)
+
+Each configuration (point) is one task of the sweep machinery — run in parallel across
+configurations, stored as Parquet, resumable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from sim.errors import DraftsimError
+
+from .sweep import Kind, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
+
+CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
+                 "max_evaluations")
+#: Columns of a capacity result, before the SLO metrics at capacity.
+CAPACITY_COLUMNS = ("capacity_qps", "bracket_low", "bracket_high", "evaluations", "throughput_at_capacity", "devices",
+                    "cost_per_million_tokens")
+
+
+@dataclass
+class Capacity:
+    """The result of a search: ``qps`` meets the SLOs (0 when even ``minimum`` fails), ``high``
+    does not (``inf`` when ``maximum`` still meets them); ``metrics`` were measured at ``qps``;
+    ``evaluations`` lists (qps, meets, metrics) in the order tried."""
+
+    qps: float
+    low: float
+    high: float
+    metrics: dict
+    evaluations: list = field(default_factory=list)
+
+
+def find_capacity(evaluate: Callable[[float], tuple[bool, dict]], start: float = 1.0, minimum: float = 1e-3,
+                  maximum: float = 1e6, tolerance: float = 0.02, max_evaluations: int = 64) -> Capacity:
+    """The largest rate in [minimum, maximum] meeting the SLOs, to relative ``tolerance``.
+
+    Bracketing: from ``start``, double while the rate meets the SLOs (or halve while it does
+    not) until the two sides differ; then bisect at geometric midpoints until
+    ``high / low - 1 <= tolerance``. Assumes meeting the SLOs is monotone in the rate.
+    """
+    if not (0 < minimum <= start <= maximum and math.isfinite(maximum)):
+        raise DraftsimError(f"capacity search needs 0 < minimum <= start <= maximum < inf; got minimum {minimum!r}, "
+                            f"start {start!r}, maximum {maximum!r}")
+    if not 0 < tolerance < 1:
+        raise DraftsimError(f"capacity tolerance must lie in (0, 1); got {tolerance!r}")
+    trail: list = []
+    seen: dict = {}
+
+    def check(q: float) -> bool:
+        if len(trail) >= max_evaluations:
+            raise DraftsimError(f"the capacity search did not converge in {max_evaluations} evaluations (last bracket "
+                                f"{trail[-1][0]:.4g}); raise max_evaluations or tolerance")
+        ok, metrics = evaluate(q)
+        trail.append((q, bool(ok), dict(metrics)))
+        seen[q] = dict(metrics)
+        return bool(ok)
+
+    q = start
+    if check(q):
+        low = q
+        while True:
+            if low >= maximum:
+                return Capacity(low, low, math.inf, seen[low], trail)
+            q = min(low * 2.0, maximum)
+            if not check(q):
+                high = q
+                break
+            low = q
+    else:
+        high = q
+        while True:
+            if high <= minimum:
+                return Capacity(0.0, 0.0, high, {}, trail)
+            q = max(high / 2.0, minimum)
+            if check(q):
+                low = q
+                break
+            high = q
+    while high / low - 1.0 > tolerance:
+        mid = math.sqrt(low * high)
+        if check(mid):
+            low = mid
+        else:
+            high = mid
+    return Capacity(low, low, high, seen[low], trail)
+
+
+def replicated(meets_slo: Callable[[float, int], object], seeds: Sequence[int], slo: Mapping[str, float] | None = None
+               ) -> Callable[[float], tuple[bool, dict]]:
+    """``evaluate(qps)`` over replications: ``meets_slo(qps, seed)`` returns a bool (the rate
+    passes when every seed passes) or metrics (it passes when each SLO metric's mean over the
+    seeds is finite and <= its bound in ``slo``). Returns (passes, mean metrics)."""
+    if not seeds:
+        raise DraftsimError("a capacity search needs at least one replication seed")
+
+    def evaluate(qps: float) -> tuple[bool, dict]:
+        results = [meets_slo(qps, s) for s in seeds]
+        if all(isinstance(r, bool) for r in results):
+            return all(results), {"fraction_meeting": sum(results) / len(results)}
+        if not all(isinstance(r, Mapping) for r in results):
+            raise DraftsimError("meets_slo must return a bool or a mapping of metrics for every seed")
+        names = set().union(*results)
+        means = {n: float(np.mean([float("nan") if r.get(n) is None else r[n] for r in results])) for n in names}
+        if slo is None:
+            raise DraftsimError("meets_slo returned metrics: give the SLO bounds (metric -> upper bound)")
+        missing = [m for m in slo if m not in means]
+        if missing:
+            raise DraftsimError(f"the simulation did not report SLO metric(s) {', '.join(missing)}")
+        ok = all(math.isfinite(means[m]) and means[m] <= bound for m, bound in slo.items())
+        return ok, means
+
+    return evaluate
+
+
+# --- capacity specs --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A checked ``[capacity]`` table."""
+
+    slo: dict
+    start: float = 1.0
+    minimum: float = 1e-3
+    maximum: float = 1e4
+    tolerance: float = 0.02
+    throughput: str | None = "throughput"
+    price_per_hour: float | None = None
+    devices: tuple[str, ...] = ()
+    compare: str | None = None
+    max_evaluations: int = 64
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise DraftsimError(f"[capacity] {name} must be a finite number > 0; got {value!r}")
+    return float(value)
+
+
+def settings(spec: Spec, kind: Kind) -> Settings:
+    """The ``[capacity]`` table of ``spec`` checked against ``kind``."""
+    if kind.rate_option is None:
+        raise DraftsimError(f"kind {kind.name} has no request-rate option; a capacity search needs kind serve (or simulate with engine des)")
+    table = spec.capacity
+    if not table:
+        raise DraftsimError("a capacity spec needs a [capacity] table with slo = { metric = bound, ... }")
+    unknown = [k for k in table if k not in CAPACITY_KEYS]
+    if unknown:
+        raise DraftsimError(f"unknown [capacity] key {unknown[0]!r}; valid keys: {', '.join(CAPACITY_KEYS)}")
+    slo = table.get("slo")
+    if not isinstance(slo, dict) or not slo:
+        raise DraftsimError(f"[capacity] slo must be a table of metric = upper bound; got {slo!r}")
+    for m, bound in slo.items():
+        if m not in kind.metrics:
+            raise DraftsimError(f"[capacity] slo: unknown metric {m!r} for kind {kind.name}; valid metrics: {', '.join(kind.metrics)}")
+        _positive(f"slo.{m}", bound)
+    out = {"slo": {m: float(b) for m, b in slo.items()}}
+    for name in ("start", "minimum", "maximum", "tolerance", "price_per_hour"):
+        if name in table:
+            out[name] = _positive(name, table[name])
+    s = Settings(**out)
+    if not s.minimum <= s.start <= s.maximum:
+        raise DraftsimError(f"[capacity] needs minimum <= start <= maximum; got {s.minimum:g}, {s.start:g}, {s.maximum:g}")
+    if not s.tolerance < 1:
+        raise DraftsimError(f"[capacity] tolerance must lie in (0, 1); got {s.tolerance:g}")
+    throughput = table.get("throughput", "throughput" if "throughput" in kind.metrics else None)
+    if throughput is not None and throughput not in kind.metrics:
+        raise DraftsimError(f"[capacity] throughput: unknown metric {throughput!r}; valid metrics: {', '.join(kind.metrics)}")
+    devices = table.get("devices", [])
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        raise DraftsimError(f"[capacity] devices must be a list of option names; got {devices!r}")
+    compare = table.get("compare", "policy" if "policy" in spec.axes else None)
+    if compare is not None and compare not in spec.axes:
+        raise DraftsimError(f"[capacity] compare = {compare!r} is not a varied option; axes: {', '.join(spec.axes) or 'none'}")
+    max_ev = table.get("max_evaluations", 64)
+    if isinstance(max_ev, bool) or not isinstance(max_ev, int) or not 2 <= max_ev <= 1000:
+        raise DraftsimError(f"[capacity] max_evaluations must be an integer in [2, 1000]; got {max_ev!r}")
+    if s.price_per_hour is not None and throughput is None:
+        raise DraftsimError("[capacity] price_per_hour needs a throughput metric (output tokens/s)")
+    rate = kind.rate_option
+    if rate in spec.base or rate in spec.axes:
+        raise DraftsimError(f"the capacity search sets {rate}; remove it from the spec")
+    return Settings(out["slo"], s.start, s.minimum, s.maximum, s.tolerance, throughput, s.price_per_hour,
+                    tuple(d.replace("-", "_") for d in devices), compare, max_ev)
+
+
+def device_count(config: dict, names: Sequence[str]) -> float:
+    """Product of the configuration's values for the ``devices`` options (absent ones count 1)."""
+    n = 1.0
+    for name in names:
+        value = config.get(name, 1)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise DraftsimError(f"[capacity] devices: option {name} must be a positive number; got {value!r}")
+        n *= value
+    return n
+
+
+def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings, spec_seed: int, replications: int,
+                task: Task) -> tuple[int, dict, str | None, float]:
+    """One configuration's capacity search in a worker (the task's row values)."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        seeds = [derive_seed(spec_seed, task.point, r) for r in range(replications)]
+
+        def meets(qps: float, seed: int) -> dict:
+            output = run({**task.config, rate_option: float(qps)}, seed)
+            return {m: as_metric(m, lookup(output, p)) for m, p in metric_paths.items()}
+
+        cap = find_capacity(replicated(meets, seeds, s.slo), s.start, s.minimum, s.maximum, s.tolerance, s.max_evaluations)
+        devices = device_count(task.config, s.devices)
+        throughput = cap.metrics.get(s.throughput) if s.throughput else None
+        cost = None
+        if s.price_per_hour is not None and throughput and throughput > 0:
+            cost = s.price_per_hour * devices / (throughput * 3600.0) * 1e6
+        values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high, "evaluations": float(len(cap.evaluations)),
+                  "throughput_at_capacity": throughput, "devices": devices, "cost_per_million_tokens": cost}
+        values.update({f"{m}_at_capacity": cap.metrics.get(m) for m in s.slo})
+        return task.id, values, None, time.perf_counter() - t0
+    except Exception as exc:  # recorded with its error; the other configurations go on
+        return task.id, {}, one_line(exc), time.perf_counter() - t0
+
+
+def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
+                 resume: bool = False, force: bool = False, progress=None) -> tuple[Summary, Settings]:
+    """Search the capacity of every configuration of ``spec`` (one task each) into ``out``."""
+    s = settings(spec, kind)
+    check_size(spec, force)
+    points = validate_points(spec, kind, {kind.rate_option: s.start})
+    for p in points:
+        device_count(p.config, s.devices)
+    tasks = [Task(p.index, p.index, 0, derive_seed(spec.seed, p.index, 0), p.config) for p in points]
+    names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else [])]))
+    worker = partial(search_task, kind.run, kind.rate_option, {m: kind.metrics[m] for m in names}, s, spec.seed, spec.replications)
+    columns = list(CAPACITY_COLUMNS) + [f"{m}_at_capacity" for m in s.slo]
+    summary = run_tasks(spec, points, tasks, worker, columns, out, workers, ray, ray_address, resume, progress,
+                        extra={"capacity": {"slo": s.slo, "tolerance": s.tolerance, "price_per_hour": s.price_per_hour}})
+    return summary, s
+
+
+def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str], list[list]]:
+    """Headers and rows of the capacity table (one row per configuration)."""
+    cols = table.column_names
+    headers = [*spec_axes, "capacity (req/s)", *[f"{m} at cap." for m in s.slo]]
+    if s.throughput:
+        headers.append("tokens/s at cap.")
+    if s.price_per_hour is not None:
+        headers.append("$ per 1M tokens")
+    rows = []
+    data = {c: table.column(c).to_pylist() for c in cols}
+    for i in range(table.num_rows):
+        row = [data[a][i] for a in spec_axes]
+        if data["status"][i] != "ok":
+            rows.append(row + [f"failed: {data['error'][i]}"] + [""] * (len(headers) - len(row) - 1))
+            continue
+        cap, high = data["capacity_qps"][i], data["bracket_high"][i]
+        row.append(f">= {cap:.4g}" if high is None or math.isinf(high) else f"{cap:.4g}")
+        row += [_fmt(data[f"{m}_at_capacity"][i]) for m in s.slo]
+        if s.throughput:
+            row.append(_fmt(data["throughput_at_capacity"][i]))
+        if s.price_per_hour is not None:
+            row.append(_fmt(data["cost_per_million_tokens"][i]))
+        rows.append(row)
+    return headers, rows
+
+
+def _fmt(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.4g}"
+
+
+def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
+    """Capacity per configuration as grouped bars (one colour per value of ``compare``, e.g.
+    with and without speculation), and cost per million tokens when a price is given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = {c: table.column(c).to_pylist() for c in table.column_names}
+    ok = [st == "ok" for st in data["status"]]
+    others = [a for a in spec_axes if a != s.compare]
+    label = lambda i: ", ".join(f"{a}={data[a][i]}" for a in others) or "all"  # noqa: E731
+    groups = list(dict.fromkeys(label(i) for i in range(table.num_rows)))
+    series = list(dict.fromkeys(data[s.compare][i] for i in range(table.num_rows))) if s.compare else [None]
+    panels = [("capacity_qps", "capacity (requests/s)")]
+    if s.price_per_hour is not None:
+        panels.append(("cost_per_million_tokens", "cost per 1M output tokens"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 1.2 * len(groups) * max(1, len(series))) * len(panels) / 1.3, 3.8))
+    axes = np.atleast_1d(axes)
+    width = 0.8 / len(series)
+    for ax, (column, title) in zip(axes, panels):
+        for j, value in enumerate(series):
+            heights = []
+            for g in groups:
+                hits = [data[column][i] for i in range(table.num_rows)
+                        if ok[i] and label(i) == g and (s.compare is None or data[s.compare][i] == value)]
+                heights.append(hits[0] if hits and hits[0] is not None else 0.0)
+            ax.bar(np.arange(len(groups)) + (j - (len(series) - 1) / 2) * width, heights, width,
+                   label=f"{s.compare}={value}" if s.compare else None)
+        ax.set_xticks(np.arange(len(groups)))
+        ax.set_xticklabels(groups, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(title)
+        ax.grid(axis="y", alpha=0.3)
+        if s.compare:
+            ax.legend(fontsize=8)
+    slo = ", ".join(f"{m} <= {b:g}" for m, b in s.slo.items())
+    fig.suptitle(f"largest request rate meeting {slo}", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
