@@ -46,7 +46,7 @@ def machine_fingerprint(device: str = "cpu") -> dict:
                     break
     except OSError:
         pass
-    fp = {"cpu": cpu, "cores": os.cpu_count(), "device": device.split(":")[0]}
+    fp = {"cpu": cpu, "cores": os.cpu_count(), "device": device.split(":")[0], "threads": _torch().get_num_threads()}
     if device.startswith("cuda"):
         torch = _torch()
         fp["gpu"] = torch.cuda.get_device_name(torch.device(device))
@@ -111,6 +111,8 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     model = loaded.model
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
     with torch.inference_mode():
+        for _ in range(2):  # first calls of a process are slow (allocations, kernel selection)
+            model(torch.randint(vocab, (batch[0], new_tokens[0]), generator=gen).to(dev))
         for i, b in enumerate(batch):
             for k, c in enumerate(context):
                 cache = None

@@ -356,7 +356,7 @@ def test_cost_with_profile_checks_model_and_machine(capsys, tmp_path):
     assert recs[0]["seconds"] == pytest.approx(float(prof.shape_time(1, 1, 128)))
     assert any(r["model"] == "maxgram" and r["seconds"] == pytest.approx(1e-5 * r["batch"] * r["new_tokens"]) for r in recs)
     for argv, msg in ((["--hardware", "h100"], "not on h100-sxm"), (["--batch", "16"], "outside the profile's grid"),
-                      (["--target", "llama-2-7b"], "neither the target nor a drafter")):
+                      (["--target", "smollm2-360m"], "neither the target nor a drafter")):
         base = {"--target": "smollm2", "--hardware": "local-cpu", "--batch": "1"}
         base.update(dict(zip(argv[::2], argv[1::2])))
         flat = [x for kv in base.items() for x in kv]
@@ -377,7 +377,10 @@ def test_profile_command_on_a_tiny_model(capsys, tmp_path):
     assert len(data["points"]) == 8 and set(data["drafters"]) == {"maxgram", "bigram"}
     prof = load_profile(out_path)
     assert prof.model == "tiny:1" and prof.fingerprint["model"]["architecture"].startswith("2x64")
-    assert (prof.seconds > 0).all() and prof.shape_time(2, 3, 8) == pytest.approx(float(prof.seconds[1, 1, 1]))
+    mono = prof.seconds
+    for ax in range(3):  # grid points answer their measured medians, made non-decreasing along each axis
+        mono = np.maximum.accumulate(mono, axis=ax)
+    assert (prof.seconds > 0).all() and prof.shape_time(2, 3, 8) == pytest.approx(float(mono[1, 1, 1]))
 
 
 def test_profile_bad_input_writes_nothing(capsys, tmp_path):

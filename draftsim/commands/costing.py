@@ -109,8 +109,9 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
 
     def one(name: str, tp: int, pp: int, role: str) -> CostModel:
         if name.lower() in CHEAP_DRAFTERS:
-            for prof in profiles:
+            for i, prof in enumerate(profiles):
                 if name.lower() in prof.drafters:
+                    used.add(i)
                     info["backends"][name] = f"measured proposal time per token ({prof.model} profile)"
                     return CallCost(0.0, float(prof.drafters[name.lower()]["seconds_per_token"]))
             info["backends"][name] = "free (no profile with its proposal timing)"
@@ -126,7 +127,7 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
 
     target = one(args.target, args.tp, args.pp, "target")
     drafters = [one(d, args.drafter_tp, 1, "drafter") for d in (args.drafter_models or [])]
-    unused = [args.profile[i] for i in range(len(profiles)) if i not in used and not profiles[i].drafters]
+    unused = [args.profile[i] for i in range(len(profiles)) if i not in used]
     if unused:
         raise DraftsimError(f"the profile {unused[0]} is of model {profiles[args.profile.index(unused[0])].model!r}, "
                             f"neither the target nor a drafter")
@@ -145,6 +146,47 @@ def hardware_coefficients(args, n_drafters: int | None = None) -> tuple[list[flo
     cs = [float(d.shape_time(b, 1, ctx)) / t0 for d in drafters]
     info.update({"batch": b, "context": ctx, "target_seconds": t0, "coefficients": cs})
     return cs, info
+
+
+def hardware_costs(args, n_drafters: int | None = None):
+    """:class:`sim.cost.Costs` in target calls for the simulators: each model's t(n) at
+    --cost-batch and --cost-context fitted as a + b·n over n = 1..16 (the one-token call exact)."""
+    from sim.cost import Costs
+
+    coefficients, info = hardware_coefficients(args, n_drafters)
+    target, drafters, _ = build_models(args)
+    return Costs.from_models([target, *drafters], batch=args.cost_batch, context=args.cost_context), info
+
+
+def hardware_times(args, n_drafters: int | None = None) -> tuple[CostModel, list[CostModel], dict]:
+    """The target's and drafters' cost models, checked to fit at --cost-batch/--cost-context
+    (for planners that take a whole t(n) rather than a coefficient)."""
+    hardware_coefficients(args, n_drafters)
+    return build_models(args)
+
+
+def drafter_specs(args, specs: list[str]) -> list[str]:
+    """``NAME:ALPHA:MODEL`` drafter specs with the model's cost coefficient in place of MODEL
+    (specs whose third field is already a number are kept)."""
+    out, models, where = list(specs), [], []
+    for i, spec in enumerate(specs):
+        parts = spec.split(":")
+        if len(parts) == 3:
+            try:
+                float(parts[2])
+            except ValueError:
+                models.append(parts[2])
+                where.append(i)
+    if args.drafter_models:
+        raise DraftsimError("with plan, name each drafter's model in its spec: --drafter NAME:ALPHA:MODEL")
+    if not models:
+        raise DraftsimError("with --target/--hardware, give drafters as NAME:ALPHA:MODEL (e.g. small:0.8:llama-2-7b)")
+    args.drafter_models = models
+    cs, info = hardware_coefficients(args, len(models))
+    for i, c in zip(where, cs):
+        name, alpha, _ = out[i].split(":")
+        out[i] = f"{name}:{alpha}:{c!r}"
+    return out, info
 
 
 def describe_coefficients(info: dict) -> str:
@@ -190,6 +232,7 @@ def register(sub, common) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
     p.add_argument("--drafters", default="maxgram,bigram", help="cheap drafters whose proposal time is measured ('' for none)")
     p.add_argument("--probe", metavar="HW.json", help="also measure this machine and write a local-cpu hardware catalog file")
+    p.add_argument("--threads", type=a.count("threads", 1, 1024), help="torch CPU threads (default torch's; 1 is steadier on a busy machine)")
     p.add_argument("--seed", type=a.count("seed"), default=0)
     p.set_defaults(run=run_profile)
 
@@ -264,6 +307,10 @@ def run_profile(args: argparse.Namespace) -> int:
     from realrun.models import load_model
     from realrun.profiling import drafter_seconds, model_spec, probe_hardware, profile_model
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.model.startswith("tiny") and args.dtype != "float32":
         loaded.model.to(getattr(__import__("torch"), args.dtype))
@@ -283,15 +330,16 @@ def run_profile(args: argparse.Namespace) -> int:
         spec = model_spec(loaded)
         B, N, C = np.meshgrid(prof.batch, prof.new_tokens, prof.context, indexing="ij")
         roof = RooflineModel(spec, hw, loaded.dtype, check_memory=False)
-        fitted = fit_overhead(roof, B, N, C, prof.seconds)
+        fitted = fit_overhead(roof, B, N, C, prof.seconds, fit_mfu=True)
         per_layer = fitted.overhead / spec.layers
-        hw = replace(hw, overhead_per_layer=per_layer,
-                     source=hw.source + f"; overhead {per_layer * 1e6:.0f} us per layer fitted to the {loaded.name} profile")
+        hw = replace(hw, overhead_per_layer=per_layer, mfu=fitted.mfu,
+                     source=hw.source + f"; overhead {per_layer * 1e6:.0f} us per layer and MFU {fitted.mfu:.3f} fitted to the "
+                                        f"{loaded.name} {loaded.dtype} profile")
         final = RooflineModel(spec, hw, loaded.dtype, check_memory=False)
         err = final.shape_time(B, N, C) / prof.seconds - 1
-        comparison = {"overhead_per_layer_s": per_layer, "relative_error": err.ravel().tolist(),
+        comparison = {"overhead_per_layer_s": per_layer, "mfu": fitted.mfu, "relative_error": err.ravel().tolist(),
                       "median_abs_error": float(np.median(np.abs(err))), "worst_abs_error": float(np.max(np.abs(err))),
-                      "roofline_without_overhead_median_abs_error": float(np.median(np.abs(roof.shape_time(B, N, C) / prof.seconds - 1)))}
+                      "roofline_without_fit_median_abs_error": float(np.median(np.abs(roof.shape_time(B, N, C) / prof.seconds - 1)))}
         write_catalog(args.probe, hardware={"local-cpu": hw})
         result["probe"] = {"file": args.probe, "measured": hw.measured, "overhead_per_layer_s": per_layer}
         result["roofline_vs_profile"] = comparison
@@ -313,8 +361,8 @@ def run_profile(args: argparse.Namespace) -> int:
     for name, d in prof.drafters.items():
         print(f"{name}: {d['seconds_per_token'] * 1e6:.1f} us per proposed token")
     if comparison:
-        print(f"roofline (local-cpu, overhead {comparison['overhead_per_layer_s'] * 1e6:.0f} us/layer fitted) vs profile: median |error| "
-              f"{comparison['median_abs_error']:.1%}, worst {comparison['worst_abs_error']:.1%} (without overhead: median "
-              f"{comparison['roofline_without_overhead_median_abs_error']:.1%}); hardware entry written to {args.probe}")
+        print(f"roofline (local-cpu; fitted overhead {comparison['overhead_per_layer_s'] * 1e6:.0f} us/layer, MFU {comparison['mfu']:.3f}) "
+              f"vs profile: median |error| {comparison['median_abs_error']:.1%}, worst {comparison['worst_abs_error']:.1%} (probe "
+              f"numbers alone: median {comparison['roofline_without_fit_median_abs_error']:.1%}); hardware entry written to {args.probe}")
     print(f"profile written to {args.out}")
     return 0

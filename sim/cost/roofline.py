@@ -233,15 +233,32 @@ def _nonneg(name: str, x) -> float:
     return float(as_cost(name, x))
 
 
-def fit_overhead(roofline: RooflineModel, batch, new_tokens, context, seconds) -> RooflineModel:
+def fit_overhead(roofline: RooflineModel, batch, new_tokens, context, seconds, fit_mfu: bool = False) -> RooflineModel:
     """The roofline with the fixed per-call overhead o >= 0 that best explains measured
     ``seconds`` at the given uniform shapes: o minimises Σ (log(r_i + o) − log(m_i))², the
-    relative error, where r_i is the roofline without overhead (a 1-D bounded search)."""
+    relative error, where r_i is the roofline without overhead (a 1-D bounded search).
+
+    With ``fit_mfu`` the MFU is fitted too (a grid of 64 values in [0.01, 1], each with its
+    best overhead): small matrices reach a smaller fraction of the peak FLOP/s a large matmul
+    probe measures, which is what a CPU's many-token calls show.
+    """
     from scipy.optimize import minimize_scalar
 
-    base = roofline.with_overhead(0.0)
-    r = np.ravel(base.shape_time(batch, new_tokens, context))
     m = np.ravel(as_positive("seconds", seconds))
-    r, m = np.broadcast_arrays(r, m)
-    res = minimize_scalar(lambda o: float(np.sum((np.log(r + o) - np.log(m)) ** 2)), bounds=(0.0, float(m.max())), method="bounded")
-    return roofline.with_overhead(float(res.x))
+
+    def best(model: RooflineModel) -> tuple[float, float]:
+        r = np.ravel(model.with_overhead(0.0).shape_time(batch, new_tokens, context))
+        loss = lambda o: float(np.sum((np.log(r + o) - np.log(m)) ** 2))  # noqa: E731
+        res = minimize_scalar(loss, bounds=(0.0, float(m.max())), method="bounded")
+        return loss(res.x), float(res.x)
+
+    if not fit_mfu:
+        return roofline.with_overhead(best(roofline)[1])
+    fits = []
+    for mfu in np.geomspace(0.01, 1.0, 64):
+        candidate = RooflineModel(roofline.model, roofline.hardware, roofline.dtype, roofline.tp, roofline.pp, mfu=float(mfu),
+                                  mbu=roofline.mbu, ici_efficiency=roofline.ici_efficiency, check_memory=False)
+        fits.append((*best(candidate), float(mfu)))
+    _, overhead, mfu = min(fits)
+    return RooflineModel(roofline.model, roofline.hardware, roofline.dtype, roofline.tp, roofline.pp, mfu=mfu, mbu=roofline.mbu,
+                         ici_efficiency=roofline.ici_efficiency, overhead=overhead, overhead_per_layer=0.0, check_memory=False)
