@@ -391,3 +391,22 @@ def test_profile_bad_input_writes_nothing(capsys, tmp_path):
         status, _, err = run(capsys, "profile", *[x for kv in base.items() for x in kv])
         assert status == 2 and msg in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+# -- validation against published GPU measurements (benchmarks/validate_costs.py prints them all) --
+
+@pytest.mark.parametrize("model,tp,tokens_per_s,tolerance", [
+    ("llama-2-7b", 1, 104.9, 0.10), ("llama-2-70b", 2, 21.32, 0.10), ("llama-2-70b", 4, 38.01, 0.10), ("llama-2-70b", 8, 62.50, 0.20),
+])
+def test_roofline_matches_gpt_fast_on_a100(model, tp, tokens_per_s, tolerance):
+    """gpt-fast README: batch 1, bf16, compiled, A100-80GB (330 W); the catalog's default efficiencies."""
+    r = roofline(model, "a100-80g", tp=tp)
+    assert float(r.shape_time(1, 1, 5)) == pytest.approx(1 / tokens_per_s, rel=tolerance)
+
+
+def test_roofline_predicts_specdec_70b_from_an_overhead_fitted_on_7b():
+    """SpecDec++ App. D.2: t = 0.0207 s (7B, one A100-80G) and 0.108 s (70B over two, layer-sharded)."""
+    r7 = roofline("llama-2-7b", "a100-80g")
+    per_layer = (0.0207 - float(r7.shape_time(1, 1, 256))) / 32
+    r70 = roofline("llama-2-70b", "a100-80g", pp=2).with_overhead(0.0, per_layer)
+    assert float(r70.shape_time(1, 1, 256)) == pytest.approx(0.108, rel=0.2)
