@@ -28,11 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.errors import DraftsimError
 from sim.records import arrow_schema, columns, from_table
 from sim.traces import TraceFolder, TraceSchema, TraceWriter
 
-__all__ = ["Step", "Member", "RequestRecord", "TokenRecord", "SERVE_RECORDS", "SERVE", "ServeTraceWriter", "ServeTrace"]
+__all__ = ["Step", "Member", "RequestRecord", "TokenRecord", "SERVE_RECORDS", "SERVE", "ServeTraceWriter", "ServeTrace", "serving_metrics"]
 
 
 @dataclass(slots=True)
@@ -122,7 +124,6 @@ class ServeTraceWriter:
 
     def __init__(self, path, metadata: dict, every: float = 5.0, clock=None):
         import time
-
         from pathlib import Path
 
         path = Path(path)
@@ -184,3 +185,61 @@ class ServeTrace(TraceFolder):
         if table not in SERVE_RECORDS:
             raise DraftsimError(f"table must be one of {', '.join(SERVE_RECORDS)}; got {table!r}")
         return from_table(self.tables[table], SERVE_RECORDS[table])
+
+
+# ---------------------------------------------------------------- metrics
+
+_QUANTILES = (("p50", 50), ("p90", 90), ("p99", 99))
+
+
+def _stats(values) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return {"mean": float("nan"), **{name: float("nan") for name, _ in _QUANTILES}}
+    return {"mean": float(v.mean()), **{name: float(np.percentile(v, q)) for name, q in _QUANTILES}}
+
+
+def serving_metrics(requests: list, tokens: list, members: list, steps: list) -> dict:
+    """Latency, throughput and speculative-decoding metrics of a serving run (seconds).
+
+    * ``ttft`` = first token − arrival; ``e2e`` = finish − arrival;
+    * ``tpot`` = (finish − first token) / (output tokens − 1), requests of ≥ 2 tokens;
+    * ``itl`` = gaps between a request's successive emissions (tokens accepted together in
+      one step arrive together: one gap per step, as vLLM's streaming benchmark sees it);
+    * ``throughput`` = output tokens / (last finish − first arrival);
+    * ``spec_decode`` under vLLM's names: ``num_drafts`` (rounds that drafted),
+      ``num_draft_tokens``, ``num_accepted_tokens``, ``accepted_per_position`` (rounds whose
+      i-th draft token was accepted), ``draft_acceptance_rate`` and
+      ``mean_acceptance_length`` = 1 + accepted / drafts.
+    """
+    by_req: dict = {}
+    for t in tokens:
+        by_req.setdefault(t.request, []).append(t.time)
+    itl = []
+    for times in by_req.values():
+        distinct = np.unique(np.asarray(times))
+        itl.extend(np.diff(distinct).tolist())
+    ttft = [r.first_token - r.arrival for r in requests]
+    e2e = [r.finish - r.arrival for r in requests]
+    tpot = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in requests if r.output_tokens > 1]
+    out_tokens = sum(r.output_tokens for r in requests)
+    span = (max(r.finish for r in requests) - min(r.arrival for r in requests)) if requests else float("nan")
+    decode = {s.step for s in steps if s.kind == "decode"}
+    rounds = [m for m in members if m.step in decode]
+    drafts = [m for m in rounds if m.drafted > 0]
+    drafted = sum(m.drafted for m in drafts)
+    accepted = sum(m.accepted for m in drafts)
+    longest = max((m.drafted for m in drafts), default=0)
+    per_pos = [sum(1 for m in drafts if m.accepted > i) for i in range(longest)]
+    batch = [s.batch for s in steps if s.kind == "decode"]
+    return {
+        "requests": len(requests), "output_tokens": out_tokens, "duration": span,
+        "ttft": _stats(ttft), "tpot": _stats(tpot), "itl": _stats(itl), "e2e": _stats(e2e),
+        "throughput": out_tokens / span if requests and span > 0 else float("nan"),
+        "mean_batch": float(np.mean(batch)) if batch else 0.0,
+        "steps": len(steps), "decode_steps": len(batch),
+        "spec_decode": {"num_drafts": len(drafts), "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
+                        "accepted_per_position": per_pos,
+                        "draft_acceptance_rate": accepted / drafted if drafted else float("nan"),
+                        "mean_acceptance_length": 1 + accepted / len(drafts) if drafts else 1.0},
+    }

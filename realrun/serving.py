@@ -63,7 +63,8 @@ from .executor import Sampling, check_drafters
 from .models import LoadedModel
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
-__all__ = ["ServeRequest", "BatchKV", "Server", "ServeLog", "kv_bytes_per_token", "check_requests", "check_memory"]
+__all__ = ["ServeRequest", "BatchKV", "Server", "ServeLog", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
+           "prompt_pool", "requests_from"]
 
 _now = time.perf_counter
 
@@ -137,7 +138,6 @@ class BatchKV:
         and return, per row, the next-token logits after each of its last ``keep[r]`` fed
         tokens, a (keep[r], V) float tensor (row j follows all but ``keep[r] − 1 − j`` of them)."""
         import torch
-
         from transformers import DynamicCache
 
         B = len(feeds)
@@ -679,3 +679,34 @@ class Server:
             if not any(active):
                 break
         return list(zip(tokens, qs)), seconds
+
+
+# ---------------------------------------------------------------- workloads of real prompts
+
+def prompt_pool(target: LoadedModel, sets: Sequence[str] = ("code", "instructions", "docstrings", "arithmetic"), split: str = "test") -> list:
+    """Token ids of the bundled prompts of ``sets`` (:mod:`realrun.prompts`), formatted for
+    ``target``, interleaved set by set."""
+    from .prompts import format_prompt, prompt_set
+
+    lists = [[format_prompt(p, target.tokenizer) for p in prompt_set(s, split)] for s in sets]
+    out = []
+    for i in range(max(len(x) for x in lists)):
+        out.extend(x[i] for x in lists if i < len(x))
+    return out
+
+
+def requests_from(arrival, prompt_tokens, output_tokens, pool: Sequence[Sequence[int]]) -> list[ServeRequest]:
+    """Serve requests for a workload (arrays of arrival seconds, prompt and output lengths):
+    request i's prompt is bundled prompt i (cycled), followed by the next ones and cut to its
+    length when a length is asked for (``prompt_tokens[i]`` = 0: the bundled prompt as it is)."""
+    if not pool:
+        raise DraftsimError("no prompts to serve")
+    out = []
+    for i, (t, n, m) in enumerate(zip(arrival, prompt_tokens, output_tokens)):
+        ids = list(pool[i % len(pool)])
+        j = i + 1
+        while n and len(ids) < n:
+            ids.extend(pool[j % len(pool)])
+            j += 1
+        out.append(ServeRequest(i, float(t), tuple(ids[: int(n)] if n else ids), int(m)))
+    return out
