@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from analysis.table import format_table
 from sim.cost import CallCost, CostModel, RooflineModel, default_catalog, load_profile
 from sim.cost.catalog import DTYPE_BYTES, Catalog, hardware_from_entry, model_from_entry, write_catalog
-from sim.errors import DraftsimError, as_count
+from sim.errors import DraftsimError, as_count, parse_numbers
 
 from .. import args as a
 from ..progress import count_bar
@@ -35,13 +34,9 @@ CHEAP_DRAFTERS = ("maxgram", "bigram")
 def _ints(name: str, minimum: int):
     def parse(text: str) -> list[int]:
         try:
-            values = [v.strip() for v in str(text).split(",") if v.strip()]
-            out = as_count(name, [int(v) if v.lstrip("-").isdigit() else float(v) for v in values], minimum=minimum)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc) if isinstance(exc, DraftsimError) else
-                                             f"{name} must be comma-separated integers; got {text!r}") from None
-        if out.size == 0:
-            raise argparse.ArgumentTypeError(f"{name} needs at least one value")
+            out = as_count(name, parse_numbers(name, text), minimum=minimum)
+        except DraftsimError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
         return sorted(set(int(v) for v in out))
 
     parse.__name__ = name
@@ -146,6 +141,19 @@ def hardware_coefficients(args, n_drafters: int | None = None) -> tuple[list[flo
     cs = [float(d.shape_time(b, 1, ctx)) / t0 for d in drafters]
     info.update({"batch": b, "context": ctx, "target_seconds": t0, "coefficients": cs})
     return cs, info
+
+
+def coefficients_or_hardware(args, given, n_drafters: int | None = None) -> tuple[list[float], dict | None]:
+    """The cost coefficients typed with --cost (``given``), or computed from the model/hardware
+    options (exactly one of the two); with the description of the hardware ones."""
+    hardware = uses_hardware(args)
+    if hardware and given:
+        raise DraftsimError("give either --cost or the model/hardware options (--target, --drafter-model, --hardware), not both")
+    if not hardware:
+        if not given:
+            raise DraftsimError("give --cost (the drafter's cost coefficient) or --target MODEL --drafter-model MODEL --hardware HW")
+        return list(given), None
+    return hardware_coefficients(args, n_drafters)
 
 
 def hardware_costs(args, n_drafters: int | None = None):
@@ -292,14 +300,12 @@ def run_cost(args: argparse.Namespace) -> int:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    if not out.parent.exists() if str(out.parent) else False:
-        raise DraftsimError(f"--out {args.out}: folder {out.parent} does not exist")
-    if out.is_dir():
-        raise DraftsimError(f"--out {args.out} is a folder; give a file name")
-    for path in (out.parent, Path(args.probe).parent if args.probe else None):
-        if path is not None and str(path) and not os.access(path if str(path) else ".", os.W_OK):
-            raise DraftsimError(f"cannot write into {path}")
+    out = a.output_file("--out", args.out, ".json")
+    if args.probe:
+        a.output_file("--probe", args.probe, ".json")
+        a.distinct_outputs(("--out", args.out), ("--probe", args.probe))
+    a.device(args.device)
+    a.model_name("--model", args.model)
     drafter_names = [d.strip().lower() for d in args.drafters.split(",") if d.strip()]
     bad = [d for d in drafter_names if d not in CHEAP_DRAFTERS]
     if bad:

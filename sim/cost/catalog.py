@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..errors import DraftsimError
+from ..errors import DraftsimError, file_mode
 
 __all__ = [
     "DTYPE_BYTES",
@@ -393,6 +393,7 @@ def atomic_write_json(path, doc: dict) -> None:
         with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh, indent=1)
             fh.write("\n")
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600; a written file gets the umask's mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
