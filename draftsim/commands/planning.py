@@ -12,6 +12,7 @@ from sim.errors import K_MAX_LIMIT
 from sim.plan import Drafter, plan
 
 from .. import args as a
+from . import costing
 
 DEFAULT_K_MAX = 16
 
@@ -25,7 +26,8 @@ def register(sub, common) -> None:
         "rates of speculative decoding with i.i.d. acceptance alpha and draft cost c.",
     )
     p.add_argument("--alpha", type=a.probability("alpha"), required=True, help="acceptance rate in [0, 1]")
-    p.add_argument("--cost", type=a.cost("cost"), required=True, help="draft cost / target cost, >= 0")
+    p.add_argument("--cost", type=a.cost("cost"), help="draft cost / target cost, >= 0 (or the model/hardware options below)")
+    costing.add_hardware_options(p)
     group = p.add_mutually_exclusive_group()
     group.add_argument("--k", type=a.count("k", 0, K_MAX_LIMIT), help="show this draft length only")
     group.add_argument(
@@ -49,8 +51,10 @@ def register(sub, common) -> None:
         action="append",
         required=True,
         metavar="NAME:ALPHA:COST",
-        help="a draft model: acceptance by the target and cost coefficient (repeatable)",
+        help="a draft model: acceptance by the target and cost coefficient (repeatable); with --target/--hardware, "
+        "NAME:ALPHA:MODEL prices it from hardware",
     )
+    costing.add_hardware_options(p)
     p.add_argument(
         "--mag-alpha",
         type=a.probability("mag_alpha"),
@@ -87,17 +91,21 @@ def run_ewif(args: argparse.Namespace) -> int:
         search_max, ks = args.k_max, np.arange(args.k_max + 1)
     else:
         search_max, ks = max(args.k, DEFAULT_K_MAX), np.array([args.k])
+    (args.cost,), cost_info = costing.coefficients_or_hardware(args, None if args.cost is None else [args.cost], 1)
     best_k, best = analytic.optimal_k(args.alpha, args.cost, search_max)
     rows = ewif_table(args.alpha, args.cost, ks, int(best_k))
     result = {
         "alpha": args.alpha,
         "cost": args.cost,
+        **({"cost_from": cost_info} if cost_info else {}),
         "rows": rows,
         "best": {"k": int(best_k), "ewif": float(best), "k_max": search_max},
     }
     if args.json:
         a.emit_json(result)
         return 0
+    if cost_info:
+        print(costing.describe_coefficients(cost_info))
     print(f"alpha = {args.alpha:g}, c = {args.cost:g}")
     table = [
         [r["k"], r["expected_tokens"], r["ewif"], r["discard_rate"], r["verification_rate"], "*" if r["best"] else ""]
@@ -109,7 +117,8 @@ def run_ewif(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    drafters = [Drafter.parse(spec) for spec in args.drafter]
+    specs, cost_info = costing.drafter_specs(args, args.drafter) if costing.uses_hardware(args) else (args.drafter, None)
+    drafters = [Drafter.parse(spec) for spec in specs]
     strategies = plan(drafters, mag_alpha=args.mag_alpha, k_max=args.k_max, mag_cost=args.mag_cost)
     if args.json:
         a.emit_json(
@@ -118,6 +127,7 @@ def run_plan(args: argparse.Namespace) -> int:
                 "mag_alpha": args.mag_alpha,
                 "mag_cost": args.mag_cost,
                 "k_max": args.k_max,
+                **({"cost_from": cost_info} if cost_info else {}),
                 "strategies": [
                     {"rank": i + 1, "kind": s.kind, "description": s.description, "ewif": s.ewif, **s.params}
                     for i, s in enumerate(strategies)
@@ -125,6 +135,8 @@ def run_plan(args: argparse.Namespace) -> int:
             }
         )
         return 0
+    if cost_info:
+        print(costing.describe_coefficients(cost_info))
     print(format_plan(strategies))
     return 0
 
