@@ -17,6 +17,7 @@ from sim.simulate import ENGINES, simulate
 
 from .. import args as a
 from ..progress import token_bar
+from . import costing
 
 METRIC_LABELS = {
     "tokens_per_call": "tokens per target call",
@@ -56,6 +57,7 @@ def register(sub, common) -> None:
     c.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient of drafter 1, 2, ... (repeat)")
     c.add_argument("--verify-per-token", type=a.cost("verify_per_token"), default=0.0,
                    help="target time per verified token b in t(n) = 1 + b*n (default 0: constant)")
+    costing.add_hardware_options(p)
     d = p.add_argument_group("discrete-event engine")
     d.add_argument("--requests", type=a.count("requests", 1, 100_000), default=1, help="concurrent requests sharing the target")
     d.add_argument("--rate", type=a.positive("rate"), help="Poisson arrival rate of requests (default: all at time 0)")
@@ -144,10 +146,16 @@ def run(args: argparse.Namespace) -> int:
     policy = parse_policy(args.policy)
     process = build_process(args, policy.n_models)
     drafter_costs = args.cost or []
-    if len(drafter_costs) != policy.n_models - 1:
+    cost_info = None
+    if costing.uses_hardware(args):  # t(n) = a + b·n per model fitted to its hardware cost model
+        if args.cost or args.verify_per_token:
+            raise DraftsimError("give either --cost/--verify-per-token or the model/hardware options (--target, --drafter-model, --hardware), not both")
+        costs, cost_info = costing.hardware_costs(args, policy.n_models - 1)
+    elif len(drafter_costs) != policy.n_models - 1:
         raise DraftsimError(f"policy {args.policy} uses {policy.n_models - 1} drafter(s): give --cost (draft time / target time, "
                             f"e.g. --cost 0.05) once per drafter; got {len(drafter_costs)} value(s)")
-    costs = Costs.coefficients(drafter_costs)
+    else:
+        costs = Costs.coefficients(drafter_costs)
     if args.verify_per_token:
         from sim.costs import CallCost
 
@@ -192,11 +200,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict()
         out["analytic_ewif"] = predicted
+        if cost_info:
+            out["cost_from"] = cost_info
         if args.timeline:
             out["timeline_path"] = args.timeline
         a.emit_json(out)
         return 0
     print(f"{result.policy!r} under {result.process!r}")
+    if cost_info:
+        print(costing.describe_coefficients(cost_info) + "; t(n) = a + b*n per model: "
+              + ", ".join(f"{m.a:.4g} + {m.b:.4g}n" for m in costs.models))
     print(f"engine {result.engine}: {result.tokens:,} tokens in {result.n_sequences:,} "
           f"{'requests' if result.engine == 'des' else 'sequences'}; cost coefficients {costs.coefficient.round(6).tolist()}")
     rows = [[METRIC_LABELS.get(k, k), v.value, v.se] for k, v in result.metrics.items()]
