@@ -46,7 +46,7 @@ def _ints(name: str, minimum: int):
 def add_hardware_options(p, *, drafter_flag: str = "--drafter-model", shapes: bool = False) -> None:
     """The model/hardware options shared by ``cost`` and the planning commands."""
     g = p.add_argument_group("models on hardware (in place of --cost)")
-    g.add_argument("--target", metavar="MODEL", help="target model: a catalog name (draftsim cost --list) or a config.json path")
+    g.add_argument("--target", dest="target_model", metavar="MODEL", help="target model: a catalog name (draftsim cost --list) or a config.json path")
     g.add_argument(drafter_flag, dest="drafter_models", action="append", metavar="MODEL",
                    help="draft model (repeat, in drafter order): catalog name, config.json path, maxgram or bigram")
     g.add_argument("--hardware", metavar="HW", help="hardware from the catalog (draftsim cost --list)")
@@ -65,7 +65,7 @@ def add_hardware_options(p, *, drafter_flag: str = "--drafter-model", shapes: bo
 
 
 def uses_hardware(args) -> bool:
-    return any(getattr(args, k, None) for k in ("target", "hardware", "drafter_models"))
+    return any(getattr(args, k, None) for k in ("target_model", "hardware", "drafter_models"))
 
 
 def _same_model(catalog: Catalog, x: str, y: str) -> bool:
@@ -78,7 +78,7 @@ def _same_model(catalog: Catalog, x: str, y: str) -> bool:
 def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
     """The target's and each drafter's cost model from the options; validates everything
     (names, hardware, memory, profiles' fingerprints) before any heavy work."""
-    if not args.target or not args.hardware:
+    if not args.target_model or not args.hardware:
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
     catalog = default_catalog(args.catalog)
     hw = catalog.hardware_spec(args.hardware)
@@ -120,7 +120,7 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
         info["backends"][name] = f"roofline: {model.name}"
         return model
 
-    target = one(args.target, args.tp, args.pp, "target")
+    target = one(args.target_model, args.tp, args.pp, "target")
     drafters = [one(d, args.drafter_tp, 1, "drafter") for d in (args.drafter_models or [])]
     unused = [args.profile[i] for i in range(len(profiles)) if i not in used]
     if unused:
@@ -276,7 +276,7 @@ def run_cost(args: argparse.Namespace) -> int:
     if args.list:
         return _list(args)
     target, drafters, info = build_models(args)
-    names = [args.target] + list(args.drafter_models or [])
+    names = [args.target_model] + list(args.drafter_models or [])
     _check_memory([target, *drafters], args.batch, args.context, args.new_tokens)
     B, N, C = (np.array(v) for v in np.meshgrid(args.batch, args.new_tokens, args.context, indexing="ij"))
     B, N, C = B.ravel(), N.ravel(), C.ravel()

@@ -14,6 +14,7 @@ from sim.errors import DraftsimError, as_probability
 
 from .. import args as a
 from ..progress import count_bar
+from . import costing
 from .simulation import float_list, parse_pairs
 
 
@@ -24,7 +25,9 @@ def register(sub, common) -> None:
 
     k = osub.add_parser("kmatrix", parents=[common], help="the EWIF-optimal K matrix of Cascade Speculative Drafting",
                         description="Exact search (n <= 3 drafters, entries <= 20) against the halving grid search.")
-    k.add_argument("--cost", type=a.cost("cost"), action="append", required=True, help="cost coefficient of drafter 1, 2, ... (repeat; the last may be Max-Gram, 0)")
+    k.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient of drafter 1, 2, ... (repeat; the last may be Max-Gram, 0; "
+                   "or the model/hardware options)")
+    costing.add_hardware_options(k)
     k.add_argument("--alpha", type=a.probability("alpha"), required=True, help="acceptance for every pair not given by --pair")
     k.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="model M's tokens accepted by V with A (e.g. 3:1=0.55)")
     k.add_argument("--k-max", type=a.count("k_max", 0, optimize.EXACT_ENTRY_MAX), default=optimize.EXACT_ENTRY_MAX)
@@ -41,6 +44,7 @@ def register(sub, common) -> None:
     t.add_argument("--k-max", type=a.count("k_max", 1, 128), default=32)
     t.add_argument("--sweep", metavar="LO,HI,N", default="0.01,0.5,8", help="t_draft/t_target values for the h* table")
     t.add_argument("--pred-noise", type=a.positive("pred_noise"), help="also solve with a noisy predictor (logit noise, 4 bins, k_max <= 10)")
+    costing.add_hardware_options(t)
     t.set_defaults(run=run_threshold)
 
     r = osub.add_parser("tree", parents=[common], help="the token tree maximising accepted tokens per unit time",
@@ -49,11 +53,12 @@ def register(sub, common) -> None:
     r.add_argument("--budget", type=a.count("budget", 1, 4096), default=64, help="most drafted tokens in the tree")
     r.add_argument("--verify-cost", default="1,0.002", metavar="A,B", help="target time to verify n tokens: t(n) = A + B*n")
     r.add_argument("--draft-cost", type=a.cost("draft_cost"), default=0.0, help="drafter time per tree level")
+    costing.add_hardware_options(r)
     r.set_defaults(run=run_tree)
 
 
 def _system(args) -> tuple[np.ndarray, list[float]]:
-    costs = list(args.cost)
+    costs, args.cost_info = costing.coefficients_or_hardware(args, args.cost)
     size = len(costs) + 1
     A = np.tril(np.full((size, size), args.alpha), k=-1)
     for src, dst, val in parse_pairs(args.pair, size):
@@ -86,6 +91,8 @@ def run_kmatrix(args: argparse.Namespace) -> int:
     if args.json:
         a.emit_json(out)
         return 0
+    if args.cost_info:
+        print(costing.describe_coefficients(args.cost_info))
     print(f"K-matrix optimisation: {n} drafters, costs {costs}, entries 0..{args.k_max}")
     rows = [
         ["exact search (optimum)", exact.ewif, exact.evaluations, f"{t_exact:.3f}", str(exact.K.tolist())],
@@ -135,6 +142,10 @@ def parse_sweep(text: str) -> tuple[float, float, int]:
 
 
 def run_threshold(args: argparse.Namespace) -> int:
+    if costing.uses_hardware(args):  # replaces --t-draft/--t-target: one-token calls on the hardware, in seconds
+        (c,), info = costing.hardware_coefficients(args, 1)
+        args.t_target, args.t_draft = info["target_seconds"], c * info["target_seconds"]
+        args.cost_info = info
     if (args.alpha is None) == (args.markov is None):
         raise DraftsimError("give exactly one of --alpha or --markov")
     if args.stay is not None and args.markov is None:
@@ -180,6 +191,8 @@ def run_threshold(args: argparse.Namespace) -> int:
     if args.json:
         a.emit_json(out)
         return 0
+    if getattr(args, "cost_info", None):
+        print(costing.describe_coefficients(args.cost_info))
     print(f"draft-length MDP: regimes alpha={alphas}, t_draft={args.t_draft:g}, t_target={args.t_target:g}, k_max={args.k_max}")
     ar = cmp["autoregressive"]
     rows = [
@@ -222,6 +235,12 @@ def run_tree(args: argparse.Namespace) -> int:
     if not (math.isfinite(va) and math.isfinite(vb) and va > 0 and vb >= 0):
         raise DraftsimError(f"--verify-cost {args.verify_cost!r}: t(n) = A + B*n needs finite A > 0 and B >= 0; got A {va:g}, B {vb:g}")
     cost = lambda n: va + vb * n  # noqa: E731
+    if costing.uses_hardware(args):  # replaces --verify-cost/--draft-cost: the target's t(n) on the hardware, in one-token calls
+        target, drafters, info = costing.hardware_times(args, 1)
+        b, ctx = args.cost_batch, args.cost_context
+        unit = float(target.shape_time(b, 1, ctx))
+        cost = lambda n: float(target.shape_time(b, n, ctx)) / unit  # noqa: E731
+        args.draft_cost = float(drafters[0].shape_time(b, 1, ctx)) / unit
     t0 = time.perf_counter()
     tree = optimize.tree_shape(ranks, args.budget, cost, args.draft_cost)
     seconds = time.perf_counter() - t0
@@ -234,7 +253,8 @@ def run_tree(args: argparse.Namespace) -> int:
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"token-tree shape: rank acceptance {ranks}, budget {args.budget}, t(n) = {va:g} + {vb:g} n")
+    verify = "t(n) from the hardware (one-token call = 1)" if costing.uses_hardware(args) else f"t(n) = {va:g} + {vb:g} n"
+    print(f"token-tree shape: rank acceptance {ranks}, budget {args.budget}, {verify}, draft cost per level {args.draft_cost:.4g}")
     rows = [
         ["optimal tree", tree.size, tree.depth(), tree.expected_accepted, tree.tokens_per_time],
         ["best chain", chain.size, chain.size, chain.expected_accepted, chain.tokens_per_time],
