@@ -67,9 +67,7 @@ def model_spec(loaded) -> ModelSpec:
 
 def model_fingerprint(loaded) -> dict:
     """What identifies a model for a profile: its name, dtype and architecture."""
-    s = model_spec(loaded)
-    arch = f"{s.layers}x{s.hidden}/{s.intermediate} h{s.heads}/{s.kv_heads}x{s.head_dim} v{s.vocab}"
-    return {"name": loaded.name, "dtype": loaded.dtype, "architecture": arch}
+    return {"name": loaded.name, "dtype": loaded.dtype, "architecture": model_spec(loaded).architecture}
 
 
 def _stats(samples: Sequence[float]) -> tuple[float, float]:

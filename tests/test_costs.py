@@ -410,3 +410,47 @@ def test_roofline_predicts_specdec_70b_from_an_overhead_fitted_on_7b():
     per_layer = (0.0207 - float(r7.shape_time(1, 1, 256))) / 32
     r70 = roofline("llama-2-70b", "a100-80g", pp=2).with_overhead(0.0, per_layer)
     assert float(r70.shape_time(1, 1, 256)) == pytest.approx(0.108, rel=0.2)
+
+
+def test_cost_refuses_a_profile_of_another_architecture(capsys, tmp_path):
+    from realrun.profiling import machine_fingerprint
+
+    prof, _ = toy_profile()
+    prof.model = "smollm2"
+    prof.fingerprint = {"model": {"name": "smollm2", "architecture": "2x64/128 h4/2x16 v100"}, "machine": machine_fingerprint("cpu")}
+    prof.save(tmp_path / "p.json")
+    status, _, err = run(capsys, "cost", "--target", "smollm2", "--hardware", "local-cpu", "--dtype", "float32", "--profile", str(tmp_path / "p.json"))
+    assert status == 2 and "another model: architecture 2x64/128" in err
+
+
+# -- the planning commands take the same model/hardware options --------------------------------
+
+HW = ["--target", "llama-2-70b", "--hardware", "a100-80g", "--tp", "2"]
+
+
+def test_ewif_from_hardware_uses_the_roofline_coefficient(capsys):
+    status, out, err = run(capsys, "ewif", "--alpha", "0.8", *HW, "--drafter-model", "llama-2-7b", "--cost-context", "256", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    c = coefficient(roofline("llama-2-7b", "a100-80g"), roofline("llama-2-70b", "a100-80g", tp=2), context=256)
+    assert data["cost"] == pytest.approx(float(c)) and data["cost_from"]["hardware"] == "a100-80g"
+    status, out, err = run(capsys, "ewif", "--alpha", "0.8", "--cost", "0.1", *HW, "--drafter-model", "llama-2-7b")
+    assert status == 2 and "not both" in err
+
+
+def test_plan_simulate_optimize_from_hardware(capsys):
+    status, out, err = run(capsys, "plan", "--drafter", "big:0.8:llama-2-7b", "--drafter", "tiny:0.5:0.0", *HW, "--json")
+    assert status == 0, err
+    drafters = json.loads(out)["drafters"]
+    assert drafters[0]["cost"] == pytest.approx(json.loads(out)["cost_from"]["coefficients"][0]) and drafters[1]["cost"] == 0.0
+    status, out, err = run(capsys, "simulate", "--policy", "fixed:k=3", "--alpha", "0.8", *HW, "--drafter-model", "llama-2-7b", "--tokens", "2000", "--json")
+    assert status == 0, err
+    status, out, err = run(capsys, "optimize", "kmatrix", "--alpha", "0.7", *HW, "--drafter-model", "llama-2-7b", "--drafter-model", "maxgram",
+                           "--k-max", "4", "--json")
+    assert status == 0, err
+    assert json.loads(out)["costs"][2] == 0.0
+    status, out, err = run(capsys, "optimize", "tree", "--rank-alphas", "0.7,0.2", "--budget", "8", *HW, "--drafter-model", "llama-2-7b", "--json")
+    assert status == 0, err
+    status, _, err = run(capsys, "simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--target", "llama-2-70b", "--hardware", "a100-80g",
+                         "--drafter-model", "llama-2-7b")
+    assert status == 2 and "GB short" in err

@@ -96,6 +96,13 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
 
                 here = machine_fingerprint("cpu")
                 prof.check_fingerprint(machine={k: here[k] for k in ("cpu", "cores")})
+                try:
+                    spec = catalog.model(name)
+                except DraftsimError:
+                    spec = None  # a model the catalog does not know (e.g. tiny:SEED): its name must do
+                if spec is not None and prof.fingerprint.get("model", {}).get("architecture") not in (None, spec.architecture):
+                    raise DraftsimError(f"the profile {args.profile[i]} was measured for another model: architecture "
+                                        f"{prof.fingerprint['model']['architecture']}, not {name}'s {spec.architecture}")
                 if prof.dtype and prof.dtype != args.dtype:
                     raise DraftsimError(f"the profile {args.profile[i]} was measured in {prof.dtype}, not {args.dtype}; pass --dtype {prof.dtype}")
                 used.add(i)

@@ -101,6 +101,11 @@ class ModelSpec:
         return self.layers * self.layer_params + emb * (1 if self.tied_embeddings else 2)
 
     @property
+    def architecture(self) -> str:
+        """A short fingerprint of the shape: layers x hidden/intermediate, heads/kv x head_dim, vocab."""
+        return f"{self.layers}x{self.hidden}/{self.intermediate} h{self.heads}/{self.kv_heads}x{self.head_dim} v{self.vocab}"
+
+    @property
     def kv_per_token(self) -> int:
         """KV-cache elements per token over all layers (keys and values)."""
         return 2 * self.layers * self.kv_heads * self.head_dim
