@@ -1,0 +1,25 @@
+"""Serving simulator: continuous batching with speculative decoding on a discrete-event clock.
+
+workload   requests: arrival processes, length distributions, request traces (Azure, Vidur)
+rounds     every request's speculative rounds, drawn by the Monte Carlo engine (same policies)
+kvcache    paged KV cache: capacity from memory, blocks per request
+scheduler  vLLM-style iteration-level scheduler: queues, budgets, chunked prefill, preemption
+replica    the step loop: drafter calls then the target's verification, timed by sim.cost
+router     round-robin and least-outstanding routing over replicas
+metrics    TTFT/TPOT/ITL/E2E, throughput, goodput, vLLM spec-decode counters, Chrome trace
+server     ServingConfig, serve (one run) and run_replications (confidence intervals)
+
+Speculation controllers (per-step caps on drafting) live in :mod:`sim.controllers`.
+"""
+
+from .metrics import SLO, RunRecord, combine, summarize_run, write_chrome_trace
+from .scheduler import SchedulerConfig
+from .server import ServingConfig, ServingResult, run_replications, serve, workload_stream
+from .workload import Workload, make_workload, parse_arrivals, parse_lengths, read_request_trace
+
+__all__ = [
+    "SLO", "RunRecord", "combine", "summarize_run", "write_chrome_trace",
+    "SchedulerConfig",
+    "ServingConfig", "ServingResult", "run_replications", "serve", "workload_stream",
+    "Workload", "make_workload", "parse_arrivals", "parse_lengths", "read_request_trace",
+]

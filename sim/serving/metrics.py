@@ -1,0 +1,239 @@
+"""Serving metrics: what the replicas record, the summary of a run, confidence intervals over
+independent replications, and the Chrome trace-event timeline.
+
+Definitions (vLLM's benchmark_serving and DistServe's goodput):
+
+* TTFT — time to first token: first token out − arrival (queueing and prefill included);
+* TPOT — time per output token after the first: (finish − first token) / (output − 1);
+* ITL — inter-token latency: the gaps between consecutive emissions of a request (a
+  speculative step emits several tokens at once: one gap per step, as a streaming client sees);
+* E2E — end-to-end latency: finish − arrival;
+* throughput — output tokens / (last finish − first arrival);
+* goodput — requests per second that meet both SLOs (TTFT ≤ ``ttft`` and TPOT ≤ ``tpot``);
+* spec_decode — vLLM's speculative-decoding counters: ``num_drafts`` (rounds that drafted),
+  ``num_draft_tokens``, ``num_accepted_tokens``, ``num_accepted_tokens_per_pos`` and
+  ``mean_acceptance_length`` = 1 + accepted / drafts (tokens per verification), plus
+  ``draft_acceptance_rate`` = accepted / draft tokens.
+
+Each latency is summarised by mean, p50, p90 and p99; with several replications every
+number comes with the half-width of its 95% Student-t confidence interval across them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DraftsimError, as_positive, file_mode
+
+__all__ = ["Recorder", "RunRecord", "SLO", "summarize_run", "combine", "LATENCIES", "write_chrome_trace", "TIMELINE_SCHEMA"]
+
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+TIMELINE_SCHEMA = "draftsim.serving-timeline"
+TIMELINE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Service-level objectives in seconds (inf: none)."""
+
+    ttft: float = float("inf")
+    tpot: float = float("inf")
+
+    def __post_init__(self):
+        for name in ("ttft", "tpot"):
+            v = getattr(self, name)
+            if not (v == float("inf") or (np.isfinite(v) and v > 0)):
+                as_positive(f"SLO {name}", v)
+
+
+class Recorder:
+    """Accumulates what the replicas did, as chunks of arrays (one per window)."""
+
+    def __init__(self, max_draft: int):
+        P = max(max_draft, 1)
+        self.num_drafts = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
+        self.pos_drafted = np.zeros(P, dtype=np.int64)
+        self.pos_accepted = np.zeros(P, dtype=np.int64)
+        self._itl: list = []
+        self._steps: dict = {k: [] for k in ("replica", "start", "duration", "draft", "batch", "tokens", "kv", "waiting")}
+
+    def itl(self, gaps: np.ndarray) -> None:
+        self._itl.append(np.asarray(gaps, dtype=np.float64))
+
+    def spec(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
+        if not drafted.size:
+            return
+        self.num_drafts += int((drafted > 0).sum())
+        self.num_draft_tokens += int(drafted.sum())
+        self.num_accepted_tokens += int(accepted.sum())
+        P = len(self.pos_drafted)
+        dc = np.bincount(np.minimum(drafted, P), minlength=P + 1)
+        ac = np.bincount(np.minimum(accepted, P), minlength=P + 1)
+        self.pos_drafted += np.cumsum(dc[::-1])[::-1][1:]
+        self.pos_accepted += np.cumsum(ac[::-1])[::-1][1:]
+
+    def steps(self, replica, start, duration, draft, batch, tokens, kv, waiting) -> None:
+        n = len(start)
+        s = self._steps
+        s["replica"].append(np.full(n, replica, dtype=np.int32))
+        s["start"].append(np.asarray(start, dtype=np.float64))
+        s["duration"].append(np.asarray(duration, dtype=np.float64))
+        s["draft"].append(np.asarray(draft, dtype=np.float64))
+        s["batch"].append(np.asarray(batch, dtype=np.int32))
+        s["tokens"].append(np.asarray(tokens, dtype=np.int64))
+        s["kv"].append(np.full(n, -1, dtype=np.int64) if kv is None else np.asarray(kv, dtype=np.int64))
+        s["waiting"].append(np.full(n, waiting, dtype=np.int32))
+
+    def step_arrays(self) -> dict:
+        return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in self._steps.items()}
+
+    def itl_values(self) -> np.ndarray:
+        return np.concatenate(self._itl) if self._itl else np.zeros(0)
+
+
+@dataclass
+class RunRecord:
+    """Everything one replication produced (per request, per step, counters)."""
+
+    arrival: np.ndarray
+    admitted: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    preemptions: np.ndarray
+    rounds: np.ndarray
+    itl: np.ndarray
+    steps: dict
+    spec: dict
+    kv_blocks: int | None
+    replicas: int
+    meta: dict = field(default_factory=dict)
+
+
+def _stats(x: np.ndarray) -> dict:
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return {k: float("nan") for k in STATS}
+    p50, p90, p99 = np.percentile(x, [50, 90, 99])
+    return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def summarize_run(run: RunRecord, slo: SLO = SLO()) -> dict:
+    """The metrics of one replication (see the module docstring)."""
+    ttft = run.first_token - run.arrival
+    e2e = run.finish - run.arrival
+    multi = run.output > 1
+    tpot = np.full(len(e2e), np.nan)
+    tpot[multi] = (run.finish[multi] - run.first_token[multi]) / (run.output[multi] - 1)
+    span = float(np.nanmax(run.finish) - np.nanmin(run.arrival))
+    span = span if span > 0 else float("nan")
+    ok = (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.tpot)
+    steps = run.steps
+    busy = float(steps["duration"].sum())
+    out = {name: _stats(v) for name, v in (("ttft", ttft), ("tpot", tpot), ("itl", run.itl), ("e2e", e2e))}
+    out["queue"] = _stats(run.admitted - run.arrival)
+    out["throughput"] = float(run.output.sum() / span)
+    out["request_throughput"] = float(len(run.output) / span)
+    out["goodput"] = float(ok.sum() / span)
+    out["slo_attainment"] = float(ok.mean())
+    out["requests"] = int(len(run.output))
+    out["output_tokens"] = int(run.output.sum())
+    out["steps"] = int(len(steps["duration"]))
+    out["busy"] = busy / max(run.replicas, 1) / span
+    out["mean_batch"] = float((steps["batch"] * steps["duration"]).sum() / busy) if busy > 0 else float("nan")
+    out["max_batch"] = int(steps["batch"].max(initial=0))
+    if run.kv_blocks:
+        used = steps["kv"] / run.kv_blocks
+        out["kv_utilisation"] = float((used * steps["duration"]).sum() / busy) if busy > 0 else float("nan")
+        out["kv_utilisation_max"] = float(used.max(initial=0.0))
+    out["preemptions"] = int(run.preemptions.sum())
+    out["spec_decode"] = dict(run.spec)
+    return out
+
+
+def _t95(n: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, n - 1))
+
+
+def combine(summaries: list[dict]) -> dict:
+    """Means over replications; every number gets ``ci95`` (half-width; nan for one replication)."""
+    n = len(summaries)
+    if n == 0:
+        raise DraftsimError("no replication to combine")
+    t = _t95(n) if n > 1 else float("nan")
+
+    def merge(values: list):
+        first = values[0]
+        if isinstance(first, dict):
+            return {k: merge([v[k] for v in values]) for k in first}
+        if isinstance(first, list):
+            width = max(len(v) for v in values)
+            return [float(np.mean([v[i] for v in values if i < len(v)])) for i in range(width)]
+        arr = np.array(values, dtype=np.float64)
+        return float(arr.mean()) if not isinstance(first, int) or n > 1 else first
+
+    out = merge(summaries)
+
+    def ci(values: list):
+        first = values[0]
+        if isinstance(first, dict):
+            return {k: ci([v[k] for v in values]) for k in first if not isinstance(first[k], list)}
+        arr = np.array(values, dtype=np.float64)
+        return float(t * arr.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+
+    out["ci95"] = {k: ci([s[k] for s in summaries]) for k in summaries[0] if not isinstance(summaries[0][k], list)}
+    out["replications"] = n
+    return out
+
+
+def write_chrome_trace(path, runs: list[RunRecord], max_steps: int = 200_000) -> dict:
+    """Write the steps of the first replication as Chrome trace-event JSON (Perfetto,
+    chrome://tracing): per replica a target track (verification + prefill) and a drafter
+    track, and counters of batch size, KV blocks and waiting requests. At most ``max_steps``
+    steps are written (the first ones). Written atomically; returns what was written."""
+    run = runs[0]
+    s = run.steps
+    order = np.argsort(s["start"], kind="stable")[:max_steps]
+    events = []
+    for r in range(run.replicas):
+        events.append({"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"replica {r}"}})
+        events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": "drafter"}})
+        events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": 1, "args": {"name": "target"}})
+    us = 1e6
+    for i in order.tolist():
+        r = int(s["replica"][i])
+        t0, dur, dr = float(s["start"][i]), float(s["duration"][i]), float(s["draft"][i])
+        if dr > 0:
+            events.append({"name": "draft", "ph": "X", "pid": r, "tid": 0, "ts": t0 * us, "dur": dr * us})
+        events.append({"name": "verify", "ph": "X", "pid": r, "tid": 1, "ts": (t0 + dr) * us, "dur": (dur - dr) * us,
+                       "args": {"batch": int(s["batch"][i]), "tokens": int(s["tokens"][i])}})
+        counters = {"batch": int(s["batch"][i]), "waiting": int(s["waiting"][i])}
+        if s["kv"][i] >= 0:
+            counters["kv_blocks"] = int(s["kv"][i])
+        events.append({"name": "load", "ph": "C", "pid": r, "ts": t0 * us, "args": counters})
+    doc = {"traceEvents": events, "displayTimeUnit": "ms",
+           "otherData": {"schema": TIMELINE_SCHEMA, "version": TIMELINE_VERSION, "steps": int(len(order)),
+                         "steps_total": int(len(s["start"])), **{k: str(v) for k, v in run.meta.items()}}}
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"path": str(path), "steps": int(len(order)), "steps_total": int(len(s["start"]))}

@@ -1,0 +1,241 @@
+"""The serving simulator: a workload through replicas behind a router, on one simpy clock.
+
+    >>> from sim.serving import ServingConfig, serve
+    >>> from sim.serving.workload import Fixed, Poisson, make_workload
+    >>> from sim import policies, acceptance
+    >>> from sim.cost import CallCost
+    >>> import numpy as np
+    >>> cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), CallCost(0.02, 1e-5), [CallCost(0.002)], kv_tokens=1 << 16)
+    >>> wl = make_workload(arrivals=Poisson(), qps=2.0, requests=50, duration=None, prompt=Fixed(128), output=Fixed(64),
+    ...                    rng=np.random.default_rng(0))
+    >>> run = serve(cfg, wl, seed=0)
+    >>> int(run.output.sum()), bool(np.all(np.isfinite(run.finish)))
+    (3200, True)
+
+simpy processes: the arrivals (open loop: one process walking the arrival times; closed
+loop: one per client), and each replica's step loop (:mod:`sim.serving.replica`). The
+router places each request on arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from ..acceptance import AcceptanceProcess
+from ..controllers import Controller, NoControl
+from ..errors import DraftsimError, as_count
+from ..policies import Policy
+from .kvcache import KVCache, memory_plan
+from .metrics import SLO, Recorder, RunRecord, combine, summarize_run
+from .replica import WINDOW_MAX, Engine, Replica
+from .rounds import RoundBook
+from .router import make_router
+from .scheduler import RequestTable, Scheduler, SchedulerConfig
+from .workload import ClosedLoop, Workload
+
+__all__ = ["ServingConfig", "serve", "run_replications", "ServingResult", "workload_stream"]
+
+
+@dataclass
+class ServingConfig:
+    """A server: the drafting policy and acceptance process, the models' cost models (target
+    first; one per drafter of the policy), the speculation controller, the scheduler's limits,
+    the KV capacity (``kv_tokens``; None: from the hardware when the cost models are
+    rooflines, else unlimited), where the drafters run, replicas and router, and the SLOs."""
+
+    policy: Policy
+    process: AcceptanceProcess
+    target: object
+    drafters: list
+    controller: Controller = field(default_factory=NoControl)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    kv_tokens: int | None = None
+    separate_drafter: bool = False
+    replicas: int = 1
+    router: str = "round-robin"
+    slo: SLO = field(default_factory=SLO)
+    window_max: int = WINDOW_MAX
+
+    def __post_init__(self):
+        self.replicas = int(as_count("replicas", self.replicas, minimum=1, maximum=1024))
+        make_router(self.router)
+        if self.kv_tokens is not None:
+            self.kv_tokens = int(as_count("kv_tokens", self.kv_tokens, minimum=1))
+        if self.policy.kind != "chain" and self.policy.kind != "tree":
+            raise DraftsimError(f"unknown policy kind {self.policy.kind!r}")
+        if len(self.drafters) < self.policy.n_models - 1:
+            raise DraftsimError(f"the policy uses {self.policy.n_models - 1} drafter(s); give a cost model for each "
+                                f"(got {len(self.drafters)})")
+        self.controller.bind(self.policy, self.process, self.target, self.drafters, self.scheduler.max_num_seqs)
+
+    @property
+    def max_draft(self) -> int:
+        return int(self.policy.max_draft)
+
+    def kv_cache(self) -> tuple[KVCache | None, object]:
+        """The KV pool of one replica and the memory plan it came from (None: unlimited)."""
+        bs = self.scheduler.block_size
+        plan = None
+        tokens = self.kv_tokens
+        if tokens is None:
+            plan = memory_plan(self.target, self.drafters[: self.policy.n_models - 1],
+                               max_batched_tokens=self.scheduler.max_num_batched_tokens, separate_drafter=self.separate_drafter)
+            if plan is None:
+                return None, None
+            tokens = plan.tokens
+        blocks = tokens // bs
+        if blocks < 1:
+            raise DraftsimError(f"memory too small: the KV cache holds {tokens} tokens, less than one block of {bs}"
+                                + (f" ({plan.describe()})" if plan else ""))
+        return KVCache(bs, blocks, self.max_draft + 1), plan
+
+    def check(self, workload: Workload) -> None:
+        """Refuse a workload this server cannot serve (a request too large for memory or for
+        the token budget without chunked prefill)."""
+        kv, plan = self.kv_cache()
+        total = workload.prompt + workload.output
+        i = int(np.argmax(total))
+        if kv is not None:
+            try:
+                kv.check_request(int(workload.prompt[i]), int(workload.output[i]))
+            except DraftsimError as exc:
+                raise DraftsimError(f"{exc}" + (f"; memory: {plan.describe()}" if plan else "")) from None
+        cfg = self.scheduler
+        if not cfg.chunked_prefill and int(total.max()) > cfg.max_num_batched_tokens:
+            raise DraftsimError(f"without chunked prefill a prefill (prompt + tokens to recompute after a preemption, up to "
+                                f"{int(total.max()):,}) must fit max_num_batched_tokens = {cfg.max_num_batched_tokens:,}; "
+                                f"raise it or enable chunked prefill")
+
+
+def workload_stream(seed: int, replication: int) -> np.random.Generator:
+    """The random stream a replication's workload is drawn from."""
+    return np.random.default_rng([int(seed), int(replication), 1])
+
+
+def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replication: int = 0, arrivals=None, progress=None) -> RunRecord:
+    """Serve ``workload`` once. ``arrivals`` is a :class:`ClosedLoop` for closed-loop clients
+    (the workload's arrival times are then ignored); ``progress(n)`` is called as requests
+    finish."""
+    config.check(workload)
+    process, policy = config.process, config.policy
+    output = workload.output.copy()
+    if process.finite:
+        lengths = np.asarray(process.lengths, dtype=np.int64)
+        quota = lengths[np.arange(len(output)) % len(lengths)]
+        output = quota + 1
+    else:
+        quota = output - 1
+    table = RequestTable(workload.prompt, output, workload.priority)
+    book = RoundBook(policy, process, quota, seed=seed, replication=replication)
+    env = simpy.Environment()
+    recorder = Recorder(config.max_draft)
+    closed = isinstance(arrivals, ClosedLoop)
+    kv, plan = config.kv_cache()
+    if kv is not None:
+        i = int(np.argmax(table.prompt + table.output))
+        kv.check_request(int(table.prompt[i]), int(table.output[i]))
+    n = len(table)
+    state = {"next": 0, "done": 0}
+    heap: list = []
+    finish_events: dict = {}
+
+    def next_arrival() -> float:
+        if closed:
+            while heap and heap[0] < env.now:
+                heapq.heappop(heap)
+            return heap[0] if heap else np.inf
+        i = state["next"]
+        return float(workload.arrival[i]) if i < n else np.inf
+
+    def on_finish(rid: int) -> None:
+        state["done"] += 1
+        if progress is not None:
+            progress(1)
+        ev = finish_events.pop(rid, None)
+        if ev is not None:
+            ev.succeed()
+
+    engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
+                    max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed,
+                    next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max)
+    replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv)) for r in range(config.replicas)]
+    router = make_router(config.router)
+
+    def submit(rid: int) -> None:
+        table.arrival[rid] = env.now
+        replicas[router.pick(replicas)].submit(rid)
+
+    def open_loop():
+        for rid in range(n):
+            delay = float(workload.arrival[rid]) - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            state["next"] = rid + 1
+            submit(rid)
+
+    def client(c: int, ids: list, think: np.ndarray):
+        for j, rid in enumerate(ids):
+            if j and think[j] > 0:
+                t = env.now + think[j]
+                heapq.heappush(heap, t)
+                yield env.timeout(think[j])
+            finish_events[rid] = env.event()
+            submit(rid)
+            yield finish_events[rid]
+
+    if closed:
+        think = arrivals.think_times(n, workload_stream(seed, replication + (1 << 16)))
+        k = min(arrivals.clients, n)
+        for c in range(k):
+            ids = list(range(c, n, k))
+            env.process(client(c, ids, think[ids]))
+    else:
+        env.process(open_loop())
+    env.run()
+    if state["done"] != n:  # pragma: no cover - a scheduler bug, never a user error
+        raise RuntimeError(f"the server stopped with {n - state['done']} of {n} requests unfinished")
+    spec = {
+        "num_drafts": recorder.num_drafts,
+        "num_draft_tokens": recorder.num_draft_tokens,
+        "num_accepted_tokens": recorder.num_accepted_tokens,
+        "num_accepted_tokens_per_pos": recorder.pos_accepted.tolist(),
+        "mean_acceptance_length": 1.0 + recorder.num_accepted_tokens / recorder.num_drafts if recorder.num_drafts else 1.0,
+        "draft_acceptance_rate": recorder.num_accepted_tokens / recorder.num_draft_tokens if recorder.num_draft_tokens else float("nan"),
+    }
+    meta = {"policy": repr(policy), "process": repr(process), "controller": repr(config.controller),
+            "target": getattr(config.target, "name", repr(config.target))}
+    if plan is not None:
+        meta["memory"] = plan.describe()
+    return RunRecord(arrival=table.arrival, admitted=table.admitted, first_token=table.first_token, finish=table.finish,
+                     prompt=table.prompt, output=table.output, preemptions=table.preemptions, rounds=table.rounds,
+                     itl=recorder.itl_values(), steps=recorder.step_arrays(), spec=spec, kv_blocks=kv.blocks if kv else None,
+                     replicas=config.replicas, meta=meta)
+
+
+@dataclass
+class ServingResult:
+    """Independent replications: their records, their summaries and the combined summary
+    (means with 95% confidence half-widths under ``ci95``)."""
+
+    runs: list
+    summaries: list
+    summary: dict
+
+
+def run_replications(config: ServingConfig, make_workload, *, seed: int = 0, replications: int = 1, arrivals=None,
+                     progress=None, keep_runs: bool = True) -> ServingResult:
+    """``replications`` independent runs; ``make_workload(rng)`` draws each one's workload
+    from :func:`workload_stream`."""
+    replications = int(as_count("replications", replications, minimum=1, maximum=1000))
+    runs, summaries = [], []
+    for r in range(replications):
+        wl = make_workload(workload_stream(seed, r))
+        run = serve(config, wl, seed=seed, replication=r, arrivals=arrivals, progress=progress)
+        summaries.append(summarize_run(run, config.slo))
+        if keep_runs or r == 0:
+            runs.append(run)
+    return ServingResult(runs, summaries, combine(summaries))
