@@ -91,7 +91,12 @@ def test_linear_backend_gives_the_old_callcost_numbers(a, b, n):
     t = cc.forward_time([n], [[7] * len(n)])[0]
     expected = cc.time(1, tokens) if calls else 0.0  # one call over all the batch's tokens
     assert t == pytest.approx(expected)
-    assert cc.single == pytest.approx(a + b) and Costs((cc,)).coefficient[0] == 1.0 if a + b > 0 else True
+    assert cc.single == a + b
+    if a + b > 0:  # Costs.time is the old per-model sum of a·calls + b·tokens
+        costs = Costs((cc, CallCost(b, a)))
+        calls, toks = np.array([[3.0, 5.0]]), np.array([[7.0, 5.0]])
+        assert costs.time(calls, toks)[0] == pytest.approx(3 * a + 7 * b + 5 * b + 5 * a)
+        assert costs.coefficient.tolist() == pytest.approx([1.0, 1.0])
 
 
 def test_costs_from_models_pins_the_one_token_call():

@@ -45,7 +45,7 @@ def _ints(name: str, minimum: int):
 
 def add_hardware_options(p, *, drafter_flag: str = "--drafter-model", shapes: bool = False) -> None:
     """The model/hardware options shared by ``cost`` and the planning commands."""
-    g = p.add_argument_group("models on hardware (in place of --cost)")
+    g = p.add_argument_group("models and hardware" if shapes else "models on hardware (in place of --cost)")
     g.add_argument("--target", dest="target_model", metavar="MODEL", help="target model: a catalog name (draftsim cost --list) or a config.json path")
     g.add_argument(drafter_flag, dest="drafter_models", action="append", metavar="MODEL",
                    help="draft model (repeat, in drafter order): catalog name, config.json path, maxgram or bigram")
@@ -58,7 +58,7 @@ def add_hardware_options(p, *, drafter_flag: str = "--drafter-model", shapes: bo
     g.add_argument("--catalog", action="append", default=[], metavar="FILE", help="extra model or hardware catalog file (repeat)")
     g.add_argument("--mfu", type=a.positive("mfu"), help="override the hardware's model FLOP utilisation (0, 1]")
     g.add_argument("--mbu", type=a.positive("mbu"), help="override the hardware's memory bandwidth utilisation (0, 1]")
-    g.add_argument("--overhead", type=a.cost("overhead"), help="fixed seconds per forward call (default: the hardware's)")
+    g.add_argument("--overhead", type=a.cost("overhead"), help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead")
     if not shapes:
         g.add_argument("--cost-batch", type=a.count("cost_batch", 1, 1 << 20), default=1, help="batch size the cost coefficients are taken at (default 1)")
         g.add_argument("--cost-context", type=a.count("cost_context", 0, 1 << 24), default=512, help="context length for the cost coefficients (default 512)")
@@ -123,7 +123,8 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
             info["backends"][name] = f"profile {prof.name}"
             return prof
         spec = catalog.model(name)
-        model = RooflineModel(spec, hw, args.dtype, tp, pp, mfu=args.mfu, mbu=args.mbu, overhead=args.overhead)
+        model = RooflineModel(spec, hw, args.dtype, tp, pp, mfu=args.mfu, mbu=args.mbu, overhead=args.overhead,
+                              overhead_per_layer=None if args.overhead is None else 0.0)
         info["backends"][name] = f"roofline: {model.name}"
         return model
 
@@ -236,7 +237,8 @@ def register(sub, common) -> None:
         "repeats, median and spread) and write a profile file for draftsim cost --profile; --probe also measures this "
         "machine (memory bandwidth, FLOP/s) and writes a local-cpu hardware entry fitted to the profile.",
     )
-    p.add_argument("--model", default="smollm2", help="smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
+    p.add_argument("--model", default="smollm2", help="smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file "
+                   "(one model per run: profile the target and each neural drafter, then pass every file to cost --profile)")
     p.add_argument("--out", required=True, metavar="PROFILE.json", help="profile file to write")
     p.add_argument("--batch", type=_ints("batch", 1), default=[1, 2, 4], help="batch sizes (default 1,2,4)")
     p.add_argument("--new-tokens", type=_ints("new_tokens", 1), default=[1, 2, 4, 8, 16], help="new tokens per sequence (default 1,2,4,8,16)")
