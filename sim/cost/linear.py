@@ -82,7 +82,9 @@ class Costs:
         """Linear costs in target calls from any cost models (target first): each model's
         t(n) at ``batch`` sequences and ``context`` fitted by :func:`linear_fit` over
         n = 1..``max_tokens``, divided by the target's one-token call."""
-        fits = [linear_fit(m, np.arange(1, max_tokens + 1), batch, context) for m in models]
+        # a measured profile is fitted over its own new-token range only (it refuses to extrapolate)
+        fits = [linear_fit(m, np.arange(1, min(max_tokens, getattr(m, "new_tokens", (max_tokens,))[-1]) + 1), batch, context)
+                for m in models]
         unit = fits[0].single
         if unit <= 0:
             raise DraftsimError("the target's one-token call must take time > 0")
@@ -118,21 +120,23 @@ class Costs:
 
 def linear_fit(model: CostModel, new_tokens, batch: int = 1, context: int = 0) -> CallCost:
     """The least-squares t(n) ≈ a + b·n (a, b >= 0) of ``model`` over uniform calls of
-    ``batch`` sequences with n ∈ ``new_tokens`` new tokens each (b per token of the whole call).
+    ``batch`` sequences with n ∈ ``new_tokens`` new tokens *each*.
 
-    The exact one-token time is kept (a + b = t(1) when 1 is among ``new_tokens``): the fit
-    then only decides how the extra tokens of a verification are priced.
+    n counts one sequence's tokens, as the single-stream simulators do: at ``batch`` 1 the fit
+    is a CallCost of the model itself; at a larger batch it is the time of a call of that batch
+    as seen by one of its sequences. The exact one-token time is kept (a + b = t(1) when 1 is
+    among ``new_tokens``): the fit only decides how the extra tokens of a verification are priced.
     """
     from scipy.optimize import nnls
 
     n = np.atleast_1d(np.asarray(new_tokens))
     t = np.atleast_1d(model.shape_time(batch, n, context))
-    N = batch * n.astype(np.float64)
+    x = n.astype(np.float64)
     if len(n) == 1:
         return CallCost(float(t[0]), 0.0)
-    (a, b), _ = nnls(np.stack([np.ones_like(N), N], axis=1), t)
+    (a, b), _ = nnls(np.stack([np.ones_like(x), x], axis=1), t)
     if (n == 1).any():  # pin the one-token call, keep the fitted slope
         t1 = float(t[n == 1][0])
-        b = min(b, t1 / batch)
-        a = t1 - b * batch
+        b = min(b, t1)
+        a = t1 - b
     return CallCost(float(a), float(b))
