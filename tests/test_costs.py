@@ -465,4 +465,4 @@ def test_costs_from_a_profile_stay_inside_its_grid():
     prof, _ = toy_profile()  # new tokens up to 8
     costs = Costs.from_models([prof, CallCost(0.001)], batch=2, context=128)
     assert costs.models[0].single == pytest.approx(1.0)
-    assert costs.models[0].a + 8 * costs.models[0].b == pytest.approx(float(prof.shape_time(2, 8, 128) / prof.shape_time(2, 1, 128)), rel=1e-6)  # t(n) is linear in n here
+    assert costs.models[0].a + 8 * costs.models[0].b == pytest.approx(float(prof.shape_time(2, 8, 128) / prof.shape_time(2, 1, 128)), rel=0.05)  # linear at grid points, log-interpolated between
