@@ -144,34 +144,44 @@ class ProfileCost(CostModel):
             out |= (np.asarray(x) < grid[0]) | (np.asarray(x) > grid[-1])
         return out
 
-    def _check_inside(self, values) -> None:
-        if self.extrapolate != "refuse":
-            return
-        for name, x in zip(_AXES, values):
-            grid = getattr(self, name)
-            x = np.asarray(x)
-            if x.size == 0:
-                continue
-            lo, hi = x.min(), x.max()
-            if lo < grid[0] or hi > grid[-1]:
-                bad = lo if lo < grid[0] else hi
-                raise DraftsimError(f"{name} {_fmt(bad)} is outside the profile's grid [{grid[0]}, {grid[-1]}] for {self.model}; "
-                                    "measure a wider grid (draftsim profile) or use the roofline")
+    def _check_inside_axis(self, name: str, lo, hi) -> None:
+        grid = getattr(self, name)
+        if self.extrapolate == "refuse" and (lo < grid[0] or hi > grid[-1]):
+            bad = lo if lo < grid[0] else hi
+            raise DraftsimError(f"{name} {_fmt(bad)} is outside the profile's grid [{grid[0]}, {grid[-1]}] for {self.model}; "
+                                "measure a wider grid (draftsim profile) or use the roofline")
 
     def lookup(self, batch, new_tokens, context) -> np.ndarray:
         """Interpolated seconds at uniform shapes (arrays broadcast; integer arrays take a
-        table-lookup fast path)."""
+        table-lookup fast path); shapes outside the grid are refused (or clamped)."""
         b, n, c = (np.asarray(v) for v in (batch, new_tokens, context))
-        self._check_inside((b, n, c))
+        for name, x in zip(_AXES, (b, n, c)):
+            if x.size:
+                self._check_inside_axis(name, x.min(), x.max())
+        return self._lookup(b, n, c)
+
+    def _lookup(self, b: np.ndarray, n: np.ndarray, c: np.ndarray) -> np.ndarray:
         table = self._table2() if all(np.issubdtype(v.dtype, np.integer) for v in (b, n, c)) else None
         if table is not None and self._luts[2] is not None:
             # batch and new tokens by table, then one interpolation along context
             cols = len(self.context)
-            i2, w2 = self._luts[2][0][np.clip(c, 0, self.context[-1])], self._luts[2][1][np.clip(c, 0, self.context[-1])]
-            k = (np.clip(b, 0, self.batch[-1]) * (self.new_tokens[-1] + 1) + np.clip(n, 0, self.new_tokens[-1])) * cols + i2
-            d2 = 1 if cols > 1 else 0
-            lo = table[k]
-            return np.exp(lo + w2 * (table[k + d2] - lo))[()]
+            if self.extrapolate != "refuse":  # refused shapes never get here: they lie inside the tables
+                b, n, c = np.clip(b, 0, self.batch[-1]), np.clip(n, 0, self.new_tokens[-1]), np.clip(c, 0, self.context[-1])
+            shape = np.broadcast_shapes(b.shape, n.shape, c.shape)
+            b, n, c = (np.atleast_1d(x) for x in np.broadcast_arrays(b, n, c))
+            k = np.multiply(b, (self.new_tokens[-1] + 1) * cols, dtype=np.int64)  # few fresh arrays: first-touch page faults dominate
+            tmp = np.multiply(n, cols, dtype=np.int64)
+            k += tmp
+            k += self._luts[2][0].take(c, out=tmp)
+            w2 = self._luts[2][1].take(c)
+            lo = table.take(k)
+            if cols > 1:
+                k += 1
+                hi = table.take(k)
+                hi -= lo
+                hi *= w2
+                lo += hi
+            return np.exp(lo, out=lo).reshape(shape)[()]
         (i0, w0), (i1, w1), (i2, w2) = self._locate(0, b), self._locate(1, n), self._locate(2, c)
         s0, s1, s2 = self._strides
         base = i0 * s0 + i1 * s1 + i2 * s2
@@ -193,11 +203,14 @@ class ProfileCost(CostModel):
     def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
         values = [np.asarray(v) for v in (batch, new_tokens, context)]
         for name, v, lo in zip(_AXES, values, (1, 1, 0)):
-            if not np.issubdtype(v.dtype, np.integer):  # integer arrays need only the range check below
-                v = as_count(name, v, minimum=lo)
-            elif v.size and v.min() < lo:
-                as_count(name, v, minimum=lo)  # raises, naming the value
-        return self.lookup(*values)
+            if not np.issubdtype(v.dtype, np.integer):  # integer arrays need only the range checks below
+                as_count(name, v, minimum=lo)
+            elif v.size:
+                vmin = v.min()
+                if vmin < lo:
+                    as_count(name, v, minimum=lo)  # raises, naming the value
+                self._check_inside_axis(name, vmin, v.max())
+        return self._lookup(*values)
 
     def _time(self, stats: BatchStats) -> np.ndarray:
         active = stats.sequences > 0

@@ -143,13 +143,18 @@ class RooflineModel(CostModel):
         N = stats.tokens
         n_max = float(N.max()) if N.size else 0.0
         knots = self._knots(P, B, n_max)
-        out = np.interp(N, knots, self._dense_sum(knots, P, B))
+        # the terms linear in N (embedding rows, collectives) and the constants join the table
+        linear = self._comm_per_token + self._embed_bytes / B
+        values = self._dense_sum(knots, P, B) + knots * linear + (self._fixed + self._comm_fixed)
+        out = np.interp(N, knots, values)
         kv = stats.cached * (self._kv_bytes / B)
         kv += N * ((self._kv_bytes + self._q_bytes) / B)
-        kv = np.maximum(kv, stats.pairs * (self._pair_flops / P))
+        flops = stats.pairs * (self._pair_flops / P)
+        if np.ndim(kv):
+            np.maximum(kv, flops, out=kv)
+        else:
+            kv = np.maximum(kv, flops)
         out += kv
-        out += N * (self._comm_per_token + self._embed_bytes / B)
-        out += self._fixed + self._comm_fixed
         return out
 
     def _dense_terms(self, P: float, B: float):
