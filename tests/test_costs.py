@@ -154,6 +154,10 @@ def test_roofline_parts_sum_to_the_fast_path():
     stats = BatchStats.of_shape(rng.integers(1, 300, 2000), rng.integers(1, 3000, 2000), rng.integers(0, 9000, 2000))
     mem, cmp, fixed = r._parts(stats)
     np.testing.assert_allclose(r.stats_time(stats), mem + cmp + fixed, rtol=1e-12)
+    rng = np.random.default_rng(0)
+    b, n, c = rng.integers(1, 300, 2000), rng.integers(1, 3000, 2000), rng.integers(0, 9000, 2000)
+    np.testing.assert_allclose(r.shape_time(b, n, c), r.stats_time(BatchStats.of_shape(b, n, c)), rtol=1e-12)  # shape fast path
+    assert r.shape_time([1, 2], 3, [[0], [9]]).shape == (2, 2) and np.ndim(r.shape_time(1, 1, 1)) == 0
 
 
 def test_gqa_reads_less_kv_cache():

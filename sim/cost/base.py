@@ -96,12 +96,18 @@ class BatchStats:
 
 def _sizes(name: str, x, minimum: int) -> np.ndarray:
     """``x`` as float64 after checking integers >= minimum (integer arrays: one min pass)."""
+    return checked_sizes(name, x, minimum).astype(np.float64)
+
+
+def checked_sizes(name: str, x, minimum: int) -> np.ndarray:
+    """``x`` as an integer array of values >= minimum; integer input costs one min pass
+    (no copy), other input the full :func:`~sim.errors.as_count` check."""
     arr = np.asarray(x)
     if np.issubdtype(arr.dtype, np.integer) and not np.issubdtype(arr.dtype, np.bool_):
         if arr.size and arr.min() < minimum:
             as_count(name, arr, minimum=minimum)  # raises, naming the first bad value
-        return arr.astype(np.float64)
-    return as_count(name, arr, minimum=minimum).astype(np.float64)
+        return arr
+    return as_count(name, arr, minimum=minimum)
 
 
 class CostModel:
