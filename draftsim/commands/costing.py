@@ -109,7 +109,7 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
                 return prof
         return None
 
-    def one(name: str, tp: int, pp: int, role: str) -> CostModel:
+    def one(name: str, tp: int, pp: int) -> CostModel:
         if name.lower() in CHEAP_DRAFTERS:
             for i, prof in enumerate(profiles):
                 if name.lower() in prof.drafters:
@@ -128,8 +128,8 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
         info["backends"][name] = f"roofline: {model.name}"
         return model
 
-    target = one(args.target_model, args.tp, args.pp, "target")
-    drafters = [one(d, args.drafter_tp, 1, "drafter") for d in (args.drafter_models or [])]
+    target = one(args.target_model, args.tp, args.pp)
+    drafters = [one(d, args.drafter_tp, 1) for d in (args.drafter_models or [])]
     unused = [args.profile[i] for i in range(len(profiles)) if i not in used]
     if unused:
         raise DraftsimError(f"the profile {unused[0]} is of model {profiles[args.profile.index(unused[0])].model!r}, "
