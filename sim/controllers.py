@@ -71,6 +71,11 @@ class Controller(Parametrised):
     def caps(self, batch: np.ndarray, context: np.ndarray) -> np.ndarray:
         return np.full(np.shape(batch), NO_CAP, dtype=np.int64)
 
+    def cap(self, batch: int, context: int = 0) -> int:
+        """The cap of one step of ``batch`` sequences at mean context ``context`` (for
+        executors that step one batch at a time)."""
+        return int(self.caps(np.array([int(batch)]), np.array([int(context)]))[0])
+
 
 class NoControl(Controller):
     """The policies draft as they like."""

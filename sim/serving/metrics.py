@@ -112,6 +112,7 @@ class RunRecord:
     output: np.ndarray
     preemptions: np.ndarray
     rounds: np.ndarray
+    prefills: np.ndarray
     itl: np.ndarray
     steps: dict
     spec: dict

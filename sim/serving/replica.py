@@ -145,9 +145,12 @@ class Replica:
             n = min(n, win.W)
             fin = win.finish_step
             self._pending_finish = np.sort(now + ends[fin[(fin >= 0) & (fin < n)]])
-            self._wake = env.event()
             planned = now + ends[n - 1]
-            yield env.timeout(ends[n - 1]) | self._wake
+            if not eng.closed_loop:  # open loop: every arrival is foreseen (the window stops at it)
+                yield env.timeout(ends[n - 1])
+            else:
+                self._wake = env.event()
+                yield env.timeout(ends[n - 1]) | self._wake
             if env.now < planned:  # woken by an arrival nobody foresaw
                 n = max(1, int(np.searchsorted(now + starts[:n], env.now, side="left")))
                 self._pending_finish = np.sort(now + ends[fin[(fin >= 0) & (fin < n)]])
@@ -164,30 +167,34 @@ class Replica:
     def _window(self, plan: StepPlan, now: float) -> _Window:
         eng, t, book, sched = self.engine, self.engine.table, self.engine.book, self.scheduler
         L = eng.lookahead
-        prefill = plan.prefill
-        p_rid = np.array([p[0] for p in prefill], dtype=np.int64)
-        p_chunk = np.array([p[1] for p in prefill], dtype=np.int64)
-        p_done = np.array([p[2] for p in prefill], dtype=np.int64)
-        completes = (p_done + p_chunk) >= t.need[p_rid] if len(prefill) else np.zeros(0, dtype=bool)
+        n_prefill = len(plan.prefill)
+        pf = np.array(plan.prefill, dtype=np.int64).reshape(n_prefill, 3)
+        p_rid, p_chunk, p_done = pf[:, 0], pf[:, 1], pf[:, 2]
+        completes = (p_done + p_chunk) >= t.need[p_rid]
+        finishing = completes & (t.generated[p_rid] + 1 >= t.output[p_rid])  # the prefill's token is the last
+        joining = completes & ~finishing
+        pre = (n_prefill, float(p_chunk.sum()), float(p_done.sum()), float((p_chunk * (p_done + (p_chunk + 1) / 2.0)).sum()))
         # lanes: decoding requests (from step 0) and prefills that complete now (from step 1)
-        join = p_rid[completes]
-        join = join[t.generated[join] + 1 < t.output[join]]
-        lanes = np.concatenate([np.asarray(plan.decode, dtype=np.int64), join])
-        s = np.concatenate([np.zeros(len(plan.decode), dtype=np.int64), np.ones(len(join), dtype=np.int64)])
+        join = p_rid[joining]
+        for rid in join.tolist():
+            book.ensure(rid)
+        n_dec = len(plan.decode)
+        lanes = np.concatenate([np.array(plan.decode, dtype=np.int64), join]) if len(join) else np.array(plan.decode, dtype=np.int64)
+        s = np.zeros(len(lanes), dtype=np.int64)
+        s[n_dec:] = 1
         gen0 = t.generated[lanes] + s
         rem = t.output[lanes] - gen0
-        for rid in lanes.tolist():
-            book.ensure(rid)
-        avail = book.count[lanes] - t.rounds[lanes]
-        short = np.flatnonzero((avail <= 0) & (rem > 0))
-        for j in short.tolist():  # a capped request spent its drawn rounds
-            book.extend(int(lanes[j]), int(rem[j]))
-        avail = book.count[lanes] - t.rounds[lanes]
-        base = book.start[lanes] + t.rounds[lanes]
+        used = t.rounds[lanes]
+        avail = book.count[lanes] - used
+        if (avail <= 0).any():
+            for j in np.flatnonzero(avail <= 0).tolist():  # a capped request spent its drawn rounds
+                book.extend(int(lanes[j]), int(rem[j]))
+            avail = book.count[lanes] - used
+        base = book.start[lanes] + used
         prompt = t.prompt[lanes]
         waiting = bool(sched.waiting)
         cut_at_finish = waiting or eng.controller.batch_dependent or eng.closed_loop
-        partial = bool(len(prefill)) and not completes.all()
+        partial = n_prefill > 0 and not completes.all()
         # how many steps to compute
         if partial or (waiting and plan.blocked == "budget") or not len(lanes):
             W = 1
@@ -203,11 +210,11 @@ class Replica:
         local = w - s[None, :]
         valid = (local >= 0) & (local < avail[None, :])
         idx = base[None, :] + np.clip(local, 0, np.maximum(avail - 1, 0)[None, :])
-        d_raw = book.drafted[idx].astype(np.int64)
-        a = book.accepted[idx].astype(np.int64)
-        e = book.emitted[idx].astype(np.int64)
-        n_prefill = len(prefill)
-        batch = valid.sum(axis=1) + np.where(np.arange(W) == 0, n_prefill, 0)
+        d_raw = book.drafted[idx]
+        a = book.accepted[idx]
+        e = book.emitted[idx]
+        batch = valid.sum(axis=1)
+        batch[0] += n_prefill
         d = d_raw
         if type(eng.controller).caps is not Controller.caps:
             ctx_mean = float((prompt + gen0).mean()) if B else 0.0
@@ -228,21 +235,21 @@ class Replica:
         starved = (~done.any(axis=0)) & (s + avail < W) & (rem > 0)
         if starved.any():
             W_eff = min(W_eff, int((s + avail)[starved].min()))
-        prefill_finish = p_rid[completes & (t.generated[p_rid] + 1 >= t.output[p_rid])] if n_prefill else p_rid
-        if cut_at_finish and ((finish_step >= 0).any() or len(prefill_finish)):
-            first = int(finish_step[finish_step >= 0].min()) if (finish_step >= 0).any() else W
-            W_eff = min(W_eff, (0 if len(prefill_finish) else first) + 1)
+        if cut_at_finish:
+            if finishing.any():
+                W_eff = 1
+            elif (finish_step >= 0).any():
+                W_eff = min(W_eff, int(finish_step[finish_step >= 0].min()) + 1)
         ctx = prompt[None, :] + gen0[None, :] + before
         kv = None
         if self.kv is not None:
             held = np.where(active, blocks_for(ctx + L, self.kv.block_size), 0).sum(axis=1)
-            in_lanes = set(lanes.tolist())
-            held[0] += sched.held_blocks([r for r in sched.running if r not in in_lanes])
-            if n_prefill:
+            if len(sched.running) > len(lanes):
+                in_lanes = set(lanes.tolist())
+                held[0] += sched.held_blocks([r for r in sched.running if r not in in_lanes])
+            if joining.any():
                 # the joining prefills hold their prefill's blocks in step 0
-                j_prefill = np.isin(p_rid, join)
-                if j_prefill.any():
-                    held[0] += int(blocks_for(p_done[j_prefill] + p_chunk[j_prefill] + L, self.kv.block_size).sum())
+                held[0] += int(blocks_for(p_done[joining] + p_chunk[joining] + L, self.kv.block_size).sum())
             over = np.flatnonzero(held[1:] > self.kv.blocks)
             if over.size:
                 W_eff = min(W_eff, int(over[0]) + 1)
@@ -258,38 +265,37 @@ class Replica:
         c_t = ctx - 1
         target_stats = _stats(n_t, c_t)
         if n_prefill:
-            target_stats = _plus(target_stats, 0, n_prefill, float(p_chunk.sum()), float(p_done.sum()),
-                                 float((p_chunk * (p_done + (p_chunk + 1) / 2.0)).sum()))
+            target_stats = _plus(target_stats, 0, *pre)
         time = eng.target.stats_time(target_stats).astype(np.float64)
         draft_time = np.zeros(W)
         for m, model in enumerate(eng.drafters):
             if m >= book.D:
                 break
-            calls_raw = book.calls[idx[:W], m].astype(np.int64)
-            tok = book.call_tokens[idx[:W], m].astype(np.int64)
-            per_call = -(-tok // np.maximum(calls_raw, 1))
+            calls_raw = book.calls[idx[:W], m]
+            per_call = -(-book.call_tokens[idx[:W], m] // np.maximum(calls_raw, 1))
             if d is not d_raw:
                 calls = np.where(d_raw[:W] > 0, -(-calls_raw * d // np.maximum(d_raw[:W], 1)), 0)
             else:
                 calls = calls_raw
             calls = np.where(active, calls, 0)
-            T = max(int(calls.max(initial=0)), 1 if n_prefill else 0)
+            # a drafter that may draft keeps its own cache: it prefills with the target
+            T = max(int(calls.max(initial=0)), 1 if n_prefill and eng.max_draft > 0 else 0)
             if T == 0:
                 continue
             # all of this drafter's calls of the window in one cost-model call: rows (t, w)
             k = np.arange(T)[:, None, None]
             n_k = np.where(calls[None] > k, per_call[None], 0).reshape(T * W, B)
             st = _stats(n_k, (c_t[None] + k * per_call[None]).reshape(T * W, B))
-            if n_prefill:
-                st = _plus(st, 0, n_prefill, float(p_chunk.sum()), float(p_done.sum()),
-                           float((p_chunk * (p_done + (p_chunk + 1) / 2.0)).sum()))
+            if n_prefill and eng.max_draft > 0:
+                st = _plus(st, 0, *pre)
             draft_time += model.stats_time(st).reshape(T, W).sum(axis=0)
         time = time + draft_time
         win = _Window()
         win.W, win.lanes, win.s, win.gen0, win.rem = W, lanes, s, gen0, rem
         win.active, win.e, win.d, win.a = active, e_eff, d, a
         win.time, win.draft_time, win.batch, win.kv = time, draft_time, batch, kv
-        win.tokens = n_t.sum(axis=1) + np.where(np.arange(W) == 0, p_chunk.sum() if n_prefill else 0, 0)
+        win.tokens = n_t.sum(axis=1)
+        win.tokens[0] += int(pre[1])
         win.finish_step = finish_step
         win.plan = plan
         win.prefill_done = (p_rid, p_chunk, completes)
@@ -306,6 +312,7 @@ class Replica:
             if comp:
                 t.decoding[rid] = True
                 t.generated[rid] += 1
+                t.prefills[rid] += 1
                 if np.isnan(t.first_token[rid]):
                     t.first_token[rid] = t0
                 else:

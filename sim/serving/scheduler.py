@@ -66,6 +66,7 @@ class RequestTable:
     first_token, finish, admitted : times (NaN until they happen)
     preemptions    : times the request was preempted
     rounds         : speculative rounds it has used (its place in the round book)
+    prefills       : prefills it completed (1 + recomputations after preemptions while decoding)
     last_emit      : time of its latest output token (NaN before the first)
     """
 
@@ -85,6 +86,7 @@ class RequestTable:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.replica = np.full(n, -1, dtype=np.int64)
         self.rounds = np.zeros(n, dtype=np.int64)
+        self.prefills = np.zeros(n, dtype=np.int64)
         self.last_emit = np.full(n, np.nan)
 
     def __len__(self) -> int:

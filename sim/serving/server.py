@@ -211,7 +211,7 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     if plan is not None:
         meta["memory"] = plan.describe()
     return RunRecord(arrival=table.arrival, admitted=table.admitted, first_token=table.first_token, finish=table.finish,
-                     prompt=table.prompt, output=table.output, preemptions=table.preemptions, rounds=table.rounds,
+                     prompt=table.prompt, output=table.output, preemptions=table.preemptions, rounds=table.rounds, prefills=table.prefills,
                      itl=recorder.itl_values(), steps=recorder.step_arrays(), spec=spec, kv_blocks=kv.blocks if kv else None,
                      replicas=config.replicas, meta=meta)
 

@@ -1,0 +1,175 @@
+"""Serving studies: speculation against load, the crossover where it stops paying, and the
+serving simulator's figures (latency CDFs, batch size and KV use over time, speedup vs load).
+
+:func:`sweep_qps` serves the same workloads (common random numbers: one seed, the same
+requests and rounds at every load, arrivals at the asked rates) with the drafting policy and
+with plain autoregressive decoding (no drafter loaded: its memory goes to the KV cache), and
+reports speedup = mean E2E latency without speculation / with it; :func:`crossover` finds the
+load where the speedup falls through 1 (linear in log QPS between the two sweep points
+around it). :func:`serving_study` is the demo's short study on a Llama-2 70B/7B pair on H100s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from sim import policies  # noqa: E402
+from sim.controllers import NoControl  # noqa: E402
+from sim.errors import DraftsimError  # noqa: E402
+from sim.serving import ServingConfig, run_replications  # noqa: E402
+
+__all__ = ["sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load", "serving_study"]
+
+
+def _autoregressive(config: ServingConfig) -> ServingConfig:
+    return replace(config, policy=policies.Autoregressive(), drafters=[], controller=NoControl())
+
+
+def sweep_qps(config: ServingConfig, make_workload, qps_values, *, seed: int = 0, replications: int = 1, progress=None,
+              metric: str = "e2e") -> list[dict]:
+    """One row per QPS: the speculative and autoregressive summaries and the speedups
+    (mean E2E, mean TPOT, throughput). ``make_workload(rng, qps)`` draws a workload."""
+    qps_values = [float(q) for q in qps_values]
+    if not qps_values or any(not (np.isfinite(q) and q > 0) for q in qps_values):
+        raise DraftsimError(f"--sweep-qps needs rates > 0; got {qps_values}")
+    ar_config = _autoregressive(config)
+    rows = []
+    for q in sorted(set(qps_values)):
+        spec = run_replications(config, lambda rng, q=q: make_workload(rng, q), seed=seed, replications=replications,
+                                progress=progress, keep_runs=False)
+        ar = run_replications(ar_config, lambda rng, q=q: make_workload(rng, q), seed=seed, replications=replications,
+                              progress=progress, keep_runs=False)
+        s, a = spec.summary, ar.summary
+        rows.append({
+            "qps": q,
+            "speedup": a[metric]["mean"] / s[metric]["mean"],
+            "tpot_speedup": a["tpot"]["mean"] / s["tpot"]["mean"],
+            "throughput_ratio": s["throughput"] / a["throughput"],
+            "spec": s,
+            "ar": a,
+        })
+    return rows
+
+
+def crossover(rows: list[dict], key: str = "speedup") -> float | None:
+    """The QPS where ``key`` first falls through 1 (log-linear interpolation); None if it
+    never does within the sweep (nan if it is below 1 already at the lowest load)."""
+    q = np.array([r["qps"] for r in rows])
+    s = np.array([r[key] for r in rows])
+    if not len(s):
+        return None
+    if s[0] < 1:
+        return float("nan")
+    for i in range(1, len(s)):
+        if s[i] < 1 <= s[i - 1]:
+            x0, x1 = np.log(q[i - 1]), np.log(q[i])
+            f = (s[i - 1] - 1) / (s[i - 1] - s[i])
+            return float(np.exp(x0 + f * (x1 - x0)))
+    return None
+
+
+def speedup_vs_load(path, rows: list[dict], title: str = "", cross: float | None = None) -> Path:
+    """Speedup of speculation over none against load; the crossover marked."""
+    q = [r["qps"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot(q, [r["speedup"] for r in rows], marker="o", label="E2E latency speedup")
+    ax.plot(q, [r["tpot_speedup"] for r in rows], marker="s", ls="--", label="TPOT speedup")
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":")
+    if cross is not None and np.isfinite(cross):
+        ax.axvline(cross, color="crimson", lw=1.0)
+        ax.annotate(f"crossover ≈ {cross:.3g} req/s", (cross, 1.0), textcoords="offset points", xytext=(6, 12), color="crimson")
+    ax.set_xscale("log")
+    ax.set_xlabel("load (requests/s)")
+    ax.set_ylabel("speedup over no speculation")
+    ax.set_title(title or "Speculative decoding under load")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def latency_cdfs(path, runs: dict) -> Path:
+    """CDFs of TTFT, TPOT and E2E latency, one line per labelled run (a RunRecord)."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for label, run in runs.items():
+        ttft = run.first_token - run.arrival
+        multi = run.output > 1
+        tpot = (run.finish[multi] - run.first_token[multi]) / (run.output[multi] - 1)
+        e2e = run.finish - run.arrival
+        for ax, x in zip(axes, (ttft, tpot, e2e)):
+            x = np.sort(x[np.isfinite(x)])
+            ax.plot(x * 1e3, np.arange(1, len(x) + 1) / max(len(x), 1), label=label)
+    for ax, name in zip(axes, ("TTFT", "TPOT", "E2E latency")):
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("fraction of requests")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def load_over_time(path, run, kv_blocks: int | None = None) -> Path:
+    """Batch size, waiting requests and KV use over time (replica 0 of a run)."""
+    s = run.steps
+    mine = s["replica"] == 0
+    t = s["start"][mine]
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    ax.step(t, s["batch"][mine], where="post", lw=0.8, label="batch size")
+    ax.step(t, s["waiting"][mine], where="post", lw=0.8, label="waiting")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("requests")
+    blocks = kv_blocks or run.kv_blocks
+    if blocks and (s["kv"][mine] >= 0).any():
+        ax2 = ax.twinx()
+        ax2.plot(t, s["kv"][mine] / blocks * 100, color="tab:green", lw=0.8, label="KV use")
+        ax2.set_ylabel("KV cache used (%)")
+        ax2.set_ylim(0, 100)
+        ax2.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
+def serving_study(out_dir=None, *, qps=(0.5, 1, 2, 4, 8, 16, 32), requests: int = 200, seed: int = 0) -> dict:
+    """The demo's serving study: Llama-2-70B (4x H100 SXM, tensor parallel) drafted by
+    Llama-2-7B on the target's first device, fixed k = 4 at Bernoulli α = 0.8, 512-token
+    prompts and 256-token outputs, Poisson arrivals; a QPS sweep, its crossover and one
+    figure (``out_dir/serving_speedup.png`` when ``out_dir`` is given)."""
+    from sim import acceptance
+    from sim.cost import RooflineModel, default_catalog
+    from sim.serving import make_workload
+    from sim.serving.workload import Fixed, Poisson
+
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    target = RooflineModel(cat.model("llama-2-70b"), hw, tp=4)
+    drafter = RooflineModel(cat.model("llama-2-7b"), hw, tp=1)
+    config = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), target, [drafter])
+
+    def make(rng, q):
+        return make_workload(arrivals=Poisson(), qps=q, requests=requests, duration=None, prompt=Fixed(512), output=Fixed(256), rng=rng)
+
+    rows = sweep_qps(config, make, qps, seed=seed)
+    cross = crossover(rows)
+    out = {"pair": "llama-2-70b (tp 4) / llama-2-7b on h100-sxm", "policy": "fixed:k=4", "alpha": 0.8,
+           "rows": [{k: r[k] for k in ("qps", "speedup", "tpot_speedup", "throughput_ratio")} for r in rows], "crossover_qps": cross}
+    if out_dir is not None:
+        path = Path(out_dir) / "serving_speedup.png"
+        speedup_vs_load(path, rows, "Llama-2-70B / 7B on 4x H100: speculation against load", cross)
+        out["figure"] = str(path)
+    return out

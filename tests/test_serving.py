@@ -1,0 +1,289 @@
+"""The serving simulator (sim.serving): exactness against the Monte Carlo engine and queueing
+theory, conservation of tokens across preemptions, determinism, properties under load, and
+the validation of workloads, traces and controllers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim import acceptance, montecarlo, policies
+from sim.controllers import NO_CAP, DisableAbove, Goodput, KTable, parse_controller
+from sim.cost import CallCost
+from sim.errors import DraftsimError
+from sim.serving import SchedulerConfig, ServingConfig, make_workload, read_request_trace, serve, summarize_run
+from sim.serving.rounds import round_stream
+from sim.serving.workload import Fixed, Poisson, Workload, parse_arrivals, parse_lengths
+
+TARGET = CallCost(0.02, 1e-4)
+DRAFTER = CallCost(0.002)
+
+
+def config(policy=None, process=None, target=TARGET, drafter=DRAFTER, **kw) -> ServingConfig:
+    policy = policy or policies.FixedK(4)
+    kw.setdefault("kv_tokens", 1 << 20)
+    return ServingConfig(policy, process or acceptance.Bernoulli(0.8), target, [drafter] * (policy.n_models - 1), **kw)
+
+
+def workload(n=200, qps=5.0, prompt=128, output=64, seed=0) -> Workload:
+    return make_workload(arrivals=Poisson(), qps=qps, requests=n, duration=None, prompt=parse_lengths(str(prompt)),
+                         output=parse_lengths(str(output)), rng=np.random.default_rng(seed))
+
+
+def one_request(prompt: int, output: int) -> Workload:
+    return Workload(np.zeros(1), np.array([prompt]), np.array([output]), np.zeros(1, dtype=np.int64))
+
+
+# ------------------------------------------------------------------ exactness
+
+@pytest.mark.parametrize("policy, process", [
+    (policies.FixedK(4), acceptance.Bernoulli(0.8)),
+    (policies.Threshold(0.6, k_max=8), acceptance.Positional([0.9, 0.8, 0.7, 0.5], pred_noise=0.3)),
+    (policies.Heuristic(3, 10), acceptance.MarkovModulated([[0.9, 0.1], [0.2, 0.8]], [0.9, 0.4])),
+])
+def test_one_request_reproduces_the_monte_carlo_engine(policy, process):
+    """Alone in the server, a request's rounds, tokens and decode time are the Monte Carlo
+    engine's, each round timed by the cost model at its context."""
+    N, P, seed = 300, 64, 5
+    run = serve(config(policy, process), one_request(P, N), seed=seed)
+    counts, log = montecarlo.run(policy, process, 1, N - 1, round_stream(seed, 0, 0), log=True)
+    calls = np.stack(log.calls)[:, 0]
+    toks = np.stack(log.call_tokens)[:, 0]
+    emitted = np.stack(log.emitted)[:, 0]
+    keep = np.cumsum(emitted) - emitted < N - 1
+    rounds = int(keep.sum())
+    assert run.rounds[0] == rounds == counts.rounds[0]
+    assert run.output[0] == N and run.prefills[0] == 1
+    drafted = toks[keep, 0] - 1
+    assert run.spec["num_draft_tokens"] == drafted.sum() == counts.top_drafted[0]
+    assert run.spec["num_accepted_tokens"] == counts.top_accepted[0]
+    # decode time: target call a + b(d+1), drafter calls at 0.002 each
+    expected = (TARGET.a * keep.sum() + TARGET.b * (drafted + 1).sum() + DRAFTER.a * calls[keep, 1].sum())
+    assert run.finish[0] - run.first_token[0] == pytest.approx(expected, rel=1e-12)
+    prefill = TARGET.a + TARGET.b * P + DRAFTER.a
+    assert run.first_token[0] == pytest.approx(prefill, rel=1e-12)
+    per_token = (run.finish[0] - run.first_token[0]) / (N - 1)
+    assert per_token == pytest.approx(expected / counts.tokens[0] * counts.tokens[0] / (N - 1))
+
+
+def test_k0_equals_autoregressive_serving():
+    wl = workload(n=150, qps=20.0)
+    ar = serve(config(policies.Autoregressive()), wl, seed=1)
+    k0 = serve(config(policies.FixedK(0)), wl, seed=1)
+    np.testing.assert_array_equal(ar.finish, k0.finish)
+    np.testing.assert_array_equal(ar.first_token, k0.first_token)
+    assert k0.spec["num_draft_tokens"] == 0 and k0.spec["mean_acceptance_length"] == 1.0
+
+
+def test_md1_mean_wait_matches_pollaczek_khinchine():
+    """max_num_seqs = 1 and constant per-call costs: a deterministic server (D = output x a);
+    mean queueing delay λD²/(2(1−ρ))."""
+    a, out, lam = 0.01, 5, 8.0
+    D = a * out
+    rho = lam * D
+    cfg = ServingConfig(policies.Autoregressive(), acceptance.Bernoulli(0.5), CallCost(a), [], kv_tokens=1 << 16,
+                        scheduler=SchedulerConfig(max_num_seqs=1))
+    wl = make_workload(arrivals=Poisson(), qps=lam, requests=20_000, duration=None, prompt=Fixed(16), output=Fixed(out),
+                       rng=np.random.default_rng(3))
+    run = serve(cfg, wl, seed=0)
+    service = run.finish - run.admitted
+    np.testing.assert_allclose(service, D, rtol=1e-9)
+    wait = (run.admitted - run.arrival).mean()
+    assert wait == pytest.approx(lam * D**2 / (2 * (1 - rho)), rel=0.05)
+
+
+def test_littles_law_on_a_long_run():
+    wl = workload(n=3000, qps=25.0, prompt=256, output=96, seed=2)
+    run = serve(config(scheduler=SchedulerConfig(max_num_seqs=16)), wl, seed=2)
+    s = run.steps
+    horizon = float(np.max(run.finish) - np.min(run.arrival))
+    L = float(((s["batch"] + s["waiting"]) * s["duration"]).sum()) / horizon
+    lam = len(run.finish) / horizon
+    W = float((run.finish - run.arrival).mean())
+    assert s["waiting"].max() > 0  # the queue was used
+    assert L == pytest.approx(lam * W, rel=0.03)
+
+
+def test_every_token_once_across_preemptions():
+    """A KV pool far too small for the load: requests are preempted and recomputed, and each
+    still emits exactly its output tokens — its prefills' tokens plus its rounds', in order."""
+    wl = workload(n=300, qps=60.0, prompt=200, output=120, seed=4)
+    cfg = config(kv_tokens=2400, scheduler=SchedulerConfig(max_num_seqs=32, block_size=16))
+    run = serve(cfg, wl, seed=4)
+    assert run.preemptions.sum() > 20
+    assert np.isfinite(run.finish).all()
+    from sim.serving.rounds import RoundBook
+
+    book = RoundBook(cfg.policy, cfg.process, run.output - 1, seed=4)
+    for rid in range(len(run.output)):
+        book.ensure(rid)
+        e = book.emitted[book.start[rid]: book.start[rid] + run.rounds[rid]].astype(np.int64)
+        need = run.output[rid] - run.prefills[rid]
+        assert e[:-1].sum() < need <= e.sum() or (run.rounds[rid] == 0 and need == 0)
+    assert run.prefills.sum() > len(run.output)  # recomputed prefills emitted tokens too
+    # one ITL value per emission but the first
+    assert len(run.itl) == int((run.prefills + run.rounds).sum()) - len(run.output)
+    assert run.steps["kv"].max() <= 2400 // 16
+
+
+def test_same_seed_bit_identical():
+    wl = workload(n=120, qps=30.0)
+    cfg = config(policies.Threshold(0.5), acceptance.MarkovModulated([[0.9, 0.1], [0.3, 0.7]], [0.9, 0.3]),
+                 controller=parse_controller("goodput"), kv_tokens=6000)
+    a, b = serve(cfg, wl, seed=9), serve(cfg, wl, seed=9)
+    for name in ("arrival", "first_token", "finish", "rounds", "itl"):
+        assert np.array_equal(getattr(a, name), getattr(b, name))
+    for k in a.steps:
+        assert np.array_equal(a.steps[k], b.steps[k])
+    assert a.spec == b.spec
+    c = serve(cfg, wl, seed=10)
+    assert not np.array_equal(a.finish, c.finish)
+
+
+def test_replicas_and_routers_serve_everything():
+    wl = workload(n=200, qps=40.0)
+    for router in ("round-robin", "least-outstanding"):
+        run = serve(config(replicas=3, router=router), wl, seed=0)
+        assert np.isfinite(run.finish).all()
+        assert set(np.unique(run.steps["replica"]).tolist()) == {0, 1, 2}
+
+
+def test_closed_loop_clients():
+    wl = make_workload(arrivals=parse_arrivals("closed:clients=4,think=0.05"), qps=None, requests=40, duration=None,
+                       prompt=Fixed(64), output=Fixed(32), rng=np.random.default_rng(0))
+    run = serve(config(), wl, seed=0, arrivals=parse_arrivals("closed:clients=4,think=0.05"))
+    assert np.isfinite(run.finish).all()
+    assert run.steps["batch"].max() <= 4
+
+
+def test_spec_decode_metrics_follow_the_acceptance_model():
+    run = serve(config(), workload(n=400, qps=20.0, output=128), seed=0)
+    s = run.spec
+    pos = np.array(s["num_accepted_tokens_per_pos"]) / s["num_drafts"]
+    np.testing.assert_allclose(pos, 0.8 ** np.arange(1, 5), atol=0.01)
+    assert s["mean_acceptance_length"] == pytest.approx((1 - 0.8**5) / 0.2, rel=0.01)
+
+
+# ------------------------------------------------------------------ properties
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), factor=st.floats(0.3, 0.95), qps=st.floats(2.0, 30.0))
+def test_more_load_never_lowers_mean_latency(seed, factor, qps):
+    """Common random numbers: the same requests and rounds, arrivals compressed by ``factor``."""
+    wl = workload(n=60, qps=qps, seed=seed)
+    busier = Workload(wl.arrival * factor, wl.prompt, wl.output, wl.priority)
+    cfg = config(kv_tokens=None)
+    base = summarize_run(serve(cfg, wl, seed=seed))["e2e"]["mean"]
+    more = summarize_run(serve(cfg, busier, seed=seed))["e2e"]["mean"]
+    assert more >= base - 1e-12
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000), cheaper=st.floats(0.0, 0.99), qps=st.floats(2.0, 40.0))
+def test_a_cheaper_draft_never_lowers_throughput(seed, cheaper, qps):
+    wl = workload(n=60, qps=qps, seed=seed)
+    slow = summarize_run(serve(config(drafter=CallCost(0.004), kv_tokens=None), wl, seed=seed))
+    fast = summarize_run(serve(config(drafter=CallCost(0.004 * cheaper), kv_tokens=None), wl, seed=seed))
+    assert fast["throughput"] >= slow["throughput"] - 1e-9
+
+
+# ------------------------------------------------------------------ controllers
+
+def test_controllers_cap_drafting():
+    wl = workload(n=150, qps=40.0)
+    off = serve(config(controller=DisableAbove(0)), wl, seed=0)
+    assert off.spec["num_draft_tokens"] == 0
+    table = serve(config(controller=KTable("1-2:4,3-:1")), wl, seed=0)
+    assert table.spec["num_draft_tokens"] > 0
+    per_draft = table.spec["num_draft_tokens"] / table.spec["num_drafts"]
+    assert 1.0 <= per_draft < 4.0
+
+
+def test_ktable_validation():
+    with pytest.raises(DraftsimError, match="gap"):
+        KTable("1-4:3,6-:1")
+    with pytest.raises(DraftsimError, match="overlap"):
+        KTable("1-4:3,4-:1")
+    with pytest.raises(DraftsimError, match="start at batch size 1"):
+        KTable("2-:3")
+    with pytest.raises(DraftsimError, match="overlap"):
+        KTable("1-:3,8-:1")
+    with pytest.raises(DraftsimError, match="max_num_seqs"):
+        config(controller=KTable("1-8:3"), scheduler=SchedulerConfig(max_num_seqs=16))
+    assert KTable("1-8:4,9-:0").caps(np.array([1, 8, 9, 500]), np.zeros(4)).tolist() == [4, 4, 0, 0]
+
+
+def test_goodput_controller_turns_drafting_down_with_the_batch():
+    """Verification cost growing with tokens: at batch 1 drafting pays, at a huge batch not."""
+    g = Goodput()
+    target = CallCost(0.01, 2e-4)
+    g.bind(policies.FixedK(6), acceptance.Bernoulli(0.8), target, [CallCost(0.0005)], 256)
+    caps = g.caps(np.array([1, 256]), np.array([100, 100]))
+    assert caps[0] >= 3 and caps[1] <= 1
+    assert DisableAbove(4).caps(np.array([4, 5]), np.zeros(2)).tolist() == [NO_CAP, 0]
+
+
+# ------------------------------------------------------------------ workloads and traces
+
+def test_length_distributions_and_arrivals():
+    rng = np.random.default_rng(0)
+    for spec, lo, hi in (("fixed:512", 512, 512), ("uniform:128,1024", 128, 1024), ("lognormal:median=200,sigma=0.5,max=900", 1, 900),
+                         ("zipf:a=1.2,max=4096", 1, 4096), ("77", 77, 77)):
+        x = parse_lengths(spec).sample(2000, rng)
+        assert x.min() >= lo and x.max() <= hi
+    t = parse_arrivals("gamma:cv=3").times(10.0, 20000, None, rng)
+    gaps = np.diff(t)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.1) and gaps.std() / gaps.mean() == pytest.approx(3, rel=0.15)
+    assert np.all(np.diff(parse_arrivals("poisson").times(5.0, None, 100.0, rng)) >= 0)
+    for bad in ("fixed:0", "uniform:9,3", "lognormal:median=-1,sigma=1", "zipf:a=1", "gauss:3", "fixed:x"):
+        with pytest.raises(DraftsimError):
+            parse_lengths(bad)
+    with pytest.raises(DraftsimError):
+        parse_arrivals("poisson").times(-1.0, 10, None, rng)
+
+
+def test_request_traces_azure_and_vidur(tmp_path):
+    azure = tmp_path / "azure.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                     "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.2000000,879,20\n")
+    arr, p, o, _ = read_request_trace(azure)
+    np.testing.assert_allclose(arr, [0.0, 4.314579, 4.519410], atol=1e-6)
+    assert p.tolist() == [374, 396, 879] and o.tolist() == [44, 109, 20]
+    vidur = tmp_path / "vidur.csv"
+    vidur.write_text("Date,Time,PromptTokenCount,CompletionTokenCount\nd,0.5,100,10\nd,1.5,200,20\n")
+    arr, p, o, _ = read_request_trace(vidur)
+    assert arr.tolist() == [0.0, 1.0] and p.tolist() == [100, 200]
+    lengths = tmp_path / "lengths.jsonl"
+    lengths.write_text(json.dumps({"num_prefill_tokens": 10, "num_decode_tokens": 5}) + "\n")
+    arr, p, o, _ = read_request_trace(lengths)
+    assert arr is None and p.tolist() == [10] and o.tolist() == [5]
+    wl = make_workload(arrivals=Poisson(), qps=None, requests=None, duration=None, prompt=None, output=None,
+                       rng=np.random.default_rng(0), trace=azure)
+    assert len(wl) == 3
+    for text, match in (("TIMESTAMP,ContextTokens\n1,2\n", "no output tokens column"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\n2,1,1\n1,1,1\n", "sorted"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\n-1,1,1\n", ">= 0"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\n1,0,1\n", "in \\[1,"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\nx,1,1\n", "seconds or dates")):
+        bad = tmp_path / "bad.csv"
+        bad.write_text(text)
+        with pytest.raises(DraftsimError, match=match):
+            read_request_trace(bad)
+
+
+def test_trace_driven_requests_replay_their_recorded_sequences():
+    seqs = [np.array([1.0] * 30), np.array([0.0] * 12)]
+    process = acceptance.TraceDriven(seqs)
+    wl = Workload(np.array([0.0, 0.0, 1.0, 1.0]), np.full(4, 32), np.full(4, 999), np.zeros(4, dtype=np.int64))
+    run = serve(config(policies.FixedK(5), process), wl, seed=0)
+    assert run.output.tolist() == [31, 13, 31, 13]  # recorded lengths + the prefill's token
+    assert run.rounds[1] == 12 and run.rounds[0] == 5  # all rejected: one token a round; all accepted: 6
+
+
+def test_memory_too_small_says_what_fits():
+    with pytest.raises(DraftsimError, match="requests fit while prompt \\+ output <="):
+        serve(config(kv_tokens=500), workload(n=5, prompt=400, output=200), seed=0)
