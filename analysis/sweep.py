@@ -58,10 +58,12 @@ Columns: ``task``, ``point``, ``replication``, ``seed``, one per varied option, 
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import hashlib
 import itertools
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -69,6 +71,7 @@ import tempfile
 import time
 import tomllib
 import uuid
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -204,11 +207,12 @@ class Spec:
                 values.update(part)
             yield Point(index, values, {**self.base, **values})
 
-    def tasks(self, points: Sequence[Point] | None = None) -> Iterator[Task]:
-        """Every task: each point ``replications`` times with its derived seed."""
+    def tasks(self, points: Sequence[Point] | None = None, seeded: bool = True) -> Iterator[Task]:
+        """Every task: each point ``replications`` times with its derived seed (None unless ``seeded``)."""
         for p in points if points is not None else self.points():
             for r in range(self.replications):
-                yield Task(p.index * self.replications + r, p.index, r, derive_seed(self.seed, p.index, r), p.config)
+                seed = derive_seed(self.seed, p.index, r) if seeded else None
+                yield Task(p.index * self.replications + r, p.index, r, seed, p.config)
 
 
 def derive_seed(seed: int, point: int, replication: int = 0) -> int:
@@ -682,26 +686,51 @@ def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str
 
 
 def _pool_results(worker: Callable, tasks: list[Task], workers: int) -> Iterator[tuple]:
+    """Results of ``worker`` over ``tasks`` in completion order: in this process for one worker,
+    else in a process pool (forkserver, or spawn) with at most two tasks per worker in flight.
+    A worker that dies (killed, out of memory) breaks the pool: its in-flight tasks run again on
+    a fresh pool, and a task in flight at two such deaths is recorded as failed."""
     if workers == 1:
         for task in tasks:
             yield worker(task)
         return
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
+    context = multiprocessing.get_context(method)
+    queue = collections.deque(tasks)
+    running: dict = {}
+    crashes: dict[int, int] = {}
+    pool = None
     try:
-        queue = iter(tasks)
-        running = set()
-        for task in itertools.islice(queue, 2 * workers):
-            running.add(pool.submit(worker, task))
-        while running:
-            finished, running = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+        while queue or running:
+            if pool is None:
+                pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+            while queue and len(running) < 2 * workers:
+                task = queue.popleft()
+                running[pool.submit(worker, task)] = task
+            finished, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
+            broken = False
             for fut in finished:
-                nxt = next(queue, None)
-                if nxt is not None:
-                    running.add(pool.submit(worker, nxt))
-                yield fut.result()
+                task = running.pop(fut)
+                try:
+                    result = fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    running[fut] = task
+                    continue
+                yield result
+            if broken:
+                pool.shutdown(wait=True, cancel_futures=True)
+                pool = None
+                for task in reversed(list(running.values())):
+                    crashes[task.id] = crashes.get(task.id, 0) + 1
+                    if crashes[task.id] >= 2:
+                        yield task.id, {}, "the worker process died running this point (killed, or out of memory)", 0.0
+                    else:
+                        queue.appendleft(task)
+                running.clear()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def ray_available() -> bool:
@@ -715,37 +744,47 @@ def ray_available() -> bool:
 
 def start_ray(address: str | None, workers: int):
     """Connect to a Ray cluster at ``address``, or start a local one with ``workers`` CPUs
-    (no dashboard, loopback only). Returns the ``ray`` module; the caller shuts it down."""
+    (no dashboard, loopback only); an initialised Ray is used as it is. Returns the ``ray``
+    module and whether this call started it (the caller then shuts it down)."""
     try:
         import ray
     except ImportError:
         raise DraftsimError("--ray needs Ray: pip install 'draftsim[ray]' (or pip install 'ray>=2.9')") from None
     if ray.is_initialized():
-        return ray
+        return ray, False
     if address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    return ray
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                 _node_ip_address="127.0.0.1")
+    return ray, True
+
+
+def call(worker: Callable, task: Task):
+    """``worker(task)``: the function Ray runs remotely (Ray needs a plain function)."""
+    return worker(task)
 
 
 def _ray_results(worker: Callable, tasks: list[Task], workers: int, address: str | None) -> Iterator[tuple]:
-    ray = start_ray(address, workers)
-    remote = ray.remote(num_cpus=1)(worker)
+    ray, started = start_ray(address, workers)
+    remote = ray.remote(num_cpus=1)(call)
     slots = max(2, 2 * int(ray.cluster_resources().get("CPU", workers)))
     queue = iter(tasks)
-    running = [remote.remote(t) for t in itertools.islice(queue, slots)]
+    handle = ray.put(worker)
+    running = [remote.remote(handle, t) for t in itertools.islice(queue, slots)]
     try:
         while running:
             finished, running = ray.wait(running, num_returns=1)
             for ref in finished:
                 nxt = next(queue, None)
                 if nxt is not None:
-                    running.append(remote.remote(nxt))
+                    running.append(remote.remote(handle, nxt))
                 yield ray.get(ref)
     finally:
         for ref in running:
             ray.cancel(ref)
+        if started:
+            ray.shutdown()
 
 
 @dataclass
@@ -810,14 +849,17 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
 
 
 def run_sweep(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
-              resume: bool = False, force: bool = False, progress: Callable[[int, int, int], None] | None = None) -> Summary:
-    """Validate every point, then run every task of ``spec`` with ``kind`` into folder ``out``."""
+              resume: bool = False, force: bool = False, progress: Callable[[int, int, int], None] | None = None,
+              flush_seconds: float = 2.0) -> Summary:
+    """Validate every point, then run every task of ``spec`` with ``kind`` into folder ``out``
+    (:func:`run_tasks` runs them)."""
     check_size(spec, force)
     points = validate_points(spec, kind)
-    tasks = list(spec.tasks(points))
+    tasks = list(spec.tasks(points, seeded=kind.seed_option is not None))
     metric_paths = {m: kind.metrics[m] for m in spec.metrics}
     worker = partial(execute, kind.run, metric_paths)
-    return run_tasks(spec, points, tasks, worker, list(spec.metrics), out, workers, ray, ray_address, resume, progress)
+    return run_tasks(spec, points, tasks, worker, list(spec.metrics), out, workers, ray, ray_address, resume, progress,
+                     flush_seconds=flush_seconds)
 
 
 def numeric(table: pa.Table, column: str) -> np.ndarray:

@@ -180,7 +180,7 @@ SIMULATE_METRICS = {
     "analytic_ewif": "analytic_ewif",
     "tokens": "tokens",
     "n_sequences": "n_sequences",
-    **{f"latency_{q}": f"requests.latency_{q}" for q in ("p50", "p90", "p99")},
+    **{f"latency_{q}": f"requests.latency_{q}" for q in ("mean", "p50", "p90", "p99")},
     "throughput": "requests.throughput",
 }
 OPTIMIZE_METRICS = {
@@ -200,8 +200,8 @@ OPTIMIZE_METRICS = {
     "chain_tokens_per_time": "best_chain.tokens_per_time",
     "chain_length": "best_chain.length",
 }
-REPLAY_METRICS = {k: v for k, v in SIMULATE_METRICS.items() if not k.startswith(("latency_p", "throughput", "analytic"))}
-REPLAY_METRICS["oracle"] = "oracle"
+REPLAY_METRICS = {k: v for k, v in SIMULATE_METRICS.items() if not v.startswith(("requests.", "analytic"))}
+REPLAY_METRICS.update(oracle_speedup="oracle.speedup", oracle_latency="oracle.latency_per_token")
 SERVE_METRICS = {
     **{f"{m}_{s}": f"{m}.{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")},
     "throughput": "throughput",
@@ -223,6 +223,6 @@ KINDS: dict[str, Kind] = {
         seed_option=None, help="draftsim optimize WHAT (what = kmatrix | threshold | tree in [base])"),
     "replay": Kind(
         "replay", check_replay, functools.partial(run_command, "replay"), REPLAY_METRICS,
-        ("ewif", "tokens_per_call", "acceptance_rate", "oracle"), seed_option="seed",
+        ("ewif", "tokens_per_call", "acceptance_rate", "oracle_speedup"), seed_option="seed",
         help="draftsim replay: a policy over a recorded trace"),
 }

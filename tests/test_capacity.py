@@ -1,0 +1,152 @@
+"""Capacity search (analysis.capacity, draftsim capacity): bracketing + bisection against
+known answers, an M/D/1 server against the Pollaczek–Khinchine closed form, the command end to
+end on the discrete-event engine, malformed capacity specs."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+
+import numpy as np
+import pytest
+
+from analysis import capacity as cap
+from analysis import sweep as sw
+from draftsim.cli import main
+from draftsim.sweepkinds import KINDS
+from sim.errors import DraftsimError
+
+#: Two configurations (no speculation, k = 4) of the discrete-event engine: 40 requests of 100
+#: tokens; SLO on the mean latency (in target-call times).
+DES_SPEC = """
+version = 1
+kind = "simulate"
+seed = 4
+replications = 2
+[base]
+engine = "des"
+alpha = 0.8
+cost = [0.05]
+requests = 40
+tokens = 4000
+[grid]
+policy = ["fixed:k=0", "fixed:k=4"]
+[capacity]
+slo = { latency_mean = 400.0 }
+start = 0.001
+minimum = 0.0001
+tolerance = 0.05
+throughput = "throughput"
+price_per_hour = 3.0
+"""
+
+
+@pytest.mark.parametrize("true_cap,start", [(7.3, 1.0), (0.37, 1.0), (123.0, 50.0), (1.0, 1.0)])
+def test_bisection_finds_a_known_threshold(true_cap, start):
+    calls = []
+
+    def evaluate(q):
+        calls.append(q)
+        return q <= true_cap, {"q": q}
+
+    c = cap.find_capacity(evaluate, start=start, minimum=1e-3, maximum=1e4, tolerance=0.01)
+    assert c.low <= true_cap < c.high and c.high / c.low - 1 <= 0.01
+    assert c.qps == c.low and c.metrics == {"q": c.qps}
+    assert len(calls) == len(c.evaluations) <= 2 + abs(math.log2(true_cap / start)) + math.log2(1 / 0.01) + 2
+
+
+def test_bisection_edges():
+    never = cap.find_capacity(lambda q: (False, {}), start=1.0, minimum=0.01, maximum=10)
+    assert never.qps == 0.0 and never.high == 0.01
+    always = cap.find_capacity(lambda q: (True, {"q": q}), start=1.0, minimum=0.01, maximum=10)
+    assert always.qps == 10 and math.isinf(always.high)
+    with pytest.raises(DraftsimError, match="did not converge in 5 evaluations"):
+        cap.find_capacity(lambda q: (q < 3.3, {}), tolerance=1e-6, max_evaluations=5)
+    with pytest.raises(DraftsimError, match="minimum <= start <= maximum"):
+        cap.find_capacity(lambda q: (True, {}), start=0.0)
+
+
+def md1_mean_wait(qps: float, seed: int, service: float = 1.0, customers: int = 20000) -> dict:
+    """A capacity-1 FCFS server with deterministic service and Poisson arrivals (M/D/1),
+    simulated by Lindley's recursion W_{n+1} = max(0, W_n + D - A_{n+1}); the mean wait after
+    a warm-up of one tenth."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / qps, customers)
+    wait, waits = 0.0, np.empty(customers)
+    for n in range(customers):
+        waits[n] = wait
+        wait = max(0.0, wait + service - gaps[n])
+    return {"wait_mean": float(waits[customers // 10:].mean())}
+
+
+@pytest.mark.parametrize("bound", [0.5, 2.0])
+def test_capacity_of_md1_matches_pollaczek_khinchine(bound):
+    """Mean M/D/1 wait W = rho D / (2 (1 - rho)), rho = lambda D, so the largest rate with
+    W <= bound is lambda* = 2 bound / (D (D + 2 bound)) (D = 1)."""
+    exact = 2 * bound / (1 + 2 * bound)
+    evaluate = cap.replicated(md1_mean_wait, seeds=[1, 2, 3, 4], slo={"wait_mean": bound})
+    c = cap.find_capacity(evaluate, start=0.1, minimum=0.01, maximum=0.999, tolerance=0.005)
+    assert c.qps == pytest.approx(exact, rel=0.03)
+    assert c.metrics["wait_mean"] <= bound
+
+
+def test_replicated_with_bools_and_bad_returns():
+    ev = cap.replicated(lambda q, s: q < 2 + s, seeds=[0, 1])
+    assert ev(1.5) == (True, {"fraction_meeting": 1.0})
+    assert ev(2.5) == (False, {"fraction_meeting": 0.5})
+    with pytest.raises(DraftsimError, match="give the SLO bounds"):
+        cap.replicated(lambda q, s: {"x": 1.0}, seeds=[0])(1.0)
+    with pytest.raises(DraftsimError, match="did not report SLO metric"):
+        cap.replicated(lambda q, s: {"x": 1.0}, seeds=[0], slo={"y": 1.0})(1.0)
+    nan = cap.replicated(lambda q, s: {"x": None}, seeds=[0], slo={"x": 1.0})
+    assert nan(1.0)[0] is False
+
+
+def test_capacity_command_end_to_end(tmp_path, capsys):
+    spec = tmp_path / "cap.toml"
+    spec.write_text(DES_SPEC)
+    out = tmp_path / "out"
+    assert main(["capacity", str(spec), "--out", str(out), "--workers", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "capacity (latency_mean <= 400; mean over 2 replication(s), tolerance 5%)" in text
+    assert "$ per 1M tokens" in text and (out / "capacity.png").stat().st_size > 1000
+    table = sw.load(out)
+    rows = {p: i for i, p in enumerate(table.column("policy").to_pylist())}
+    capq = table.column("capacity_qps").to_pylist()
+    mean = table.column("latency_mean_at_capacity").to_pylist()
+    assert all(m <= 400 for m in mean), table.to_pylist()
+    # speculation (k = 4 at alpha 0.8, c = 0.05) serves each request ~2.8x faster: more capacity
+    assert capq[rows["fixed:k=4"]] > 1.5 * capq[rows["fixed:k=0"]]
+    # processor sharing with 100-call requests: E[T] = D / (1 - rho) <= 400 at rho <= 0.75, so
+    # the capacity of k = 0 is near 0.0075 requests per call time (40 requests: a short run)
+    assert 0.004 < capq[rows["fixed:k=0"]] < 0.011
+    # one worker: the same results, bit for bit
+    spec2 = tmp_path / "cap2.toml"
+    spec2.write_text(DES_SPEC)
+    assert main(["capacity", str(spec2), "--out", str(tmp_path / "one"), "--workers", "1", "--json"]) == 0
+    one = sw.load(tmp_path / "one")
+    for c in table.column_names:
+        if c != "seconds":
+            assert one.column(c).to_pylist() == table.column(c).to_pylist(), c
+
+
+@pytest.mark.parametrize("edit,message", [
+    (("[capacity]\nslo = { latency_mean = 400.0 }", "[capacity]\nmax_evaluations = 10"), "slo must be a table"),
+    (("latency_mean = 400.0", "speed = 1.0"), "unknown metric 'speed'"),
+    (("latency_mean = 400.0", "latency_mean = -1.0"), "slo.latency_mean must be a finite number > 0"),
+    (("tolerance = 0.05", "tolerance = 0.05\nqps = 3"), "unknown [capacity] key 'qps'"),
+    (("requests = 40", "requests = 40\nrate = 0.1"), "the capacity search sets rate"),
+    (("start = 0.001", "start = 0.00001"), "minimum <= start <= maximum"),
+])
+def test_malformed_capacity_specs(tmp_path, capsys, edit, message):
+    spec = tmp_path / "cap.toml"
+    spec.write_text(DES_SPEC.replace(*edit))
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_settings_need_a_rate_option():
+    spec = sw.parse_spec(tomllib.loads('version = 1\nkind = "optimize"\n[base]\nwhat = "tree"\n[capacity]\nslo = { oracle = 1 }\n'), KINDS)
+    with pytest.raises(DraftsimError, match="has no request-rate option"):
+        cap.settings(spec, KINDS["optimize"])
