@@ -342,9 +342,13 @@ def check_memory(models: Sequence[LoadedModel], requests: Sequence[ServeRequest]
     free = available_memory(models[0].device) if available is None else available
     if need > 0.8 * free:
         fit = int(0.8 * free // (2 * longest * per_token))
-        raise DraftsimError(f"a batch of {max_batch} sequences of up to {longest} tokens needs {need / 2**30:.2f} GiB of KV cache; "
-                            f"{free / 2**30:.2f} GiB is free, enough for max_batch <= {fit}")
+        raise DraftsimError(f"a batch of {max_batch} sequences of up to {longest} tokens needs {_mib(need)} of KV cache; "
+                            f"{_mib(free)} is free, enough for max_batch <= {fit}")
     return need
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
 
 
 # ---------------------------------------------------------------- the server
