@@ -40,12 +40,6 @@ def main() -> None:
     b, k, c = rng.integers(1, 257, n), rng.integers(1, 17, n), rng.integers(0, 8193, n)
 
     t_roof = best_time(lambda: roof.shape_time(b, k, c), args.repeat)
-    m = args.loop_sample
-    bl, kl, cl = b[:m].tolist(), k[:m].tolist(), c[:m].tolist()
-    t_loop = best_time(lambda: [roof.shape_time(x, y, z) for x, y, z in zip(bl, kl, cl)], 2) * n / m
-    vec = roof.shape_time(b[:m], k[:m], c[:m])
-    loop = np.array([float(roof.shape_time(x, y, z)) for x, y, z in zip(bl, kl, cl)])
-    assert np.allclose(vec, loop, rtol=1e-12), "vectorised and per-shape rooflines disagree"
 
     B, N, C = (1, 2, 4, 8), (1, 2, 4, 8, 16, 32), (0, 128, 512, 2048, 8192)
     g = np.meshgrid(B, N, C, indexing="ij")
@@ -58,6 +52,13 @@ def main() -> None:
     nt = rng.integers(0, 6, (steps, slots))
     ctx = rng.integers(0, 8192, (steps, slots))
     t_steps = best_time(lambda: roof.forward_time(nt, ctx), args.repeat)
+
+    m = args.loop_sample
+    bl, kl, cl = b[:m].tolist(), k[:m].tolist(), c[:m].tolist()
+    t_loop = best_time(lambda: [roof.shape_time(x, y, z) for x, y, z in zip(bl, kl, cl)], 2) * n / m
+    vec = roof.shape_time(b[:m], k[:m], c[:m])
+    loop = np.array([float(roof.shape_time(x, y, z)) for x, y, z in zip(bl, kl, cl)])
+    assert np.allclose(vec, loop, rtol=1e-12), "vectorised and per-shape rooflines disagree"
 
     load = os.getloadavg()
     print(f"{n:,} shapes; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
