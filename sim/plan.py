@@ -20,7 +20,7 @@ import numpy as np
 from dataclasses import dataclass, field
 
 from . import analytic
-from .errors import DraftsimError, as_cost, as_probability
+from .errors import DraftsimError, as_cost, as_probability, parse_number
 
 __all__ = ["Drafter", "Strategy", "plan"]
 
@@ -52,10 +52,10 @@ class Drafter:
             raise DraftsimError(f"drafter must be NAME:ALPHA:COST (e.g. small:0.75:0.05); got {spec!r}")
         name, alpha, cost = parts
         try:
-            alpha_value, cost_value = float(alpha), float(cost)
-        except ValueError:
+            alpha_value, cost_value = float(parse_number("ALPHA", alpha)), float(parse_number("COST", cost))
+        except DraftsimError:
             raise DraftsimError(
-                f"drafter {spec!r}: ALPHA and COST must be numbers (e.g. small:0.75:0.05)"
+                f"drafter {spec!r}: ALPHA and COST must be numbers written with ASCII digits (e.g. small:0.75:0.05)"
             ) from None
         return cls(name, alpha_value, cost_value)
 

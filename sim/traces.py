@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import DraftsimError
+from .errors import DraftsimError, file_mode
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
 
@@ -159,6 +160,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, file_mode())  # mkstemp creates 0600; a trace is as readable as any file the user writes
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -172,6 +174,76 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+#: Largest manifest read (a manifest lists ~300 bytes per prompt: 64 MB is ~200,000 prompts).
+MANIFEST_MAX_BYTES = 64 * 2**20
+
+
+def _read_regular(path: Path, what: str, limit: int) -> bytes:
+    """The bytes of ``path``, refusing anything but a regular file (a FIFO would block, a link
+    to /dev/zero would never end) and files over ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise TraceError(f"cannot open {what} {path} ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceError(f"{what} {path} is not a regular file ({_file_kind(info.st_mode)}); a trace holds regular files only")
+        raise TraceError(f"{what} {path} is {info.st_size:,} bytes; draftsim reads at most {limit:,}")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise TraceError(f"{what} {path} is over {limit:,} bytes; draftsim reads at most {limit:,}")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _check_entries(path: Path, manifest: dict, schema: TraceSchema) -> None:
+    """Type-check every prompt entry of a manifest: a unique string key, one file per table
+    with a path that stays inside the trace folder (no absolute paths, no ``..``, no links
+    leading out), listed once, with integer rows and a SHA-256."""
+    root = Path(path).resolve()
+    keys: dict = {}
+    files: dict = {}
+    for i, entry in enumerate(manifest["prompts"]):
+        if not isinstance(entry, dict):
+            raise TraceError(f"trace {path}: manifest prompt {i} is a {type(entry).__name__}, not an object")
+        key = entry.get("key")
+        if not isinstance(key, str) or not key:
+            raise TraceError(f"trace {path}: manifest prompt {i} has no key (got {key!r})")
+        if key in keys:
+            raise TraceError(f"trace {path}: prompt {key!r} is listed twice in the manifest (entries {keys[key]} and {i})")
+        keys[key] = i
+        listed = entry.get("files")
+        if not isinstance(listed, dict):
+            raise TraceError(f"trace {path}: prompt {key!r} lists no files (got {type(listed).__name__})")
+        for name in schema.tables:
+            info = listed.get(name)
+            if info is None:
+                raise TraceError(f"trace {path}: prompt {key!r} lists no {name} file")
+            if not (isinstance(info, dict) and isinstance(info.get("path"), str) and isinstance(info.get("sha256"), str)
+                    and isinstance(info.get("rows"), int) and not isinstance(info.get("rows"), bool) and info["rows"] >= 0):
+                raise TraceError(f"trace {path}: prompt {key!r}: the {name} entry must have a path, a row count >= 0 and a sha256; got {info!r}")
+            rel = info["path"]
+            if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise TraceError(f"trace {path}: prompt {key!r} lists {rel!r}, a path outside the trace folder; "
+                                 "manifest paths are relative and stay inside it")
+            target = (Path(path) / rel).resolve()
+            if target != root and root not in target.parents:
+                raise TraceError(f"trace {path}: {rel!r} leads outside the trace folder (to {target}); manifest paths stay inside it")
+            if target in files:
+                raise TraceError(f"trace {path}: {rel!r} is listed twice in the manifest ({files[target]} and prompt {key!r})")
+            files[target] = f"prompt {key!r}"
 
 
 class TraceWriter:
@@ -242,8 +314,10 @@ class Trace:
                 if info is None:
                     raise TraceError(f"trace {self.path}: prompt {entry.get('key')} lists no {name} file")
                 file = self.path / info["path"]
-                if not file.is_file():
+                if not file.exists():
                     raise TraceError(f"trace {self.path}: {info['path']} is missing (listed in the manifest)")
+                if not file.is_file():
+                    raise TraceError(f"trace {self.path}: {info['path']} is not a regular file ({_file_kind(file.stat().st_mode)})")
                 if verify and _sha256(file) != info["sha256"]:
                     raise TraceError(f"trace {self.path}: {info['path']} is truncated or corrupt (checksum mismatch)")
                 try:
@@ -264,12 +338,14 @@ class Trace:
         file = Path(path) / "manifest.json"
         if not Path(path).is_dir():
             raise TraceError(f"no trace at {path} (not a folder)")
-        if not file.is_file():
+        if not (file.exists() or file.is_symlink()):
             raise TraceError(f"no trace at {path}: manifest.json is missing")
         try:
-            manifest = json.loads(file.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise TraceError(f"trace {path}: manifest.json is not valid JSON ({exc})") from None
+            manifest = json.loads(_read_regular(file, "manifest", MANIFEST_MAX_BYTES).decode())
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise TraceError(f"trace {path}: manifest.json is not valid JSON ({' '.join(str(exc).split())})") from None
+        if not isinstance(manifest, dict):
+            raise TraceError(f"trace {path}: manifest.json holds a JSON {type(manifest).__name__}; a manifest is a JSON object")
         if manifest.get("schema") != schema.name:
             hint = {RUN.name: " (a run trace: use draftsim check-sim)", RECORDING.name: " (a recording: use draftsim replay)"}
             raise TraceError(f"{path} is not a {schema.name} trace (schema {manifest.get('schema')!r}){hint.get(manifest.get('schema'), '')}")
@@ -277,6 +353,7 @@ class Trace:
             raise TraceError(f"trace {path} has schema version {manifest.get('version')!r}; this draftsim reads version {schema.version}")
         if not isinstance(manifest.get("prompts"), list) or not isinstance(manifest.get("metadata"), dict):
             raise TraceError(f"trace {path}: manifest.json lacks its prompts list or metadata")
+        _check_entries(path, manifest, schema)
         return manifest
 
     @property
