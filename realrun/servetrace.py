@@ -39,40 +39,46 @@ __all__ = ["Step", "Member", "RequestRecord", "TokenRecord", "SERVE_RECORDS", "S
 
 @dataclass(slots=True)
 class Step:
-    """One forward step of the server.
+    """One step of the server, as the serving simulator's replica models it: a speculative
+    round of each of the ``batch`` running sequences (drafting, then one batched verification
+    by the target) and the prefill of ``prefills`` joiners (their prompts in a batched forward
+    of their own; their first token comes out at the end of the step).
 
-    ``kind`` is "prefill" (the joiners' prompts; ``batch`` joiners) or "decode" (one round of
-    every running sequence). ``new_tokens`` are the tokens fed to the target over the batch
-    (padding excluded), ``context`` the target's cached tokens before the step over the
-    batch; ``k_cap`` the longest draft any member was allowed (−1 for a prefill).
-    ``overhead_seconds`` = (end − start) − draft_seconds − target_seconds: the server's own
-    time in the step (planning, Max-Gram lookups are *draft* time; verification arithmetic,
-    batching, cache compaction and bookkeeping are overhead).
+    ``new_tokens`` are the tokens fed to the target for verification over the batch (padding
+    excluded), ``context`` the target's cached tokens before the step over the batch,
+    ``prefill_tokens`` the joiners' prompt tokens; ``emitted`` counts first tokens too;
+    ``k_cap`` is the longest draft any member was allowed (−1 without decoding members).
+    ``overhead_seconds`` = (end − start) − draft − target − prefill seconds: the server's
+    own time in the step (verification arithmetic, batching, cache compaction, bookkeeping;
+    Max-Gram's lookups are draft time).
     """
 
     step: int
-    kind: str
     start: float
     end: float
     batch: int
+    prefills: int
     new_tokens: int
     context: int
+    prefill_tokens: int
     drafted: int
     accepted: int
     emitted: int
     k_cap: int
     draft_seconds: float
     target_seconds: float
+    prefill_seconds: float
     overhead_seconds: float
     compacted: bool  #: the target's cache was compacted at the end of the step
 
 
 @dataclass(slots=True)
 class Member:
-    """One sequence in one step: a prefill (``new_tokens`` = its prompt) or a round."""
+    """One sequence in one step: its prefill (``new_tokens`` = its prompt) or a round."""
 
     step: int
     request: int
+    prefill: bool
     new_tokens: int  #: tokens fed to the target (prompt; or uncached tokens + draft)
     context: int  #: tokens already in the target's cache for it
     drafted: int
@@ -224,14 +230,12 @@ def serving_metrics(requests: list, tokens: list, members: list, steps: list) ->
     tpot = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in requests if r.output_tokens > 1]
     out_tokens = sum(r.output_tokens for r in requests)
     span = (max(r.finish for r in requests) - min(r.arrival for r in requests)) if requests else float("nan")
-    decode = {s.step for s in steps if s.kind == "decode"}
-    rounds = [m for m in members if m.step in decode]
-    drafts = [m for m in rounds if m.drafted > 0]
+    drafts = [m for m in members if not m.prefill and m.drafted > 0]
     drafted = sum(m.drafted for m in drafts)
     accepted = sum(m.accepted for m in drafts)
     longest = max((m.drafted for m in drafts), default=0)
     per_pos = [sum(1 for m in drafts if m.accepted > i) for i in range(longest)]
-    batch = [s.batch for s in steps if s.kind == "decode"]
+    batch = [s.batch for s in steps if s.batch]
     return {
         "requests": len(requests), "output_tokens": out_tokens, "duration": span,
         "ttft": _stats(ttft), "tpot": _stats(tpot), "itl": _stats(itl), "e2e": _stats(e2e),

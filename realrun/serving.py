@@ -385,11 +385,12 @@ class ServeLog:
     seconds: float = 0.0
 
 
-def _capped(controller, batch: int, k: int) -> int:
-    """The draft length a controller allows a sequence in a step of ``batch`` sequences."""
+def _capped(controller, batch: int, k: int, context: int) -> int:
+    """The draft length a controller (:class:`sim.controllers.Controller`, or a callable of
+    the batch size) allows a sequence in a step of ``batch`` sequences at mean ``context``."""
     if controller is None:
         return k
-    cap = controller.cap(batch) if hasattr(controller, "cap") else controller(batch)
+    cap = controller.cap(batch, context) if hasattr(controller, "cap") else controller(batch)
     return k if cap is None else max(0, min(k, int(cap)))
 
 
@@ -456,21 +457,17 @@ class Server:
         self.dkv = BatchKV(self.drafter.loaded) if self.drafter is not None and self.drafter.neural else None
         self.start = self.clock()
         while pending or live:
-            now = self.clock() - self.start
+            now = self._t()
             joiners = []
             while pending and pending[0].arrival <= now and len(live) + len(joiners) < self.max_batch:
                 joiners.append(pending.popleft())
             if not live and not joiners:
                 self.sleep(max(0.0, pending[0].arrival - now))
                 continue
-            finished = []
-            if joiners:
-                finished += self._prefill(log, live, joiners, now)
-            if live:
-                finished += self._decode(log, live)
+            finished = self._step(log, live, joiners, now)
             if on_step is not None:
                 on_step(log, finished)
-        log.seconds = self.clock() - self.start
+        log.seconds = self._t()
         return log
 
     def _t(self) -> float:
@@ -507,38 +504,6 @@ class Server:
         p = self.sampling.rows(logits[None, :])[0]
         return int(r.rng.choice(len(p), p=p / p.sum()))
 
-    def _prefill(self, log: ServeLog, live: list, joiners: list, admitted: float) -> list:
-        step = len(log.steps)
-        t0 = self._t()
-        new = [_Live(req, list(req.prompt), state=self.policy.init(1), admitted=admitted, prefill_step=step,
-                     rng=np.random.default_rng([self.seed, req.id])) for req in joiners]
-        kv = BatchKV(self.target)
-        kv.add_rows(len(new))
-        c0 = self._t()
-        rows = kv.forward([r.req.prompt for r in new], [1] * len(new))
-        target_s = self._t() - c0
-        draft_s = 0.0
-        if self.dkv is not None:  # the drafter reads the prompt too (all but its last token: the first draft feeds it)
-            dkv = BatchKV(self.drafter.loaded)
-            dkv.add_rows(len(new))
-            c0 = self._t()
-            dkv.forward([r.req.prompt[:-1] for r in new], [0] * len(new))
-            draft_s = self._t() - c0
-            self.dkv.merge(dkv)
-        toks = [self._pick(r, rows[i][0]) for i, r in enumerate(new)]
-        self.kv.merge(kv)
-        t1 = self._t()
-        finished = []
-        for r, tok in zip(new, toks):
-            self._emit(r, [tok], t1, step)
-            log.members.append(Member(step, r.req.id, len(r.req.prompt), 0, 0, 0, 1))
-        live.extend(new)
-        finished = self._leave(log, live, t1)
-        t2 = self._t()
-        log.steps.append(Step(step, "prefill", t0, t2, len(new), sum(len(r.req.prompt) for r in new), 0, 0, 0, len(new),
-                              -1, draft_s, target_s, (t2 - t0) - draft_s - target_s, False))
-        return finished
-
     def _leave(self, log: ServeLog, live: list, t: float) -> list:
         """Drop finished requests from the batch and the caches; their records."""
         done = [i for i, r in enumerate(live) if r.done]
@@ -552,56 +517,82 @@ class Server:
         live[:] = [live[i] for i in keep]
         return out
 
-    # ------------------------------------------------------------ one decoding step
+    # ------------------------------------------------------------ one step
 
-    def _decode(self, log: ServeLog, live: list) -> list:
+    def _step(self, log: ServeLog, live: list, joiners: list, admitted: float) -> list:
+        """One step, as the serving simulator's replica runs it: a speculative round of every
+        running sequence (drafting, then one batched verification) and the prefill of the
+        joiners (their own batched forward; their first token comes out at the end of the
+        step, and they decode from the next step on). Every token of the step is emitted
+        when the step ends."""
         step = len(log.steps)
         t0 = self._t()
         B = len(live)
-        ks = []
-        for r in live:
-            plan = self.policy.begin_round(r.state)
-            k = sum(int(np.asarray(b.steps).reshape(-1)[0]) for b in plan)
-            k = min(k, r.req.max_new_tokens - len(r.output) - 1)
-            ks.append(_capped(self.controller, B, max(k, 0)))
-        cap = max(ks) if ks else 0
-        draft_s = 0.0
-        if self.drafter is None or cap == 0:
-            drafts = [([], []) for _ in live]
-        elif self.drafter.neural:
-            drafts, draft_s = self._draft_neural(live, ks)
-        else:
-            drafts = []
-            for r, k in zip(live, ks):
-                c0 = self._t()
-                drafts.append(self._draft_statistical(r, k) if k else ([], []))
-                draft_s += self._t() - c0
-        # the target verifies every sequence's block in one forward
-        feeds, keeps, contexts = [], [], []
-        for i, (r, (tokens, _)) in enumerate(zip(live, drafts)):
-            keep = self.kv.rollback(i, r.context, len(r.context) - 1)
-            contexts.append(keep)
-            feeds.append(r.context[keep:] + tokens)
-            keeps.append(len(tokens) + 1)
-        c0 = self._t()
-        rows = self.kv.forward(feeds, keeps)
-        target_s = self._t() - c0
-        results = []
-        for r, (tokens, q), logits in zip(live, drafts, rows):
-            if self.sampling.greedy:
-                res = verify_greedy_ids(np.asarray(tokens, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
+        draft_s = target_s = prefill_s = 0.0
+        ks, drafts, results, feeds, contexts = [], [], [], [], []
+        if B:
+            for r in live:
+                plan = self.policy.begin_round(r.state)
+                k = sum(int(np.asarray(b.steps).reshape(-1)[0]) for b in plan)
+                k = min(k, r.req.max_new_tokens - len(r.output) - 1)
+                ks.append(max(k, 0))
+            mean_ctx = int(np.mean([len(r.context) for r in live]))
+            ks = [_capped(self.controller, B, k, mean_ctx) for k in ks]
+            if self.drafter is None or max(ks) == 0:
+                drafts = [([], []) for _ in live]
+            elif self.drafter.neural:
+                drafts, draft_s = self._draft_neural(live, ks)
             else:
-                p = self.sampling.rows(logits)
-                qq = np.stack(q) if tokens else np.zeros((0, p.shape[1]))
-                res = verify_block(np.asarray(tokens, dtype=np.int64), qq, p, SD(), r.rng, validate=False)
-            results.append((int(res.n_accepted), int(res.token)))
-        t1 = self._t()
+                c0 = self._t()
+                drafts = [self._draft_statistical(r, k) if k else ([], []) for r, k in zip(live, ks)]
+                draft_s = self._t() - c0
+            # the target verifies every sequence's block in one forward
+            keeps = []
+            for i, (r, (tokens, _)) in enumerate(zip(live, drafts)):
+                keep = self.kv.rollback(i, r.context, len(r.context) - 1)
+                contexts.append(keep)
+                feeds.append(r.context[keep:] + tokens)
+                keeps.append(len(tokens) + 1)
+            c0 = self._t()
+            rows = self.kv.forward(feeds, keeps)
+            target_s = self._t() - c0
+            for r, (tokens, q), logits in zip(live, drafts, rows):
+                if self.sampling.greedy:
+                    res = verify_greedy_ids(np.asarray(tokens, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
+                else:
+                    p = self.sampling.rows(logits)
+                    qq = np.stack(q) if tokens else np.zeros((0, p.shape[1]))
+                    res = verify_block(np.asarray(tokens, dtype=np.int64), qq, p, SD(), r.rng, validate=False)
+                results.append((int(res.n_accepted), int(res.token)))
+        new, firsts = [], []
+        if joiners:
+            new = [_Live(req, list(req.prompt), state=self.policy.init(1), admitted=admitted, prefill_step=step,
+                         rng=np.random.default_rng([self.seed, req.id])) for req in joiners]
+            kv = BatchKV(self.target)
+            kv.add_rows(len(new))
+            c0 = self._t()
+            rows = kv.forward([r.req.prompt for r in new], [1] * len(new))
+            if self.dkv is not None:  # the drafter reads the prompt too (but its last token: the first draft feeds it)
+                dkv = BatchKV(self.drafter.loaded)
+                dkv.add_rows(len(new))
+                dkv.forward([r.req.prompt[:-1] for r in new], [0] * len(new))
+            prefill_s = self._t() - c0
+            firsts = [self._pick(r, rows[i][0]) for i, r in enumerate(new)]
+        t1 = self._t()  # the step's tokens come out
         for i, (r, (tokens, _), (n, tok)) in enumerate(zip(live, drafts, results)):
-            new = self._emit(r, tokens[:n] + [tok], t1, step)
+            out = self._emit(r, tokens[:n] + [tok], t1, step)
             self.policy.end_round(r.state, np.array([len(tokens)]), np.array([n]))
             if self.drafter is not None:
                 self.drafter.feedback(n)
-            log.members.append(Member(step, r.req.id, len(feeds[i]), contexts[i], len(tokens), n, len(new)))
+            log.members.append(Member(step, r.req.id, False, len(feeds[i]), contexts[i], len(tokens), n, len(out)))
+        for r, tok in zip(new, firsts):
+            self._emit(r, [tok], t1, step)
+            log.members.append(Member(step, r.req.id, True, len(r.req.prompt), 0, 0, 0, 1))
+        if new:
+            self.kv.merge(kv)
+            if self.dkv is not None:
+                self.dkv.merge(dkv)
+            live.extend(new)
         finished = self._leave(log, live, t1)
         compacted = False
         if self.kv.length >= self.compact_min and self.kv.stale_fraction > self.compact_ratio:
@@ -610,10 +601,11 @@ class Server:
         if self.dkv is not None and self.dkv.length >= self.compact_min and self.dkv.stale_fraction > self.compact_ratio:
             self.dkv.compact()
         t2 = self._t()
-        mine = log.members[-B:]
-        log.steps.append(Step(step, "decode", t0, t2, B, sum(m.new_tokens for m in mine), sum(m.context for m in mine),
-                              sum(m.drafted for m in mine), sum(m.accepted for m in mine), sum(m.emitted for m in mine),
-                              max(ks) if ks else 0, draft_s, target_s, (t2 - t0) - draft_s - target_s, compacted))
+        mine = [m for m in log.members[-(B + len(new)):] if not m.prefill]
+        log.steps.append(Step(step, t0, t2, B, len(new), sum(m.new_tokens for m in mine), sum(m.context for m in mine),
+                              sum(len(r.req.prompt) for r in new), sum(m.drafted for m in mine), sum(m.accepted for m in mine),
+                              sum(m.emitted for m in mine) + len(new), max(ks) if ks else -1, draft_s, target_s, prefill_s,
+                              (t2 - t0) - draft_s - target_s - prefill_s, compacted))
         return finished
 
     def _stops(self, r: _Live, index: int, conf: float) -> bool:

@@ -126,7 +126,8 @@ def test_greedy_output_is_the_targets_own(target, drafters, name, policy, drafte
     assert max(s.batch for s in log.steps) <= max_batch
     if max_batch == 8:
         assert any(s.compacted for s in log.steps)
-    assert sorted(m.request for m in log.members if log.steps[m.step].kind == "prefill") == [r.id for r in reqs]
+    assert sorted(m.request for m in log.members if m.prefill) == [r.id for r in reqs]
+    assert sum(s.emitted for s in log.steps) == sum(r.max_new_tokens for r in reqs)
     for rec in log.requests:
         assert rec.arrival <= rec.admitted <= rec.first_token <= rec.finish
         assert rec.output_tokens == rec.max_new_tokens
@@ -140,7 +141,7 @@ def test_controller_caps_the_draft(target, drafters):
                     clock=clock, sleep=clock.sleep, stop_at_eos=False)
     log = server.run(reqs)
     for s in log.steps:
-        if s.kind == "decode":
+        if s.batch:
             assert (s.drafted == 0) == (s.batch > 2), s
     for r in reqs:
         assert log.outputs[r.id] == own_greedy(target, r.prompt, 10)
@@ -262,9 +263,10 @@ def test_metrics_by_hand():
     reqs = [RequestRecord(0, 0.0, 5, 3, 3, 0.0, 1.0, 3.0, 0), RequestRecord(1, 1.0, 5, 2, 2, 1.0, 2.0, 4.0, 1)]
     toks = [TokenRecord(0, 0, 9, 1.0, 0), TokenRecord(0, 1, 9, 3.0, 2), TokenRecord(0, 2, 9, 3.0, 2),
             TokenRecord(1, 0, 9, 2.0, 1), TokenRecord(1, 1, 9, 4.0, 3)]
-    steps = [Step(0, "prefill", 0, 1, 1, 5, 0, 0, 0, 1, -1, 0, 1, 0, False), Step(1, "prefill", 1, 2, 1, 5, 0, 0, 0, 1, -1, 0, 1, 0, False),
-             Step(2, "decode", 2, 3, 2, 6, 10, 4, 1, 3, 2, 0, 1, 0, False), Step(3, "decode", 3, 4, 1, 2, 6, 0, 0, 1, 0, 0, 1, 0, False)]
-    members = [Member(2, 0, 3, 5, 2, 1, 2), Member(2, 1, 3, 5, 2, 0, 1), Member(3, 1, 1, 6, 0, 0, 1)]
+    steps = [Step(0, 0, 1, 0, 1, 0, 0, 5, 0, 0, 1, -1, 0, 0, 1, 0, False), Step(1, 1, 2, 0, 1, 0, 0, 5, 0, 0, 1, -1, 0, 0, 1, 0, False),
+             Step(2, 2, 3, 2, 0, 6, 10, 0, 4, 1, 3, 2, 0, 1, 0, 0, False), Step(3, 3, 4, 1, 0, 2, 6, 0, 0, 0, 1, 0, 0, 1, 0, 0, False)]
+    members = [Member(0, 0, True, 5, 0, 0, 0, 1), Member(1, 1, True, 5, 0, 0, 0, 1), Member(2, 0, False, 3, 5, 2, 1, 2),
+               Member(2, 1, False, 3, 5, 2, 0, 1), Member(3, 1, False, 1, 6, 0, 0, 1)]
     m = serving_metrics(reqs, toks, members, steps)
     assert m["ttft"]["mean"] == pytest.approx(1.0) and m["e2e"]["p50"] == pytest.approx(3.0)
     assert m["tpot"]["mean"] == pytest.approx((1.0 + 2.0) / 2)

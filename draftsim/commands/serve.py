@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
         log = server.run(requests, on_step=on_step, check=False)
     m = serving_metrics(log.requests, log.tokens, log.members, log.steps)
-    overhead = [s.overhead_seconds for s in log.steps if s.kind == "decode"]
+    overhead = [s.overhead_seconds for s in log.steps]
     m["overhead_per_step"] = float(np.mean(overhead)) if overhead else 0.0
     m["load_average_end"] = list(os.getloadavg())
     if writer is not None:
