@@ -17,7 +17,7 @@ from sim.cost import CallCost
 from sim.errors import DraftsimError
 from sim.serving import SchedulerConfig, ServingConfig, make_workload, read_request_trace, serve, summarize_run
 from sim.serving.rounds import round_stream
-from sim.serving.workload import Fixed, Poisson, Workload, parse_arrivals, parse_lengths
+from sim.serving.workload import ClosedLoop, Fixed, Poisson, Workload, parse_arrivals, parse_lengths
 
 TARGET = CallCost(0.02, 1e-4)
 DRAFTER = CallCost(0.002)
@@ -183,11 +183,18 @@ def test_more_load_never_lowers_mean_latency(seed, factor, qps):
 
 
 @settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 10_000), cheaper=st.floats(0.0, 0.99), qps=st.floats(2.0, 40.0))
-def test_a_cheaper_draft_never_lowers_throughput(seed, cheaper, qps):
-    wl = workload(n=60, qps=qps, seed=seed)
-    slow = summarize_run(serve(config(drafter=CallCost(0.004), kv_tokens=None), wl, seed=seed))
-    fast = summarize_run(serve(config(drafter=CallCost(0.004 * cheaper), kv_tokens=None), wl, seed=seed))
+@given(seed=st.integers(0, 10_000), cheaper=st.floats(0.0, 0.99), clients=st.integers(1, 48))
+def test_a_cheaper_draft_never_lowers_throughput(seed, cheaper, clients):
+    """Throughput as the server's capacity: closed-loop clients keep it saturated (common random
+    numbers: the same requests and rounds). Open-loop throughput is the offered load, and at
+    low load the step boundaries an arrival catches shift with the step times, so the last
+    finish — and tokens / (last finish − first arrival) — may move either way by a fraction
+    of a step (hypothesis found such a case: -0.05% at 4.5 req/s)."""
+    arr = ClosedLoop(clients)
+    wl = make_workload(arrivals=arr, qps=None, requests=60, duration=None, prompt=parse_lengths("uniform:16,256"),
+                       output=parse_lengths("uniform:8,128"), rng=np.random.default_rng(seed))
+    slow = summarize_run(serve(config(drafter=CallCost(0.004), kv_tokens=None), wl, seed=seed, arrivals=arr))
+    fast = summarize_run(serve(config(drafter=CallCost(0.004 * cheaper), kv_tokens=None), wl, seed=seed, arrivals=arr))
     assert fast["throughput"] >= slow["throughput"] - 1e-9
 
 

@@ -77,23 +77,22 @@ class _Window:
                  "kv", "finish_step", "plan", "prefill_done")
 
 
-def _stats(n: np.ndarray, c: np.ndarray) -> BatchStats:
+def _stats(n: np.ndarray, c: np.ndarray, pre=None) -> BatchStats:
     """BatchStats over the last axis of new tokens ``n`` and contexts ``c`` (no checks: the
-    replica builds valid arrays)."""
+    replica builds valid arrays); ``pre`` = (sequences, tokens, cached, pairs) of prefill
+    chunks added to the first row."""
     act = n > 0
     nf = n.astype(np.float64)
-    cf = np.where(act, c, 0).astype(np.float64)
-    return BatchStats(act.sum(axis=-1).astype(np.float64), nf.sum(axis=-1), cf.sum(axis=-1), (nf * (cf + (nf + 1.0) / 2.0)).sum(axis=-1))
-
-
-def _plus(stats: BatchStats, row: int, seqs: float, tokens: float, cached: float, pairs: float) -> BatchStats:
-    """``stats`` with a prefill's sums added to step ``row``."""
-    s, t, c, p = (x.copy() for x in (stats.sequences, stats.tokens, stats.cached, stats.pairs))
-    s[row] += seqs
-    t[row] += tokens
-    c[row] += cached
-    p[row] += pairs
-    return BatchStats(s, t, c, p)
+    cf = c * act
+    pairs = nf + 1.0
+    pairs *= 0.5
+    pairs += cf
+    pairs *= nf
+    out = [act.sum(axis=-1).astype(np.float64), nf.sum(axis=-1), cf.sum(axis=-1).astype(np.float64), pairs.sum(axis=-1)]
+    if pre is not None:
+        for x, v in zip(out, pre):
+            x[0] += v
+    return BatchStats(*out)
 
 
 class Replica:
@@ -263,16 +262,14 @@ class Replica:
         # step times
         n_t = np.where(active, d + 1, 0)
         c_t = ctx - 1
-        target_stats = _stats(n_t, c_t)
-        if n_prefill:
-            target_stats = _plus(target_stats, 0, *pre)
+        target_stats = _stats(n_t, c_t, pre if n_prefill else None)
         time = eng.target.stats_time(target_stats).astype(np.float64)
         draft_time = np.zeros(W)
         for m, model in enumerate(eng.drafters):
             if m >= book.D:
                 break
             calls_raw = book.calls[idx[:W], m]
-            per_call = -(-book.call_tokens[idx[:W], m] // np.maximum(calls_raw, 1))
+            per_call = 1 if book.flat[m] else -(-book.call_tokens[idx[:W], m] // np.maximum(calls_raw, 1))
             if d is not d_raw:
                 calls = np.where(d_raw[:W] > 0, -(-calls_raw * d // np.maximum(d_raw[:W], 1)), 0)
             else:
@@ -284,10 +281,13 @@ class Replica:
                 continue
             # all of this drafter's calls of the window in one cost-model call: rows (t, w)
             k = np.arange(T)[:, None, None]
-            n_k = np.where(calls[None] > k, per_call[None], 0).reshape(T * W, B)
-            st = _stats(n_k, (c_t[None] + k * per_call[None]).reshape(T * W, B))
-            if n_prefill and eng.max_draft > 0:
-                st = _plus(st, 0, *pre)
+            if book.flat[m]:
+                n_k = (calls[None] > k).reshape(T * W, B)
+                c_k = (c_t[None] + k).reshape(T * W, B)
+            else:
+                n_k = np.where(calls[None] > k, per_call[None], 0).reshape(T * W, B)
+                c_k = (c_t[None] + k * per_call[None]).reshape(T * W, B)
+            st = _stats(n_k, c_k, pre if n_prefill and eng.max_draft > 0 else None)
             draft_time += model.stats_time(st).reshape(T, W).sum(axis=0)
         time = time + draft_time
         win = _Window()

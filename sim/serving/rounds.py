@@ -73,6 +73,8 @@ class RoundBook:
         self.calls = np.zeros((cap, self.D), dtype=np.int32)
         self.call_tokens = np.zeros((cap, self.D), dtype=np.int32)
         self._extra_rng = round_stream(seed, replication, _EXTRA)
+        #: per drafter: every call processes one token (flat drafting), so far
+        self.flat = [True] * self.D
         self._passes: dict = {}
 
     # -- storage --------------------------------------------------------------------------
@@ -95,6 +97,9 @@ class RoundBook:
         self.drafted[s:need], self.accepted[s:need], self.emitted[s:need] = d, a, e
         if self.D:
             self.calls[s:need], self.call_tokens[s:need] = c, ct
+            for m in range(self.D):
+                if self.flat[m] and np.any(c[:, m] != ct[:, m]):
+                    self.flat[m] = False
         self._size = need
         return s
 

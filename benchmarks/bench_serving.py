@@ -1,0 +1,101 @@
+"""Benchmark of the serving simulator (sim.serving).
+
+The reference run: one simulated hour at 10 requests/s (Poisson), 512-token prompts and
+256-token outputs, fixed k = 4 under Bernoulli α = 0.8, Llama-2-7B drafted by SmolLM2-135M on
+one H100 (roofline costs). Budget: ≤ 20 s on one core. Then how the cost grows with the load
+(open loop, 5 simulated minutes per rate) and with the batch size (closed loop: N clients keep
+N requests in the system), and where the time goes (cProfile, top functions).
+
+Times are CPU seconds of this process (``time.process_time``: the machine may be shared);
+wall seconds are printed beside them.
+
+    python benchmarks/bench_serving.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import numpy as np
+
+from sim import acceptance, policies
+from sim.cost import RooflineModel, default_catalog
+from sim.serving import ServingConfig, make_workload, serve, summarize_run
+from sim.serving.workload import ClosedLoop, Fixed, Poisson
+
+
+def config() -> ServingConfig:
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    target = RooflineModel(cat.model("llama-2-7b"), hw)
+    drafter = RooflineModel(cat.model("smollm2-135m"), hw)
+    return ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), target, [drafter])
+
+
+def timed(cfg, wl, arrivals=None, seed=0):
+    c0, w0 = time.process_time(), time.perf_counter()
+    run = serve(cfg, wl, seed=seed, arrivals=arrivals)
+    return run, time.process_time() - c0, time.perf_counter() - w0
+
+
+def open_loop(qps: float, duration: float, seed: int = 0):
+    return make_workload(arrivals=Poisson(), qps=qps, requests=None, duration=duration, prompt=Fixed(512), output=Fixed(256),
+                         rng=np.random.default_rng(seed))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a simulated quarter hour instead of an hour")
+    args = ap.parse_args()
+    cfg = config()
+    hour = 900.0 if args.quick else 3600.0
+    wl = open_loop(10.0, hour)
+    run, cpu, wall = timed(cfg, wl)
+    s = summarize_run(run)
+    tokens = int(run.output.sum())
+    print(f"reference: {hour / 3600:g} simulated hour(s) at 10 req/s, 512/256 tokens, fixed k=4, Bernoulli 0.8, "
+          f"{cfg.target.name} + {cfg.drafters[0].name}")
+    print(f"  {len(wl):,} requests, {tokens:,} output tokens, {s['steps']:,} steps, mean batch {s['mean_batch']:.1f}, "
+          f"TPOT {s['tpot']['mean'] * 1e3:.2f} ms, E2E p99 {s['e2e']['p99'] * 1e3:.0f} ms")
+    print(f"  CPU {cpu:.2f} s (wall {wall:.2f} s): {tokens / cpu:,.0f} simulated tokens/s, {s['steps'] / cpu:,.0f} steps/s, "
+          f"{hour / cpu:,.0f} simulated seconds per second; budget 20 s per simulated hour -> "
+          f"{'OK' if cpu * 3600 / hour <= 20 else 'OVER'} ({cpu * 3600 / hour:.1f} s per hour)")
+
+    print("\ncost against load (open loop, 300 simulated seconds each):")
+    print(f"  {'qps':>5} {'requests':>9} {'steps':>8} {'mean batch':>10} {'CPU s':>7} {'CPU s/sim h':>11} {'us/step':>8} {'us/request':>10}")
+    for qps in (2.0, 5.0, 10.0, 20.0, 40.0):
+        w = open_loop(qps, 300.0, seed=1)
+        r, c, _ = timed(cfg, w)
+        st = summarize_run(r)
+        print(f"  {qps:5g} {len(w):9,} {st['steps']:8,} {st['mean_batch']:10.1f} {c:7.2f} {c * 12:11.1f} {c / st['steps'] * 1e6:8.1f} "
+              f"{c / len(w) * 1e6:10.0f}")
+
+    print("\ncost against batch size (closed loop, N clients, no think time, 2000 requests):")
+    print(f"  {'clients':>7} {'mean batch':>10} {'steps':>8} {'CPU s':>7} {'us/step':>8} {'us/request':>10}")
+    for clients in (1, 8, 32, 128, 256):
+        arr = ClosedLoop(clients)
+        w = make_workload(arrivals=arr, qps=None, requests=2000, duration=None, prompt=Fixed(512), output=Fixed(256),
+                          rng=np.random.default_rng(2))
+        r, c, _ = timed(cfg, w, arrivals=arr)
+        st = summarize_run(r)
+        print(f"  {clients:7d} {st['mean_batch']:10.1f} {st['steps']:8,} {c:7.2f} {c / st['steps'] * 1e6:8.1f} {c / len(w) * 1e6:10.0f}")
+
+    print("\nwhere the time goes (5 simulated minutes at 10 req/s, cProfile, top 12 by own time):")
+    prof = cProfile.Profile()
+    w = open_loop(10.0, 300.0, seed=3)
+    prof.enable()
+    serve(cfg, w, seed=3)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+    lines = [ln for ln in out.getvalue().splitlines() if ln.strip()]
+    start = next(i for i, ln in enumerate(lines) if ln.strip().startswith("ncalls"))
+    print("\n".join("  " + ln for ln in lines[start: start + 13]))
+
+
+if __name__ == "__main__":
+    main()
