@@ -34,7 +34,7 @@ from sim.errors import DraftsimError
 from sim.records import arrow_schema, columns, from_table
 from sim.traces import TraceFolder, TraceSchema, TraceWriter
 
-__all__ = ["Step", "Member", "RequestRecord", "TokenRecord", "SERVE_RECORDS", "SERVE", "ServeTraceWriter", "ServeTrace", "serving_metrics"]
+__all__ = ["Step", "Member", "RequestRecord", "TokenRecord", "SERVE_RECORDS", "SERVE", "ServeTraceWriter", "ServeTrace", "run_record", "serving_metrics"]
 
 
 @dataclass(slots=True)
@@ -70,6 +70,7 @@ class Step:
     prefill_seconds: float
     overhead_seconds: float
     compacted: bool  #: the target's cache was compacted at the end of the step
+    waiting: int  #: requests that had arrived and were not admitted when the step began
 
 
 @dataclass(slots=True)
@@ -195,55 +196,50 @@ class ServeTrace(TraceFolder):
 
 # ---------------------------------------------------------------- metrics
 
-_QUANTILES = (("p50", 50), ("p90", 90), ("p99", 99))
+def run_record(requests: list, tokens: list, members: list, steps: list, meta: dict | None = None):
+    """The run as the serving simulator records one (:class:`sim.serving.metrics.RunRecord`),
+    so that both are summarised by the same code (:func:`sim.serving.metrics.summarize_run`)."""
+    from sim.serving.metrics import RunRecord
 
+    reqs = sorted(requests, key=lambda r: r.request)
+    index = {r.request: i for i, r in enumerate(reqs)}
+    n = len(reqs)
+    rounds = np.zeros(n, dtype=np.int64)
+    drafted, accepted = [], []
+    for m in members:
+        if not m.prefill and m.request in index:
+            rounds[index[m.request]] += 1
+            drafted.append(m.drafted)
+            accepted.append(m.accepted)
+    times: dict = {}
+    for t in tokens:
+        times.setdefault(t.request, []).append(t.time)
+    itl = np.concatenate([np.diff(np.unique(np.asarray(v))) for v in times.values()]) if times else np.zeros(0)
+    d, a = np.asarray(drafted, dtype=np.int64), np.asarray(accepted, dtype=np.int64)
+    width = int(d.max(initial=0))
+    spec = {"num_drafts": int((d > 0).sum()), "num_draft_tokens": int(d.sum()), "num_accepted_tokens": int(a.sum()),
+            "num_accepted_tokens_per_pos": [int((a > i).sum()) for i in range(width)],
+            "mean_acceptance_length": 1.0 + a.sum() / (d > 0).sum() if (d > 0).any() else 1.0,
+            "draft_acceptance_rate": a.sum() / d.sum() if d.sum() else float("nan")}
 
-def _stats(values) -> dict:
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        return {"mean": float("nan"), **{name: float("nan") for name, _ in _QUANTILES}}
-    return {"mean": float(v.mean()), **{name: float(np.percentile(v, q)) for name, q in _QUANTILES}}
+    def col(name, dtype=np.float64):
+        return np.array([getattr(r, name) for r in reqs], dtype=dtype)
+
+    st = {"replica": np.zeros(len(steps), dtype=np.int32), "start": np.array([s.start for s in steps]),
+          "duration": np.array([s.end - s.start for s in steps]), "draft": np.array([s.draft_seconds for s in steps]),
+          "batch": np.array([s.batch + s.prefills for s in steps], dtype=np.int32),
+          "tokens": np.array([s.new_tokens + s.prefill_tokens for s in steps], dtype=np.int64),
+          "kv": np.full(len(steps), -1, dtype=np.int64), "waiting": np.array([s.waiting for s in steps], dtype=np.int32)}
+    return RunRecord(arrival=col("arrival"), admitted=col("admitted"), first_token=col("first_token"), finish=col("finish"),
+                     prompt=col("prompt_tokens", np.int64), output=col("output_tokens", np.int64), preemptions=np.zeros(n, dtype=np.int64),
+                     rounds=rounds, prefills=np.ones(n, dtype=np.int64), itl=itl, steps=st, spec=spec, kv_blocks=None, replicas=1,
+                     meta=dict(meta or {}))
 
 
 def serving_metrics(requests: list, tokens: list, members: list, steps: list) -> dict:
-    """Latency, throughput and speculative-decoding metrics of a serving run (seconds).
+    """The serving simulator's metrics of a real run (:func:`sim.serving.metrics.summarize_run`
+    of :func:`run_record`): TTFT, TPOT, ITL, E2E (mean, p50, p90, p99, seconds), throughput
+    (output tokens / (last finish − first arrival)), mean batch and vLLM's spec-decode counters."""
+    from sim.serving.metrics import summarize_run
 
-    * ``ttft`` = first token − arrival; ``e2e`` = finish − arrival;
-    * ``tpot`` = (finish − first token) / (output tokens − 1), requests of ≥ 2 tokens;
-    * ``itl`` = gaps between a request's successive emissions (tokens accepted together in
-      one step arrive together: one gap per step, as vLLM's streaming benchmark sees it);
-    * ``throughput`` = output tokens / (last finish − first arrival);
-    * ``spec_decode`` under vLLM's names: ``num_drafts`` (rounds that drafted),
-      ``num_draft_tokens``, ``num_accepted_tokens``, ``accepted_per_position`` (rounds whose
-      i-th draft token was accepted), ``draft_acceptance_rate`` and
-      ``mean_acceptance_length`` = 1 + accepted / drafts.
-    """
-    by_req: dict = {}
-    for t in tokens:
-        by_req.setdefault(t.request, []).append(t.time)
-    itl = []
-    for times in by_req.values():
-        distinct = np.unique(np.asarray(times))
-        itl.extend(np.diff(distinct).tolist())
-    ttft = [r.first_token - r.arrival for r in requests]
-    e2e = [r.finish - r.arrival for r in requests]
-    tpot = [(r.finish - r.first_token) / (r.output_tokens - 1) for r in requests if r.output_tokens > 1]
-    out_tokens = sum(r.output_tokens for r in requests)
-    span = (max(r.finish for r in requests) - min(r.arrival for r in requests)) if requests else float("nan")
-    drafts = [m for m in members if not m.prefill and m.drafted > 0]
-    drafted = sum(m.drafted for m in drafts)
-    accepted = sum(m.accepted for m in drafts)
-    longest = max((m.drafted for m in drafts), default=0)
-    per_pos = [sum(1 for m in drafts if m.accepted > i) for i in range(longest)]
-    batch = [s.batch for s in steps if s.batch]
-    return {
-        "requests": len(requests), "output_tokens": out_tokens, "duration": span,
-        "ttft": _stats(ttft), "tpot": _stats(tpot), "itl": _stats(itl), "e2e": _stats(e2e),
-        "throughput": out_tokens / span if requests and span > 0 else float("nan"),
-        "mean_batch": float(np.mean(batch)) if batch else 0.0,
-        "steps": len(steps), "decode_steps": len(batch),
-        "spec_decode": {"num_drafts": len(drafts), "num_draft_tokens": drafted, "num_accepted_tokens": accepted,
-                        "accepted_per_position": per_pos,
-                        "draft_acceptance_rate": accepted / drafted if drafted else float("nan"),
-                        "mean_acceptance_length": 1 + accepted / len(drafts) if drafts else 1.0},
-    }
+    return summarize_run(run_record(requests, tokens, members, steps))

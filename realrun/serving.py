@@ -464,7 +464,12 @@ class Server:
             if not live and not joiners:
                 self.sleep(max(0.0, pending[0].arrival - now))
                 continue
-            finished = self._step(log, live, joiners, now)
+            waiting = 0
+            for r in pending:
+                if r.arrival > now:
+                    break
+                waiting += 1
+            finished = self._step(log, live, joiners, now, waiting)
             if on_step is not None:
                 on_step(log, finished)
         log.seconds = self._t()
@@ -519,7 +524,7 @@ class Server:
 
     # ------------------------------------------------------------ one step
 
-    def _step(self, log: ServeLog, live: list, joiners: list, admitted: float) -> list:
+    def _step(self, log: ServeLog, live: list, joiners: list, admitted: float, waiting: int = 0) -> list:
         """One step, as the serving simulator's replica runs it: a speculative round of every
         running sequence (drafting, then one batched verification) and the prefill of the
         joiners (their own batched forward; their first token comes out at the end of the
@@ -605,7 +610,7 @@ class Server:
         log.steps.append(Step(step, t0, t2, B, len(new), sum(m.new_tokens for m in mine), sum(m.context for m in mine),
                               sum(len(r.req.prompt) for r in new), sum(m.drafted for m in mine), sum(m.accepted for m in mine),
                               sum(m.emitted for m in mine) + len(new), max(ks) if ks else -1, draft_s, target_s, prefill_s,
-                              (t2 - t0) - draft_s - target_s - prefill_s, compacted))
+                              (t2 - t0) - draft_s - target_s - prefill_s, compacted, waiting))
         return finished
 
     def _stops(self, r: _Live, index: int, conf: float) -> bool:

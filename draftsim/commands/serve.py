@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     m = serving_metrics(log.requests, log.tokens, log.members, log.steps)
     overhead = [s.overhead_seconds for s in log.steps]
     m["overhead_per_step"] = float(np.mean(overhead)) if overhead else 0.0
+    m["seconds"] = log.seconds
     m["load_average_end"] = list(os.getloadavg())
     if writer is not None:
         writer.close(log, seconds=log.seconds, load_average_end=m["load_average_end"])
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         a.emit_json(out)
         return 0
     print(f"{target.name} + {drafter_name or 'no drafter'} ({policy_spec}, controller {args.controller}), max batch {args.max_batch}: "
-          f"{m['requests']} requests, {m['output_tokens']} tokens in {m['duration']:.2f} s, mean batch {m['mean_batch']:.2f}")
+          f"{m['requests']} requests, {m['output_tokens']} tokens in {log.seconds:.2f} s, mean batch {m['mean_batch']:.2f}")
     _print_metrics(m)
     if args.trace:
         print(f"serving trace: {args.trace}")
