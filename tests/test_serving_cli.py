@@ -1,0 +1,110 @@
+"""``draftsim serve-sim``: JSON keys, the QPS sweep and its crossover, and bad input — one line on
+stderr, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from draftsim.cli import main
+
+BASE = ("serve-sim", "--target", "llama-2-7b", "--drafter", "smollm2-135m", "--hardware", "h100-sxm", "--alpha", "0.8")
+
+
+def run(capsys, *argv):
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:
+        status = exc.code
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def test_json_keys_and_outputs(capsys, tmp_path):
+    tl, fig = tmp_path / "tl.json", tmp_path / "cdf.png"
+    status, out, err = run(capsys, *BASE, "--qps", "4", "--requests", "40", "--prompt-len", "uniform:64,256", "--output-len", "fixed:64",
+                           "--replications", "2", "--slo-ttft", "0.5", "--slo-tpot", "0.05", "--timeline", str(tl), "--figure", str(fig),
+                           "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    for key in ("ttft", "tpot", "itl", "e2e"):
+        assert set(data[key]) >= {"mean", "p50", "p90", "p99"}
+        assert 0 < data[key]["p50"] <= data[key]["p99"]
+        assert data["ci95"][key]["mean"] >= 0
+    assert data["throughput"] > 0 and data["goodput"] > 0
+    sd = data["spec_decode"]
+    assert {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos", "mean_acceptance_length"} <= set(sd)
+    assert data["replications"] == 2
+    trace = json.loads(tl.read_text())
+    assert trace["otherData"]["schema"] == "draftsim.serving-timeline"
+    assert {e["ph"] for e in trace["traceEvents"]} >= {"X", "C", "M"}
+    assert fig.stat().st_size > 1000
+
+
+def test_sweep_marks_the_crossover(capsys, tmp_path):
+    fig = tmp_path / "sweep.png"
+    status, out, err = run(capsys, "serve-sim", "--target", "llama-2-70b", "--tp", "4", "--drafter", "llama-2-7b", "--hardware", "h100-sxm",
+                           "--alpha", "0.8", "--requests", "60", "--output-len", "fixed:128", "--sweep-qps", "0.5,2,8,32",
+                           "--replications", "1", "--figure", str(fig))
+    assert status == 0, err
+    assert "crossover" in out and fig.exists()
+    status, out, _ = run(capsys, "serve-sim", "--target", "llama-2-70b", "--tp", "4", "--drafter", "llama-2-7b", "--hardware", "h100-sxm",
+                         "--alpha", "0.8", "--requests", "60", "--output-len", "fixed:128", "--sweep-qps", "0.5,2,8,32",
+                         "--replications", "1", "--json")
+    data = json.loads(out)
+    speedups = [r["speedup"] for r in data["sweep"]]
+    assert speedups[0] > 1 > speedups[-1]
+    assert 0.5 < data["crossover_qps"] < 32
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--qps", "0", "--requests", "5"), "qps must be finite and > 0"),
+    (("--qps", "-3", "--requests", "5"), "qps must be finite and > 0"),
+    (("--qps", "nan", "--requests", "5"), "qps must be finite and > 0"),
+    (("--qps", "2", "--requests", "0"), "requests must be an integer"),
+    (("--qps", "2", "--duration", "-1"), "duration must be finite and > 0"),
+    (("--qps", "2", "--requests", "5", "--prompt-len", "fixed:0"), "--prompt-len"),
+    (("--qps", "2", "--requests", "5", "--output-len", "uniform:50,10"), "lo <= hi"),
+    (("--qps", "2", "--requests", "5", "--output-len", "lognormal:median=-2,sigma=1"), "median must be finite and > 0"),
+    (("--qps", "2", "--requests", "5", "--slo-tpot", "0"), "slo_tpot must be finite and > 0"),
+    (("--qps", "2", "--requests", "5", "--kv-tokens", "300"), "memory too small for one request"),
+    (("--qps", "2", "--requests", "5", "--controller", "table:k=1-4:3,6-:0"), "gap"),
+    (("--qps", "2", "--requests", "5", "--controller", "table:k=1-4:3,3-:0"), "overlap"),
+    (("--qps", "2", "--requests", "5", "--arrivals", "gamma:cv=-1"), "cv must be finite and > 0"),
+    (("--requests", "5"), "open-loop arrivals need --qps"),
+    (("--qps", "2", "--requests", "5", "--sweep-qps", "1,2"), "--sweep-qps replaces --qps"),
+])
+def test_bad_input_is_one_line_exit_2_nothing_written(capsys, tmp_path, extra, message):
+    tl = tmp_path / "tl.json"
+    status, out, err = run(capsys, *BASE, *extra, "--timeline", str(tl))
+    assert status == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not tl.exists() and out == ""
+
+
+def test_memory_too_small_for_the_weights(capsys):
+    status, _, err = run(capsys, "serve-sim", "--target", "llama-2-70b", "--hardware", "h100-sxm", "--alpha", "0.8", "--policy", "ar",
+                         "--qps", "1", "--requests", "5")
+    assert status == 2 and "does not fit" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,374\n", "no output tokens column"),
+    ("Time,PromptTokenCount,CompletionTokenCount\n2.0,10,10\n1.0,10,10\n", "must be sorted"),
+    ("Time,PromptTokenCount,CompletionTokenCount\n-1.0,10,10\n", "finite and >= 0"),
+])
+def test_bad_request_traces(capsys, tmp_path, text, message):
+    trace = tmp_path / "trace.csv"
+    trace.write_text(text)
+    status, out, err = run(capsys, *BASE, "--request-trace", str(trace))
+    assert status == 2 and message in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
+def test_request_trace_replay(capsys, tmp_path):
+    trace = tmp_path / "azure.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:15:{10 + i // 2:02d}.{(i % 2) * 5}000000,{100 + 13 * i},{20 + 7 * i}\n" for i in range(20)))
+    status, out, err = run(capsys, *BASE, "--request-trace", str(trace), "--replications", "1", "--json")
+    assert status == 0, err
+    assert json.loads(out)["requests"] == 20
