@@ -1,0 +1,217 @@
+"""The serving simulator held to a real serving run (``draftsim check-serve``).
+
+A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
+(:func:`sim.serving.serve`) with
+
+* the **same workload**: every request's arrival, prompt tokens and output tokens;
+* the **acceptance each request realised**: a :class:`sim.acceptance.TraceDriven` process with
+  one recorded sequence per request (the output after its first token): per round start
+  and draft index whether the drafted token was accepted, so a fixed-k replay drafts,
+  accepts and emits what the run did round by round;
+* the **same policy, controller and batch limit** (``max_num_seqs`` = the run's
+  ``--max-batch``; no token budget and whole-prompt prefills, as the real server);
+* **step costs**: the target's forward time from a ``draftsim profile`` of the same model
+  on the same machine (:class:`sim.cost.ProfileCost`) — or, without one, an affine model of
+  the run's own calls fitted by least squares (in-sample: says how well the *structure* of
+  the simulator fits, not how well it predicts) — plus the server's **measured per-step
+  overhead** (its wall time outside model calls, and Max-Gram's proposal time), fitted as
+  a + b·B over the run's steps of B sequences (:class:`StepCost`).
+
+Both runs are summarised by the same function (:func:`sim.serving.metrics.summarize_run`):
+TTFT, TPOT and end-to-end latency (p50, p90) and throughput, predicted against measured,
+relative error = (predicted − measured) / measured.
+
+What the replay cannot follow exactly: policies that stop on the drafter's confidence (the
+serving trace keeps each round's counts, not the drafter's confidences), and steps that
+prefill while others decode — the real server runs the prefill as a forward call of its
+own, the simulator prices the step as one call over all its tokens (:class:`StepCost`
+adds the second call's fixed part for such steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim.acceptance import TraceDriven
+from sim.controllers import parse_controller
+from sim.cost.base import BatchStats, CostModel
+from sim.cost.linear import CallCost
+from sim.cost.profile import load_profile
+from sim.errors import DraftsimError
+from sim.policies import parse_policy
+from sim.serving import ServingConfig, serve
+from sim.serving.metrics import summarize_run
+from sim.serving.scheduler import SchedulerConfig
+from sim.serving.workload import Workload
+
+__all__ = ["StepCost", "AffineCost", "realised_process", "check_serve", "CHECKED"]
+
+#: The metrics check-serve compares: (name, summary key, statistic or None).
+CHECKED = (("ttft_p50", "ttft", "p50"), ("ttft_p90", "ttft", "p90"), ("tpot_p50", "tpot", "p50"), ("tpot_p90", "tpot", "p90"),
+           ("e2e_p50", "e2e", "p50"), ("e2e_p90", "e2e", "p90"), ("throughput", "throughput", None))
+
+
+@dataclass(eq=False)
+class AffineCost(CostModel):
+    """t = a + b·B + c·N + d·P over a call's batch sums (B sequences, N new tokens, P
+    query–key pairs in thousands): a forward call's cost fitted to measured calls."""
+
+    a: float
+    b: float
+    c: float
+    d: float
+    name: str = "affine fit"
+
+    def _time(self, stats: BatchStats):
+        return self.a + self.b * stats.sequences + self.c * stats.tokens + self.d * stats.pairs / 1e3
+
+    def _bound(self, stats: BatchStats):
+        return np.where(self.a >= self.c * stats.tokens, 1, 3)
+
+    @classmethod
+    def fit(cls, sequences, tokens, pairs, seconds) -> "AffineCost":
+        from scipy.optimize import nnls
+
+        X = np.column_stack([np.ones(len(seconds)), sequences, tokens, np.asarray(pairs) / 1e3])
+        coef, _ = nnls(X, np.asarray(seconds, dtype=np.float64))
+        return cls(*map(float, coef))
+
+
+@dataclass(eq=False)
+class StepCost(CostModel):
+    """The target's cost in a serving step: ``base`` (one forward call) plus the server's
+    own time per step, ``overhead + per_sequence``·B, plus ``base``'s one-token call for a
+    step that also prefills (the real server prefills in a call of its own). A step is known
+    to prefill when it brings more tokens than its sequences can verify (``k_max`` + 1 each)."""
+
+    base: CostModel
+    overhead: float
+    per_sequence: float
+    k_max: int
+    name: str = "serving step"
+
+    def _time(self, stats: BatchStats):
+        t = self.base.stats_time(stats) + self.overhead + self.per_sequence * stats.sequences
+        prefill = stats.tokens > stats.sequences * (self.k_max + 1)
+        return np.where(prefill, t + self.base.shape_time(1, 1, 0), t)
+
+    def _bound(self, stats: BatchStats):
+        return np.full(np.shape(stats.tokens), 1)
+
+
+def realised_process(requests: list, members: list, width: int) -> TraceDriven:
+    """One recorded sequence per request (in id order): its output after the first token;
+    per round start and draft index whether the drafted token was accepted."""
+    reqs = sorted(requests, key=lambda r: r.request)
+    index = {r.request: i for i, r in enumerate(reqs)}
+    lengths = [max(r.output_tokens - 1, 1) for r in reqs]
+    flags = [np.zeros(n) for n in lengths]
+    rounds = [np.full((n, max(width, 1)), np.nan) for n in lengths]
+    emitted = [0] * len(reqs)
+    for m in sorted(members, key=lambda m: (m.step, m.request)):
+        i = index.get(m.request)
+        if i is None or m.prefill:
+            continue
+        p = emitted[i]  # output tokens after the first one emitted before this round
+        for j in range(m.drafted):
+            if p + j < lengths[i]:
+                flags[i][p + j] = float(j < m.accepted)
+                rounds[i][p, j] = float(j < m.accepted)
+        emitted[i] += m.emitted
+    return TraceDriven(flags, rounds={(1, 0): rounds})
+
+
+def _rel(pred: float, meas: float) -> float:
+    return float((pred - meas) / meas) if meas else float("nan")
+
+
+def _costs(meta: dict, steps: list, members: list, profile, k_max: int):
+    """(target cost, description): a profile of this model and machine, or an in-sample fit."""
+    by_step: dict = {}
+    for m in members:
+        by_step.setdefault(m.step, []).append(m)
+    if profile is not None:
+        prof = load_profile(profile, extrapolate="clamp")
+        model = meta.get("model", {})
+        try:
+            prof.check_fingerprint(model={k: model.get(k) for k in ("name", "dtype", "architecture")},
+                                   machine={k: meta.get("machine", {}).get(k) for k in ("cpu", "cores", "device")})
+        except DraftsimError as exc:
+            raise DraftsimError(f"the profile {profile} does not describe this trace's run: {exc}") from None
+        base, what = prof, f"profile {profile}"
+    else:
+        S, N, P, T = [], [], [], []
+        for s in steps:
+            mine = by_step.get(s.step, [])
+            dec = [m for m in mine if not m.prefill]
+            pre = [m for m in mine if m.prefill]
+            if dec:
+                S.append(len(dec))
+                N.append(sum(m.new_tokens for m in dec))
+                P.append(sum(m.new_tokens * (m.context + (m.new_tokens + 1) / 2) for m in dec))
+                T.append(s.target_seconds)
+            if pre:
+                S.append(len(pre))
+                N.append(sum(m.new_tokens for m in pre))
+                P.append(sum(m.new_tokens * (m.new_tokens + 1) / 2 for m in pre))
+                T.append(s.prefill_seconds)
+        if not T:
+            raise DraftsimError("the serving trace has no forward calls to fit costs to")
+        base, what = AffineCost.fit(S, N, P, T), "affine fit to this run's forward calls (in-sample)"
+    # the server's own time per step (Max-Gram's proposals included), a + b·B
+    statistical = meta.get("drafter") in ("maxgram", "bigram")
+    B = np.array([s.batch + s.prefills for s in steps], dtype=np.float64)
+    own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps])
+    if len(B) >= 2 and np.ptp(B) > 0:
+        b, a = np.polyfit(B, own, 1)
+        if b < 0:
+            a, b = float(own.mean()), 0.0
+    else:
+        a, b = float(own.mean()), 0.0
+    return StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max), what, {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)}
+
+
+def _drafter_cost(meta: dict, steps: list) -> CostModel:
+    """Statistical drafters cost nothing here (their time is in the step overhead); a neural
+    drafter costs its measured seconds per batched call (one call per draft position)."""
+    if meta.get("drafter") in (None, "maxgram", "bigram"):
+        return CallCost(0.0)
+    calls = sum(s.k_cap for s in steps if s.k_cap > 0)
+    secs = sum(s.draft_seconds for s in steps)
+    return CallCost(secs / calls if calls else 0.0)
+
+
+def check_serve(path, profile=None, seed: int = 0) -> dict:
+    """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
+    from realrun.servetrace import ServeTrace, run_record
+
+    trace = ServeTrace(path)
+    trace.require_complete()
+    meta = trace.metadata
+    steps, members, reqs, tokens = (trace.records(t) for t in ("steps", "members", "requests", "tokens"))
+    if not reqs:
+        raise DraftsimError(f"serving trace {path} holds no finished request")
+    measured = summarize_run(run_record(reqs, tokens, members, steps))
+    policy = parse_policy(meta["policy"])
+    controller = parse_controller(meta.get("controller") or "none")
+    width = max([m.drafted for m in members] + [policy.max_draft, 1])
+    process = realised_process(reqs, members, width)
+    target, what, overhead = _costs(meta, steps, members, profile, policy.max_draft)
+    drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
+    by_id = sorted(reqs, key=lambda r: r.request)
+    cfg = ServingConfig(policy, process, target, drafters, controller=controller,
+                        scheduler=SchedulerConfig(max_num_seqs=int(meta["max_batch"]), max_num_batched_tokens=1 << 24, chunked_prefill=False))
+    wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
+                  np.array([r.output_tokens for r in by_id], dtype=np.int64), np.zeros(len(by_id), dtype=np.int64))
+    predicted = summarize_run(serve(cfg, wl, seed=seed))
+    rows = []
+    for name, key, stat in CHECKED:
+        p = predicted[key] if stat is None else predicted[key][stat]
+        m = measured[key] if stat is None else measured[key][stat]
+        rows.append({"metric": name, "predicted": float(p), "measured": float(m), "relative_error": _rel(p, m)})
+    return {"path": str(Path(path)), "target": meta.get("target"), "drafter": meta.get("drafter"), "policy": meta.get("policy"),
+            "controller": meta.get("controller"), "requests": len(reqs), "costs": what, "overhead": overhead, "metrics": rows,
+            "predicted": predicted, "measured": measured}
