@@ -63,17 +63,17 @@ def main() -> None:
     def run(policy, head=None):
         logs = [generate(target, x, args.max_new_tokens, policy, NeuralDraft(draft, "distilled", head=head)) for x in ids]
         tokens = sum(l.tokens for l in logs)
-        drafted = sum(r["drafted"] for l in logs for r in l.rounds)
-        accepted = sum(r["accepted"] for l in logs for r in l.rounds)
+        drafted = sum(l.drafted for l in logs)
+        accepted = sum(l.accepted for l in logs)
         return {"tokens": tokens, "target_calls": sum(l.target_calls for l in logs), "draft_calls": sum(l.draft_calls for l in logs),
                 "discard_rate": (drafted - accepted) / tokens, "verification_rate": sum(l.target_calls for l in logs) / tokens,
                 "tokens_per_second": tokens / sum(l.seconds for l in logs), "logs": logs}
 
     results = []
     base = run(P.FixedK(4))
-    calls = [c for l in base["logs"] for c in l.calls if c["kind"] != "prefill"]
-    t_target = float(np.mean([c["seconds"] for c in calls if c["model"] == 0]))
-    t_draft = float(np.mean([c["seconds"] for c in calls if c["model"] == 1]))
+    calls = [c for l in base["logs"] for c in l.calls if c.kind != "prefill"]
+    t_target = float(np.mean([c.seconds for c in calls if c.model == 0]))
+    t_draft = float(np.mean([c.seconds for c in calls if c.model == 1]))
     print(f"\ncost model from the fixed-K run: t_draft {t_draft * 1e3:.1f} ms, t_target {t_target * 1e3:.1f} ms per call; "
           f"autoregressive {ar_rate:.2f} tokens/s")
     print(f"{'policy':34s} {'discard':>7s} {'verify':>7s} {'tok/s':>6s} {'speedup':>7s} {'latency/token (model)':>22s}")

@@ -2,7 +2,8 @@
 
 In the spirit of transformers' ``CandidateGenerator``, a drafter
 
-* ``propose(context, k)`` → up to k draft tokens and the distributions they came from;
+* ``propose(context, k, prompt_len)`` → up to k draft tokens and the distributions they came
+  from (with the drafter's confidence in each, where it is not the token's probability);
 * ``feedback(n_accepted)`` → learns from the verification (a no-op here);
 * ``predict_along(ids, start)`` → its next-token distribution at every position t ≥ start of
   a given text, conditioned on ``ids[:t]`` (teacher forcing; what traces record).
@@ -31,6 +32,10 @@ class Rows:
     vocab: int
     dense: np.ndarray | None = None
     sparse: list | None = None  # [(ids int64 array, probs float array)] per position
+    #: Per position, the drafter's confidence in the token it proposes there, when that is not
+    #: the row's probability of it (a deterministic drafter's rows are one-hot: Max-Gram's
+    #: confidence is a function of its match length). None: the row's probability.
+    conf: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.dense) if self.dense is not None else len(self.sparse)
@@ -89,17 +94,32 @@ def accept_prob(p: np.ndarray, q: Rows) -> np.ndarray:
 
 
 class Drafter:
-    """Base class (see the module docstring)."""
+    """Base class (see the module docstring). The executors read these attributes directly;
+    a subclass overrides the ones that differ."""
 
+    #: Its name in logs, traces and tables.
     name = "drafter"
+    #: True for a causal LM the executors run themselves (one forward call per token, a KV
+    #: cache; :class:`NeuralDraft`); False for a statistical drafter, whose :meth:`propose`
+    #: gives all of a block's tokens at once.
     neural = False
+    #: Size of the vocabulary its token ids index; None: it proposes ids it has seen in the
+    #: context (the executors refuse a drafter whose vocabulary differs from the target's).
+    vocab: int | None = None
+    #: The loaded model of a neural drafter (:class:`realrun.models.LoadedModel`), else None.
+    loaded = None
+    #: The tokenizer whose ids it proposes, else None (a statistical drafter proposes the
+    #: target's ids): the executors refuse one that maps ids differently from the target's.
+    tokenizer = None
     #: A SpecDec++ acceptance head (:mod:`realrun.head`) for a neural drafter, else None.
     head = None
 
     def predict_along(self, ids: Sequence[int], start: int) -> Rows:
         raise NotImplementedError
 
-    def propose(self, context: Sequence[int], k: int) -> tuple[list[int], Rows]:
+    def propose(self, context: Sequence[int], k: int, prompt_len: int | None = None) -> tuple[list[int], Rows]:
+        """Up to ``k`` tokens to follow ``context``, whose first ``prompt_len`` tokens are the
+        prompt (None: all of it), and the rows they were proposed from."""
         raise NotImplementedError
 
     def feedback(self, n_accepted: int) -> None:
@@ -139,7 +159,7 @@ class Bigram(Drafter):
     def predict_along(self, ids, start):
         return Rows(self.vocab, sparse=[self.distribution(ids[t - 1]) for t in range(start, len(ids))])
 
-    def propose(self, context, k):
+    def propose(self, context, k, prompt_len=None):
         out, rows, ctx = [], [], list(context)
         for _ in range(k):
             d = self.distribution(ctx[-1])
@@ -154,34 +174,49 @@ class MaxGram(Drafter):
     """Max-Gram ([CSD] §3.3, Appendix A): find the longest suffix of the context (up to
     ``max_n`` tokens) that occurred earlier — in the prompt first, then in the generated
     text, the most recent occurrence — and propose the tokens that followed it. With no
-    match, fall back to a bigram table. Deterministic: rows are one-hot. Cost ≈ 0.
+    match, fall back to a bigram table (or, without one, repeat the last token).
+    Deterministic: rows are one-hot. Cost ≈ 0.
+
+    **Confidence** (:attr:`Rows.conf`, what :class:`sim.policies.ConfidenceStop` reads): a
+    token copied after a match of m tokens has confidence m / (m + 1); a fallback token
+    (no match, or past the end of the matched continuation) has 0. A heuristic, not a
+    probability ([CSD] gives Max-Gram none): the longer the repeated context, the likelier
+    its continuation repeats too. So ``ConfidenceStop(tau, k)`` with 0 < τ ≤ ½ drafts the
+    matched continuation (up to k tokens) and a single token where nothing matches — as
+    transformers' prompt lookup proposes the continuation of a match and nothing without
+    one; τ ∈ (½, ⅔] asks for a match of two tokens, and so on.
     """
 
     name = "maxgram"
-    #: propose() takes the prompt length (the prompt is searched first).
-    uses_prompt = True
 
     def __init__(self, vocab: int, max_n: int = 8, fallback: Bigram | None = None):
         self.vocab = vocab
         self.max_n = max_n
         self.fallback = fallback
 
-    def _index(self, ids: Sequence[int], lo: int, hi: int) -> list[dict]:
-        """For n = 1..max_n: n-gram ending before position i → i (the follower's position), lo ≤ i < hi."""
-        idx = [dict() for _ in range(self.max_n + 1)]
-        for i in range(lo, hi):
-            for n in range(1, min(self.max_n, i) + 1):
-                idx[n][tuple(ids[i - n : i])] = i
-        return idx
+    @staticmethod
+    def confidence(match: int) -> float:
+        """m / (m + 1) for a token copied after a match of ``match`` = m tokens (0: no match)."""
+        return match / (match + 1.0)
 
-    def _match(self, ids, t, prompt_idx, gen_idx) -> int | None:
-        """Position whose token follows the longest suffix of ids[:t] seen before, or None."""
-        for index in (prompt_idx, gen_idx):
-            for n in range(min(self.max_n, t), 0, -1):
-                pos = index[n].get(tuple(ids[t - n : t]))
-                if pos is not None:
-                    return pos
-        return None
+    def _match(self, ids: np.ndarray, t: int, lo: int, hi: int) -> tuple[int, int] | None:
+        """(i, n): the largest n ≤ max_n such that ``ids[i − n : i] == ids[t − n : t]`` for
+        some i in [lo, hi), and the latest such i — the position whose token followed the
+        longest earlier occurrence of the suffix of ``ids[:t]`` (hi ≤ t); None without one."""
+        lo = max(lo, 1)
+        if hi <= lo or t < 1:
+            return None
+        i = np.flatnonzero(ids[lo - 1 : hi - 1] == ids[t - 1]) + lo  # n = 1
+        if not i.size:
+            return None
+        best = (int(i[-1]), 1)
+        for n in range(2, min(self.max_n, t) + 1):
+            i = i[i >= n]
+            i = i[ids[i - n] == ids[t - n]]
+            if not i.size:
+                break
+            best = (int(i[-1]), n)
+        return best
 
     def _fallback(self, prev: int) -> int:
         if self.fallback is None:
@@ -189,32 +224,32 @@ class MaxGram(Drafter):
         return int(self.fallback.distribution(prev)[0][0])
 
     def predict_along(self, ids, start):
-        ids = list(ids)
-        prompt_idx = self._index(ids, 1, start)
-        gen_idx = [dict() for _ in range(self.max_n + 1)]
-        rows = []
+        ids = np.asarray(ids, dtype=np.int64)
+        rows, conf = [], []
         for t in range(start, len(ids)):
-            pos = self._match(ids, t, prompt_idx, gen_idx)
-            tok = ids[pos] if pos is not None else self._fallback(ids[t - 1])
+            hit = self._match(ids, t, 1, start) or self._match(ids, t, start, t)
+            tok = int(ids[hit[0]]) if hit is not None else self._fallback(int(ids[t - 1]))
             rows.append((np.array([tok], dtype=np.int64), np.array([1.0])))
-            for n in range(1, min(self.max_n, t) + 1):  # ids[t] now follows these n-grams
-                gen_idx[n][tuple(ids[t - n : t])] = t
-        return Rows(self.vocab, sparse=rows)
+            conf.append(self.confidence(hit[1]) if hit is not None else 0.0)
+        return Rows(self.vocab, sparse=rows, conf=np.array(conf))
 
-    def propose(self, context, k, prompt_len: int | None = None):
-        """Copy up to k tokens that followed the longest earlier match of the context's suffix."""
-        ids = list(context)
-        P = len(ids) if prompt_len is None else prompt_len
-        prompt_idx = self._index(ids, 1, min(P, len(ids)))
-        gen_idx = self._index(ids, min(P, len(ids)), len(ids))
-        out = []
-        pos = self._match(ids, len(ids), prompt_idx, gen_idx)
-        if pos is not None:
-            out = ids[pos : pos + k]
-        while len(out) < k:  # extend by the fallback
-            out.append(self._fallback((ids + out)[-1]))
+    def propose(self, context, k, prompt_len=None):
+        """Copy up to k tokens that followed the longest earlier match of the context's suffix
+        (in the prompt, its first ``prompt_len`` tokens, before the generated text); fill up
+        with the fallback."""
+        ids = np.asarray(context, dtype=np.int64)
+        L = len(ids)
+        P = L if prompt_len is None else min(prompt_len, L)
+        hit = self._match(ids, L, 1, P) or self._match(ids, L, P, L)
+        out, conf = [], []
+        if hit is not None:
+            out = ids[hit[0] : hit[0] + k].tolist()
+            conf = [self.confidence(hit[1])] * len(out)
+        while len(out) < k:
+            out.append(self._fallback(out[-1] if out else int(ids[-1])))
+            conf.append(0.0)
         rows = [(np.array([t], dtype=np.int64), np.array([1.0])) for t in out]
-        return out, Rows(self.vocab, sparse=rows)
+        return out, Rows(self.vocab, sparse=rows, conf=np.array(conf))
 
 
 class NeuralDraft(Drafter):
@@ -226,6 +261,7 @@ class NeuralDraft(Drafter):
         self.loaded = loaded
         self.name = name or loaded.name
         self.vocab = loaded.vocab_size
+        self.tokenizer = loaded.tokenizer
         #: Optional SpecDec++ acceptance head (:mod:`realrun.head`): its p̂ becomes the policy's prediction.
         self.head = head
 

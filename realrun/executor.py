@@ -20,35 +20,39 @@ every proposed token carries the distribution it was actually proposed from — 
 rule's output for tokens produced by an inner verification, the drafter's own row for its
 bonus token — exactly as :class:`sim.exact.VerticalProcess` proves lossless.
 
-KV caches: each neural model keeps one ``DynamicCache`` plus the ids it holds; before a call
-the cache is cropped to its longest prefix shared with the context (rollback after
-rejections, at any level) and only the rest is fed.
+KV caches: each neural model keeps one ``DynamicCache`` plus the ids it holds
+(:class:`CachedLM`); before a call the cache is rolled back to its longest prefix shared with
+the context (:meth:`CachedLM.rollback`: after rejections, at any level) and only the rest is fed.
 
-Every forward call, every verification and every round is logged (:class:`RunLog`); that is
-what :mod:`realrun.runtrace` writes to disk and :mod:`realrun.replay` gives back to ``sim``.
+Every executor — :func:`generate` here, :func:`token_cascade` (the sequential token-level
+cascade baseline, [SC] Algorithm 2) and :func:`realrun.trees.generate_tree` — runs the same
+round loop (:func:`decode`) and logs the same records (:class:`RunLog`, :mod:`sim.records`),
+which :mod:`realrun.runs` writes as run traces and :mod:`sim.replay` gives back to ``sim``.
 Batch size 1.
-
-:func:`token_cascade` is the sequential token-level cascade baseline ([SC] Algorithm 2).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from sim.distributions import warp
 from sim.errors import DraftsimError
 from sim.policies import Autoregressive, Block, FixedK, Policy
+from sim.records import Call, DraftEvent, Round
 from sim.rules import SD, Leniency, Rule
 from sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 
 from .drafters import Drafter, NeuralDraft
 from .models import LoadedModel, same_tokenizer
 
-__all__ = ["Sampling", "RunLog", "CachedLM", "generate", "token_cascade", "check_context", "check_drafters"]
+__all__ = ["Sampling", "RunLog", "CachedLM", "RoundResult", "decode", "generate", "token_cascade",
+           "check_context", "check_drafters", "check_sampling", "eos_id"]
 
+_now = time.perf_counter
 _ONE_TOKEN = FixedK(1)  # the sequential cascade's shape for _Run: one drafter token per step
 
 
@@ -74,23 +78,16 @@ class Sampling:
 
 @dataclass
 class RunLog:
-    """What a run did.
+    """What a run did: the ``output`` tokens and the run's records (:mod:`sim.records`) —
+    ``rounds`` (:class:`~sim.records.Round`, one per target verification), ``calls``
+    (:class:`~sim.records.Call`, one per forward call or statistical proposal) and ``drafts``
+    (:class:`~sim.records.DraftEvent`, one per proposed token at every level). ``seconds`` is
+    the run's wall time, prefill included; ``prefill_seconds`` the target's prefill call."""
 
-    ``rounds``: per target verification — start (output index), drafted (proposed tokens that
-    lie within the final text), accepted, emitted, draft_seconds, target_seconds.
-    ``calls``: per forward call or drafter proposal — round, model (0 = target), kind
-    ("prefill", "draft", "verify"), n_tokens (tokens fed), seconds.
-    ``drafts``: per proposed token at every level — round, verifier, proposer (the model that
-    drafted it), block (the model of the plan block it came out of: for tokens a drafter's
-    speculative round passed up, that drafter), position (output index the token would take),
-    index (its place in the verified draft: position − index is where that draft started),
-    token, conf (proposer's probability of it), accepted (by that verifier).
-    """
-
-    output: list = field(default_factory=list)
-    rounds: list = field(default_factory=list)
-    calls: list = field(default_factory=list)
-    drafts: list = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    drafts: list[DraftEvent] = field(default_factory=list)
     seconds: float = 0.0
     prefill_seconds: float = 0.0
 
@@ -100,31 +97,52 @@ class RunLog:
 
     @property
     def target_calls(self) -> int:
-        return sum(1 for c in self.calls if c["model"] == 0 and c["kind"] != "prefill")
+        return sum(1 for c in self.calls if c.model == 0 and c.kind != "prefill")
 
     @property
     def draft_calls(self) -> int:
-        return sum(1 for c in self.calls if c["model"] != 0)
+        return sum(1 for c in self.calls if c.model != 0)
+
+    @property
+    def drafted(self) -> int:
+        """Tokens proposed to the target (see :class:`sim.records.Round`)."""
+        return sum(r.drafted for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        """Proposed tokens the target accepted."""
+        return sum(r.accepted for r in self.rounds)
 
     @property
     def mean_accepted_length(self) -> float:
         """Tokens per target call, bonus included."""
         return self.tokens / max(self.target_calls, 1)
 
+    @property
+    def call_seconds(self) -> float:
+        """Time spent in calls: forward calls and statistical drafters' proposals."""
+        return sum(c.seconds for c in self.calls)
+
+    @property
+    def overhead_seconds(self) -> float:
+        """The executor's own time: the run's wall time outside its calls (setup and every
+        round's :attr:`sim.records.Round.overhead_seconds`)."""
+        return self.seconds - self.call_seconds
+
     def calls_per_model(self, n_models: int) -> list[int]:
         out = [0] * n_models
         for c in self.calls:
-            if c["kind"] != "prefill":
-                out[c["model"]] += 1
+            if c.kind != "prefill":
+                out[c.model] += 1
         return out
 
     def levels(self) -> dict[tuple[int, int], dict]:
         """Drafted and accepted tokens per (proposer, verifier)."""
         out: dict = {}
         for d in self.drafts:
-            e = out.setdefault((d["proposer"], d["verifier"]), {"drafted": 0, "accepted": 0})
+            e = out.setdefault((d.proposer, d.verifier), {"drafted": 0, "accepted": 0})
             e["drafted"] += 1
-            e["accepted"] += int(d["accepted"])
+            e["accepted"] += int(d.accepted)
         return out
 
 
@@ -139,6 +157,23 @@ class CachedLM:
         self.ids: list[int] = []  # the tokens the cache holds
         self.fed = 0  # tokens fed by the last call
 
+    def shared_prefix(self, context: list[int], limit: int) -> int:
+        """Length of the longest common prefix of the cached ids and ``context``, at most ``limit``."""
+        n = min(len(self.ids), limit)
+        if self.ids[:n] == context[:n]:
+            return n
+        diff = np.flatnonzero(np.asarray(self.ids[:n]) != np.asarray(context[:n]))
+        return int(diff[0])
+
+    def rollback(self, context: list[int], limit: int) -> int:
+        """Crop the cache to its longest prefix shared with ``context`` (at most ``limit``
+        tokens) — the one place the cache shrinks — and return that prefix's length."""
+        keep = self.shared_prefix(context, limit)
+        if keep < len(self.ids):
+            self.cache.crop(keep - len(self.ids))  # a negative count: drop that many tokens from the end
+            del self.ids[keep:]
+        return keep
+
     def logits(self, context: list[int], n_rows: int = 1, hidden: bool = False):
         """Next-token logits after each of the last ``n_rows`` prefixes of ``context``
         (row j follows ``context[: len(context) - n_rows + 1 + j]``), as a (n_rows, V) tensor;
@@ -148,33 +183,31 @@ class CachedLM:
         need = len(context) - n_rows  # the cache may hold at most this much of the context
         if need < 0:
             raise DraftsimError(f"asked for {n_rows} rows of a {len(context)}-token context")
-        keep = self._common(context, need)
-        if keep < len(self.ids):
-            self.cache.crop(keep - len(self.ids))  # a negative count: drop that many tokens from the end
-            del self.ids[keep:]
+        keep = self.rollback(context, need)
         new = context[keep:]
         with torch.inference_mode():
             out = self.loaded.model(torch.tensor([new], device=self.loaded.device), past_key_values=self.cache, use_cache=True,
-                                    output_hidden_states=hidden)
+                                    output_hidden_states=hidden, logits_to_keep=n_rows)
         self.ids.extend(new)
         self.fed = len(new)
         if hidden:
             return out.logits[0, -n_rows:].float(), out.hidden_states[-1][0, -n_rows:]
         return out.logits[0, -n_rows:].float()
 
-    def _common(self, context: list[int], limit: int) -> int:
-        n = min(len(self.ids), limit)
-        if self.ids[:n] == context[:n]:
-            return n
-        diff = np.flatnonzero(np.asarray(self.ids[:n]) != np.asarray(context[:n]))
-        return int(diff[0])
+
+# ---------------------------------------------------------------- checks shared by the executors
+
+def check_sampling(sampling: Sampling, rng) -> None:
+    """Raise unless a sampling run has its generator."""
+    if not sampling.greedy and rng is None:
+        raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
 
 
 def check_context(target: LoadedModel, prompt: list[int], max_new_tokens: int) -> None:
     """Raise unless ``prompt`` is non-empty and ``max_new_tokens`` more fit the target's context."""
     if not prompt:
         raise DraftsimError("the prompt is empty")
-    limit = getattr(target.model.config, "max_position_embeddings", None)
+    limit = getattr(target.model.config, "max_position_embeddings", None)  # a transformers config, not ours
     if limit is not None and len(prompt) + max_new_tokens > limit:
         raise DraftsimError(
             f"prompt of {len(prompt)} tokens + {max_new_tokens} new tokens exceeds the target's context of {limit}"
@@ -184,10 +217,9 @@ def check_context(target: LoadedModel, prompt: list[int], max_new_tokens: int) -
 def check_drafters(target: LoadedModel, drafters: list[Drafter]) -> None:
     """Raise unless every drafter shares the target's vocabulary and token ids."""
     for d in drafters:
-        vocab = getattr(d, "vocab", target.vocab_size)
-        if vocab != target.vocab_size:
-            raise DraftsimError(f"drafter {d.name} and the target have different vocabularies ({vocab} vs {target.vocab_size})")
-        tok = getattr(getattr(d, "loaded", None), "tokenizer", None)
+        if d.vocab is not None and d.vocab != target.vocab_size:
+            raise DraftsimError(f"drafter {d.name} and the target have different vocabularies ({d.vocab} vs {target.vocab_size})")
+        tok = d.tokenizer
         if tok is not None and tok is not target.tokenizer and not same_tokenizer(tok, target.tokenizer):
             raise DraftsimError(f"drafter {d.name} does not share the target's tokenizer (token ids differ); "
                                 "speculative decoding needs one vocabulary")
@@ -205,32 +237,113 @@ def _check_chain_policy(policy: Policy, drafters: list[Drafter]) -> None:
                             f"a K matrix must have one row and column per model (target + drafters)")
 
 
+def eos_id(target: LoadedModel, stop_at_eos: bool) -> int | None:
+    """The token that ends a run (None: run to the budget)."""
+    return target.tokenizer.eos_token_id if stop_at_eos else None
+
+
+# ---------------------------------------------------------------- the round loop
+
+@dataclass(slots=True)
+class RoundResult:
+    """What one round hands to :func:`decode`: its new tokens (the accepted draft tokens, then
+    the verifier's own — correction or bonus), the drafted and accepted counts, and the wall
+    time of drafting and of verification."""
+
+    tokens: list[int]
+    drafted: int
+    accepted: int
+    draft_seconds: float
+    target_seconds: float
+
+
+def decode(log: RunLog, prompt: list[int], max_new_tokens: int, eos: int | None,
+           step: Callable[[list[int], int], RoundResult], started: float, in_text: bool = True) -> RunLog:
+    """The round loop every executor shares.
+
+    ``step(context, budget)`` runs round ``len(log.rounds)`` on ``context`` (the prompt and
+    the output so far), drafting at most ``budget`` tokens, and logs its calls and draft
+    events. The loop cuts the round's new tokens at the budget and after ``eos``, appends
+    them to ``log.output``, and records the round (:class:`sim.records.Round`; its overhead is
+    its wall time outside the calls it logged) until EOS or ``max_new_tokens`` ends the run.
+    With ``in_text`` (chain drafts) the drafted and accepted counts are finally cut to the
+    positions of the final text: a draft past its end is not positions of it. ``started`` is
+    when the run began (``log.seconds`` counts from it).
+    """
+    context = list(prompt)
+    while log.tokens < max_new_tokens:
+        t0 = _now()
+        first_call = len(log.calls)
+        budget = max_new_tokens - log.tokens
+        res = step(context, budget)
+        new = res.tokens[:budget]
+        ended = eos is not None and eos in new
+        if ended:
+            new = new[: new.index(eos) + 1]
+        start = log.tokens
+        log.output.extend(new)
+        context.extend(new)
+        in_calls = sum(c.seconds for c in log.calls[first_call:])
+        log.rounds.append(Round(len(log.rounds), start, res.drafted, res.accepted, len(new), res.draft_seconds,
+                                res.target_seconds, _now() - t0 - in_calls))
+        if ended:
+            break
+    if in_text:
+        for r in log.rounds:
+            room = log.tokens - r.start
+            r.drafted, r.accepted = min(r.drafted, room), min(r.accepted, room)
+    log.seconds = _now() - started
+    return log
+
+
+# ---------------------------------------------------------------- chain drafting and verification
+
 class _Run:
-    """One generation: the models, their caches, the rules and the log."""
+    """One chain generation: the models, their caches, the rules and the log."""
 
     def __init__(self, target, drafters, policy, sampling, rule, rng, prompt_len, log):
         self.models = [target, *drafters]
-        self.lms = [CachedLM(target)] + [CachedLM(d.loaded) if isinstance(d, NeuralDraft) else None for d in drafters]
+        self.lms = [CachedLM(target)] + [CachedLM(d.loaded) if d.neural else None for d in drafters]
         self.policy, self.sampling, self.rng, self.log = policy, sampling, rng, log
         self.top_rule = rule
-        leniency = getattr(policy, "leniency", 1.0)
-        self.inner_rule = SD() if leniency == 1.0 else Leniency(leniency)
+        self.inner_rule = SD() if policy.leniency == 1.0 else Leniency(policy.leniency)
         # Distributions are carried along with tokens when sampling, or when a rule needs q.
         self.rows_needed = not sampling.greedy or not isinstance(rule, SD)
         self.has_stop = type(policy).stop is not Policy.stop
         self.prompt_len = prompt_len
-        self.round = 0
+        self.round = 0  # the round being run: its calls and draft events carry it
+        self.state = policy.init(1)
         self._ahead: dict = {}  # model -> next-token logits already computed (acceptance heads)
 
-    def _call(self, model: int, kind: str, fn):
-        t0 = time.perf_counter()
+    def call(self, model: int, kind: str, fn):
+        """Run ``fn`` — a forward call of ``model``, or a statistical drafter's proposal — and log it."""
+        t0 = _now()
         out = fn()
-        self.log.calls.append({"round": self.round, "model": model, "kind": kind, "n_tokens": self._fed(model), "seconds": time.perf_counter() - t0})
+        seconds = _now() - t0
+        lm = self.lms[model]
+        self.log.calls.append(Call(self.round, model, kind, lm.fed if lm is not None else 0, seconds))
         return out
 
-    def _fed(self, model: int) -> int:
-        lm = self.lms[model]
-        return lm.fed if lm is not None else 0
+    def prefill(self, prompt: list[int]) -> None:
+        """Feed the target everything but the prompt's last token (the first round feeds it)."""
+        if len(prompt) > 1:
+            self.round = -1
+            self.call(0, "prefill", lambda: self.lms[0].logits(prompt[:-1], 1))
+            self.log.prefill_seconds = self.log.calls[-1].seconds
+
+    def step(self, context: list[int], budget: int) -> RoundResult:
+        """One round (:func:`decode`): build the policy's draft, verify it with the target."""
+        self.round = len(self.log.rounds)
+        t0 = _now()
+        draft = self.build(self.policy.begin_round(self.state), context, budget=budget)
+        t1 = _now()
+        logits = self.call(0, "verify", lambda: self.lms[0].logits(context + draft.tokens, len(draft) + 1))
+        n, token, _ = self.verify(0, draft, logits, self.top_rule, context)
+        t2 = _now()
+        self.policy.end_round(self.state, np.array([len(draft)]), np.array([n]))
+        for d in self.models[1:]:
+            d.feedback(n)
+        return RoundResult(draft.tokens[:n] + [token], len(draft), n, t1 - t0, t2 - t1)
 
     # ------------------------------------------------------------ drafting
 
@@ -263,7 +376,8 @@ class _Run:
 
     def _stopped(self, out: "_Draft", before: int) -> bool:
         for i in range(before, len(out)):
-            stop = self.policy.stop(self.state, i, {"prob": out.confs[i], "pred": np.array([out.preds[i]]), "conf": np.array([out.confs[i]])})
+            conf = np.array([out.confs[i]])
+            stop = self.policy.stop(self.state, i, {"prob": out.confs[i], "pred": np.array([out.preds[i]]), "conf": conf})
             if stop is not None and bool(np.asarray(stop).reshape(-1)[0]):
                 out.truncate(i + 1)
                 return True
@@ -278,27 +392,23 @@ class _Run:
         if ahead is not None and lm.ids == context:
             logits = ahead
         else:
-            logits = self._call(m, "draft", lambda: lm.logits(context, 1))[0]
+            logits = self.call(m, "draft", lambda: lm.logits(context, 1))[0]
         tok, row, conf = self._pick(logits)
         pred = conf
-        head = getattr(drafter, "head", None)
-        if head is not None:
-            nxt, hidden = self._call(m, "draft", lambda: lm.logits(context + [tok], 1, hidden=True))
-            pred = float(head.predict(hidden)[0])
+        if drafter.head is not None:
+            nxt, hidden = self.call(m, "draft", lambda: lm.logits(context + [tok], 1, hidden=True))
+            pred = float(drafter.head.predict(hidden)[0])
             self._ahead[m] = nxt[0]
         return _Draft().add(tok, row, m, conf, pred)
 
     def propose(self, m: int, context: list[int], steps: int) -> "_Draft":
-        """``steps`` tokens from statistical drafter ``m`` (Max-Gram, bigram) in one proposal."""
+        """``steps`` tokens from statistical drafter ``m`` (Max-Gram, bigram) in one proposal,
+        each with the drafter's confidence (:attr:`realrun.drafters.Rows.conf`)."""
         drafter = self.models[m]
-        t0 = time.perf_counter()
-        if getattr(drafter, "uses_prompt", False):
-            tokens, q = drafter.propose(context, steps, prompt_len=self.prompt_len)
-        else:
-            tokens, q = drafter.propose(context, steps)
-        self.log.calls.append({"round": self.round, "model": m, "kind": "draft", "n_tokens": 0, "seconds": time.perf_counter() - t0})
+        tokens, q = self.call(m, "draft", lambda: drafter.propose(context, steps, prompt_len=self.prompt_len))
+        confs = q.conf if q.conf is not None else q.prob(tokens)
         out = _Draft()
-        for i, (tok, conf) in enumerate(zip(tokens, q.prob(tokens))):
+        for i, (tok, conf) in enumerate(zip(tokens, confs)):
             out.add(tok, q.row(i) if self.rows_needed else None, m, conf)
         return out
 
@@ -324,7 +434,7 @@ class _Run:
         """Model ``m`` verifies the draft ``plan`` builds (inner rule) and emits the accepted
         tokens plus its correction or bonus, each with the row it was proposed from."""
         inner = self.build(plan, context)
-        logits = self._call(m, "verify", lambda: self.lms[m].logits(context + inner.tokens, len(inner) + 1))
+        logits = self.call(m, "verify", lambda: self.lms[m].logits(context + inner.tokens, len(inner) + 1))
         n, token, p_rows = self.verify(m, inner, logits, self.inner_rule, context)
         out = _Draft()
         for i in range(min(n + 1, len(inner))):
@@ -367,14 +477,13 @@ class _Run:
                 res = verify_block(tokens, q if q is not None else np.zeros((0, p_rows.shape[1])), p_rows, rule, self.rng, validate=False)
         n = int(res.n_accepted)
         start = len(context) - self.prompt_len
+        r, events = self.round, self.log.drafts
         for i, tok in enumerate(draft.tokens):
-            self.log.drafts.append({"round": self.round, "verifier": verifier, "proposer": draft.proposers[i],
-                                    "block": draft.blocks[i], "position": start + i, "index": i, "token": tok, "conf": draft.confs[i], "pred": draft.preds[i],
-                                    "accepted": i < n})
+            events.append(DraftEvent(r, verifier, draft.proposers[i], draft.blocks[i], start + i, i, tok, draft.confs[i], draft.preds[i], i < n))
         return n, int(res.token), p_rows
 
 
-@dataclass
+@dataclass(slots=True)
 class _Draft:
     tokens: list = field(default_factory=list)
     rows: list = field(default_factory=list)
@@ -403,6 +512,8 @@ class _Draft:
             del getattr(self, f)[n:]
 
 
+# ---------------------------------------------------------------- the executors
+
 def generate(
     target: LoadedModel,
     prompt: list[int],
@@ -430,52 +541,15 @@ def generate(
         drafters = [] if drafter is None else [drafter]
     elif drafter is not None:
         raise DraftsimError("give drafter or drafters, not both")
-    if not sampling.greedy and rng is None:
-        raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
+    check_sampling(sampling, rng)
     _check_chain_policy(policy, drafters)
     check_drafters(target, drafters)
     check_context(target, prompt, max_new_tokens)
-    eos = target.tokenizer.eos_token_id if stop_at_eos else None
+    started = _now()
     log = RunLog()
-    t_run = time.perf_counter()
     run = _Run(target, drafters, policy, sampling, rule, rng, len(prompt), log)
-    run.state = policy.init(1)
-    committed = list(prompt)
-    if len(prompt) > 1:  # prefill: everything but the last prompt token, which the first call feeds
-        t0 = time.perf_counter()
-        run.lms[0].logits(prompt[:-1], 1)
-        log.prefill_seconds = time.perf_counter() - t0
-        log.calls.append({"round": -1, "model": 0, "kind": "prefill", "n_tokens": len(prompt) - 1, "seconds": log.prefill_seconds})
-    done = False
-    while not done:
-        remaining = max_new_tokens - log.tokens
-        t0 = time.perf_counter()
-        draft = run.build(policy.begin_round(run.state), committed, budget=remaining)
-        t_draft = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        logits = run._call(0, "verify", lambda: run.lms[0].logits(committed + draft.tokens, len(draft) + 1))
-        n, token, _ = run.verify(0, draft, logits, rule, committed)
-        t_target = time.perf_counter() - t0
-        new = draft.tokens[:n] + [token]
-        if eos is not None and eos in new:
-            new = new[: new.index(eos) + 1]
-            done = True
-        new = new[:remaining]
-        done = done or len(new) >= remaining
-        log.rounds.append({"start": log.tokens, "drafted": len(draft), "accepted": n,
-                           "emitted": len(new), "draft_seconds": t_draft, "target_seconds": t_target})
-        committed.extend(new)
-        log.output.extend(new)
-        policy.end_round(run.state, np.array([len(draft)]), np.array([n]))
-        for d in drafters:
-            d.feedback(n)
-        run.round += 1
-    # Counted against the final text: proposals past its end are not positions of it.
-    for r in log.rounds:
-        room = log.tokens - r["start"]
-        r["drafted"], r["accepted"] = min(r["drafted"], room), min(r["accepted"], room)
-    log.seconds = time.perf_counter() - t_run
-    return log
+    run.prefill(prompt)
+    return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), run.step, started)
 
 
 def token_cascade(
@@ -490,42 +564,36 @@ def token_cascade(
 ) -> RunLog:
     """The sequential token-level cascade ([SC] Algorithm 2): per token, the drafter's row q
     decides through the rule's deferral δ(q) whether to emit from q or to call the target
-    and emit from p. Only rules whose deferral reads q alone can run this way (Chow);
-    Diff, OPT and BiLD need p for every token, which is what speculative cascades give.
+    and emit from p. Only rules whose deferral reads q alone can run this way
+    (:attr:`sim.rules.Rule.draft_only`: Chow); Diff, OPT and BiLD need p for every token,
+    which is what speculative cascades give.
 
     Each target call catches up on the tokens the drafter emitted since its last call.
     """
-    if not getattr(rule, "draft_only", False):
+    if not rule.draft_only:
         raise DraftsimError(f"the sequential cascade needs a rule that defers on the draft alone (chow); "
                             f"{rule!r} reads the target's distribution — run it as a speculative cascade")
-    if not isinstance(drafter, NeuralDraft):
+    if not drafter.neural:
         raise DraftsimError("the sequential cascade needs a neural drafter (its confidence decides deferral)")
-    if not sampling.greedy and rng is None:
-        raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
+    check_sampling(sampling, rng)
     check_drafters(target, [drafter])
     check_context(target, prompt, max_new_tokens)
-    eos = target.tokenizer.eos_token_id if stop_at_eos else None
+    started = _now()
     log = RunLog()
-    t_run = time.perf_counter()
     run = _Run(target, [drafter], _ONE_TOKEN, sampling, rule, rng, len(prompt), log)
-    context = list(prompt)
-    while log.tokens < max_new_tokens and (eos is None or not log.output or log.output[-1] != eos):
-        q_logits = run._call(1, "draft", lambda: run.lms[1].logits(context, 1))
+
+    def step(context: list[int], budget: int) -> RoundResult:
+        run.round = len(log.rounds)
+        t0 = _now()
+        q_logits = run.call(1, "draft", lambda: run.lms[1].logits(context, 1))
         q = Sampling(1.0).rows(q_logits) if sampling.greedy else sampling.rows(q_logits)
         defer = bool(rule.defer(q, q)[0])
-        if defer:
-            p_logits = run._call(0, "verify", lambda: run.lms[0].logits(context, 1))
-            logits = p_logits
-        else:
-            logits = q_logits
+        t1 = _now()
+        logits = run.call(0, "verify", lambda: run.lms[0].logits(context, 1)) if defer else q_logits
         rows = sampling.rows(logits)[0]
         tok = int(logits[0].argmax()) if sampling.greedy else int(rng.choice(len(rows), p=rows / rows.sum()))
-        log.drafts.append({"round": run.round, "verifier": 0, "proposer": 1, "block": 1, "position": log.tokens, "index": 0,
-                           "token": tok, "conf": float(q[0].max()), "pred": float(q[0].max()), "accepted": not defer})
-        log.rounds.append({"start": log.tokens, "drafted": 1, "accepted": int(not defer), "emitted": 1,
-                           "draft_seconds": log.calls[-1 - defer]["seconds"], "target_seconds": log.calls[-1]["seconds"] if defer else 0.0})
-        context.append(tok)
-        log.output.append(tok)
-        run.round += 1
-    log.seconds = time.perf_counter() - t_run
-    return log
+        conf = float(q[0].max())
+        log.drafts.append(DraftEvent(run.round, 0, 1, 1, len(context) - len(prompt), 0, tok, conf, conf, not defer))
+        return RoundResult([tok], 1, int(not defer), t1 - t0, _now() - t1 if defer else 0.0)
+
+    return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), step, started)

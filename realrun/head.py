@@ -56,11 +56,16 @@ class _Block(torch.nn.Module):
 
 
 class AcceptanceHead(torch.nn.Module):
-    """D residual SiLU blocks (independent weights) and a linear output: a logit per state."""
+    """D residual SiLU blocks (independent weights) and a linear output: a logit per state.
+
+    ``path`` and ``meta`` say where a loaded head came from (:func:`load_head`; None and {}
+    for a head trained in this process)."""
 
     def __init__(self, width: int, depth: int):
         super().__init__()
         self.width, self.depth = int(width), int(depth)
+        self.path: str | None = None
+        self.meta: dict = {}
         self.blocks = torch.nn.ModuleList([_Block(width) for _ in range(depth)])
         self.out = torch.nn.Linear(width, 1)
 
@@ -212,5 +217,5 @@ def load_head(path, draft: LoadedModel):
     head = AcceptanceHead(meta["width"], meta["depth"])
     head.load_state_dict(torch.load(path / "head.pt", weights_only=True))
     head.eval()
-    head.meta = meta
+    head.path, head.meta = str(path), meta
     return head

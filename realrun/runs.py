@@ -2,14 +2,16 @@
 
 A run trace is the ``draftsim.run`` member of the trace family (:mod:`sim.traces`): the same
 folder layout, manifest, checksums and atomic per-prompt commits as a recording, with the
-tables ``sequences``, ``rounds``, ``calls`` and ``drafts`` (see :data:`sim.traces.RUN_TABLES`
-and :class:`realrun.executor.RunLog`). :mod:`analysis.reality` replays them in ``sim``.
+tables ``sequences`` and one per run record — ``rounds``, ``calls``, ``drafts`` — whose
+columns are the fields of :mod:`sim.records` (:data:`sim.traces.RUN_TABLES`).
+:mod:`sim.replay` replays them in ``sim``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from sim.records import RUN_RECORDS, columns
 from sim.traces import RUN, RunTrace, TraceWriter
 
 from .executor import RunLog
@@ -25,12 +27,8 @@ def log_tables(log: RunLog, prompt: Prompt, prompt_ids: list[int], mode: str, se
         "sequences": {"prompt_set": [prompt.set], "prompt_id": [pid], "split": [prompt.split], "mode": [mode],
                       "seed": [seed], "prompt_ids": [list(prompt_ids)], "output_ids": [list(log.output)]},
     }
-    for name, rows, columns in (
-        ("rounds", [dict(r, round=i) for i, r in enumerate(log.rounds)], ("round", "start", "drafted", "accepted", "emitted", "draft_seconds", "target_seconds")),
-        ("calls", log.calls, ("round", "model", "kind", "n_tokens", "seconds")),
-        ("drafts", log.drafts, ("round", "verifier", "proposer", "block", "position", "index", "token", "conf", "pred", "accepted")),
-    ):
-        tables[name] = {"prompt_id": [pid] * len(rows), **{c: [r[c] for r in rows] for c in columns}}
+    for name, record in RUN_RECORDS.items():
+        tables[name] = columns(getattr(log, name), record, prompt_id=pid)
     return tables
 
 

@@ -22,8 +22,9 @@ one forward call:
   copied node's candidates carry the row q they were drawn from at the original.
 
 With width 1 this is speculative decoding with a chain (SSD); with ``merge = 0`` a token
-tree (TSD); with ``merge ≥ 1`` a token graph (GSD). Every round is logged like the chain
-executor's (:class:`realrun.executor.RunLog`) plus the graph's own counters.
+tree (TSD); with ``merge ≥ 1`` a token graph (GSD). Rounds run in the chain executors' round
+loop (:func:`realrun.executor.decode`) and are logged with the same records
+(:class:`realrun.executor.RunLog`), plus the graph's own counters (:class:`TreeStats`).
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ import numpy as np
 
 from sim.errors import DraftsimError
 from sim.policies import Tree
+from sim.records import Call, DraftEvent
 from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
 
 from .drafters import NeuralDraft
-from .executor import CachedLM, RunLog, Sampling, check_context, check_drafters
+from .executor import CachedLM, RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id
 from .models import LoadedModel
 
-__all__ = ["TreeForward", "Graph", "draft_graph", "generate_tree", "TreeStats"]
+__all__ = ["TreeForward", "Graph", "draft_graph", "verify_graph", "generate_tree", "TreeStats"]
 
 
 class TreeForward:
@@ -54,39 +56,37 @@ class TreeForward:
     before their children, and only fed nodes may be parents. A node attends to the context
     and its ancestors, at position id len(context) − 1 + depth. ``finish()`` marks the node
     slots as not being context, so the model's next ordinary call crops them away.
+    ``seconds`` is the wall time of the last forward call (the model alone).
     """
 
     def __init__(self, lm: CachedLM):
         self.lm = lm
         self.slot: dict = {}  # node id -> cache index
         self.parent: dict = {}
+        self.seconds = 0.0
 
     def start(self, context: list[int], nodes=()):
         lm = self.lm
-        keep = lm._common(context, len(context) - 1)
-        if keep < len(lm.ids):
-            lm.cache.crop(keep - len(lm.ids))
-            del lm.ids[keep:]
+        keep = lm.rollback(context, len(context) - 1)
         self.base = len(context)
         self.slot, self.parent = {}, {}
         linear = context[keep:]
         lm.ids.extend(linear)
         self.cached = len(lm.ids)
-        logits = self._forward(linear, list(nodes), past=keep)
-        return logits[len(linear) - 1 :]
+        return self._forward(linear, list(nodes), past=keep)  # rows: the context's last token, then the nodes
 
     def add(self, nodes):
         return self._forward([], list(nodes), past=self.cached)
 
     def _forward(self, linear, nodes, past):
+        """Logits at the last linear token (if any) and at every node."""
         import torch
 
         lm = self.lm
         L, N = len(linear), len(nodes)
         kv_len = past + L + N
         allowed = torch.zeros((L + N, kv_len), dtype=torch.bool)
-        for i in range(L):
-            allowed[i, : past + i + 1] = True
+        allowed[:L] = torch.arange(kv_len)[None, :] <= torch.arange(past, past + L)[:, None]  # causal over the context
         positions = list(range(past, past + L))
         for j, (node, _tok, parent, depth) in enumerate(nodes):
             self.slot[node] = past + L + j
@@ -102,9 +102,12 @@ class TreeForward:
         mask = torch.zeros((L + N, kv_len), dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
         dev = lm.loaded.device
         ids = torch.tensor([list(linear) + [n[1] for n in nodes]], device=dev)
+        mask, position_ids = mask[None, None].to(dev), torch.tensor([positions], device=dev)
+        t0 = time.perf_counter()
         with torch.inference_mode():
-            out = lm.loaded.model(ids, attention_mask=mask[None, None].to(dev), past_key_values=lm.cache,
-                                  position_ids=torch.tensor([positions], device=dev), use_cache=True)
+            out = lm.loaded.model(ids, attention_mask=mask, past_key_values=lm.cache, position_ids=position_ids, use_cache=True,
+                                  logits_to_keep=N + 1 if L else N)
+        self.seconds = time.perf_counter() - t0
         lm.fed = L + N
         self.cached += N
         return out.logits[0].float()
@@ -194,9 +197,8 @@ def draft_graph(draft: CachedLM, context: list[int], policy: Tree, sampling: Sam
     """Draft a token graph level by level (see the module docstring)."""
     g = Graph()
     tf = TreeForward(draft)
-    t0 = time.perf_counter()
     frontier_logits = tf.start(context)[-1:]  # the root's row
-    log.calls.append({"round": round_, "model": 1, "kind": "draft", "n_tokens": draft.fed, "seconds": time.perf_counter() - t0})
+    log.calls.append(Call(round_, 1, "draft", draft.fed, tf.seconds))
     frontier = [-1]
     first_seen: dict = {}  # m-gram ending at a node -> the first node that ends it
     m = policy.merge
@@ -230,9 +232,8 @@ def draft_graph(draft: CachedLM, context: list[int], policy: Tree, sampling: Sam
             break  # early exit: the drafter is unsure everywhere
         if not expand:
             break
-        t0 = time.perf_counter()
         frontier_logits = list(tf.add([(n, g.tokens[n], g.parents[n], level) for n in expand]))
-        log.calls.append({"round": round_, "model": 1, "kind": "draft", "n_tokens": draft.fed, "seconds": time.perf_counter() - t0})
+        log.calls.append(Call(round_, 1, "draft", draft.fed, tf.seconds))
         g.expanded += len(expand)
         frontier = expand
     tf.finish()
@@ -256,6 +257,17 @@ class TreeStats:
     # the tree optimiser (sim.optimize.tree_shape) takes.
     rank_tried: list = field(default_factory=list)
     rank_accepted: list = field(default_factory=list)
+
+    def observe_round(self, g: Graph, tree: TokenTree, copied: list[bool], path: list[int]) -> None:
+        """Count one round: graph ``g`` drafted, ``tree`` (its unmerging) verified, ``path`` accepted."""
+        self.rounds += 1
+        self.drafted_nodes += len(g)
+        self.expanded_nodes += g.expanded
+        self.verified_nodes += tree.size
+        self.merged_nodes += sum(1 for x in g.merged if x >= 0)
+        self.rounds_using_merged += int(any(copied[c] for c in path))
+        self.accepted += len(path)
+        self.observe_walk(tree, path)
 
     def observe_walk(self, tree: TokenTree, path: list[int]) -> None:
         position = 0
@@ -285,6 +297,31 @@ class TreeStats:
         return d
 
 
+def verify_graph(target: CachedLM, context: list[int], g: Graph, tree: TokenTree, origin: list[int], sampling: Sampling, rng,
+                 log: RunLog, round_: int) -> tuple[list[int], int]:
+    """The target verifies ``tree`` (``g`` unmerged; ``origin`` maps its nodes to ``g``'s) in
+    one forward call with tree attention: the accepted path (tree node indices) and the
+    target's next token. Greedy: the walk of argmax ids; sampling: lossless multi-candidate
+    verification, a copied node's candidates carrying the row q they were drawn from."""
+    tf = TreeForward(target)
+    depths = tree.depth()
+    logits = tf.start(context, [(i, int(t), int(par), int(depths[i])) for i, (t, par) in enumerate(zip(tree.tokens, tree.parents))])
+    tf.finish()
+    log.calls.append(Call(round_, 0, "verify", target.fed, tf.seconds))
+    if sampling.greedy:
+        res = verify_tree_greedy_ids(tree, logits.argmax(dim=-1).cpu().numpy())
+    else:
+        p = sampling.rows(logits)
+        q = np.empty_like(p)
+        for r in range(tree.size + 1):
+            src = 0 if r == 0 else origin[r - 1] + 1  # a copied node's children came from its original
+            if r > 0 and g.merged[origin[r - 1]] >= 0:
+                src = g.merged[origin[r - 1]] + 1
+            q[r] = g.rows.get(src, p[r])  # leaves: any valid row (never used)
+        res = verify_tree(tree, q, p, rng, replacement=False)
+    return [int(c) for c in res.path], int(res.token)
+
+
 def generate_tree(
     target: LoadedModel,
     prompt: list[int],
@@ -300,67 +337,31 @@ def generate_tree(
     target's own greedy output; sampling keeps the target's distribution."""
     if not isinstance(policy, Tree):
         raise DraftsimError(f"{policy!r} is not a tree policy; use realrun.executor.generate")
-    if not isinstance(drafter, NeuralDraft):
+    if not drafter.neural:
         raise DraftsimError("tree drafting needs a neural drafter (it drafts a level per forward call)")
-    if not sampling.greedy and rng is None:
-        raise DraftsimError("sampling needs rng=np.random.default_rng(seed)")
+    check_sampling(sampling, rng)
     check_drafters(target, [drafter])
     check_context(target, prompt, max_new_tokens + policy.depth)
     stats = stats if stats is not None else TreeStats()
-    eos = target.tokenizer.eos_token_id if stop_at_eos else None
+    started = time.perf_counter()
     log = RunLog()
-    t_run = time.perf_counter()
     tgt, dlm = CachedLM(target), CachedLM(drafter.loaded)
-    committed = list(prompt)
-    done, round_ = False, 0
-    while not done:
+
+    def step(context: list[int], budget: int) -> RoundResult:
+        round_ = len(log.rounds)
         t0 = time.perf_counter()
-        g = draft_graph(dlm, committed, policy, sampling, rng, log, round_)
-        t_draft = time.perf_counter() - t0
+        g = draft_graph(dlm, context, policy, sampling, rng, log, round_)
+        t1 = time.perf_counter()
         tree, origin, copied = g.unmerge(policy.depth)
-        t0 = time.perf_counter()
-        tf = TreeForward(tgt)
-        depths = tree.depth()
-        logits = tf.start(committed, [(i, int(t), int(par), int(depths[i])) for i, (t, par) in enumerate(zip(tree.tokens, tree.parents))])
-        tf.finish()
-        t_target = time.perf_counter() - t0
-        log.calls.append({"round": round_, "model": 0, "kind": "verify", "n_tokens": tgt.fed, "seconds": t_target})
-        if sampling.greedy:
-            res = verify_tree_greedy_ids(tree, logits.argmax(dim=-1).cpu().numpy())
-        else:
-            p = sampling.rows(logits)
-            q = np.empty_like(p)
-            for r in range(tree.size + 1):
-                src = 0 if r == 0 else origin[r - 1] + 1  # a copied node's children came from its original
-                if r > 0 and g.merged[origin[r - 1]] >= 0:
-                    src = g.merged[origin[r - 1]] + 1
-                q[r] = g.rows.get(src, p[r])  # leaves: any valid row (never used)
-            res = verify_tree(tree, q, p, rng, replacement=False)
-        path = list(res.path)
-        new = [int(tree.tokens[c]) for c in path] + [int(res.token)]
-        remaining = max_new_tokens - log.tokens
-        if eos is not None and eos in new:
-            new = new[: new.index(eos) + 1]
-            done = True
-        new = new[:remaining]
-        done = done or len(new) >= remaining
-        depth_of = tree.depth()
+        path, token = verify_graph(tgt, context, g, tree, origin, sampling, rng, log, round_)
+        t2 = time.perf_counter()
+        start, depth = len(context) - len(prompt), tree.depth()
+        on_path = set(path)
         for i in range(tree.size):
-            log.drafts.append({"round": round_, "verifier": 0, "proposer": 1, "block": 1, "position": log.tokens + int(depth_of[i]) - 1,
-                               "index": int(depth_of[i]) - 1, "token": int(tree.tokens[i]), "conf": g.probs[origin[i]],
-                               "pred": g.probs[origin[i]], "accepted": i in path})
-        log.rounds.append({"start": log.tokens, "drafted": tree.size, "accepted": len(path), "emitted": len(new),
-                           "draft_seconds": t_draft, "target_seconds": t_target})
-        stats.rounds += 1
-        stats.drafted_nodes += len(g)
-        stats.expanded_nodes += g.expanded
-        stats.verified_nodes += tree.size
-        stats.merged_nodes += sum(1 for x in g.merged if x >= 0)
-        stats.rounds_using_merged += int(any(copied[c] for c in path))
-        stats.accepted += len(path)
-        stats.observe_walk(tree, path)
-        committed.extend(new)
-        log.output.extend(new)
-        round_ += 1
-    log.seconds = time.perf_counter() - t_run
-    return log
+            conf = g.probs[origin[i]]
+            log.drafts.append(DraftEvent(round_, 0, 1, 1, start + int(depth[i]) - 1, int(depth[i]) - 1, int(tree.tokens[i]), conf, conf,
+                                         i in on_path))
+        stats.observe_round(g, tree, copied, path)
+        return RoundResult([int(tree.tokens[c]) for c in path] + [token], tree.size, len(path), t1 - t0, t2 - t1)
+
+    return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), step, started, in_text=False)

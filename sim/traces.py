@@ -4,7 +4,9 @@ Two members of one family share the folder layout, the manifest and the atomic, 
 per-prompt commits (:class:`TraceSchema`): *recordings* (``draftsim.trace``, below; written by
 ``draftsim record``) and *run traces* (``draftsim.run``, :data:`RUN_TABLES`; written by every
 ``draftsim run``: per round, per forward call and per proposed token at every cascade level,
-what a policy did on real models — :mod:`analysis.reality` replays them).
+what a policy did on real models, one :mod:`sim.records` record per row — :mod:`sim.replay`
+replays them). :class:`TraceFolder` reads any member; :class:`Trace` and :class:`RunTrace` add
+what each member's tables answer.
 
 A recording is a folder::
 
@@ -54,8 +56,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import DraftsimError, file_mode
+from .records import RUN_RECORDS, arrow_schema, from_table
 
-__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
+__all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "RUN_TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "TraceFolder", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
 
 #: A small trace of the embedded model (SmolLM2-135M-Instruct) shipped with draftsim, so that
 #: replay and the demo work without torch.
@@ -113,22 +116,10 @@ RESUME_KEYS = ("target", "drafters", "prompt_set", "max_new_tokens", "top_k", "m
 
 _SEQUENCES = TABLES["sequences"]
 
-#: Tables of a run trace (``draftsim.run``, version 1): what a real run of a policy did.
-RUN_TABLES = {
-    "sequences": _SEQUENCES,
-    "rounds": pa.schema([
-        ("prompt_id", pa.int32()), ("round", pa.int32()), ("start", pa.int32()), ("drafted", pa.int32()),
-        ("accepted", pa.int32()), ("emitted", pa.int32()), ("draft_seconds", pa.float64()), ("target_seconds", pa.float64()),
-    ]),
-    "calls": pa.schema([
-        ("prompt_id", pa.int32()), ("round", pa.int32()), ("model", pa.int32()), ("kind", pa.string()),
-        ("n_tokens", pa.int32()), ("seconds", pa.float64()),
-    ]),
-    "drafts": pa.schema([
-        ("prompt_id", pa.int32()), ("round", pa.int32()), ("verifier", pa.int32()), ("proposer", pa.int32()),
-        ("block", pa.int32()), ("position", pa.int32()), ("index", pa.int32()), ("token", pa.int32()), ("conf", pa.float64()), ("pred", pa.float64()), ("accepted", pa.bool_()),
-    ]),
-}
+#: Tables of a run trace (``draftsim.run``, version 2): what a real run of a policy did. Each
+#: table but ``sequences`` holds one :mod:`sim.records` record per row, after the prompt id;
+#: its schema derives from the record's fields. Version 2 added ``rounds.overhead_seconds``.
+RUN_TABLES = {"sequences": _SEQUENCES, **{name: arrow_schema(record, (("prompt_id", int),)) for name, record in RUN_RECORDS.items()}}
 
 
 @dataclass(frozen=True)
@@ -145,7 +136,7 @@ class TraceSchema:
 #: Recordings (``draftsim record``): teacher-forced agreement of drafters with the target.
 RECORDING = TraceSchema(SCHEMA_NAME, SCHEMA_VERSION, TABLES, RESUME_KEYS)
 #: Runs (``draftsim run --trace``): per round and per call, what a policy did on real models.
-RUN = TraceSchema("draftsim.run", 1, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"))
+RUN = TraceSchema("draftsim.run", 2, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"))
 
 
 class TraceError(DraftsimError):
@@ -254,7 +245,7 @@ class TraceWriter:
         self.schema = schema
         manifest = self.path / "manifest.json"
         if manifest.exists():
-            existing = Trace._read_manifest(self.path, schema)
+            existing = TraceFolder._read_manifest(self.path, schema)
             if not resume:
                 raise DraftsimError(f"{self.path} already holds a trace; pass --resume to continue it, or choose another --out")
             for key in schema.resume_keys:
@@ -295,10 +286,14 @@ class TraceWriter:
         _atomic_write_bytes(self.path / "manifest.json", json.dumps(self.manifest, indent=1).encode())
 
 
-class Trace:
-    """A validated recording trace (see the module docstring). Tables are pyarrow Tables."""
+class TraceFolder:
+    """What every member of the trace family shares: a validated folder (manifest, checksums,
+    table schemas of :attr:`schema`), the concatenated ``tables`` and the per-prompt
+    ``entries``. Members are its subclasses: :class:`Trace` (recordings) and
+    :class:`RunTrace` (runs); each reads only its own schema."""
 
-    schema = RECORDING
+    #: The member's schema (set by each subclass).
+    schema: TraceSchema
 
     def __init__(self, path, verify: bool = True):
         self.path = Path(path)
@@ -361,12 +356,18 @@ class Trace:
         return self.tables["sequences"]
 
     @property
-    def positions(self) -> pa.Table:
-        return self.tables["positions"]
-
-    @property
     def calls(self) -> pa.Table:
         return self.tables["calls"]
+
+
+class Trace(TraceFolder):
+    """A validated recording trace (see the module docstring). Tables are pyarrow Tables."""
+
+    schema = RECORDING
+
+    @property
+    def positions(self) -> pa.Table:
+        return self.tables["positions"]
 
     def pairs(self) -> list[tuple[str, str]]:
         """(proposer, verifier) pairs present."""
@@ -465,7 +466,7 @@ class Trace:
         }
 
 
-class RunTrace(Trace):
+class RunTrace(TraceFolder):
     """A validated run trace (schema ``draftsim.run``): per prompt its sequence, rounds,
     forward calls and every proposed token with its fate. Models are numbered as in the
     policy (0 = target); ``metadata["models"]`` names them."""
@@ -482,3 +483,15 @@ class RunTrace(Trace):
 
     def models(self) -> list[str]:
         return list(self.metadata.get("models", []))
+
+    def records(self, table: str, key: str | None = None) -> list:
+        """The rows of ``table`` (rounds, calls or drafts) as :mod:`sim.records` records: of
+        the prompt committed under ``key``, or of every prompt in manifest order."""
+        if table not in RUN_RECORDS:
+            raise DraftsimError(f"table must be one of {', '.join(RUN_RECORDS)}; got {table!r}")
+        if key is None:
+            return from_table(self.tables[table], RUN_RECORDS[table])
+        for entry in self.entries:
+            if entry["key"] == key:
+                return from_table(entry[table], RUN_RECORDS[table])
+        raise DraftsimError(f"run trace {self.path} has no prompt {key!r}; it has {', '.join(e['key'] for e in self.entries) or 'none'}")

@@ -9,11 +9,11 @@ from scipy import stats
 
 from realrun.drafters import MaxGram, NeuralDraft
 from realrun.executor import Sampling, generate, token_cascade
-from realrun.models import LoadedModel, load_model, tiny_model
+from realrun.models import load_model, tiny_model
 from sim import policies as P
 from sim.distributions import warp
 from sim.errors import DraftsimError
-from sim.rules import SD, Chow, Diff, Leniency, OPT, TokenV3
+from sim.rules import OPT, SD, Chow, Diff, Leniency, TokenV3
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,9 @@ def test_greedy_output_is_the_targets_own(target, drafters, policy, name):
     prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
     log = generate(target, prompt, 30, policy, drafters[name], stop_at_eos=False)
     assert log.output == own_greedy(target, prompt, 30)
-    assert sum(r["accepted"] + 1 for r in log.rounds) >= log.tokens
+    assert sum(r.accepted + 1 for r in log.rounds) >= log.tokens
     if name == "self":  # a drafter identical to the target: every drafted token is accepted
-        assert all(r["accepted"] == r["drafted"] for r in log.rounds)
+        assert all(r.accepted == r.drafted for r in log.rounds)
         assert log.target_calls < log.tokens
 
 
@@ -83,7 +83,7 @@ def test_greedy_rules_at_their_extremes(target, drafters):
         assert generate(target, prompt, 20, P.FixedK(3), d, rule=rule, stop_at_eos=False).output == mine, rule
     # Chow(1) keeps every draft; only the bonus tokens (every 4th) come from the target.
     never = generate(target, prompt, 20, P.FixedK(3), d, rule=Chow(1.0), stop_at_eos=False)
-    assert all(r["accepted"] == r["drafted"] == 3 for r in never.rounds[:-1]) and never.output != mine
+    assert all(r.accepted == r.drafted == 3 for r in never.rounds[:-1]) and never.output != mine
     assert token_cascade(target, d, prompt, 20, Chow(0.0), stop_at_eos=False).output == mine
     log = token_cascade(target, d, prompt, 20, Chow(1.0))  # HF generate stops at EOS; so does this
     assert log.output == theirs and log.target_calls == 0 and log.draft_calls == len(theirs)
@@ -93,7 +93,7 @@ def test_greedy_lenient_top_level_accepts_more(target, drafters):
     prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
     strict = generate(target, prompt, 40, P.FixedK(4), drafters["tiny2"], stop_at_eos=False)
     lenient = generate(target, prompt, 40, P.FixedK(4), drafters["tiny2"], rule=Leniency(1e6), stop_at_eos=False)
-    assert all(r["accepted"] == r["drafted"] for r in lenient.rounds)  # l -> inf keeps every draft
+    assert all(r.accepted == r.drafted for r in lenient.rounds)  # l -> inf keeps every draft
     assert lenient.target_calls < strict.target_calls
 
 
@@ -216,6 +216,7 @@ def test_run_cli_on_tiny_models(capsys):
 REPLAYS = [
     ("sd", "fixed:k=3", "tiny:2", "sd", True),
     ("sd", "heuristic:k=2,kmax=8", "maxgram", "sd", True),
+    ("sd", "confidence:tau=0.6,kmax=6", "maxgram", "sd", True),  # Max-Gram's match-length confidence
     ("sd", "confidence:tau=0.3,kmax=6", "tiny:2", "sd", True),
     ("sd", "threshold:h=0.8,kmax=6", "tiny:2", "sd", True),
     ("cascade", "fixed:k=3", "tiny:2", "chow:alpha=0.4", True),
@@ -276,3 +277,73 @@ def json_load(text):
     import json
 
     return json.loads(text)
+
+
+# ---------------------------------------------------------------- the shared round loop and the records
+
+def test_decode_trims_at_eos_and_budget_and_records_rounds():
+    """The round loop on scripted rounds (no model): tokens cut at the budget and after EOS,
+    one Round per step, chain counts cut to the final text, overhead outside the calls."""
+    from realrun.executor import RoundResult, RunLog, decode
+    from sim.records import Call
+
+    def scripted(rounds):
+        it = iter(rounds)
+
+        def step(context, budget):
+            tokens, drafted, accepted = next(it)
+            log.calls.append(Call(len(log.rounds), 0, "verify", drafted + 1, 0.0))
+            seen.append((list(context), budget))
+            return RoundResult(tokens, drafted, accepted, 0.0, 0.0)
+        return step
+
+    log, seen = RunLog(), []
+    decode(log, [1, 2], 5, None, scripted([([3, 4, 5], 3, 2), ([6], 3, 0), ([7, 8, 9], 2, 2)]), 0.0)
+    assert log.output == [3, 4, 5, 6, 7] and [r.emitted for r in log.rounds] == [3, 1, 1]
+    assert seen == [([1, 2], 5), ([1, 2, 3, 4, 5], 2), ([1, 2, 3, 4, 5, 6], 1)]
+    assert [(r.round, r.start) for r in log.rounds] == [(0, 0), (1, 3), (2, 4)]
+    assert [(r.drafted, r.accepted) for r in log.rounds] == [(3, 2), (2, 0), (1, 1)]  # cut to the text's 5 positions
+    assert all(r.overhead_seconds >= 0 for r in log.rounds) and log.seconds > 0
+    log, seen = RunLog(), []
+    decode(log, [1], 10, 0, scripted([([3, 0, 4], 4, 2), ([5], 0, 0)]), 0.0, in_text=False)
+    assert log.output == [3, 0] and len(log.rounds) == 1 and (log.rounds[0].drafted, log.rounds[0].accepted) == (4, 2)
+    log = RunLog()
+    decode(log, [1], 0, None, scripted([]), 0.0)
+    assert log.output == [] and log.rounds == []
+
+
+def test_maxgram_confidence_stop_drafts_only_matched_continuations(target, drafters):
+    """Max-Gram under ConfidenceStop: a draft ends after the first token of confidence < τ (a
+    fallback token where nothing matches: a one-token draft); lossless; the rounds' overhead
+    adds up. (The simulator's exact replay of such a run: REPLAYS above.)"""
+    prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
+    policy = P.ConfidenceStop(0.6, 6)  # needs a match of two tokens (2/3 >= 0.6) to go on
+    log = generate(target, prompt, 40, policy, drafters["maxgram"], stop_at_eos=False)
+    assert log.output == own_greedy(target, prompt, 40)
+    by_round: dict = {}
+    for d in log.drafts:
+        by_round.setdefault(d.round, []).append(d.conf)
+    assert set(by_round) == {r.round for r in log.rounds}
+    for confs in by_round.values():
+        assert all(c >= 0.6 for c in confs[:-1]) and len(confs) <= 6
+        assert all(c in (0.0, 0.5) or c >= 2 / 3 for c in confs)  # m / (m + 1)
+        if confs[0] == 0.0:
+            assert len(confs) == 1
+    assert any(len(c) == 1 for c in by_round.values()) and any(len(c) > 1 for c in by_round.values())
+    fixed = generate(target, prompt, 40, P.FixedK(6), drafters["maxgram"], stop_at_eos=False)
+    assert log.drafted - log.accepted < fixed.drafted - fixed.accepted  # fewer tokens verified in vain
+    # The executor's own time: every round's overhead is outside its calls, and all of it adds up.
+    assert all(r.overhead_seconds >= 0 for r in log.rounds)
+    assert log.call_seconds + sum(r.overhead_seconds for r in log.rounds) <= log.seconds + 1e-9
+
+
+def test_protocol_attributes_are_declared_on_the_base_classes():
+    from realrun.drafters import Bigram, Drafter
+    from sim.policies import Policy
+    from sim.rules import Rule
+
+    for name, default in (("vocab", None), ("loaded", None), ("tokenizer", None), ("head", None), ("neural", False)):
+        assert getattr(Drafter, name) == default, name
+    assert Policy.leniency == 1.0 and P.FixedK(2).leniency == 1.0 and P.VerticalCascade([[0, 1], [0, 0]], leniency=2.0).leniency == 2.0
+    assert Rule.draft_only is False and Chow(0.3).draft_only and not Diff(0.1).draft_only
+    assert Bigram(10).tokenizer is None and MaxGram(10).loaded is None

@@ -79,7 +79,7 @@ def test_save_load_and_drive_the_threshold_policy(models, tmp_path):
     for h in (0.0, 0.5, 1.0):
         log = generate(target, prompt, 30, Threshold(h, k_max=6), NeuralDraft(draft, "d", head=loaded), stop_at_eos=False)
         assert log.output == own  # the head changes when drafting stops, never the text
-        drafted = [r["drafted"] for r in log.rounds if r["start"] + 7 <= 30]  # away from the end of the text
+        drafted = [r.drafted for r in log.rounds if r.start + 7 <= 30]  # away from the end of the text
         if h == 0.0:
             assert max(drafted) == 1  # 1 − p̂ > 0 after the first token
         if h == 1.0:

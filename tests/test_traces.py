@@ -8,14 +8,12 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from realrun.drafters import Bigram, MaxGram, NeuralDraft, accept_prob, Rows
-from realrun.models import load_model, tiny_model
+from realrun.drafters import Bigram, MaxGram, NeuralDraft, Rows, accept_prob
+from realrun.models import load_model
 from realrun.prompts import SETS, format_prompt, prompt_set
 from realrun.record import record
 from sim import policies as P
@@ -301,3 +299,145 @@ def test_record_info_replay_cli(tmp_path, capsys, monkeypatch):
     assert "already holds a trace" in capsys.readouterr().err
     assert main(["replay", "--trace", str(tmp_path / "none"), "--policy", "fixed:k=2"]) == 2
     assert "no trace" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- Max-Gram's matching and confidence
+
+class _DictMaxGram:
+    """The dictionary-index Max-Gram this module's MaxGram replaced: the reference semantics
+    (prompt first, longest suffix, most recent occurrence)."""
+
+    def __init__(self, max_n):
+        self.max_n = max_n
+
+    def index(self, ids, lo, hi):
+        idx = [dict() for _ in range(self.max_n + 1)]
+        for i in range(lo, hi):
+            for n in range(1, min(self.max_n, i) + 1):
+                idx[n][tuple(ids[i - n : i])] = i
+        return idx
+
+    def match(self, ids, t, prompt_len):
+        for index in (self.index(ids, 1, min(prompt_len, t)), self.index(ids, min(prompt_len, t), t)):
+            for n in range(min(self.max_n, t), 0, -1):
+                pos = index[n].get(tuple(ids[t - n : t]))
+                if pos is not None:
+                    return pos, n
+        return None
+
+
+def test_maxgram_matches_the_dictionary_reference_and_its_confidence_is_the_match_length():
+    rng = np.random.default_rng(1)
+    for _ in range(1500):
+        vocab, length, max_n = int(rng.integers(2, 6)), int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        ids = rng.integers(0, vocab, length).tolist()
+        prompt_len, k = int(rng.integers(0, length + 1)), int(rng.integers(1, 6))
+        toks, q = MaxGram(vocab, max_n=max_n).propose(ids, k, prompt_len=prompt_len)
+        hit = _DictMaxGram(max_n).match(ids, length, prompt_len)
+        copied = [] if hit is None else ids[hit[0] : hit[0] + k]
+        assert toks[: len(copied)] == copied
+        assert toks[len(copied):] == [toks[len(copied) - 1] if copied else ids[-1]] * (k - len(copied))  # repeat the last token
+        conf = ([hit[1] / (hit[1] + 1)] * len(copied) if hit else []) + [0.0] * (k - len(copied))
+        np.testing.assert_allclose(q.conf, conf)
+        assert q.prob(toks).tolist() == [1.0] * k  # one-hot rows: what sampling verification sees
+
+
+def test_maxgram_confidence_values():
+    mg = MaxGram(100, max_n=4)
+    toks, q = mg.propose([1, 2, 3, 4, 5, 1, 2], 4)  # "1 2" matched: continue 3 4 5, then "1 2" again
+    assert toks == [3, 4, 5, 1] and q.conf.tolist() == [2 / 3] * 4
+    toks, q = mg.propose([7, 8, 9], 3)  # no match: the last token repeated, confidence 0
+    assert toks == [9, 9, 9] and q.conf.tolist() == [0.0] * 3
+    toks, q = mg.propose([5, 6, 7, 5], 3)  # a one-token match ("5"), continuation "6 7 5" cut at k
+    assert toks == [6, 7, 5] and q.conf.tolist() == [0.5] * 3
+    toks, q = mg.propose([1, 2, 3, 1, 2, 3], 5, prompt_len=6)  # continuation runs into the end of the context
+    assert toks[:3] == [1, 2, 3] and q.conf.tolist() == [0.75] * 3 + [0.0] * 2
+    assert [MaxGram.confidence(m) for m in (0, 1, 3)] == [0.0, 0.5, 0.75]
+    rows = mg.predict_along([1, 2, 3, 1, 2, 9], 3)
+    assert rows.argmax().tolist() == [3, 2, 3] and rows.conf.tolist() == [0.0, 0.5, 2 / 3]  # no match (repeat), '1', '1 2'
+
+
+# ---------------------------------------------------------------- run records and run traces
+
+def test_run_table_schemas_derive_from_the_records():
+    import dataclasses
+
+    import pyarrow as pa
+
+    from sim.records import RUN_RECORDS, Call, DraftEvent, Round, arrow_schema
+    from sim.traces import RUN, RUN_TABLES
+
+    assert RUN.tables is RUN_TABLES and RUN.version == 2
+    expect = {int: pa.int32(), float: pa.float64(), bool: pa.bool_(), str: pa.string()}
+    for name, kind in RUN_RECORDS.items():
+        schema = RUN_TABLES[name]
+        assert schema.names == ["prompt_id"] + [f.name for f in dataclasses.fields(kind)]
+        for f in dataclasses.fields(kind):
+            assert schema.field(f.name).type == expect[{"int": int, "float": float, "bool": bool, "str": str}[f.type]], (name, f.name)
+    assert RUN_RECORDS == {"rounds": Round, "calls": Call, "drafts": DraftEvent}
+    assert "overhead_seconds" in RUN_TABLES["rounds"].names
+    # A field added to a record is a column of its table.
+    Wider = dataclasses.make_dataclass("Wider", [(f.name, f.type) for f in dataclasses.fields(Call)] + [("extra", bool)])
+    assert arrow_schema(Wider, (("prompt_id", int),)).names == RUN_TABLES["calls"].names + ["extra"]
+    with pytest.raises(TypeError, match="no column type"):
+        arrow_schema(dataclasses.make_dataclass("Bad", [("x", list)]))
+
+
+_RUN_META = {"models": ["t", "d"], "target": "t", "drafters": ["d"], "method": "sd", "policy": "fixed:k=2", "rule": "sd",
+             "prompt_set": ["code"], "max_new_tokens": 3, "sampling": "greedy", "seed": 0}
+
+
+def _hand_log():
+    from realrun.executor import RunLog
+    from sim.records import Call, DraftEvent, Round
+
+    log = RunLog(output=[5, 6, 7], seconds=0.5, prefill_seconds=0.01)
+    log.calls = [Call(-1, 0, "prefill", 9, 0.01), Call(0, 1, "draft", 0, 1e-5), Call(0, 0, "verify", 3, 0.125), Call(1, 0, "verify", 1, 0.0625)]
+    log.rounds = [Round(0, 0, 2, 1, 2, 0.001, 0.13, 0.0007), Round(1, 2, 0, 0, 1, 0.0, 0.07, 0.0003)]
+    log.drafts = [DraftEvent(0, 0, 1, 1, 0, 0, 5, 0.75, 0.75, True), DraftEvent(0, 0, 1, 1, 1, 1, 8, 0.75, 0.5, False)]
+    return log
+
+
+def test_run_records_round_trip_through_a_run_trace(tmp_path):
+    from realrun.prompts import Prompt
+    from realrun.runs import RunWriter, log_tables
+    from sim.traces import RunTrace, TraceFolder
+
+    log = _hand_log()
+    prompt = Prompt("code", 7, "text")
+    tables = log_tables(log, prompt, [1, 2, 3], "greedy", -1)
+    assert tables["rounds"]["prompt_id"] == [7, 7] and tables["calls"]["kind"] == ["prefill", "draft", "verify", "verify"]
+    writer = RunWriter(tmp_path / "run", _RUN_META)
+    writer.commit("code-7", log, prompt, [1, 2, 3], "greedy", -1)
+    trace = writer.load()
+    assert isinstance(trace, RunTrace) and isinstance(trace, TraceFolder)
+    assert trace.records("rounds", "code-7") == log.rounds
+    assert trace.records("calls") == log.calls and trace.records("drafts") == log.drafts
+    assert trace.rounds["overhead_seconds"].to_pylist() == [0.0007, 0.0003]
+    with pytest.raises(DraftsimError, match="no prompt 'code-8'"):
+        trace.records("rounds", "code-8")
+    with pytest.raises(DraftsimError, match="table must be one of"):
+        trace.records("positions")
+    assert log.drafted == 2 and log.accepted == 1 and log.target_calls == 2 and log.draft_calls == 1
+    assert log.call_seconds == pytest.approx(0.01 + 1e-5 + 0.125 + 0.0625)
+    assert log.overhead_seconds == pytest.approx(0.5 - log.call_seconds)
+
+
+def test_run_traces_and_recordings_are_siblings(tmp_path):
+    """RunTrace does not inherit what only a recording answers; each reads only its own schema."""
+    from realrun.prompts import Prompt
+    from realrun.runs import RunWriter
+    from sim.traces import RunTrace, TraceFolder
+
+    assert not issubclass(RunTrace, Trace) and not issubclass(Trace, RunTrace)
+    assert issubclass(RunTrace, TraceFolder) and issubclass(Trace, TraceFolder)
+    for name in ("positions", "pairs", "acceptance", "column", "cost_coefficients", "summary", "drafters"):
+        assert hasattr(Trace, name) and not hasattr(RunTrace, name), name
+    for name in ("rounds", "drafts", "models", "records"):
+        assert hasattr(RunTrace, name) and not hasattr(Trace, name), name
+    writer = RunWriter(tmp_path / "run", _RUN_META)
+    writer.commit("code-7", _hand_log(), Prompt("code", 7, "text"), [1, 2, 3], "greedy", -1)
+    with pytest.raises(TraceError, match="a run trace"):
+        Trace(tmp_path / "run")
+    run = RunTrace(tmp_path / "run")
+    assert run.calls.num_rows == 4 and run.sequences.num_rows == 1 and run.models() == ["t", "d"]

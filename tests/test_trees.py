@@ -84,10 +84,10 @@ def test_greedy_output_is_the_targets_own(target, drafters, policy, name):
     log = generate_tree(target, prompt, 30, policy, drafters[name], stop_at_eos=False, stats=st)
     assert log.output == own_greedy(target, prompt, 30)
     assert st.verified_nodes >= st.drafted_nodes - st.merged_nodes and st.accepted <= st.verified_nodes
-    assert all(r["drafted"] <= policy.max_nodes or policy.merge for r in log.rounds)
+    assert all(r.drafted <= policy.max_nodes or policy.merge for r in log.rounds)
     if name == "self" and policy.theta_exit == 0 and policy.max_nodes >= policy.nodes:
         # The drafter is the target: its best candidate is always right, down to full depth.
-        assert all(r["accepted"] == policy.depth for r in log.rounds[:-1])
+        assert all(r.accepted == policy.depth for r in log.rounds[:-1])
 
 
 def _row(model, ids):
