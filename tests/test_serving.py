@@ -168,6 +168,33 @@ def test_spec_decode_metrics_follow_the_acceptance_model():
     assert s["mean_acceptance_length"] == pytest.approx((1 - 0.8**5) / 0.2, rel=0.01)
 
 
+@pytest.mark.parametrize("spec, process", [
+    ("tree:width=2,depth=4", acceptance.Bernoulli(0.8, rank_alphas=[0.8, 0.4])),
+    ("vertical:n=3,k=4", acceptance.Bernoulli([[0, 0, 0], [0.8, 0, 0], [0.7, 0.6, 0]])),
+    ("horizontal:counts=2,3", acceptance.Bernoulli([[0, 0, 0], [0.8, 0, 0], [0.7, 0.6, 0]])),
+    ("confidence:tau=0.5", acceptance.Bernoulli(0.8, conf_noise=0.5)),
+    ("heuristic", acceptance.Positional([0.9, 0.8, 0.6])),
+])
+@pytest.mark.parametrize("controller", ["none", "table:k=1-3:2,4-:1"])
+@pytest.mark.parametrize("scheduler", [SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=512),
+                                       SchedulerConfig(policy="priority", chunked_prefill=False, max_num_batched_tokens=1024)])
+def test_every_policy_controller_and_scheduler_serves_everything(spec, process, controller, scheduler):
+    """The shared policy objects (trees, cascades, stopping rules, stateful schedules) under
+    caps, small KV pools, priorities and whole-prompt prefills: every request finishes with
+    exactly its tokens, and a K table's cap holds in every step."""
+    policy = policies.parse_policy(spec)
+    wl = make_workload(arrivals=Poisson(), qps=20, requests=60, duration=None, prompt=parse_lengths("uniform:32,500"),
+                       output=parse_lengths("uniform:4,150"), rng=np.random.default_rng(0), priorities=3)
+    cfg = ServingConfig(policy, process, TARGET, [DRAFTER, CallCost(0.0005)][: policy.n_models - 1], kv_tokens=3000,
+                        controller=parse_controller(controller), scheduler=scheduler)
+    run = serve(cfg, wl, seed=1)
+    assert np.isfinite(run.finish).all() and (run.finish >= run.first_token).all()
+    assert len(run.itl) == int((run.prefills + run.rounds).sum()) - len(run.output)
+    if controller != "none":
+        per_pos = run.spec["num_accepted_tokens_per_pos"]
+        assert all(x == 0 for x in per_pos[2:])  # at most 2 accepted tokens under the table's caps
+
+
 # ------------------------------------------------------------------ properties
 
 @settings(max_examples=12, deadline=None)

@@ -64,6 +64,8 @@ class Engine:
     next_arrival: object = None  # callable: the next known arrival time (inf: none)
     on_finish: object = None  # callable(rid) when a request's last token is out
     window_max: int = WINDOW_MAX
+    #: for a tree policy, nodes of a full tree of depth 0, 1, …, depth (what a capped tree verifies)
+    tree_nodes: np.ndarray | None = None
 
     @property
     def lookahead(self) -> int:
@@ -215,11 +217,17 @@ class Replica:
         batch = valid.sum(axis=1)
         batch[0] += n_prefill
         d = d_raw
+        capped = False
         if type(eng.controller).caps is not Controller.caps:
             ctx_mean = float((prompt + gen0).mean()) if B else 0.0
             cap = eng.controller.caps(batch, np.full(W, ctx_mean))[:, None]
             if (cap < NO_CAP).any():
-                d = np.minimum(d_raw, cap)
+                capped = True
+                if eng.tree_nodes is not None:  # a cap on a tree cuts its depth
+                    depth = len(eng.tree_nodes) - 1
+                    d = np.where(cap < depth, eng.tree_nodes[np.minimum(cap, depth)], d_raw)
+                else:
+                    d = np.minimum(d_raw, cap)
                 a = np.minimum(a, cap)
                 e = np.minimum(e, a + 1)
         e = np.where(valid, e, 0)
@@ -270,7 +278,9 @@ class Replica:
                 break
             calls_raw = book.calls[idx[:W], m]
             per_call = 1 if book.flat[m] else -(-book.call_tokens[idx[:W], m] // np.maximum(calls_raw, 1))
-            if d is not d_raw:
+            if capped and eng.tree_nodes is not None:
+                calls = np.minimum(calls_raw, cap[:W])  # one drafter pass per kept level
+            elif capped:
                 calls = np.where(d_raw[:W] > 0, -(-calls_raw * d // np.maximum(d_raw[:W], 1)), 0)
             else:
                 calls = calls_raw

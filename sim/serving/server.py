@@ -161,7 +161,8 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
 
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed,
-                    next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max)
+                    next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max,
+                    tree_nodes=_tree_nodes(policy))
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv)) for r in range(config.replicas)]
     router = make_router(config.router)
 
@@ -214,6 +215,12 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
                      prompt=table.prompt, output=table.output, preemptions=table.preemptions, rounds=table.rounds, prefills=table.prefills,
                      itl=recorder.itl_values(), steps=recorder.step_arrays(), spec=spec, kv_blocks=kv.blocks if kv else None,
                      replicas=config.replicas, meta=meta)
+
+
+def _tree_nodes(policy: Policy) -> np.ndarray | None:
+    if policy.kind != "tree":
+        return None
+    return np.array([sum(policy.width**i for i in range(1, c + 1)) for c in range(policy.depth + 1)], dtype=np.int64)
 
 
 @dataclass
