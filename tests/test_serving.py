@@ -97,7 +97,7 @@ def test_md1_mean_wait_matches_pollaczek_khinchine():
 
 
 def test_littles_law_on_a_long_run():
-    wl = workload(n=3000, qps=25.0, prompt=256, output=96, seed=2)
+    wl = workload(n=3000, qps=12.0, prompt=256, output=96, seed=2)
     run = serve(config(scheduler=SchedulerConfig(max_num_seqs=16)), wl, seed=2)
     s = run.steps
     horizon = float(np.max(run.finish) - np.min(run.arrival))
@@ -105,7 +105,9 @@ def test_littles_law_on_a_long_run():
     lam = len(run.finish) / horizon
     W = float((run.finish - run.arrival).mean())
     assert s["waiting"].max() > 0  # the queue was used
-    assert L == pytest.approx(lam * W, rel=0.03)
+    # time-average of requests in the system, from the replica's own step records (running +
+    # waiting), against λW from the requests' arrival and finish times
+    assert L == pytest.approx(lam * W, rel=0.01)
 
 
 def test_every_token_once_across_preemptions():

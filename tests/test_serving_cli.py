@@ -22,10 +22,10 @@ def run(capsys, *argv):
 
 
 def test_json_keys_and_outputs(capsys, tmp_path):
-    tl, fig = tmp_path / "tl.json", tmp_path / "cdf.png"
+    tl, fig, load = tmp_path / "tl.json", tmp_path / "cdf.png", tmp_path / "load.png"
     status, out, err = run(capsys, *BASE, "--qps", "4", "--requests", "40", "--prompt-len", "uniform:64,256", "--output-len", "fixed:64",
                            "--replications", "2", "--slo-ttft", "0.5", "--slo-tpot", "0.05", "--timeline", str(tl), "--figure", str(fig),
-                           "--json")
+                           "--load-figure", str(load), "--json")
     assert status == 0, err
     data = json.loads(out)
     for key in ("ttft", "tpot", "itl", "e2e"):
@@ -39,7 +39,7 @@ def test_json_keys_and_outputs(capsys, tmp_path):
     trace = json.loads(tl.read_text())
     assert trace["otherData"]["schema"] == "draftsim.serving-timeline"
     assert {e["ph"] for e in trace["traceEvents"]} >= {"X", "C", "M"}
-    assert fig.stat().st_size > 1000
+    assert fig.stat().st_size > 1000 and load.stat().st_size > 1000
 
 
 def test_sweep_marks_the_crossover(capsys, tmp_path):

@@ -77,6 +77,7 @@ def register(sub, common) -> None:
     o.add_argument("--replications", type=a.count("replications", 1, 1000), default=3, help="independent replications (default 3)")
     o.add_argument("--timeline", metavar="OUT.json", help="Chrome trace-event timeline of the first replication (Perfetto)")
     o.add_argument("--figure", metavar="OUT.png", help="latency CDFs (or, with --sweep-qps, speedup against load)")
+    o.add_argument("--load-figure", metavar="OUT.png", help="batch size, waiting requests and KV use over time (first replication)")
     o.add_argument("--sweep-qps", metavar="Q1,Q2,...", help="serve at each rate with and without speculation; mark the crossover")
     p.set_defaults(run=run)
 
@@ -138,7 +139,9 @@ def run(args: argparse.Namespace) -> int:
         a.output_file("--timeline", args.timeline, suffix=".json")
     if args.figure is not None:
         a.output_file("--figure", args.figure, suffix=".png")
-    a.distinct_outputs(("--timeline", args.timeline), ("--figure", args.figure))
+    if args.load_figure is not None:
+        a.output_file("--load-figure", args.load_figure, suffix=".png")
+    a.distinct_outputs(("--timeline", args.timeline), ("--figure", args.figure), ("--load-figure", args.load_figure))
     config = _config(args)
     if args.sweep_qps is not None:
         return _sweep(args, config)
@@ -160,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
 
         latency_cdfs(args.figure, {args.policy: result.runs[0]})
         written["figure"] = args.figure
+    if args.load_figure:
+        from analysis.serving import load_over_time
+
+        load_over_time(args.load_figure, result.runs[0])
+        written["load_figure"] = args.load_figure
     if args.json:
         out = dict(summary)
         out["config"] = _describe(config)
@@ -221,6 +229,9 @@ def _sweep(args, config: ServingConfig) -> int:
 
     if args.qps is not None:
         raise DraftsimError("--sweep-qps replaces --qps; drop --qps")
+    for option in ("timeline", "load_figure"):
+        if getattr(args, option) is not None:
+            raise DraftsimError(f"--{option.replace('_', '-')} applies to a single load, not to --sweep-qps")
     qps = float_list("--sweep-qps", args.sweep_qps)
     arrivals, make = _workload_maker(args, qps[0])
     if arrivals.closed:

@@ -139,6 +139,7 @@ class Replica:
                 if np.isnan(eng.table.admitted[rid]):
                     eng.table.admitted[rid] = now
             win = self._window(plan, now)
+            waiting = len(sched.waiting)  # during the window (arrivals join at its end)
             starts = np.concatenate([[0.0], np.cumsum(win.time)[:-1]])
             ends = starts + win.time
             nxt = eng.next_arrival() if eng.next_arrival is not None else np.inf
@@ -160,7 +161,7 @@ class Replica:
                 if rest > 0:
                     yield env.timeout(rest)
             self._wake = None
-            self._commit(win, n, now, starts, ends)
+            self._commit(win, n, now, starts, ends, waiting)
             self._pending_finish = np.zeros(0)
             self._step_guess = float(win.time[:n].mean())
 
@@ -311,7 +312,7 @@ class Replica:
         win.prefill_done = (p_rid, p_chunk, completes)
         return win
 
-    def _commit(self, win: _Window, n: int, now: float, starts: np.ndarray, ends: np.ndarray) -> None:
+    def _commit(self, win: _Window, n: int, now: float, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
         eng, t, sched, rec = self.engine, self.engine.table, self.scheduler, self.engine.recorder
         finished = []
         # prefills (step 0)
@@ -361,7 +362,7 @@ class Replica:
         for rid in finished:
             sched.running.remove(rid)
         rec.steps(self.index, now + starts[:n], win.time[:n], win.draft_time[:n], win.batch[:n], win.tokens[:n],
-                  win.kv[:n] if win.kv is not None else None, len(sched.waiting))
+                  win.kv[:n] if win.kv is not None else None, waiting)
         if eng.on_finish is not None:
             for rid in finished:
                 eng.on_finish(rid)
