@@ -30,6 +30,7 @@ configurations, stored as Parquet, resumable.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -227,11 +228,9 @@ def device_count(config: dict, names: Sequence[str]) -> float:
 
 
 def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings, spec_seed: int, replications: int,
-                task: Task) -> tuple[int, dict, str | None, float]:
+                task: Task) -> tuple[int, dict, str | None, float, float]:
     """One configuration's capacity search in a worker (the task's row values)."""
-    import time
-
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         seeds = [derive_seed(spec_seed, task.point, r) for r in range(replications)]
 
@@ -248,9 +247,9 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
         values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high, "evaluations": float(len(cap.evaluations)),
                   "throughput_at_capacity": throughput, "devices": devices, "cost_per_million_tokens": cost}
         values.update({f"{m}_at_capacity": cap.metrics.get(m) for m in s.slo})
-        return task.id, values, None, time.perf_counter() - t0
+        return task.id, values, None, time.perf_counter() - t0, time.process_time() - c0
     except Exception as exc:  # recorded with its error; the other configurations go on
-        return task.id, {}, one_line(exc), time.perf_counter() - t0
+        return task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0
 
 
 def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
@@ -301,8 +300,9 @@ def _fmt(value) -> str:
 
 
 def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
-    """Capacity per configuration as grouped bars (one colour per value of ``compare``, e.g.
-    with and without speculation), and cost per million tokens when a price is given."""
+    """Capacity per configuration as grouped horizontal bars (one colour per value of
+    ``compare``, e.g. with and without speculation), and cost per million tokens when a price
+    is given. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -311,30 +311,36 @@ def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
     data = {c: table.column(c).to_pylist() for c in table.column_names}
     ok = [st == "ok" for st in data["status"]]
     others = [a for a in spec_axes if a != s.compare]
-    label = lambda i: ", ".join(f"{a}={data[a][i]}" for a in others) or "all"  # noqa: E731
+    label = lambda i: " / ".join(str(data[a][i]) for a in others) or "all"  # noqa: E731
     groups = list(dict.fromkeys(label(i) for i in range(table.num_rows)))
     series = list(dict.fromkeys(data[s.compare][i] for i in range(table.num_rows))) if s.compare else [None]
     panels = [("capacity_qps", "capacity (requests/s)")]
     if s.price_per_hour is not None:
-        panels.append(("cost_per_million_tokens", "cost per 1M output tokens"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 1.2 * len(groups) * max(1, len(series))) * len(panels) / 1.3, 3.8))
+        panels.append(("cost_per_million_tokens", f"cost per 1M output tokens (at {s.price_per_hour:g} per device-hour)"))
+    height = max(2.6, 0.35 * len(groups) * len(series) + 1.6)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.0, height), sharey=True)
     axes = np.atleast_1d(axes)
     width = 0.8 / len(series)
     for ax, (column, title) in zip(axes, panels):
         for j, value in enumerate(series):
-            heights = []
+            lengths = []
             for g in groups:
                 hits = [data[column][i] for i in range(table.num_rows)
                         if ok[i] and label(i) == g and (s.compare is None or data[s.compare][i] == value)]
-                heights.append(hits[0] if hits and hits[0] is not None else 0.0)
-            ax.bar(np.arange(len(groups)) + (j - (len(series) - 1) / 2) * width, heights, width,
-                   label=f"{s.compare}={value}" if s.compare else None)
-        ax.set_xticks(np.arange(len(groups)))
-        ax.set_xticklabels(groups, rotation=20, ha="right", fontsize=8)
-        ax.set_ylabel(title)
-        ax.grid(axis="y", alpha=0.3)
-        if s.compare:
-            ax.legend(fontsize=8)
+                lengths.append(hits[0] if hits and hits[0] is not None and math.isfinite(hits[0]) else 0.0)
+            pos = np.arange(len(groups)) + (j - (len(series) - 1) / 2) * width
+            bars = ax.barh(pos, lengths, width, label=f"{s.compare} = {value}" if s.compare else None)
+            ax.bar_label(bars, labels=[f"{v:.3g}" if v else "" for v in lengths], fontsize=7, padding=2)
+        ax.set_yticks(np.arange(len(groups)))
+        ax.set_yticklabels(groups, fontsize=8)
+        ax.set_xlabel(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.margins(x=0.15)
+    axes[0].invert_yaxis()
+    if others:
+        axes[0].set_ylabel(" / ".join(others), fontsize=8)
+    if s.compare:
+        axes[-1].legend(fontsize=8, loc="lower right")
     slo = ", ".join(f"{m} <= {b:g}" for m, b in s.slo.items())
     fig.suptitle(f"largest request rate meeting {slo}", fontsize=10)
     fig.tight_layout()

@@ -53,7 +53,8 @@ Each shard is written to a hidden temporary file and renamed into place (atomic)
 manifest is rewritten (temp + rename). The shards are the truth: a resumed sweep reads the
 task ids they hold and runs only the others, so a killed sweep loses and repeats nothing.
 Columns: ``task``, ``point``, ``replication``, ``seed``, one per varied option, ``status``
-(``ok`` / ``failed``), ``error``, ``seconds``, then one float64 column per metric.
+(``ok`` / ``failed``), ``error``, ``seconds`` (wall) and ``cpu_seconds`` of the run, then one
+float64 column per metric.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ MAX_TASKS = 100_000
 MAX_AXIS_VALUES = 10_000_000
 #: Columns every results table starts with (before the axes) and the bookkeeping after them.
 LEAD_COLUMNS = ("task", "point", "replication", "seed")
-STATUS_COLUMNS = ("status", "error", "seconds")
+STATUS_COLUMNS = ("status", "error", "seconds", "cpu_seconds")
 
 
 # --- kinds ----------------------------------------------------------------------------------
@@ -500,15 +501,15 @@ def one_line(exc: BaseException) -> str:
     return text if isinstance(exc, DraftsimError) else f"{type(exc).__name__}: {text}"
 
 
-def execute(run: Callable, metric_paths: dict, task: Task) -> tuple[int, dict, str | None, float]:
-    """Run one task in a worker: (task id, metric values, error or None, seconds)."""
-    t0 = time.perf_counter()
+def execute(run: Callable, metric_paths: dict, task: Task) -> tuple[int, dict, str | None, float, float]:
+    """Run one task in a worker: (task id, metric values, error or None, wall seconds, CPU seconds)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         output = run(task.config, task.seed)
         values = {name: as_metric(name, lookup(output, path)) for name, path in metric_paths.items()}
-        return task.id, values, None, time.perf_counter() - t0
+        return task.id, values, None, time.perf_counter() - t0, time.process_time() - c0
     except Exception as exc:  # a failed point is recorded with its error; the sweep goes on
-        return task.id, {}, one_line(exc), time.perf_counter() - t0
+        return task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0
 
 
 # --- storage --------------------------------------------------------------------------------
@@ -680,7 +681,8 @@ def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str
               pa.field("seed", pa.int64())]
     for name in spec.axes:
         fields.append(pa.field(name, _arrow_type([p.values[name] for p in points])))
-    fields += [pa.field("status", pa.string()), pa.field("error", pa.string()), pa.field("seconds", pa.float64())]
+    fields += [pa.field("status", pa.string()), pa.field("error", pa.string()), pa.field("seconds", pa.float64()),
+               pa.field("cpu_seconds", pa.float64())]
     fields += [pa.field(m, pa.float64()) for m in metric_columns]
     return pa.schema(fields)
 
@@ -724,7 +726,7 @@ def _pool_results(worker: Callable, tasks: list[Task], workers: int) -> Iterator
                 for task in reversed(list(running.values())):
                     crashes[task.id] = crashes.get(task.id, 0) + 1
                     if crashes[task.id] >= 2:
-                        yield task.id, {}, "the worker process died running this point (killed, or out of memory)", 0.0
+                        yield task.id, {}, "the worker process died running this point (killed, or out of memory)", 0.0, 0.0
                     else:
                         queue.appendleft(task)
                 running.clear()
@@ -807,7 +809,7 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
               flush_seconds: float = 2.0) -> Summary:
     """Run ``worker`` over ``tasks`` (those the folder lacks), storing one row per task.
 
-    ``worker(task) -> (task id, metric values, error, seconds)`` must be picklable (a
+    ``worker(task) -> (task id, metric values, error, seconds, CPU seconds)`` must be picklable (a
     module-level function or a :func:`functools.partial` of one). Shards are committed at
     most every ``max(flush_seconds, 2 % of the elapsed time)`` and at the end (and on Ctrl-C).
     """
@@ -826,12 +828,12 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
     ran = 0
     results = _ray_results(worker, pending, workers, ray_address) if ray else _pool_results(worker, pending, workers)
     try:
-        for task_id, values, error, seconds in results:
+        for task_id, values, error, seconds, cpu in results:
             task = by_id[task_id]
             row = {"task": task.id, "point": task.point, "replication": task.replication, "seed": task.seed}
             for name in spec.axes:
                 row[name] = cell(points_by_index[task.point].values[name], schema.field(name).type)
-            row.update(status="ok" if error is None else "failed", error=error, seconds=seconds)
+            row.update(status="ok" if error is None else "failed", error=error, seconds=seconds, cpu_seconds=cpu)
             row.update({m: values.get(m) for m in metric_columns})
             store.add(row)
             ran += 1

@@ -33,11 +33,12 @@ def _save(fig, path) -> Path:
     return path
 
 
-def _note(averaged) -> str:
-    return f" (mean over replications{', ' + ', '.join(averaged) if averaged else ''})"
+def _note(averaged, fixed=None) -> str:
+    where = "".join(f", {k} = {v}" for k, v in (fixed or {}).items())
+    return f"{where} (mean over replications{', ' + ', '.join(averaged) if averaged else ''})"
 
 
-def heatmap(path, groups: dict, x: str, y: str, metric: str, averaged=()) -> Path:
+def heatmap(path, groups: dict, x: str, y: str, metric: str, averaged=(), fixed=None) -> Path:
     """Mean ``metric`` with ``x`` across and ``y`` down, each cell annotated."""
     xs, ys = _order(k[0] for k in groups), _order(k[1] for k in groups)
     grid = np.full((len(ys), len(xs)), np.nan)
@@ -60,11 +61,11 @@ def heatmap(path, groups: dict, x: str, y: str, metric: str, averaged=()) -> Pat
                 if math.isfinite(grid[i, j]):
                     ax.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", fontsize=7,
                             color="black" if grid[i, j] > mid else "white")
-    ax.set_title(metric + _note(averaged), fontsize=9)
+    ax.set_title(metric + _note(averaged, fixed), fontsize=9)
     return _save(fig, path)
 
 
-def lines(path, groups: dict, x: str, y: str | None, metric: str, averaged=()) -> Path:
+def lines(path, groups: dict, x: str, y: str | None, metric: str, averaged=(), fixed=None) -> Path:
     """Mean ``metric`` against ``x`` (± one standard error), one line per ``y`` value."""
     xs = _order(k[0] for k in groups)
     series = _order(k[1] for k in groups) if y is not None else [None]
@@ -77,6 +78,8 @@ def lines(path, groups: dict, x: str, y: str | None, metric: str, averaged=()) -
         mean = np.array([g[0] for _, _, g in pts])
         se = np.array([g[1] if math.isfinite(g[1]) else 0.0 for _, _, g in pts])
         ax.errorbar(pos, mean, yerr=se, marker="o", ms=3, capsize=2, label=f"{y}={s}" if y is not None else None)
+    if numeric and min(xs) > 0 and max(xs) / min(xs) >= 20:
+        ax.set_xscale("log")
     if not numeric:
         ax.set_xticks(range(len(xs)))
         ax.set_xticklabels([str(v) for v in xs], rotation=20, ha="right", fontsize=8)
@@ -85,5 +88,5 @@ def lines(path, groups: dict, x: str, y: str | None, metric: str, averaged=()) -
     ax.grid(alpha=0.3)
     if y is not None:
         ax.legend(fontsize=8)
-    ax.set_title(metric + _note(averaged), fontsize=9)
+    ax.set_title(metric + _note(averaged, fixed), fontsize=9)
     return _save(fig, path)

@@ -167,7 +167,18 @@ def check_replay(config: dict) -> None:
 
 
 def check_serve(config: dict) -> None:
-    parse("serve", config)
+    from sim.controllers import parse_controller
+    from sim.serving.workload import parse_arrivals, parse_lengths
+
+    from .commands import costing
+
+    args = parse("serve", config)
+    parse_policy(args.policy)
+    parse_controller(args.controller)
+    parse_arrivals(args.arrivals)
+    parse_lengths(args.prompt_len, "--prompt-len")
+    parse_lengths(args.output_len, "--output-len")
+    costing.build_models(args)
 
 
 # --- metric tables ---------------------------------------------------------------------------
@@ -202,10 +213,16 @@ OPTIMIZE_METRICS = {
 }
 REPLAY_METRICS = {k: v for k, v in SIMULATE_METRICS.items() if not v.startswith(("requests.", "analytic"))}
 REPLAY_METRICS.update(oracle_speedup="oracle.speedup", oracle_latency="oracle.latency_per_token")
+_SERVE_STATS = ("ttft", "tpot", "itl", "e2e", "queue")
+_SERVE_SCALARS = ("throughput", "request_throughput", "goodput", "slo_attainment", "requests", "output_tokens", "steps", "busy",
+                  "mean_batch", "max_batch", "kv_utilisation", "kv_utilisation_max", "preemptions")
 SERVE_METRICS = {
-    **{f"{m}_{s}": f"{m}.{s}" for m in ("ttft", "tpot", "itl", "e2e") for s in ("mean", "p50", "p90", "p99")},
-    "throughput": "throughput",
-    "goodput": "goodput",
+    **{f"{m}_{s}": f"{m}.{s}" for m in _SERVE_STATS for s in ("mean", "p50", "p90", "p99")},
+    **{f"{m}_{s}_ci95": f"ci95.{m}.{s}" for m in _SERVE_STATS for s in ("mean", "p50", "p90", "p99")},
+    **{m: m for m in _SERVE_SCALARS},
+    **{f"{m}_ci95": f"ci95.{m}" for m in _SERVE_SCALARS},
+    **{m: f"spec_decode.{m}" for m in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
+                                       "draft_acceptance_rate")},
 }
 
 KINDS: dict[str, Kind] = {
@@ -216,7 +233,8 @@ KINDS: dict[str, Kind] = {
         help="draftsim simulate: Monte Carlo or discrete-event simulation of a policy"),
     "serve": Kind(
         "serve", check_serve, functools.partial(run_command, "serve"), SERVE_METRICS,
-        ("ttft_p99", "tpot_p50", "e2e_p99", "throughput"), seed_option="seed", rate_option="qps",
+        ("ttft_p99", "tpot_p50", "e2e_p99", "throughput", "goodput", "mean_acceptance_length"), seed_option="seed", rate_option="qps",
+        forbidden=("timeline", "figure", "sweep_qps"),
         help="draftsim serve-sim: continuous-batching serving simulation"),
     "optimize": Kind(
         "optimize", check_optimize, functools.partial(run_command, "optimize"), OPTIMIZE_METRICS, tuple(OPTIMIZE_METRICS),

@@ -125,7 +125,7 @@ def test_capacity_command_end_to_end(tmp_path, capsys):
     assert main(["capacity", str(spec2), "--out", str(tmp_path / "one"), "--workers", "1", "--json"]) == 0
     one = sw.load(tmp_path / "one")
     for c in table.column_names:
-        if c != "seconds":
+        if c not in ("seconds", "cpu_seconds"):
             assert one.column(c).to_pylist() == table.column(c).to_pylist(), c
 
 
@@ -150,3 +150,47 @@ def test_settings_need_a_rate_option():
     spec = sw.parse_spec(tomllib.loads('version = 1\nkind = "optimize"\n[base]\nwhat = "tree"\n[capacity]\nslo = { oracle = 1 }\n'), KINDS)
     with pytest.raises(DraftsimError, match="has no request-rate option"):
         cap.settings(spec, KINDS["optimize"])
+
+
+SERVE_SPEC = """
+version = 1
+kind = "serve"
+seed = 3
+[base]
+target = "qwen2.5-7b"
+drafter = ["qwen2.5-0.5b"]
+hardware = "h100-sxm"
+alpha = 0.8
+duration = 4.0
+prompt-len = "fixed:256"
+output-len = "fixed:64"
+replications = 1
+[grid]
+policy = ["ar", "fixed:k=4"]
+[capacity]
+slo = { tpot_p50 = 0.008 }
+start = 4.0
+tolerance = 0.1
+devices = ["tp"]
+price_per_hour = 2.0
+"""
+
+
+def test_capacity_with_the_serving_simulator(tmp_path, capsys):
+    """The serve kind: at capacity the SLO holds; just above it (the bracket's upper end) it
+    does not; speculation lowers TPOT at light load, so it serves more under a tight TPOT SLO."""
+    spec = tmp_path / "serve.toml"
+    spec.write_text(SERVE_SPEC)
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "2", "--json"]) == 0
+    table = sw.load(tmp_path / "out")
+    rows = table.to_pylist()
+    assert [r["status"] for r in rows] == ["ok", "ok"], rows
+    for r in rows:
+        assert 0 < r["capacity_qps"] < r["bracket_high"] <= r["capacity_qps"] * 1.1 + 1e-9
+        assert r["tpot_p50_at_capacity"] <= 0.008 and r["throughput_at_capacity"] > 0
+        assert r["cost_per_million_tokens"] == pytest.approx(2.0 / (r["throughput_at_capacity"] * 3600) * 1e6)
+        above = KINDS["serve"].run({**sw.parse_spec(tomllib.loads(SERVE_SPEC), KINDS).base, "policy": r["policy"],
+                                    "qps": r["bracket_high"]}, sw.derive_seed(3, r["point"], 0))
+        assert above["tpot"]["p50"] > 0.008
+    ar, spec_k4 = rows
+    assert spec_k4["capacity_qps"] > ar["capacity_qps"]

@@ -52,7 +52,7 @@ def spec_of(text: str) -> sw.Spec:
 def frame(folder) -> dict:
     """The stored table as {column: list}, sorted by task, without the timing column."""
     table = sw.load(folder)
-    return {c: table.column(c).to_pylist() for c in table.column_names if c != "seconds"}
+    return {c: table.column(c).to_pylist() for c in table.column_names if c not in ("seconds", "cpu_seconds")}
 
 
 # --- spec schema and expansion ----------------------------------------------------------------

@@ -53,6 +53,7 @@ def _runner_options(p) -> None:
                    help="run on Ray: a running cluster's ADDRESS, or alone to start a local one for the run")
     p.add_argument("--resume", action="store_true", help="continue a killed sweep in --out (runs only what is missing)")
     p.add_argument("--force", action="store_true", help=f"run more than {sw.MAX_TASKS:,} tasks")
+    p.add_argument("--check", action="store_true", help="validate the spec and every point, print the size, run nothing")
 
 
 def register(sub, common) -> None:
@@ -60,7 +61,6 @@ def register(sub, common) -> None:
                        description="Run every point of a TOML sweep spec, in a process pool or on Ray.",
                        epilog=_spec_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     _runner_options(s)
-    s.add_argument("--check", action="store_true", help="validate the spec and every point, print the size, run nothing")
     s.set_defaults(run=run_sweep)
 
     c = sub.add_parser("capacity", parents=[common], help="largest request rate meeting SLOs, per configuration",
@@ -80,6 +80,8 @@ def register(sub, common) -> None:
     q.add_argument("--x", required=True, help="axis on the horizontal")
     q.add_argument("--y", help="second axis: heat-map rows (or lines with --lines)")
     q.add_argument("--metric", required=True, help="metric column")
+    q.add_argument("--where", action="append", default=[], metavar="AXIS=VALUE",
+                   help="keep only the points with this value of another axis (repeat); the rest are averaged")
     q.add_argument("--lines", action="store_true", help="one line per --y value instead of a heat map")
     q.add_argument("--out", required=True, metavar="OUT.png", help="figure path")
     q.set_defaults(run=run_plot)
@@ -168,6 +170,17 @@ def run_capacity(args: argparse.Namespace) -> int:
         spec.capacity = {**spec.capacity, "price_per_hour": args.price}
         spec.raw = {**spec.raw, "capacity": spec.capacity}
     settings = cap.settings(spec, kind)
+    if args.check:
+        sw.check_size(spec, args.force)
+        sw.validate_points(spec, kind, {kind.rate_option: settings.start})
+        out = {"kind": spec.kind, "configurations": spec.n_points, "replications": spec.replications, "axes": spec.axes,
+               "slo": settings.slo, "valid": True}
+        if args.json:
+            a.emit_json(out)
+        else:
+            print(f"{spec.kind} capacity search: {spec.n_points:,} configuration(s) over {', '.join(spec.axes) or 'no axis'}, "
+                  f"{spec.replications} replication(s) per rate; every configuration is valid")
+        return 0
     figure = args.figure if args.figure is not None else os.path.join(args.out, "capacity.png")
     if args.figure is not None:
         a.output_file("--figure", args.figure, suffix=".png")
@@ -210,20 +223,45 @@ def run_plot(args: argparse.Namespace) -> int:
     if args.lines and args.y is None:
         raise DraftsimError("--lines draws one line per --y value: give --y")
     by = [args.x] + ([args.y] if args.y else [])
+    fixed = {}
+    for text in args.where:
+        name, sep, value = text.partition("=")
+        if not sep or name not in info["axes"] or name in by:
+            raise DraftsimError(f"--where {text!r}: give AXIS=VALUE for an axis other than --x/--y; axes: {', '.join(info['axes'])}")
+        fixed[name] = value
+        keep = [_same(v, value) for v in table.column(name).to_pylist()]
+        if not any(keep):
+            values = ", ".join(sorted({str(v) for v in table.column(name).to_pylist()}))
+            raise DraftsimError(f"--where {text!r}: no point has {name} = {value}; its values: {values}")
+        table = table.filter(keep)
     groups = sw.aggregate(table, by, args.metric)
     from analysis.sweepplot import heatmap, lines
 
-    averaged = [x for x in info["axes"] if x not in by]
+    zips = info.get("spec", {}).get("zip", [])
+    zips = [zips] if isinstance(zips, dict) else zips
+    tied = {sw.option_name(k) for g in zips if any(sw.option_name(k) in by for k in g) for k in g}  # zipped with --x/--y
+    averaged = [x for x in info["axes"] if x not in by and x not in fixed and x not in tied]
     if args.y is not None and not args.lines:
-        heatmap(args.out, groups, args.x, args.y, args.metric, averaged)
+        heatmap(args.out, groups, args.x, args.y, args.metric, averaged, fixed)
     else:
-        lines(args.out, groups, args.x, args.y, args.metric, averaged)
+        lines(args.out, groups, args.x, args.y, args.metric, averaged, fixed)
     if args.json:
-        a.emit_json({"figure": args.out, "x": args.x, "y": args.y, "metric": args.metric, "averaged_over": averaged,
-                     "values": [{"key": list(k), "mean": m, "se": se, "n": n} for k, (m, se, n) in sorted(groups.items(), key=str)]})
+        a.emit_json({"figure": args.out, "x": args.x, "y": args.y, "metric": args.metric, "where": fixed, "averaged_over": averaged,
+                     "values": [{"key": list(k), "mean": m, "se": se, "n": n} for k, (m, se, n) in groups.items()]})
         return 0
-    print(f"{args.metric} against {args.x}{' and ' + args.y if args.y else ''} "
+    where = "".join(f", {k} = {v}" for k, v in fixed.items())
+    print(f"{args.metric} against {args.x}{' and ' + args.y if args.y else ''}{where} "
           f"(mean over replications{', ' + ', '.join(averaged) if averaged else ''}): {args.out}")
-    shown = sorted(groups.items(), key=lambda kv: tuple(str(v) for v in kv[0]))[:40]
+    shown = sorted(groups.items(), key=lambda kv: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in kv[0]))[:40]
     print(format_table([*by, args.metric, "SE", "runs"], [[*k, m, se if math.isfinite(se) else "-", n] for k, (m, se, n) in shown]))
     return 0
+
+
+def _same(value, text: str) -> bool:
+    """Whether a stored axis value equals the text of ``--where`` (numbers compared as numbers)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(text) == float(value)
+        except ValueError:
+            return False
+    return str(value).lower() == text.lower() if isinstance(value, bool) else str(value) == text
