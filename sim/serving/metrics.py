@@ -57,12 +57,8 @@ class Recorder:
     """Accumulates what the replicas did, as chunks of arrays (one per window)."""
 
     def __init__(self, max_draft: int):
-        P = max(max_draft, 1)
-        self.num_drafts = 0
-        self.num_draft_tokens = 0
-        self.num_accepted_tokens = 0
-        self.pos_drafted = np.zeros(P, dtype=np.int64)
-        self.pos_accepted = np.zeros(P, dtype=np.int64)
+        self.P = max(max_draft, 1)
+        self._spec: list = []
         self._itl: list = []
         self._steps: dict = {k: [] for k in ("replica", "start", "duration", "draft", "batch", "tokens", "kv", "waiting")}
 
@@ -70,16 +66,28 @@ class Recorder:
         self._itl.append(np.asarray(gaps, dtype=np.float64))
 
     def spec(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
-        if not drafted.size:
-            return
-        self.num_drafts += int((drafted > 0).sum())
-        self.num_draft_tokens += int(drafted.sum())
-        self.num_accepted_tokens += int(accepted.sum())
-        P = len(self.pos_drafted)
-        dc = np.bincount(np.minimum(drafted, P), minlength=P + 1)
-        ac = np.bincount(np.minimum(accepted, P), minlength=P + 1)
-        self.pos_drafted += np.cumsum(dc[::-1])[::-1][1:]
-        self.pos_accepted += np.cumsum(ac[::-1])[::-1][1:]
+        """Drafted and accepted tokens of verified rounds (counted at the end: :meth:`spec_counters`)."""
+        if drafted.size:
+            self._spec.append((drafted, accepted))
+
+    def spec_counters(self) -> dict:
+        """vLLM's speculative-decoding counters over every verified round."""
+        d = np.concatenate([x[0] for x in self._spec]).astype(np.int64) if self._spec else np.zeros(0, dtype=np.int64)
+        a = np.concatenate([x[1] for x in self._spec]).astype(np.int64) if self._spec else np.zeros(0, dtype=np.int64)
+        P = self.P
+        dc = np.bincount(np.minimum(d, P), minlength=P + 1)
+        ac = np.bincount(np.minimum(a, P), minlength=P + 1)
+        drafts, draft_tokens, accepted = int((d > 0).sum()), int(d.sum()), int(a.sum())
+        return {
+            "num_drafts": drafts,
+            "num_draft_tokens": draft_tokens,
+            "num_accepted_tokens": accepted,
+            # position i (0-based) was drafted / accepted in the rounds with more than i
+            "num_draft_tokens_per_pos": np.cumsum(dc[::-1])[::-1][1:].tolist(),
+            "num_accepted_tokens_per_pos": np.cumsum(ac[::-1])[::-1][1:].tolist(),
+            "mean_acceptance_length": 1.0 + accepted / drafts if drafts else 1.0,
+            "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else float("nan"),
+        }
 
     def steps(self, replica, start, duration, draft, batch, tokens, kv, waiting) -> None:
         n = len(start)

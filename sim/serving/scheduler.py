@@ -165,15 +165,16 @@ class Scheduler:
         cfg, t, kv = self.config, self.table, self.kv
         plan = StepPlan()
         # 1. decodes, preempting until the running requests' blocks fit
+        used = self.held_blocks()
         if kv is not None:
-            while self.running and self.held_blocks() > kv.blocks:
+            while self.running and used > kv.blocks:
                 self._preempt(self._victim(), plan)
+                used = self.held_blocks()
         budget = cfg.max_num_batched_tokens
         for rid in self.running:
             if t.decoding[rid]:
                 plan.decode.append(rid)
                 budget -= draft_window
-        used = self.held_blocks()
         # 2. continuing chunked prefills
         for rid in self.running:
             if t.decoding[rid]:

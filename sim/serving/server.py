@@ -199,14 +199,7 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     env.run()
     if state["done"] != n:  # pragma: no cover - a scheduler bug, never a user error
         raise RuntimeError(f"the server stopped with {n - state['done']} of {n} requests unfinished")
-    spec = {
-        "num_drafts": recorder.num_drafts,
-        "num_draft_tokens": recorder.num_draft_tokens,
-        "num_accepted_tokens": recorder.num_accepted_tokens,
-        "num_accepted_tokens_per_pos": recorder.pos_accepted.tolist(),
-        "mean_acceptance_length": 1.0 + recorder.num_accepted_tokens / recorder.num_drafts if recorder.num_drafts else 1.0,
-        "draft_acceptance_rate": recorder.num_accepted_tokens / recorder.num_draft_tokens if recorder.num_draft_tokens else float("nan"),
-    }
+    spec = recorder.spec_counters()
     meta = {"policy": repr(policy), "process": repr(process), "controller": repr(config.controller),
             "target": getattr(config.target, "name", repr(config.target))}
     if plan is not None:
