@@ -25,6 +25,8 @@ Controllers (mini-language :data:`CONTROLLER_HELP`):
   Π_{j≤i} α_j under the acceptance model (α_j by draft position; a constant α gives
   (1 − α^{k+1}) / (1 − α), Leviathan et al. eq. 1) and T(B, k) = k drafter steps over the
   batch + one target call of B(k + 1) tokens at the batch's context, from the cost models.
+  It models chain drafts of drafter 1 (for a tree policy a cap is a depth: the serving
+  simulator then verifies the nodes of the kept levels).
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ def register(sub, common) -> None:
     s.add_argument("--no-chunked-prefill", action="store_true", help="prefill prompts whole")
     s.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="fcfs", help="waiting-queue order (default fcfs)")
     s.add_argument("--block-size", type=a.count("block_size", 1, 4096), default=16, help="KV block size in tokens (default 16)")
-    s.add_argument("--kv-tokens", type=a.count("kv_tokens", 1), help="KV capacity in tokens (default: from the hardware's memory)")
+    s.add_argument("--kv-tokens", type=a.count("kv_tokens", 1), help="KV capacity in tokens per replica (default: from the hardware's memory for roofline models; "
+                   "unlimited for measured profiles)")
     s.add_argument("--separate-drafter", action="store_true", help="drafters on a device of their own (not in the target's memory)")
     s.add_argument("--replicas", type=a.count("replicas", 1, 1024), default=1, help="replicas behind the router (default 1)")
     s.add_argument("--router", choices=tuple(ROUTERS), default="round-robin", help="routing policy (default round-robin)")
