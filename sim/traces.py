@@ -348,6 +348,10 @@ class TraceFolder:
             raise TraceError(f"trace {path} has schema version {manifest.get('version')!r}; this draftsim reads version {schema.version}")
         if not isinstance(manifest.get("prompts"), list) or not isinstance(manifest.get("metadata"), dict):
             raise TraceError(f"trace {path}: manifest.json lacks its prompts list or metadata")
+        if schema.name in (RECORDING.name, RUN.name):  # what readers and resume rely on
+            missing = [key for key in schema.resume_keys if key not in manifest["metadata"]]
+            if missing:
+                raise TraceError(f"trace {path}: the manifest's metadata lacks {', '.join(missing)}")
         _check_entries(path, manifest, schema)
         return manifest
 

@@ -306,6 +306,21 @@ CASES = [
     (["run", "--n", "0"], ["n must be an integer in [1, 10000]; got 0"]),
     (["run", "--temperature", "-1"], ["temperature must be a finite cost >= 0; got -1"]),
     (["run", "--max-new-tokens", "0"], ["max_new_tokens must be an integer in [1, 4096]; got 0"]),
+    # --- cost, profile, serving and sweeps (commands built on the same argument checks)
+    (["cost", "--batch", "0"], ["batch must be an integer >= 1; got 0"]),
+    (["cost", "--batch", "２", "--target", "x", "--hardware", "y"], ["'２'", ASCII]),
+    (["cost", "--target", "nope", "--hardware", "nope"], ["unknown hardware 'nope'", "h100-sxm"]),
+    (["profile", "--out", "/proc/profile.json", "--model", "tiny"], ["--out '/proc/profile.json'", "cannot create files in '/proc'"]),
+    (["profile", "--out", "profile.json", "--repeats", "0"], ["repeats must be an integer in [1, 10000]; got 0"]),
+    (["serve", "--qps", "-1"], ["qps must be finite and > 0; got -1"]),
+    (["serve", "--prompts", ""], ["--prompts must be comma-separated prompt sets", "got ''"]),
+    (["serve-sim", "--alpha", "1.5"], ["alpha must lie in [0, 1]; got 1.5"]),
+    (["serve-sim", "--qps", "１"], ["'１'", ASCII]),
+    (["sweep", "{W}/nothing.toml", "--out", "sw"], ["nothing.toml' is not a file", "TOML"]),
+    (["sweep", "{W}/afile.txt", "--out", "sw"], ["afile.txt' is not valid TOML"]),
+    (["capacity", "{W}/nothing.toml", "--out", "cap"], ["nothing.toml' is not a file"]),
+    (["sweep-plot", "{W}/nothing", "--out", "plot.png", "--x", "a", "--metric", "b"], ["holds no sweep", "draftsim sweep"]),
+    (["sweep-plot", "{W}/emptydir", "--out", "/proc/plot.png", "--x", "a", "--metric", "b"], ["--out '/proc/plot.png'", "cannot create files"]),
     # --- demo
     (["demo", "--out", "/proc/figs"], ["--out '/proc/figs'", "cannot create files in '/proc'"]),
     (["demo", "--out", "{W}/afile.txt"], ["afile.txt' is a file, not a folder"]),
@@ -315,6 +330,8 @@ CASES = [
 
 
 OUTPUTS = ("--out", "--timeline", "--timeline-png", "--trace")
+#: Subcommands without cases here yet: check-serve is being written (its module is not in the tree yet).
+UNCOVERED = {"check-serve"}
 
 
 def _files(root: Path) -> list[str]:
@@ -361,8 +378,7 @@ def test_the_table_is_large_and_covers_every_subcommand():
     parser = build_parser()
     commands = set(next(a for a in parser._actions if a.dest == "command").choices)
     covered = {c[0][0] for c in CASES if c[0]}
-    # cost and profile are covered by their own tests (tests/test_cost.py)
-    assert commands - covered <= {"cost", "profile"}, commands - covered
+    assert commands - covered <= UNCOVERED, commands - covered
     assert len(CASES) >= 100
 
 

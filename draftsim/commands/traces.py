@@ -88,7 +88,9 @@ def run_record(args: argparse.Namespace) -> int:
 
 def _print_summary(s: dict) -> None:
     md = s["metadata"]
-    print(f"trace {s['path']}: target {md['target']['name']} ({md['target']['parameters']:,} parameters), "
+    target = md["target"] if isinstance(md["target"], dict) else {"name": md["target"]}
+    params = target.get("parameters")
+    print(f"trace {s['path']}: target {target.get('name')} ({f'{params:,}' if isinstance(params, int) else 'unknown'} parameters), "
           f"prompts {md['prompt_set']}, {s['sequences']} sequences, {s['output_tokens']} output tokens")
     rows = [[p["proposer"], p["verifier"], p["positions"], p["mean_accept_prob"], p["greedy_match_rate"],
              " ".join(f"{v:.2f}" for v in p["match_by_position"].values())] for p in s["pairs"]]
