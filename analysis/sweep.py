@@ -687,6 +687,19 @@ def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str
     return pa.schema(fields)
 
 
+def worker_modules(worker) -> set[str]:
+    """Modules defining ``worker`` and the functions bound in it (through ``functools.partial``)."""
+    out, stack = set(), [worker]
+    while stack:
+        f = stack.pop()
+        if isinstance(f, partial):
+            stack.append(f.func)
+            stack.extend(a for a in (*f.args, *f.keywords.values()) if callable(a))
+        elif callable(f) and getattr(f, "__module__", None) not in (None, "__main__"):
+            out.add(f.__module__)
+    return out
+
+
 def _pool_results(worker: Callable, tasks: list[Task], workers: int) -> Iterator[tuple]:
     """Results of ``worker`` over ``tasks`` in completion order: in this process for one worker,
     else in a process pool (forkserver, or spawn) with at most two tasks per worker in flight.
@@ -698,6 +711,8 @@ def _pool_results(worker: Callable, tasks: list[Task], workers: int) -> Iterator
         return
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     context = multiprocessing.get_context(method)
+    if method == "forkserver":  # the server imports the worker's modules once; workers fork from it ready
+        context.set_forkserver_preload(sorted(worker_modules(worker)))
     queue = collections.deque(tasks)
     running: dict = {}
     crashes: dict[int, int] = {}
