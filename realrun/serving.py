@@ -115,8 +115,11 @@ class BatchKV:
 
     @property
     def stale_fraction(self) -> float:
-        total = self.rows * self.length
-        return 0.0 if total == 0 else 1.0 - self.live / total
+        """The share of the time axis a compaction would remove: slots past the longest row's
+        live ones (ragged rows stay padded to the longest)."""
+        if self.rows == 0 or self.length == 0:
+            return 0.0
+        return 1.0 - max(len(s) for s in self.slots) / self.length
 
     def rollback(self, row: int, context: Sequence[int], limit: int) -> int:
         """Mask out row ``row``'s slots past its longest prefix shared with ``context`` (at most
@@ -404,9 +407,9 @@ class Server:
     request's generator (``default_rng([seed, request id])``).
     """
 
-    #: Compact the target's cache when this fraction of its slots are stale (and it holds
-    #: at least :attr:`compact_min` slots per row): attention over stale slots costs as much
-    #: as over live ones, a compaction copies the live ones once.
+    #: Compact a cache when compaction would shorten its time axis by this fraction (and it
+    #: holds at least :attr:`compact_min` slots): attention over stale slots costs as much as
+    #: over live ones, a compaction copies the live ones once.
     compact_ratio = 0.5
     compact_min = 64
 
@@ -569,20 +572,26 @@ class Server:
                     qq = np.stack(q) if tokens else np.zeros((0, p.shape[1]))
                     res = verify_block(np.asarray(tokens, dtype=np.int64), qq, p, SD(), r.rng, validate=False)
                 results.append((int(res.n_accepted), int(res.token)))
-        new, firsts = [], []
+        new, firsts, kv, dkv = [], [], None, None
         if joiners:
             new = [_Live(req, list(req.prompt), state=self.policy.init(1), admitted=admitted, prefill_step=step,
                          rng=np.random.default_rng([self.seed, req.id])) for req in joiners]
+            # one forward per joiner: a padded batch of prompts of different lengths would
+            # compute every row at the longest prompt's length
             kv = BatchKV(self.target)
-            kv.add_rows(len(new))
+            dkv = BatchKV(self.drafter.loaded) if self.dkv is not None else None
             c0 = self._t()
-            rows = kv.forward([r.req.prompt for r in new], [1] * len(new))
-            if self.dkv is not None:  # the drafter reads the prompt too (but its last token: the first draft feeds it)
-                dkv = BatchKV(self.drafter.loaded)
-                dkv.add_rows(len(new))
-                dkv.forward([r.req.prompt[:-1] for r in new], [0] * len(new))
+            for r in new:
+                one = BatchKV(self.target)
+                one.add_rows(1)
+                firsts.append(self._pick(r, one.forward([r.req.prompt], [1])[0][0]))
+                kv.merge(one)
+                if dkv is not None:  # the drafter reads the prompt too (but its last token: the first draft feeds it)
+                    one = BatchKV(self.drafter.loaded)
+                    one.add_rows(1)
+                    one.forward([r.req.prompt[:-1]], [0])
+                    dkv.merge(one)
             prefill_s = self._t() - c0
-            firsts = [self._pick(r, rows[i][0]) for i, r in enumerate(new)]
         t1 = self._t()  # the step's tokens come out
         for i, (r, (tokens, _), (n, tok)) in enumerate(zip(live, drafts, results)):
             out = self._emit(r, tokens[:n] + [tok], t1, step)
@@ -595,7 +604,7 @@ class Server:
             log.members.append(Member(step, r.req.id, True, len(r.req.prompt), 0, 0, 0, 1))
         if new:
             self.kv.merge(kv)
-            if self.dkv is not None:
+            if dkv is not None:
                 self.dkv.merge(dkv)
             live.extend(new)
         finished = self._leave(log, live, t1)

@@ -43,6 +43,7 @@ def register(sub, common) -> None:
     p.add_argument("--trace", help="write the serving trace to this new folder")
     p.add_argument("--device", type=a.device, default="auto")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--threads", type=a.count("threads", 1, 1024), help="torch CPU threads (default torch's; 1 is steadier on a busy machine)")
     p.set_defaults(run=run)
 
     c = sub.add_parser("check-serve", parents=[common], help="replay a serving trace in the serving simulator and compare",
@@ -116,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     if not np.all(np.isfinite(arrival)):
         raise DraftsimError("the workload has no arrival times; give --qps or a request trace with a time column")
     sampling = Sampling(args.temperature, args.top_k)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     target = load_model(args.model, device=args.device, dtype=args.dtype)
     drafter = make_drafter(drafter_name, target) if drafter_name else None
     requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets))
