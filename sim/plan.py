@@ -15,9 +15,9 @@ and returns them ranked by EWIF.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
-from dataclasses import dataclass, field
 
 from . import analytic
 from .errors import DraftsimError, as_cost, as_probability, parse_number

@@ -29,8 +29,8 @@ ASCII = "ASCII digits"
 
 
 def _manifest(prompts, schema=RECORDING, version=None):
-    return {"schema": schema.name, "version": schema.version if version is None else version, "metadata": {"drafters": []},
-            "prompts": prompts}
+    metadata = {key: None for key in schema.resume_keys} | {"drafters": []}
+    return {"schema": schema.name, "version": schema.version if version is None else version, "metadata": metadata, "prompts": prompts}
 
 
 def _entry(key, paths=None, schema=RECORDING):
@@ -76,6 +76,8 @@ def world(tmp_path_factory):
     bad_rows["files"]["sequences"]["rows"] = "1"
     trace("badrows", manifest=_manifest([bad_rows]))
     trace("notentry", manifest=_manifest([["a"]]))
+    trace("nometadata", manifest={"schema": RUN.name, "version": RUN.version, "metadata": {}, "prompts": []})
+    trace("recnometadata", manifest={"schema": RECORDING.name, "version": RECORDING.version, "metadata": {}, "prompts": []})
     fifo = trace("fifo")
     os.mkfifo(fifo / "manifest.json")
     zero = trace("zero")
@@ -235,6 +237,9 @@ CASES = [
     (["check-sim", "{W}/nothing"], ["nothing (not a folder)"]),
     (["check-sim", "{W}/runescape"], ["'../../../etc/passwd'", "outside the trace folder"]),
     (["check-sim", "{W}/runduplicate"], ["prompt 'a' is listed twice"]),
+    (["check-sim", "{W}/nometadata"], ["metadata lacks", "policy"]),
+    (["check-sim", "{E}", "{E}"], ["is given twice; name each run trace once"]),
+    (["trace", "info", "{W}/recnometadata"], ["metadata lacks", "target"]),
     (["check-sim", "{W}/zero"], ["not a regular file (a character device)"]),
     # --- replay
     (["replay", "--trace", "{E}", "--policy", "vertical:n=2,k=3", "--drafter", "maxgram", "--drafter", "maxgram"],
@@ -291,7 +296,8 @@ CASES = [
     (["run", "--rule", "magic"], ["unknown rule 'magic'"]),
     (["run", "--drafter", "nope"], ["'nope'", "unknown"]),
     (["run", "--method", "csd", "--drafter", "maxgram,maxgram"], ["names a drafter twice"]),
-    (["run", "--policy", "vertical:n=2,k=3"], ["method sd uses one drafter"]),
+    (["run", "--policy", "vertical:n=2,k=3"], ["policy vertical:n=2,k=3 uses 2 drafter(s) but --drafter names 1"]),
+    (["run", "--method", "csd", "--drafter", "maxgram", "--policy", "fixed:k=3", "--rule", "opt:alpha=0.5"], ["lossless", "opt:alpha=0.5"]),
     (["run", "--head", "{W}/head", "--drafter", "tiny:1"], ["acceptance head drives the threshold policy"]),
     (["run", "--head", "{W}/nohead", "--drafter", "tiny:1", "--policy", "threshold:h=0.7"], ["--head", "nohead: no such file or folder"]),
     (["run", "--trace", "/proc/tr"], ["--trace '/proc/tr'", "cannot create files in '/proc'"]),

@@ -69,11 +69,12 @@ def run(args: argparse.Namespace) -> int:
         raise DraftsimError("--resume needs --trace")
     if args.top_k is not None and args.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    check_model_name(args.model)
+    check_model_name(args.model, "--model")
+    a.device(args.device)
     spec = MethodSpec(args.method, args.drafter, args.policy, args.rule, args.sequential, args.head)
-    sets = [s.strip() for s in args.prompts.split(",") if s.strip()]
-    if not sets:
-        raise DraftsimError(f"--prompts {args.prompts!r} names no prompt set; give one or more, comma-separated")
+    sets = a.prompt_sets("--prompts", args.prompts)
+    if args.trace is not None:
+        a.trace_folder("--trace", args.trace, args.resume)
     prompts = [p for s in sets for p in prompt_set(s, args.split, args.n)]
     sampling = Sampling(args.temperature, args.top_k)
     target = load_model(args.model, device=args.device)
@@ -132,6 +133,9 @@ def _print_check(c: dict) -> None:
 def run_check(args: argparse.Namespace) -> int:
     from analysis.reality import check_run
 
+    twice = sorted({p for p in args.trace if args.trace.count(p) > 1})
+    if twice:
+        raise DraftsimError(f"check-sim: {', '.join(twice)} is given twice; name each run trace once")
     results = [check_run(path) for path in args.trace]
     if args.json:
         a.emit_json(results if len(results) > 1 else results[0])
