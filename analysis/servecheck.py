@@ -39,7 +39,7 @@ from sim.acceptance import TraceDriven
 from sim.controllers import parse_controller
 from sim.cost.base import BatchStats, CostModel
 from sim.cost.linear import CallCost
-from sim.cost.profile import load_profile
+from sim.cost.profile import ProfileCost, load_profile
 from sim.errors import DraftsimError
 from sim.policies import parse_policy
 from sim.serving import ServingConfig, serve
@@ -85,7 +85,14 @@ class StepCost(CostModel):
     """The target's cost in a serving step: ``base`` (one forward call) plus the server's
     own time per step, ``overhead + per_sequence``·B, plus ``base``'s one-token call for a
     step that also prefills (the real server prefills in a call of its own). A step is known
-    to prefill when it brings more tokens than its sequences can verify (``k_max`` + 1 each)."""
+    to prefill when it brings more tokens than its sequences can verify (``k_max`` + 1 each).
+
+    A measured profile (:class:`sim.cost.ProfileCost`) answers inside its grid; a call with
+    more new tokens per sequence than the grid's largest (a prefill) is priced as the same
+    number of tokens in more sequences of the grid's largest size, and a call of more
+    sequences than the grid's largest as that call scaled by the ratio (forward time grows
+    linearly in tokens once compute-bound, as prefills are).
+    """
 
     base: CostModel
     overhead: float
@@ -93,10 +100,27 @@ class StepCost(CostModel):
     k_max: int
     name: str = "serving step"
 
+    def _forward(self, stats: BatchStats):
+        base = self.base
+        if not isinstance(base, ProfileCost):
+            return base.stats_time(stats)
+        S = np.maximum(stats.sequences, 1.0)
+        n = np.maximum(stats.mean_new_tokens, 1.0)
+        c = stats.mean_context
+        n_max, b_max = float(base.new_tokens[-1]), float(base.batch[-1])
+        over = n > n_max
+        S = np.where(over, S * n / n_max, S)
+        n = np.where(over, n_max, n)
+        scale = np.maximum(S / b_max, 1.0)
+        c = np.clip(c, base.context[0], base.context[-1])
+        t = base.lookup(np.minimum(S, b_max), n, c) * scale
+        return np.where(stats.sequences > 0, t, 0.0)
+
     def _time(self, stats: BatchStats):
-        t = self.base.stats_time(stats) + self.overhead + self.per_sequence * stats.sequences
+        t = self._forward(stats) + self.overhead + self.per_sequence * stats.sequences
         prefill = stats.tokens > stats.sequences * (self.k_max + 1)
-        return np.where(prefill, t + self.base.shape_time(1, 1, 0), t)
+        one = float(self._forward(BatchStats.of_shape(1, 1, 0)))
+        return np.where(prefill, t + one, t)
 
     def _bound(self, stats: BatchStats):
         return np.full(np.shape(stats.tokens), 1)

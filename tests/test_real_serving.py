@@ -321,3 +321,52 @@ def test_smollm2_batched_greedy_is_lossless():
                 logits = target.model(torch.tensor([list(r.prompt) + ref[:i]])).logits[0, -1]
             top = torch.topk(logits, 2).values
             assert float(top[0] - top[1]) < 1e-3, (r.id, i)
+
+
+# ---------------------------------------------------------------- check-serve
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from draftsim.cli import main
+
+    trace = tmp_path_factory.mktemp("serve") / "trace"
+    assert main(["serve", "--model", "tiny:1", "--qps", "40", "--requests", "10", "--output-len", "uniform:6,14", "--max-batch", "4",
+                 "--policy", "fixed:k=3", "--trace", str(trace), "--json"]) == 0
+    return trace
+
+
+def test_check_serve_replays_the_run(served, capsys):
+    """The replay serves the same requests with the rounds they realised: the same accepted
+    tokens and rounds per request; every metric is reported with its relative error."""
+    from analysis.servecheck import CHECKED, check_serve
+    from draftsim.cli import main
+
+    capsys.readouterr()
+    out = check_serve(served)
+    meas, pred = out["measured"], out["predicted"]
+    assert pred["output_tokens"] == meas["output_tokens"] and pred["requests"] == meas["requests"] == 10
+    assert pred["spec_decode"]["num_accepted_tokens"] == meas["spec_decode"]["num_accepted_tokens"]
+    assert [r["metric"] for r in out["metrics"]] == [c[0] for c in CHECKED]
+    for r in out["metrics"]:
+        assert r["relative_error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"])
+    assert main(["check-serve", str(served), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {tuple(sorted(r)) for r in rows} == {("measured", "metric", "predicted", "relative_error")}
+
+
+def test_check_serve_bad_input(served, tmp_path, capsys):
+    from draftsim.cli import main
+    from realrun.profiling import profile_model
+
+    other = profile_model(load_model("tiny:3"), [1, 2], [1, 4], [0, 16], repeats=1, warmup=0)
+    other.save(tmp_path / "other.json")
+    assert main(["check-serve", str(served), "--profile", str(tmp_path / "other.json")]) == 2
+    err = capsys.readouterr().err
+    assert "does not describe this trace's run" in err and "tiny:3" in err and len(err.strip().splitlines()) == 1
+    killed = tmp_path / "killed"
+    w = ServeTraceWriter(killed, {"target": "tiny:1", "requests": [[0, 1, 6]] * 3})
+    assert main(["check-serve", str(killed)]) == 2
+    assert "incomplete" in capsys.readouterr().err
+    del w
+    assert main(["check-serve", str(tmp_path / "nothing")]) == 2
+    assert "no trace" in capsys.readouterr().err

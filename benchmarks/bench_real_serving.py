@@ -1,0 +1,243 @@
+"""Real batched serving held to the serving simulator, and where speculation pays on this machine.
+
+    python benchmarks/bench_real_serving.py [--out DIR] [--threads 1] [--requests 20] [--output-len 32]
+                                            [--profile PROFILE.json] [--skip fidelity,batching,sweep]
+
+Every run is a ``draftsim`` command (printed before it runs), so each number can be
+reproduced alone. Steps:
+
+1. **profile** — ``draftsim profile`` of the target on this machine (unless ``--profile``);
+2. **plan** — the draft length k for Max-Gram from the planner (:func:`sim.plan.plan`): α =
+   Max-Gram's greedy match rate with SmolLM2 in the embedded trace, c = Max-Gram's proposal
+   time per token (the profile) over the target's one-token call;
+3. **capacity** — a saturated run (every request at t = 0) of speculative serving gives the
+   request rate the server sustains;
+4. **fidelity** — speculative serving at three loads (0.25, 0.6 and 1.5 × capacity: light to
+   saturated), each checked with ``draftsim check-serve --profile``: relative errors of TTFT,
+   TPOT, E2E (p50, p90) and throughput; the goals: median over {TTFT p50, TPOT p50, E2E p50,
+   throughput} ≤ 5%, each of them ≤ 10%, p90s ≤ 15%;
+5. **batching** — throughput at saturation against single-stream decoding (``--max-batch 1``)
+   of the same requests, autoregressive and speculative (goal: ≥ 2×);
+6. **sweep** — a QPS sweep with and without speculation, real and predicted side by side:
+   the speedup of speculation (E2E p50 without / with, and throughput with / without) against
+   load, and where it crosses 1 (figure ``serving_crossover.png``).
+
+Prints tables; writes ``results.json`` and the figure to ``--out``. The CPU may be shared:
+``uptime`` is printed with every table, and the numbers are only as steady as the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAFTSIM = [sys.executable, "-m", "draftsim.cli"]
+
+
+def sh(args: list[str], log) -> dict:
+    """Run a draftsim command with --json; print it; return its JSON."""
+    cmd = ["draftsim", *args]
+    print("$ " + " ".join(shlex.quote(a) for a in cmd), flush=True)
+    t0 = time.time()
+    out = subprocess.run([*DRAFTSIM, *args], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"command failed ({out.returncode}): {out.stderr.strip()}")
+    log.append({"command": " ".join(cmd), "seconds": time.time() - t0})
+    return json.loads(out.stdout)
+
+
+def uptime() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def serve_args(a, qps: float, drafter: str, policy: str, trace: Path | None, max_batch: int | None = None) -> list[str]:
+    args = ["serve", "--model", a.model, "--qps", f"{qps:g}", "--requests", str(a.requests), "--output-len", f"fixed:{a.output_len}",
+            "--max-batch", str(max_batch or a.max_batch), "--seed", str(a.seed), "--drafter", drafter, "--policy", policy, "--json"]
+    if a.threads:
+        args += ["--threads", str(a.threads)]
+    if trace is not None:
+        args += ["--trace", str(trace)]
+    return args
+
+
+def fresh(path: Path) -> Path:
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    return path
+
+
+def check(a, trace: Path, log) -> dict:
+    out = sh(["check-serve", str(trace), "--profile", str(a.profile), "--json"], log)
+    return {r["metric"]: r for r in out}
+
+
+def table(rows: list[list], headers: list[str]) -> str:
+    from analysis.table import format_table
+
+    return format_table(headers, rows, floatfmt=".3f")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--out", default=str(ROOT / "figures" / "real-serving"))
+    p.add_argument("--profile")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--requests", type=int, default=20)
+    p.add_argument("--output-len", type=int, default=32)
+    p.add_argument("--max-batch", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--k", type=int, help="Max-Gram draft length (default: the planner's)")
+    p.add_argument("--sweep", default="0.15,0.3,0.6,1.0,1.5", help="sweep loads as multiples of the capacity")
+    p.add_argument("--skip", default="", help="steps to skip: fidelity, batching, sweep")
+    a = p.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    skip = {s.strip() for s in a.skip.split(",") if s.strip()}
+    log: list = []
+    results: dict = {"commands": log, "uptime_start": uptime()}
+    print(f"load average at start: {results['uptime_start']}")
+
+    # 1. profile
+    if a.profile is None:
+        a.profile = str(out / "profile.json")
+        if not Path(a.profile).exists():
+            args = ["profile", "--model", a.model, "--out", a.profile, "--batch", "1,2,4,8,16", "--new-tokens", "1,2,4,8,16,32",
+                    "--context", "0,128,512", "--repeats", "3", "--json"]
+            if a.threads:
+                args += ["--threads", str(a.threads)]
+            sh(args, log)
+    from sim.cost import load_profile
+
+    prof = load_profile(a.profile, extrapolate="clamp")
+
+    # 2. plan
+    from sim.plan import Drafter, plan
+    from sim.traces import EMBEDDED_TRACE, Trace
+
+    pairs = {(x["proposer"], x["verifier"]): x for x in Trace(EMBEDDED_TRACE).summary()["pairs"]}
+    alpha = float(pairs[("maxgram", "target")]["greedy_match_rate"])
+    per_token = float(prof.drafters.get("maxgram", {}).get("seconds_per_token", 0.0))
+    c = per_token / float(prof.shape_time(1, 1, 128))
+    best = [s for s in plan([Drafter("maxgram", alpha, c)], k_max=16) if s.kind == "sd"][0]
+    k = a.k or int(best.params["k"])
+    policy = f"fixed:k={k}"
+    results["plan"] = {"alpha": alpha, "c": c, "k": k, "ewif": best.ewif}
+    print(f"planner: Max-Gram alpha {alpha:.3f} (embedded trace), c {c:.4f} -> k = {k} (EWIF {best.ewif:.3f}); policy {policy}")
+
+    # 3. capacity: every request at once
+    sat = sh(serve_args(a, 1000.0, "maxgram", policy, None), log)
+    capacity = sat["request_throughput"]
+    results["capacity"] = {"request_throughput": capacity, "throughput": sat["throughput"], "uptime": uptime()}
+    print(f"saturated speculative serving: {sat['throughput']:.2f} tokens/s, {capacity:.3f} requests/s (load {uptime()})")
+
+    # 4. fidelity at three loads
+    if "fidelity" not in skip:
+        fid = []
+        for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
+            trace = fresh(out / f"trace-{name}")
+            real = sh(serve_args(a, f * capacity, "maxgram", policy, trace), log)
+            cmp = check(a, trace, log)
+            fid.append({"load": name, "qps": f * capacity, "real": real, "check": cmp, "uptime": uptime()})
+        rows = []
+        for f in fid:
+            rows.append([f["load"], f["qps"], f["real"]["mean_batch"]] + [100 * f["check"][m]["relative_error"] for m in
+                        ("ttft_p50", "tpot_p50", "e2e_p50", "throughput", "ttft_p90", "tpot_p90", "e2e_p90")])
+        print(f"\nfidelity (relative error %, predicted vs measured; load {uptime()})")
+        print(table(rows, ["load", "qps", "batch", "TTFT p50", "TPOT p50", "E2E p50", "thru", "TTFT p90", "TPOT p90", "E2E p90"]))
+        p50 = [abs(f["check"][m]["relative_error"]) for f in fid for m in ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")]
+        p90 = [abs(f["check"][m]["relative_error"]) for f in fid for m in ("ttft_p90", "tpot_p90", "e2e_p90")]
+        summary = {"median_p50_and_throughput": float(np.median(p50)), "worst_p50_and_throughput": float(max(p50)), "worst_p90": float(max(p90))}
+        print(f"median |error| over TTFT/TPOT/E2E p50 and throughput: {100 * summary['median_p50_and_throughput']:.1f}% (goal 5%), "
+              f"worst {100 * summary['worst_p50_and_throughput']:.1f}% (goal 10%), worst p90 {100 * summary['worst_p90']:.1f}% (goal 15%)")
+        results["fidelity"] = {"runs": fid, "summary": summary}
+
+    # 5. batching pays
+    if "batching" not in skip:
+        rows = []
+        bat = {}
+        for label, drafter, pol in (("autoregressive", "none", "ar"), (f"maxgram {policy}", "maxgram", policy)):
+            batched = sat if drafter == "maxgram" else sh(serve_args(a, 1000.0, drafter, pol, None), log)
+            single = sh(serve_args(a, 1000.0, drafter, pol, None, max_batch=1), log)
+            ratio = batched["throughput"] / single["throughput"]
+            bat[label] = {"batched": batched["throughput"], "single": single["throughput"], "ratio": ratio}
+            rows.append([label, single["throughput"], batched["throughput"], ratio])
+        print(f"\nbatching at saturation (output tokens/s; goal >= 2x; load {uptime()})")
+        print(table(rows, ["decoding", "single stream", f"batched (max {a.max_batch})", "ratio"]))
+        results["batching"] = bat
+
+    # 6. sweep
+    if "sweep" not in skip:
+        loads = [float(x) for x in a.sweep.split(",")]
+        sweep = []
+        for f in loads:
+            point = {"load": f, "qps": f * capacity}
+            for label, drafter, pol in (("spec", "maxgram", policy), ("ar", "none", "ar")):
+                trace = fresh(out / f"sweep-{label}-{f:g}")
+                real = sh(serve_args(a, f * capacity, drafter, pol, trace), log)
+                cmp = check(a, trace, log)
+                point[label] = {"real": {m: cmp[m]["measured"] for m in cmp}, "predicted": {m: cmp[m]["predicted"] for m in cmp},
+                                "mean_batch": real["mean_batch"]}
+            point["uptime"] = uptime()
+            sweep.append(point)
+        rows = []
+        for s in sweep:
+            r = [s["load"], s["qps"]]
+            for src in ("real", "predicted"):
+                r.append(s["ar"][src]["e2e_p50"] / s["spec"][src]["e2e_p50"])
+            for src in ("real", "predicted"):
+                r.append(s["spec"][src]["throughput"] / s["ar"][src]["throughput"])
+            rows.append(r)
+        print(f"\nspeculation against load: speedup = E2E p50 without / with, throughput with / without (load {uptime()})")
+        print(table(rows, ["load x cap", "qps", "E2E speedup real", "predicted", "thru ratio real", "predicted"]))
+        results["sweep"] = sweep
+        figure(sweep, out / "serving_crossover.png", policy)
+    results["uptime_end"] = uptime()
+    with open(out / "results.json", "w") as fh:
+        json.dump(results, fh, indent=1, default=float)
+    print(f"\nresults: {out / 'results.json'}")
+    return 0
+
+
+def figure(sweep: list, path: Path, policy: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    qps = [s["qps"] for s in sweep]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    for label, style in (("spec", "-"), ("ar", "--")):
+        for src, marker in (("real", "o"), ("predicted", "x")):
+            ax.plot(qps, [s[label][src]["e2e_p50"] for s in sweep], style, marker=marker,
+                    label=f"{'Max-Gram ' + policy if label == 'spec' else 'no speculation'}, {src}")
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("E2E latency p50 (s)")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for src, marker in (("real", "o"), ("predicted", "x")):
+        ax.plot(qps, [s["ar"][src]["e2e_p50"] / s["spec"][src]["e2e_p50"] for s in sweep], marker=marker, label=f"{src}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("speedup of speculation (E2E p50 without / with)")
+    ax.legend(fontsize=8)
+    fig.suptitle("Where speculation pays: real serving vs the serving simulator (SmolLM2, CPU)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"figure: {path}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
