@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from sim import acceptance, des, montecarlo, policies
@@ -227,6 +227,44 @@ def test_a_cheaper_draft_never_lowers_throughput(seed, cheaper, clients):
     slow = summarize_run(serve(config(drafter=CallCost(0.004), kv_tokens=None), wl, seed=seed, arrivals=arr))
     fast = summarize_run(serve(config(drafter=CallCost(0.004 * cheaper), kv_tokens=None), wl, seed=seed, arrivals=arr))
     assert fast["throughput"] >= slow["throughput"] - 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), qps=st.floats(1.0, 200.0), kv=st.integers(700, 20_000), seqs=st.integers(1, 40),
+       budget=st.integers(64, 4096), chunked=st.booleans(), priority=st.booleans(),
+       policy=st.sampled_from(["ar", "fixed:k=3", "threshold:h=0.5,kmax=6", "heuristic:k=2,kmax=8"]),
+       controller=st.sampled_from(["none", "goodput", "disable:above=4", "table:k=1-2:3,3-:1"]))
+def test_invariants_under_random_configurations(seed, qps, kv, seqs, budget, chunked, priority, policy, controller):
+    """Whatever the limits: every request finishes, after it arrived and got its first token,
+    with exactly its tokens (prefills' + rounds' in order); the KV pool is never overdrawn."""
+    pol = policies.parse_policy(policy)
+    assume(not (policy == "ar" and controller == "goodput"))  # refused: nothing to tune
+    prompt_max = min(600, kv // 2) if chunked else min(600, budget - 200, kv // 2)
+    if prompt_max < 8:
+        return
+    wl = make_workload(arrivals=Poisson(), qps=qps, requests=40, duration=None, prompt=parse_lengths(f"uniform:1,{prompt_max}"),
+                       output=parse_lengths("uniform:1,150"), rng=np.random.default_rng(seed), priorities=3 if priority else 1)
+    cfg = ServingConfig(pol, acceptance.MarkovModulated([[0.9, 0.1], [0.3, 0.7]], [0.9, 0.4], pred_noise=0.3), TARGET,
+                        [DRAFTER] * (pol.n_models - 1), kv_tokens=kv, controller=parse_controller(controller),
+                        scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
+                                                  policy="priority" if priority else "fcfs"))
+    run = serve(cfg, wl, seed=seed)
+    assert np.isfinite(run.finish).all()
+    assert (run.admitted >= run.arrival).all() and (run.first_token > run.admitted).all() and (run.finish >= run.first_token).all()
+    assert len(run.itl) == int((run.prefills + run.rounds).sum()) - len(run.output) and (run.itl > 0).all()
+    assert run.steps["kv"].max() <= kv // 16
+    assert run.steps["batch"].max() <= seqs
+    from sim.serving.rounds import RoundBook
+
+    book = RoundBook(cfg.policy, cfg.process, run.output - 1, seed=seed)
+    for rid in range(len(run.output)):
+        book.ensure(rid)
+        if run.rounds[rid] > book.count[rid]:
+            continue  # a capped request drew more rounds (elsewhere in the book)
+        e = book.emitted[book.start[rid]: book.start[rid] + run.rounds[rid]].astype(np.int64)
+        need = run.output[rid] - run.prefills[rid]
+        if controller == "none" or pol.max_draft == 0:
+            assert (run.rounds[rid] == 0 and need == 0) or e[:-1].sum() < need <= e.sum()
 
 
 # ------------------------------------------------------------------ controllers
