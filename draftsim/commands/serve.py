@@ -56,15 +56,18 @@ def register(sub, common) -> None:
     c.set_defaults(run=run_check)
 
 
-def _controller(spec: str):
-    """A speculation controller from its mini-language (``none``: no cap)."""
+def _controller(spec: str, policy, max_batch: int):
+    """A speculation controller from its mini-language (``none``: no cap), bound to the run."""
+    from sim.controllers import Goodput, parse_controller
+
     if spec.strip() in ("", "none"):
         return None
-    try:
-        from sim.controllers import parse_controller
-    except ImportError:
-        raise DraftsimError(f"--controller {spec!r}: speculation controllers are not available in this build; use none") from None
-    return parse_controller(spec)
+    controller = parse_controller(spec)
+    if isinstance(controller, Goodput):
+        raise DraftsimError("--controller goodput needs cost models and an acceptance model; real serving takes none, disable:above=B "
+                            "or table:k=... (simulate goodput with draftsim serve-sim)")
+    controller.bind(policy, None, None, [], max_batch)
+    return controller
 
 
 def _workload(args):
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     drafter_name = None if args.drafter.strip() == "none" else a.drafter_names("--drafter", [args.drafter])[0]
     policy_spec = args.policy or ("fixed:k=4" if drafter_name else "ar")
     policy = parse_policy(policy_spec)
-    controller = _controller(args.controller)
+    controller = _controller(args.controller, policy, args.max_batch)
     sets = a.prompt_sets("--prompts", args.prompts)
     if args.trace is not None:
         trace = a.output_folder("--trace", args.trace)
