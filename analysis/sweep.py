@@ -581,7 +581,7 @@ class Store:
             if info["spec_sha256"] != spec.hash:
                 raise DraftsimError(f"--out {str(folder)!r} holds a different sweep (spec hash {info['spec_sha256'][:12]}, this spec "
                                     f"{spec.hash[:12]}); resume with the same spec, or choose another folder")
-        elif p.is_dir() and any(x for x in p.iterdir() if not x.name.startswith(".draftsim-probe-")):
+        elif p.is_dir() and any(not _leftover(x) for x in p.iterdir()):
             raise DraftsimError(f"--out {str(folder)!r} is a folder with other files in it and no sweep; give a new or empty folder")
         return p
 
@@ -638,6 +638,14 @@ class Store:
         }
         path = self.folder / "manifest.json"
         _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1, default=str)))
+
+
+def _leftover(entry: Path) -> bool:
+    """What a sweep killed before its first manifest leaves: an empty ``results`` folder (or one
+    with temporaries only), a temporary manifest, an output-path probe."""
+    if entry.name.startswith((".draftsim-probe-", ".manifest.json.")):
+        return True
+    return entry.name == "results" and entry.is_dir() and not any(entry.glob("part-*.parquet"))
 
 
 def read_manifest(folder) -> dict:

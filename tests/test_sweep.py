@@ -248,6 +248,19 @@ def test_resume_refuses_a_different_spec_and_a_sweep_without_resume(reference, t
     assert '"ran": 0' in capsys.readouterr().out
 
 
+def test_a_sweep_killed_before_its_first_manifest_starts_afresh(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "results").mkdir(parents=True)
+    (out / "results" / ".part-000000-x.parquet.tmp").write_bytes(b"half a shard")
+    spec = write(tmp_path, GRID.format(tokens=1000))
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1"]) == 0
+    assert frame(out)["task"] == list(range(12)) and not list((out / "results").glob(".*"))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "other")]) == 2
+    assert "other files in it and no sweep" in capsys.readouterr().err
+
+
 # --- failed points -----------------------------------------------------------------------------
 
 
