@@ -54,7 +54,7 @@ def register(sub, common) -> None:
     g.add_argument("--conf-noise", type=a.cost("conf_noise"), default=0.0, help="logit noise of the draft confidence")
     g.add_argument("--rank-alphas", metavar="A1,A2,...", help="tree: acceptance by candidate rank")
     c = p.add_argument_group("costs")
-    c.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient of drafter 1, 2, ... (repeat)")
+    c.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient (draft time / target time) of drafter 1, 2, ...: once per drafter of the policy, required")
     c.add_argument("--verify-per-token", type=a.cost("verify_per_token"), default=0.0,
                    help="target time per verified token b in t(n) = 1 + b*n (default 0: constant)")
     costing.add_hardware_options(p)
