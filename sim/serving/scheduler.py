@@ -23,6 +23,8 @@ State of every request lives in a :class:`RequestTable` (arrays over the run's r
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +32,7 @@ import numpy as np
 from ..errors import DraftsimError, as_count
 from .kvcache import KVCache, blocks_for
 
-__all__ = ["SchedulerConfig", "RequestTable", "StepPlan", "Scheduler", "SCHEDULING_POLICIES"]
+__all__ = ["SchedulerConfig", "RequestTable", "StepPlan", "Scheduler", "WaitingQueue", "SCHEDULING_POLICIES"]
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
 
@@ -108,24 +110,48 @@ class StepPlan:
     blocked: str | None = None
 
 
+class WaitingQueue:
+    """The waiting requests in admission order: FCFS (arrival order; a preempted request goes
+    back to the head) or by priority class, then arrival (a heap: a preempted request keeps its
+    place by its class and arrival)."""
+
+    def __init__(self, policy: str, table: RequestTable):
+        self.policy, self.table = policy, table
+        self._fifo: deque = deque()
+        self._heap: list = []
+
+    def __len__(self) -> int:
+        return len(self._fifo) + len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._fifo) or bool(self._heap)
+
+    def push(self, rid: int, front: bool = False) -> None:
+        if self.policy == "fcfs":
+            (self._fifo.appendleft if front else self._fifo.append)(rid)
+        else:
+            t = self.table
+            heapq.heappush(self._heap, (int(t.priority[rid]), float(t.arrival[rid]), rid))
+
+    def head(self) -> int:
+        return self._fifo[0] if self.policy == "fcfs" else self._heap[0][2]
+
+    def pop(self) -> int:
+        return self._fifo.popleft() if self.policy == "fcfs" else heapq.heappop(self._heap)[2]
+
+
 class Scheduler:
     """One replica's queues and KV pool (see the module docstring)."""
 
     def __init__(self, config: SchedulerConfig, table: RequestTable, kv: KVCache | None):
         self.config, self.table, self.kv = config, table, kv
         self.running: list[int] = []
-        self.waiting: list[int] = []
+        self.waiting = WaitingQueue(config.policy, table)
         self.preemptions = 0
 
     # -- queues -----------------------------------------------------------------------------
     def add(self, rid: int) -> None:
-        self.waiting.append(rid)
-
-    def _head(self) -> int:
-        if self.config.policy == "fcfs":
-            return 0
-        t = self.table
-        return min(range(len(self.waiting)), key=lambda i: (t.priority[self.waiting[i]], t.arrival[self.waiting[i]], self.waiting[i]))
+        self.waiting.push(rid)
 
     def _victim(self) -> int:
         """Index into ``running`` of the request to preempt (lowest priority, latest)."""
@@ -156,7 +182,7 @@ class Scheduler:
         t.need[rid] = t.prompt[rid] + t.generated[rid]
         t.preemptions[rid] += 1
         self.preemptions += 1
-        self.waiting.insert(0, rid)
+        self.waiting.push(rid, front=True)
         plan.preempted.append(rid)
 
     # -- one step -----------------------------------------------------------------------------
@@ -200,8 +226,7 @@ class Scheduler:
             if budget <= 0:
                 plan.blocked = "budget"
                 break
-            i = self._head()
-            rid = self.waiting[i]
+            rid = self.waiting.head()
             chunk = self._chunk(rid, budget, used)
             if chunk == -1:
                 plan.blocked = "kv"
@@ -209,7 +234,7 @@ class Scheduler:
             if chunk <= 0:
                 plan.blocked = "budget"
                 break
-            self.waiting.pop(i)
+            self.waiting.pop()
             self.running.append(rid)
             t.prefilled[rid] = 0
             plan.prefill.append((rid, chunk, 0))
