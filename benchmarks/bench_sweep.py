@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--points 200] [--tokens 40000]``.
 
 1. **Scaling** — one sweep of ``--points`` serving simulations (``draftsim serve-sim``:
-   Qwen2.5-7B with a 0.5B drafter on an H100 by roofline, 10 s of Poisson arrivals at 1..16
+   Qwen2.5-7B with a 0.5B drafter on an H100 by roofline, 30 s of Poisson arrivals at 1..16
    requests/s, no speculation and k = 2, 4, 6) run with 1 worker (in this process) and with 2
    worker processes, into two folders; the results must be identical and the ratio of the wall
    times is the speed-up (goal on a 2-core machine: >= 1.8x). ``--kind simulate`` uses
@@ -14,8 +14,12 @@ Run: ``.venv/bin/python benchmarks/bench_sweep.py [--points 200] [--tokens 40000
    finds them warm); overhead per point = (wall x slots - work) / points, as a fraction of the
    point's second (goal: <= 10 %). ``ray.init`` is timed apart: it is paid once per run.
 
-All figures come from one run; the machine load (``os.getloadavg``) is printed with them,
-because the CPU may be shared.
+All figures come from one run; the machine load (``os.getloadavg``) and the cores the points
+actually got (their CPU seconds over the wall time) are printed with them, because the CPU may
+be shared: with Linux's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+every session gets an equal share of the CPUs, so while other sessions are busy a sweep's
+workers together get that one share whatever their number, and the wall-time speed-up says
+nothing about the sweep. The sleeping points measure the orchestration's own scaling.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def scaling_spec(kind: str, points: int, tokens: int) -> sw.Spec:
     if kind == "serve":
         data = {"version": 1, "kind": "serve", "seed": 1, "metrics": ["ttft_p99", "tpot_p50", "throughput", "mean_acceptance_length"],
                 "base": {"target": "qwen2.5-7b", "drafter": ["qwen2.5-0.5b"], "hardware": "h100-sxm", "alpha": 0.8,
-                         "duration": 10.0, "prompt_len": "fixed:512", "output_len": "fixed:128", "replications": 1},
+                         "duration": 30.0, "prompt_len": "fixed:512", "output_len": "fixed:128", "replications": 1},
                 "grid": {"qps": {"start": 1.0, "stop": 16.0, "num": points // 4, "scale": "log"},
                          "policy": ["ar", "fixed:k=2", "fixed:k=4", "fixed:k=6"]}}
     else:
