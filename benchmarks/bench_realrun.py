@@ -13,9 +13,10 @@ equivalent methods —
   ``ConfidenceStop(0.4, k)``;
 * **prompt lookup**: transformers' ``generate(prompt_lookup_num_tokens=k)``, which copies up
   to k tokens after a match of the context's last tokens and proposes nothing without one,
-  against our Max-Gram under ``ConfidenceStop(--tau, k)``: Max-Gram's confidence is m/(m+1)
-  after a match of m tokens and 0 without one (:class:`realrun.drafters.MaxGram`), so it
-  drafts the matched continuation and a single token where nothing matches;
+  against our Max-Gram (with [CSD]'s bigram fallback, as ``draftsim run --drafter maxgram``)
+  under ``ConfidenceStop(--tau, k)``: Max-Gram's confidence is m/(m+1) after a match of m
+  tokens and 0 without one (:class:`realrun.drafters.MaxGram`), so it drafts the matched
+  continuation and a single (bigram) token where nothing matches;
 
 plus, for reference, Max-Gram with a fixed k and CS Drafting (``--csd``: the distilled draft
 over Max-Gram). Outputs must equal plain greedy. Printed: tokens/s, the ratio of ours to
@@ -36,6 +37,7 @@ import torch
 from realrun.distill import load_distilled
 from realrun.drafters import MaxGram, NeuralDraft
 from realrun.executor import generate
+from realrun.methods import fit_bigram
 from realrun.models import load_model
 from realrun.prompts import format_prompt, prompt_set
 from sim import policies as P
@@ -57,12 +59,17 @@ def main() -> None:
     parser.add_argument("--tau", type=float, default=0.4, help="Max-Gram's confidence stop (0.4 < 1/2: any match goes on)")
     parser.add_argument("--prompts", default="code")
     parser.add_argument("--csd", default="vertical:n=1,k=3,leniency=2", help="CS Drafting policy (distilled over Max-Gram)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's; 1 on a CPU shared with other work, where threads spin against each other)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"load average before: {_load()} ({os.cpu_count()} CPUs)")
     target = load_model("smollm2", device="cpu")
     draft = load_distilled(target)
     tok = target.tokenizer
     csd = parse_policy(args.csd)
+    bigram = fit_bigram(target)
     names = ("hf greedy", "hf assisted", "ours assisted", "hf prompt lookup", "ours maxgram conf", "ours maxgram fixed", "ours csd")
     totals = {name: [0, 0.0] for name in names}
     outside = {name: [0.0, 0.0, 0.0, 0] for name in names if name.startswith("ours")}  # overhead, proposals, seconds, rounds
@@ -85,9 +92,9 @@ def main() -> None:
             "hf assisted": lambda: hf(assistant_model=draft.model, num_assistant_tokens=args.k, num_assistant_tokens_schedule="constant"),
             "ours assisted": lambda: ours(P.ConfidenceStop(0.4, args.k), [NeuralDraft(draft, "distilled")]),
             "hf prompt lookup": lambda: hf(prompt_lookup_num_tokens=args.k),
-            "ours maxgram conf": lambda: ours(P.ConfidenceStop(args.tau, args.k), [MaxGram(target.vocab_size)]),
-            "ours maxgram fixed": lambda: ours(P.FixedK(args.k), [MaxGram(target.vocab_size)]),
-            "ours csd": lambda: ours(csd, [NeuralDraft(draft, "distilled"), MaxGram(target.vocab_size)]),
+            "ours maxgram conf": lambda: ours(P.ConfidenceStop(args.tau, args.k), [MaxGram(target.vocab_size, fallback=bigram)]),
+            "ours maxgram fixed": lambda: ours(P.FixedK(args.k), [MaxGram(target.vocab_size, fallback=bigram)]),
+            "ours csd": lambda: ours(csd, [NeuralDraft(draft, "distilled"), MaxGram(target.vocab_size, fallback=bigram)]),
         }
         order = names[p % len(names):] + names[: p % len(names)]
         outputs = {}
@@ -113,8 +120,8 @@ def main() -> None:
             if out[: len(ref)] != ref:
                 mismatches.append((prompt.id, name))
     rate = {name: n / s for name, (n, s) in totals.items()}
-    print(f"SmolLM2-135M-Instruct on CPU, {args.n} {args.prompts} prompts (+1 warm-up), {args.max_new_tokens} new tokens, greedy, "
-          f"k = {args.k}, Max-Gram confidence stop tau = {args.tau}")
+    print(f"SmolLM2-135M-Instruct on CPU ({torch.get_num_threads()} threads), {args.n} {args.prompts} prompts (+1 warm-up), "
+          f"{args.max_new_tokens} new tokens, greedy, k = {args.k}, Max-Gram confidence stop tau = {args.tau}")
     print(f"{'method':20s} {'tokens/s':>9s} {'vs greedy':>10s} {'overhead':>9s} {'proposals':>10s} {'per round':>10s}")
     for name in names:
         extra = ""

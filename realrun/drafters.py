@@ -137,6 +137,7 @@ class Bigram(Drafter):
         self.top_n = top
         self.counts: dict[int, Counter] = defaultdict(Counter, counts or {})
         self.unigram: Counter = Counter()
+        self._rows: dict = {}  # previous token -> its distribution (the counts are fixed once fitted)
 
     @classmethod
     def fit(cls, sequences: Sequence[Sequence[int]], vocab: int, top: int = 32) -> "Bigram":
@@ -150,11 +151,16 @@ class Bigram(Drafter):
         return model
 
     def distribution(self, prev: int) -> tuple[np.ndarray, np.ndarray]:
-        table = self.counts.get(int(prev)) or self.unigram
-        common = table.most_common(self.top_n)
-        ids = np.array([t for t, _ in common], dtype=np.int64)
-        pr = np.array([c for _, c in common], dtype=np.float64)
-        return ids, pr / pr.sum()
+        """The ``top`` most frequent followers of ``prev`` (ids, probabilities), computed once per token."""
+        prev = int(prev)
+        row = self._rows.get(prev)
+        if row is None:
+            table = self.counts.get(prev) or self.unigram
+            common = table.most_common(self.top_n)
+            ids = np.array([t for t, _ in common], dtype=np.int64)
+            pr = np.array([c for _, c in common], dtype=np.float64)
+            row = self._rows[prev] = (ids, pr / pr.sum())
+        return row
 
     def predict_along(self, ids, start):
         return Rows(self.vocab, sparse=[self.distribution(ids[t - 1]) for t in range(start, len(ids))])
