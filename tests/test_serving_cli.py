@@ -74,6 +74,7 @@ def test_sweep_marks_the_crossover(capsys, tmp_path):
     (("--qps", "2", "--requests", "5", "--arrivals", "gamma:cv=-1"), "cv must be finite and > 0"),
     (("--requests", "5"), "open-loop arrivals need --qps"),
     (("--qps", "2", "--requests", "5", "--sweep-qps", "1,2"), "--sweep-qps replaces --qps"),
+    (("--qps", "1000", "--duration", "100000"), "the budget is"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(capsys, tmp_path, extra, message):
     tl = tmp_path / "tl.json"

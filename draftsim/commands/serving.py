@@ -24,6 +24,8 @@ from .simulation import build_process, float_list
 
 #: CPU seconds per simulated request (measured by benchmarks/bench_serving.py, upper value).
 SECONDS_PER_REQUEST = 1e-3
+#: Bytes kept per request, plus per output token (its rounds, inter-token gaps and steps).
+BYTES_PER_REQUEST, BYTES_PER_TOKEN = 200.0, 12.0
 
 
 def register(sub, common) -> None:
@@ -147,11 +149,13 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep_qps is not None:
         return _sweep(args, config)
     arrivals, make = _workload_maker(args, args.qps)
+    total = _expected_requests(args, args.qps)
+    mean_output = parse_lengths(args.output_len, "--output-len").mean
+    a.check_budget(f"{total:,} requests x {args.replications} replications", total * args.replications * SECONDS_PER_REQUEST,
+                   total * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output),
+                   "give fewer --requests, a shorter --duration or fewer --replications")
     # validate the workload (lengths vs memory, trace columns) before the long part
     config.check(make(np.random.default_rng(args.seed)))
-    total = _expected_requests(args, args.qps)
-    a.check_budget(f"{total:,} requests x {args.replications} replications", total * args.replications * SECONDS_PER_REQUEST,
-                   0.0, "give fewer --requests, a shorter --duration or fewer --replications")
     with count_bar(total * args.replications, "serving") as bar:
         result = run_replications(config, make, seed=args.seed, replications=args.replications,
                                   arrivals=arrivals if arrivals.closed else None, progress=bar.update, keep_runs=False)
@@ -242,10 +246,12 @@ def _sweep(args, config: ServingConfig) -> int:
     for q in qps:
         if not (np.isfinite(q) and q > 0):
             raise DraftsimError(f"--sweep-qps rates must be finite and > 0; got {q:g}")
-    config.check(make(np.random.default_rng(args.seed), max(qps)))
     total = sum(_expected_requests(args, q) for q in qps) * 2 * args.replications
-    a.check_budget(f"a sweep of {len(qps)} rates ({total:,} requests)", total * SECONDS_PER_REQUEST, 0.0,
-                   "give fewer rates, --requests or --replications")
+    biggest = _expected_requests(args, max(qps))
+    mean_output = parse_lengths(args.output_len, "--output-len").mean
+    a.check_budget(f"a sweep of {len(qps)} rates ({total:,} requests)", total * SECONDS_PER_REQUEST,
+                   biggest * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output), "give fewer rates, --requests or --replications")
+    config.check(make(np.random.default_rng(args.seed), max(qps)))
     with count_bar(total, "sweeping") as bar:
         rows = sweep_qps(config, lambda rng, q: make(rng, q), qps, seed=args.seed, replications=args.replications, progress=bar.update)
     cross = crossover(rows)
