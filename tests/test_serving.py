@@ -94,8 +94,15 @@ def test_md1_mean_wait_matches_pollaczek_khinchine():
     run = serve(cfg, wl, seed=0)
     service = run.finish - run.admitted
     np.testing.assert_allclose(service, D, rtol=1e-9)
-    wait = (run.admitted - run.arrival).mean()
-    assert wait == pytest.approx(lam * D**2 / (2 * (1 - rho)), rel=0.05)
+    waits = run.admitted - run.arrival
+    # exactly the Lindley recursion of this sample path: W' = max(0, W + D - gap) ...
+    lindley = np.zeros(len(waits))
+    gaps = np.diff(wl.arrival)
+    for i in range(1, len(waits)):
+        lindley[i] = max(0.0, lindley[i - 1] + D - gaps[i - 1])
+    np.testing.assert_allclose(waits, lindley, atol=1e-9)
+    # ... whose mean is Pollaczek-Khinchine's (sampling error ~1-2% for 20,000 requests at ρ = 0.4)
+    assert waits.mean() == pytest.approx(lam * D**2 / (2 * (1 - rho)), rel=0.05)
 
 
 def test_littles_law_on_a_long_run():
