@@ -9,6 +9,8 @@ import tomllib
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from analysis import capacity as cap
 from analysis import sweep as sw
@@ -53,6 +55,15 @@ def test_bisection_finds_a_known_threshold(true_cap, start):
     assert c.low <= true_cap < c.high and c.high / c.low - 1 <= 0.01
     assert c.qps == c.low and c.metrics == {"q": c.qps}
     assert len(calls) == len(c.evaluations) <= 2 + abs(math.log2(true_cap / start)) + math.log2(1 / 0.01) + 2
+
+
+@given(threshold=st.floats(1e-2, 1e3), start=st.floats(1e-2, 1e3), tolerance=st.floats(1e-3, 0.5))
+def test_bisection_brackets_any_threshold(threshold, start, tolerance):
+    """For any monotone SLO (met iff qps <= threshold) inside [minimum, maximum], the answer
+    meets it, the bracket's upper end does not, and the bracket is within the tolerance."""
+    c = cap.find_capacity(lambda q: (q <= threshold, {}), start=start, minimum=1e-3, maximum=1e4, tolerance=tolerance)
+    assert c.qps <= threshold < c.high and c.high / c.qps - 1 <= tolerance + 1e-12
+    assert all(ok == (q <= threshold) for q, ok, _ in c.evaluations)
 
 
 def test_bisection_edges():
@@ -127,6 +138,17 @@ def test_capacity_command_end_to_end(tmp_path, capsys):
     for c in table.column_names:
         if c not in ("seconds", "cpu_seconds"):
             assert one.column(c).to_pylist() == table.column(c).to_pylist(), c
+
+
+def test_capacity_resumes_without_searching_again(tmp_path, capsys):
+    spec = tmp_path / "cap.toml"
+    spec.write_text(DES_SPEC.replace('policy = ["fixed:k=0", "fixed:k=4"]', 'policy = ["fixed:k=2"]'))
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
+    first = sw.load(tmp_path / "out").to_pylist()
+    capsys.readouterr()
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--resume", "--json"]) == 0
+    assert '"ran": 0' in capsys.readouterr().out
+    assert sw.load(tmp_path / "out").to_pylist() == first
 
 
 @pytest.mark.parametrize("edit,message", [
