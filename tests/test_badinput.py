@@ -431,3 +431,29 @@ def test_negative_values_are_checked_not_missing():
     done = _script("optimize", "tree", "--rank-alphas", "0.6", "--verify-cost", "-1,0.002")
     assert done.returncode == 2 and "expected one argument" not in done.stderr
     assert "got A -1, B 0.002" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_oversized_manifest_is_refused_without_reading_it(monkeypatch, capsys):
+    import sim.traces
+
+    monkeypatch.setattr(sim.traces, "MANIFEST_MAX_BYTES", 100)
+    assert main(["trace", "info", E]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "draftsim reads at most 100" in err
+
+
+def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch, capsys):
+    """A write that passes the checks but fails anyway (disk full) is reported, not raised."""
+    import errno
+
+    from sim.simulate import SimResult
+
+    def full(self, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(SimResult, "save_timeline", full)
+    status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--tokens", "100",
+                   "--timeline", str(tmp_path / "tl.json")])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and err.count("\n") == 1
+    assert "tl.json" in err and "No space left on device" in err and "Traceback" not in err
