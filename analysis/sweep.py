@@ -429,7 +429,14 @@ def parse_spec(data: dict, kinds: Mapping[str, Kind]) -> Spec:
         if len(random) == len([k for k in ("n", "seed") if k in random]):
             raise DraftsimError("[random] has no axis; give at least one option = {distribution = [...]}")
     capacity = _table("[capacity]", data.get("capacity", {}))
-    return Spec(kind, seed, reps, tuple(metrics), base, grid, zips, random, description, capacity, raw=data)
+    spec = Spec(kind, seed, reps, tuple(metrics), base, grid, zips, random, description, capacity, raw=data)
+    for name in spec.axes:
+        if name in LEAD_COLUMNS + STATUS_COLUMNS:
+            raise DraftsimError(f"option {name!r} cannot be varied: its column name is taken by the results' {name!r} column")
+        if name in metrics:
+            raise DraftsimError(f"{name!r} is both a varied option and a kept metric; drop it from metrics (the option's "
+                                "column holds the value)")
+    return spec
 
 
 def load_spec(path, kinds: Mapping[str, Kind]) -> Spec:

@@ -321,6 +321,8 @@ BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.
     (BASE + "alpha = 0.8\nseparate-drafter = 1\n", "--separate-drafter is a flag"),
     (BASE + "alpha = [0.8, 0.9]\n", "--alpha takes one value"),
     ('version = 1\nkind = "simulate"\n[base\n', "is not valid TOML"),
+    ('version = 1\nkind = "simulate"\nmetrics = ["tokens"]\n[grid]\ntokens = [1000, 2000]\n', "both a varied option and a kept metric"),
+    ('version = 1\nkind = "toy"\n', "kind 'toy' is not a sweep kind; choose from simulate, serve, optimize, replay"),
     (BASE + "[grid]\na = { start = 1, stop = 1000, num = 1000 }\nb = { start = 1, stop = 1000, num = 1000 }\n"
      "c = { start = 1, stop = 1000, num = 1000 }\n", "1,000,000,000 points"),
 ])
