@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import textwrap
 from contextlib import contextmanager
 
 from analysis import capacity as cap
@@ -40,7 +41,8 @@ Metrics per kind:
 
 
 def _spec_help() -> str:
-    metrics = "\n".join(f"  {name}: {', '.join(k.metrics)}" for name, k in KINDS.items())
+    metrics = "\n".join(textwrap.fill(", ".join(k.metrics), 100, initial_indent=f"  {name}: ", subsequent_indent="    ")
+                        for name, k in KINDS.items())
     return SPEC_HELP.format(kinds=", ".join(KINDS), metrics=metrics)
 
 
@@ -50,7 +52,8 @@ def _runner_options(p) -> None:
     p.add_argument("--workers", type=a.count("workers", 1, 1024), default=None,
                    help="worker processes (default: the number of CPUs; 1 runs in this process)")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run on Ray: a running cluster's ADDRESS, or alone to start a local one for the run")
+                   help="run on Ray: a running cluster's ADDRESS (auto, HOST:PORT, ray://HOST:PORT), or alone to start a "
+                   "local one for the run (give it after SPEC, or as --ray=ADDRESS)")
     p.add_argument("--resume", action="store_true", help="continue a killed sweep in --out (runs only what is missing)")
     p.add_argument("--force", action="store_true", help=f"run more than {sw.MAX_TASKS:,} tasks")
     p.add_argument("--check", action="store_true", help="validate the spec and every point, print the size, run nothing")
