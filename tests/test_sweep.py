@@ -387,6 +387,12 @@ def test_sweep_plot_heatmap_and_lines(reference, tmp_path, capsys):
     assert main(["sweep-plot", str(reference), "--x", "alhpa", "--metric", "ewif", "--out", str(line)]) == 2
     assert main(["sweep-plot", str(reference), "--x", "alpha", "--metric", "speed", "--out", str(line)]) == 2
     assert "is not a metric of the sweep" in capsys.readouterr().err
+    assert main(["sweep-plot", str(reference), "--x", "alpha", "--metric", "ewif", "--where", "policy=fixed:k=5",
+                 "--out", str(line), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert '"policy": "fixed:k=5"' in out and '"averaged_over": []' in out  # verify_per_token is zipped with policy
+    assert main(["sweep-plot", str(reference), "--x", "alpha", "--metric", "ewif", "--where", "policy=fixed:k=9", "--out", str(line)]) == 2
+    assert "no point has policy = fixed:k=9; its values: fixed:k=2, fixed:k=5" in capsys.readouterr().err
     groups = sw.aggregate(sw.load(reference), ["alpha"], "ewif")
     means = [groups[(a,)][0] for a in (0.6, 0.75, 0.9)]
     assert means == sorted(means) and all(groups[(a,)][2] == 4 for a in (0.6, 0.75, 0.9))

@@ -242,7 +242,8 @@ def run_plot(args: argparse.Namespace) -> int:
 
     zips = info.get("spec", {}).get("zip", [])
     zips = [zips] if isinstance(zips, dict) else zips
-    tied = {sw.option_name(k) for g in zips if any(sw.option_name(k) in by for k in g) for k in g}  # zipped with --x/--y
+    chosen = set(by) | set(fixed)
+    tied = {sw.option_name(k) for g in zips if any(sw.option_name(k) in chosen for k in g) for k in g}  # zipped with those
     averaged = [x for x in info["axes"] if x not in by and x not in fixed and x not in tied]
     if args.y is not None and not args.lines:
         heatmap(args.out, groups, args.x, args.y, args.metric, averaged, fixed)
