@@ -162,13 +162,13 @@ def _exact_two(target, prompt, sampling):
 
 @pytest.mark.parametrize("drafter", ["maxgram", "tiny2"])
 def test_sampled_tokens_follow_the_target(target, drafters, drafter):
-    """Temperature 1, top-k 4: the first two tokens of 1,500 requests of one prompt, batched
+    """Temperature 1, top-k 4: the first two tokens of 1,000 requests of one prompt, batched
     with requests of other prompts and lengths (ragged batches), follow p exactly (chi-square)."""
     sampling = Sampling(1.0, 4)
     prompt = ids(target, "ab")
     exact = _exact_two(target, prompt, sampling)
     reqs = []
-    for i in range(1500):
+    for i in range(1000):
         reqs.append(ServeRequest(len(reqs), 0.0, prompt, 2))
         if i % 4 == 0:
             reqs.append(ServeRequest(len(reqs), 0.0, ids(target, TEXTS[i % len(TEXTS)]), 2 + i % 5))
