@@ -7,8 +7,10 @@ For each run trace (:class:`sim.traces.RunTrace`), with the pieces of :mod:`sim.
    accepted (the realised flag), and the drafter's confidence in it;
 2. the *same policy* (parsed from the run's metadata) is simulated on it by the Monte Carlo
    engine, which stops each sequence where the real text ended;
-3. per-call costs t(n) = a + b·n are fitted to the run's own forward-call timings, and the
-   simulated calls priced with them give the predicted tokens/s.
+3. the replayed rounds are priced round by round with measured cost tables — a ``draftsim
+   profile`` of each model where given, else the run's own calls (mean seconds per tokens
+   fed) — plus the executor's own time per round measured in the run, and the prefill the
+   run measured: the predicted tokens/s.
 
 For greedy runs of single-drafter policies (any rule) the drafter always sees the final
 text, so the replay reproduces the run's counts exactly — target calls, drafted and accepted
@@ -22,61 +24,128 @@ from __future__ import annotations
 import numpy as np
 
 from sim import montecarlo
-from sim.replay import fit_costs, replay_process, run_policy
+from sim.replay import fit_costs, replay_process, run_policy, run_pricing
 from sim.traces import RunTrace
 
 __all__ = ["check_run", "check_tree_run", "held_to_sim"]
 
 
-def check_run(trace, seed: int = 0) -> dict:
-    """Replay ``trace`` (a :class:`RunTrace` or its path) with its own policy; compare counts
-    and tokens/s. Relative errors are (predicted − measured) / measured."""
-    trace = trace if isinstance(trace, RunTrace) else RunTrace(trace)
-    policy = run_policy(trace)
+def _real_counts(trace: RunTrace) -> dict:
     rounds = trace.rounds.to_pydict()
-    real = {
+    return {
         "tokens": int(sum(len(o) for o in trace.sequences["output_ids"].to_pylist())),
         "target_calls": len(rounds["round"]),
         "drafted": int(sum(rounds["drafted"])),
         "accepted": int(sum(rounds["accepted"])),
     }
+
+
+def _relative(predicted: float, measured: float) -> float:
+    return predicted / measured - 1.0 if measured > 0 else float("nan")
+
+
+def check_run(trace, seed: int = 0, profiles=()) -> dict:
+    """Replay ``trace`` (a :class:`RunTrace` or its path) with its own policy; compare counts
+    and tokens/s. Relative errors are (predicted − measured) / measured.
+
+    The replayed rounds are priced round by round (:func:`sim.replay.run_pricing`): each
+    model's calls from a measured cost table (``profiles``, else the run's own calls) and the
+    executor's own time per round from the run's rounds; the prefill is the run's. Tree and
+    graph runs are replayed with the per-level acceptance they recorded (:func:`_tree_replay`).
+    """
+    trace = trace if isinstance(trace, RunTrace) else RunTrace(trace)
+    _check_machine(trace, profiles)
+    policy = run_policy(trace)
+    real = _real_counts(trace)
     seconds = float(sum(p.get("seconds", 0.0) for p in trace.manifest["prompts"]))
     calls = trace.calls.to_pydict()
     prefill = float(sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k == "prefill"))
     model_seconds = float(sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k != "prefill"))
     out = {"path": str(trace.path), "method": trace.metadata.get("method"), "policy": trace.metadata.get("policy"),
            "mode": trace.metadata.get("sampling"), "sequences": len(trace.entries), "real": real,
-           "measured_tokens_per_second": real["tokens"] / seconds if seconds > 0 else float("nan")}
-    if policy is None or policy.kind == "tree":
+           "measured_tokens_per_second": real["tokens"] / seconds if seconds > 0 else float("nan"),
+           # Time the run spent outside model calls (Python, sampling, verification).
+           "overhead_share": 1.0 - (model_seconds + prefill) / seconds if seconds > 0 else float("nan")}
+    if policy is None:
         out["replayable"] = False
-        out["reason"] = ("the sequential token cascade has no simulator policy" if policy is None else
-                         "tree and graph runs are held against the tree optimiser (analysis.reality.check_tree_run)")
+        out["reason"] = "the sequential token cascade has no simulator policy"
         return out
     M = policy.n_models
+    pricing = run_pricing(trace, M, profiles)
+    if policy.kind == "tree":
+        return _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed)
     process = replay_process(trace, M)
-    counts, _ = montecarlo.run(policy, process, process.n_sequences, None, np.random.default_rng(seed))
+    counts, log = montecarlo.run(policy, process, process.n_sequences, None, np.random.default_rng(seed), log=True)
     sim = {
         "tokens": int(counts.tokens.sum()),
         "target_calls": int(counts.calls[:, 0].sum()),
         "drafted": int(counts.top_drafted.sum()),
         "accepted": int(counts.top_accepted.sum()),
     }
-    costs = fit_costs(trace, M)
-    predicted_model = float(costs.time(counts.calls, counts.call_tokens).sum())
-    predicted = predicted_model + prefill
+    live = np.stack(log.live)
+    predicted_model = float((pricing.call_seconds(np.stack(log.calls), np.stack(log.call_tokens)) * live).sum())
+    predicted_overhead = float(pricing.overhead_seconds(live.sum(), counts.tokens.sum()))
+    predicted = predicted_model + predicted_overhead + prefill
     out.update({
         "replayable": True,
         "sim": sim,
         "counts_equal": sim == real,
         "count_errors": {k: (sim[k] - real[k]) / real[k] if real[k] else float(sim[k] != 0) for k in real},
-        "costs": [{"a": c.a, "b": c.b} for c in costs.models],
+        "pricing": pricing.describe(),
         "predicted_tokens_per_second": sim["tokens"] / predicted if predicted > 0 else float("nan"),
-        # Time the run spent outside model calls (Python, sampling, verification): what the
-        # cost model leaves out.
-        "overhead_share": 1.0 - (model_seconds + prefill) / seconds if seconds > 0 else float("nan"),
-        "model_time_error": (predicted_model - model_seconds) / model_seconds if model_seconds > 0 else float("nan"),
+        "predicted_tokens_per_second_without_overhead": sim["tokens"] / (predicted_model + prefill) if predicted_model + prefill > 0 else float("nan"),
+        "model_time_error": _relative(predicted_model, model_seconds),
     })
-    out["tokens_per_second_error"] = out["predicted_tokens_per_second"] / out["measured_tokens_per_second"] - 1.0
+    out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
+    return out
+
+
+def _check_machine(trace: RunTrace, profiles) -> None:
+    """Refuse a profile measured on another machine than the run (when both say)."""
+    here = trace.metadata.get("machine")
+    for prof in profiles:
+        if here:
+            prof.check_fingerprint(machine=here)
+
+
+def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed) -> dict:
+    """A tree or graph run replayed: the Monte Carlo engine drafts ``policy``'s tree with the
+    per-level acceptance the run recorded (β̂, the truncated-geometric maximum-likelihood
+    estimate from the accepted lengths per round), which gives the tokens per round; a round
+    costs what the run's rounds cost on average — the run's own calls (the target's over the
+    verified nodes, the drafter's per level) each priced at its size by the cost tables (GSD's
+    pruning, early exit and merging reach the simulator through these sizes: its own tree is
+    the full width × depth one) — plus the executor's overhead."""
+    from sim.acceptance import Bernoulli
+
+    rounds = trace.rounds.to_pydict()
+    accepted = np.array(rounds["accepted"], dtype=np.float64)
+    n_rounds = len(accepted)
+    short = float((accepted < policy.depth).sum())
+    beta = float(accepted.sum() / (accepted.sum() + short)) if accepted.sum() + short > 0 else 0.0
+    tokens = out["real"]["tokens"]
+    counts, _ = montecarlo.run(policy, Bernoulli(beta, rank_alphas=(beta,)), 1, max(tokens, 1) * 200, np.random.default_rng(seed))
+    per_round = float(counts.tokens.sum() / counts.calls[:, 0].sum())
+    calls = trace.calls.to_pydict()
+    kept = [(m, n) for m, k, n in zip(calls["model"], calls["kind"], calls["n_tokens"]) if k != "prefill"]
+    recorded = pricing.recorded_call_seconds([m for m, _ in kept], [n for _, n in kept]) if kept else 0.0
+    round_model = recorded / max(n_rounds, 1)
+    rounds_pred = tokens / per_round
+    predicted_model = rounds_pred * round_model
+    predicted = predicted_model + float(pricing.overhead_seconds(rounds_pred, tokens)) + prefill
+    out.update({
+        "replayable": True,
+        "tree": True,
+        "level_acceptance": beta,
+        "sim": {"tokens_per_round": per_round},
+        "real_tokens_per_round": tokens / max(n_rounds, 1),
+        "tokens_per_round_error": _relative(per_round, tokens / max(n_rounds, 1)),
+        "counts_equal": False,
+        "pricing": pricing.describe(),
+        "predicted_tokens_per_second": tokens / predicted if predicted > 0 else float("nan"),
+        "model_time_error": _relative(predicted_model, model_seconds),
+    })
+    out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
     return out
 
 
@@ -108,13 +177,13 @@ def check_tree_run(trace, tree_stats: dict) -> dict:
     }
 
 
-def held_to_sim(measurement, seed: int = 0, check: bool = True) -> dict:
+def held_to_sim(measurement, seed: int = 0, check: bool = True, profiles=()) -> dict:
     """A :class:`realrun.compare.Measurement` as a dict, held against the simulator: with
-    ``check``, ``sim_check`` (:func:`check_run` on its trace); for tree and graph runs,
-    ``tree_check`` (:func:`check_tree_run`)."""
+    ``check``, ``sim_check`` (:func:`check_run` on its trace, priced with ``profiles`` where
+    given); for tree and graph runs, ``tree_check`` (:func:`check_tree_run`)."""
     out = measurement.to_dict()
     if measurement.tree is not None:
         out["tree_check"] = check_tree_run(measurement.trace, measurement.tree)
     if check:
-        out["sim_check"] = check_run(measurement.trace, seed=seed)
+        out["sim_check"] = check_run(measurement.trace, seed=seed, profiles=profiles)
     return out

@@ -25,6 +25,7 @@ from sim.traces import RunTrace
 from .executor import Sampling, generate
 from .methods import Method
 from .models import LoadedModel
+from .profiling import machine_fingerprint
 from .prompts import Prompt, format_prompt
 from .runs import RunWriter
 
@@ -152,6 +153,7 @@ def measure(
         "head": method.head_path,
         "prompt_set": sorted({p.set for p in prompts}), "max_new_tokens": max_new_tokens,
         "sampling": "greedy" if sampling.greedy else f"temperature={sampling.temperature:g},top_k={sampling.top_k}", "seed": seed,
+        "machine": machine_fingerprint(target.device),
     }
     writer = RunWriter(trace_dir, meta, resume=resume)
     mode = "greedy" if sampling.greedy else "sampled"

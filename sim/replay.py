@@ -7,7 +7,10 @@ For each run trace (:class:`sim.traces.RunTrace`):
   token proposed there was accepted (the realised flag), and the drafter's confidence in it,
   as a :class:`sim.acceptance.TraceDriven` process;
 - :func:`run_policy` — the *same policy* the run used, parsed from its metadata;
-- :func:`fit_costs` — per-call costs t(n) = a + b·n fitted to the run's forward calls.
+- :func:`run_pricing` — per model a measured cost table (a profile of the model, or the
+  run's own calls: mean seconds per tokens fed) and the executor's overhead per round;
+  :func:`fit_costs` — per-call costs t(n) = a + b·n fitted to the run's forward calls (the
+  papers' cost coefficients of a run).
 
 :mod:`analysis.reality` simulates the policy on the process with the Monte Carlo engine and
 compares prediction with measurement. For greedy runs of single-drafter policies (any rule)
@@ -16,15 +19,18 @@ the drafter always sees the final text, so the replay reproduces the run's count
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .acceptance import TraceDriven
+from .cost import ProfileCost
 from .costs import CallCost, Costs
 from .errors import DraftsimError
 from .policies import Autoregressive, Policy, parse_policy
 from .traces import RunTrace
 
-__all__ = ["fit_costs", "replay_process", "run_policy"]
+__all__ = ["fit_costs", "replay_process", "run_policy", "RunPricing", "run_pricing", "run_context", "isotonic"]
 
 
 def run_policy(trace: RunTrace) -> Policy | None:
@@ -105,3 +111,163 @@ def replay_process(trace: RunTrace, n_models: int) -> TraceDriven:
         confidence.append(np.clip(conf, 0.0, 1.0))
         round_conf.append(np.clip(conf_round, 0.0, 1.0))
     return TraceDriven(data, confidence=confidence, rounds=rounds, round_confidence=round_conf)
+
+
+# ---------------------------------------------------------------- pricing a replayed run
+
+
+@dataclass(frozen=True)
+class RunPricing:
+    """How a replayed run is priced (:func:`run_pricing`).
+
+    ``models[m]`` is model m's cost model, asked for one call of n new tokens at the run's
+    mean ``context`` (batch 1), or None for a statistical drafter, which costs
+    ``per_proposal[m]`` seconds per proposed token (its proposals are not forward calls);
+    ``sources[m]`` says where each came from: ``"run"`` (a table of the run's own calls:
+    mean seconds per number of tokens fed) or a profile file. The executor's own time per
+    round (planning, bookkeeping, verification arithmetic) is ``overhead_round`` +
+    ``overhead_token`` × emitted tokens, fitted to the rounds the run recorded.
+    """
+
+    models: tuple
+    per_proposal: tuple[float, ...]
+    sources: tuple[str, ...]
+    context: int
+    overhead_round: float
+    overhead_token: float
+
+    def call_seconds(self, calls: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Seconds of model calls per row of per-model ``calls`` and ``tokens`` fed, arrays
+        (..., n_models): each model's calls priced at their mean tokens per call."""
+        calls = np.asarray(calls, dtype=np.float64)
+        tokens = np.asarray(tokens, dtype=np.float64)
+        total = np.zeros(calls.shape[:-1])
+        for m in range(calls.shape[-1]):
+            c, t = calls[..., m], tokens[..., m]
+            if self.models[m] is None:
+                total += c * self.per_proposal[m]
+                continue
+            n = np.where(c > 0, np.rint(t / np.maximum(c, 1)), 1).astype(np.int64)
+            total += c * self.models[m].shape_time(1, np.maximum(n, 1), self.context)
+        return total
+
+    def recorded_call_seconds(self, model, n_tokens) -> float:
+        """Total seconds of individual calls (``model`` and ``n_tokens`` fed, one entry per
+        call), each priced at its own size."""
+        model = np.asarray(model, dtype=np.int64)
+        n_tokens = np.asarray(n_tokens, dtype=np.int64)
+        total = 0.0
+        for m in np.unique(model):
+            n = n_tokens[model == m]
+            if m >= len(self.models):
+                continue
+            if self.models[m] is None:
+                total += self.per_proposal[m] * len(n)
+            else:
+                total += float(self.models[m].shape_time(1, np.maximum(n, 1), self.context).sum())
+        return total
+
+    def overhead_seconds(self, rounds, emitted) -> np.ndarray:
+        """The executor's own time for ``rounds`` rounds that emitted ``emitted`` tokens."""
+        return self.overhead_round * np.asarray(rounds, dtype=np.float64) + self.overhead_token * np.asarray(emitted, dtype=np.float64)
+
+    def describe(self) -> dict:
+        return {"sources": list(self.sources), "context": self.context,
+                "overhead": {"per_round": self.overhead_round, "per_token": self.overhead_token}}
+
+
+def isotonic(values, weights) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` in weighted least squares (pool
+    adjacent violators). A bigger call never takes less time; noisy means that say otherwise
+    are pooled, each weighted by its number of calls, instead of raised to a running maximum
+    (which would price the common call at a rare slow one)."""
+    blocks: list[list[float]] = []  # [weighted mean, weight, count of values]
+    for v, w in zip(values, weights):
+        blocks.append([float(v), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (v2, w2, c2), (v1, w1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(v1 * w1 + v2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    return np.array([v for v, _, c in blocks for _ in range(c)])
+
+
+def _run_table(name: str, n: np.ndarray, t: np.ndarray, context: int) -> ProfileCost:
+    """A model's own calls in a run as a measured cost table: mean seconds per tokens fed (the
+    mean, not the median: a run's time is a sum, and noise skews call times upwards)."""
+    sizes, counts = np.unique(n, return_counts=True)
+    seconds = isotonic([float(np.mean(t[n == s])) for s in sizes], counts)
+    return ProfileCost(model=name, batch=(1,), new_tokens=tuple(int(s) for s in sizes), context=(int(context),),
+                       seconds=seconds.reshape(1, -1, 1), extrapolate="clamp")
+
+
+def run_context(trace: RunTrace) -> int:
+    """The run's mean context: prompt length plus half the output, averaged over sequences."""
+    seq = trace.sequences.to_pydict()
+    lengths = [len(p) + len(o) / 2 for p, o in zip(seq["prompt_ids"], seq["output_ids"])]
+    return int(round(float(np.mean(lengths)))) if lengths else 0
+
+
+def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
+    """Price a run's replay: per model, a measured cost table — a profile of that model
+    (``profiles``: :class:`sim.cost.ProfileCost` objects, matched to the run's models by name;
+    their drafter entries price Max-Gram and bigram proposals) or else the run's own calls —
+    and the executor's overhead per round fitted to the run's rounds (a least-squares
+    a + b·emitted, kept non-negative). Replaces the a + b·n fit of :func:`fit_costs`, which
+    cannot follow the step a CPU forward takes from 1 to 2 new tokens."""
+    calls = trace.calls.to_pydict()
+    drafts = trace.drafts.to_pydict()
+    names = trace.models() or [f"model {m}" for m in range(n_models)]
+    context = run_context(trace)
+    by_name = {p.model: p for p in profiles}
+    for prof in profiles:
+        if prof.model not in names and not set(prof.drafters) & set(names):
+            raise DraftsimError(f"the profile of {prof.model} prices no model of this run (models: {', '.join(names)}); "
+                                "profile the run's target or drafters with draftsim profile")
+    kind = np.array(calls["kind"], dtype=object)
+    model = np.array(calls["model"], dtype=np.int64)
+    n_fed = np.array(calls["n_tokens"], dtype=np.int64)
+    secs = np.array(calls["seconds"], dtype=np.float64)
+    models, per_proposal, sources = [], [], []
+    for m in range(n_models):
+        name = names[m] if m < len(names) else f"model {m}"
+        sel = (model == m) & (kind != "prefill")
+        statistical = m > 0 and (not sel.any() or n_fed[sel].max() == 0)
+        if statistical:
+            drafter_profile = next((p for p in profiles if name in p.drafters), None)
+            models.append(None)
+            if drafter_profile is not None:
+                per_proposal.append(float(drafter_profile.drafters[name]))
+                sources.append(f"profile {drafter_profile.model} (drafter {name})")
+            else:
+                proposed = sum(1 for p in drafts["proposer"] if p == m)
+                per_proposal.append(float(secs[sel].sum()) / max(proposed, 1))
+                sources.append("run")
+            continue
+        per_proposal.append(0.0)
+        if name in by_name:
+            prof = by_name[name]
+            used = n_fed[sel]
+            if used.size:
+                prof.shape_time(1, np.array([used.min(), used.max()]), context)  # refuses shapes outside its grid
+            models.append(prof)
+            sources.append(f"profile of {name}")
+            continue
+        if not sel.any():
+            if m == 0:
+                raise DraftsimError(f"run trace {trace.path} has no target calls")
+            models.append(None)
+            sources.append("none (no calls)")
+            continue
+        models.append(_run_table(name, n_fed[sel], secs[sel], context))
+        sources.append("run")
+    rounds = trace.rounds.to_pydict()
+    over = np.array(rounds.get("overhead_seconds", []), dtype=np.float64)
+    emitted = np.array(rounds["emitted"], dtype=np.float64)
+    o_round, o_token = 0.0, 0.0
+    if over.size:
+        if np.ptp(emitted) > 0:
+            o_token, o_round = np.polyfit(emitted, over, 1)
+            if o_round < 0 or o_token < 0:
+                o_round, o_token = (0.0, over.sum() / emitted.sum()) if o_round < 0 else (over.mean(), 0.0)
+        else:
+            o_round = float(over.mean())
+    return RunPricing(tuple(models), tuple(per_proposal), tuple(sources), context, float(max(o_round, 0.0)), float(max(o_token, 0.0)))

@@ -47,12 +47,17 @@ def register(sub, common) -> None:
     p.add_argument("--resume", action="store_true", help="continue an existing --trace")
     p.add_argument("--no-check", action="store_true", help="skip the simulator replay")
     p.add_argument("--device", default="auto")
+    p.add_argument("--profile", action="append", default=[], metavar="FILE",
+                   help="price the simulator's replay with this draftsim profile (of the target or a drafter; repeatable); "
+                   "default: the run's own calls")
     p.set_defaults(run=run)
 
     c = sub.add_parser("check-sim", parents=[common], help="replay a run trace in the simulator and compare",
                        description="Replay the acceptance a real run recorded with the same policy in the Monte Carlo engine; "
                        "compare counts (exact for greedy single-drafter runs) and predicted against measured tokens/s.")
     c.add_argument("trace", nargs="+", help="run trace folder(s) (draftsim run --trace)")
+    c.add_argument("--profile", action="append", default=[], metavar="FILE",
+                   help="price the replay with this draftsim profile (repeatable; default: the run's own calls)")
     c.set_defaults(run=run_check)
 
 
@@ -77,11 +82,12 @@ def run(args: argparse.Namespace) -> int:
         a.trace_folder("--trace", args.trace, args.resume)
     prompts = [p for s in sets for p in prompt_set(s, args.split, args.n)]
     sampling = Sampling(args.temperature, args.top_k)
+    profiles = _profiles(args.profile)
     target = load_model(args.model, device=args.device)
     method = build_method(spec, target)
     with count_bar(len(prompts), "decoding") as bar:
         m = measure(target, method, prompts, args.max_new_tokens, sampling, args.seed, args.trace, args.resume, progress=bar.update)
-    out = held_to_sim(m, seed=args.seed, check=not args.no_check)
+    out = held_to_sim(m, seed=args.seed, check=not args.no_check, profiles=profiles)
     if args.json:
         a.emit_json(out)
         return 0
@@ -119,15 +125,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profiles(paths: list[str]) -> list:
+    """The --profile files, loaded and validated (before any model is loaded)."""
+    from sim.cost import load_profile
+
+    profiles = [load_profile(p) for p in paths]
+    names = [p.model for p in profiles]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DraftsimError(f"--profile: two profiles of {twice[0]}; give one per model")
+    return profiles
+
+
 def _print_check(c: dict) -> None:
     if not c.get("replayable"):
         print(f"simulator check: not replayable ({c['reason']})")
         return
-    r, s = c["real"], c["sim"]
-    same = "identical" if c["counts_equal"] else "differ: " + ", ".join(f"{k} {s[k]} vs {r[k]}" for k in r if s[k] != r[k])
-    print(f"simulator check: counts {same}; predicted {c['predicted_tokens_per_second']:.1f} tokens/s vs measured "
+    if c.get("tree"):
+        counts = (f"tokens per round {c['sim']['tokens_per_round']:.2f} vs {c['real_tokens_per_round']:.2f} "
+                  f"({c['tokens_per_round_error']:+.1%}; per-level acceptance {c['level_acceptance']:.2f})")
+    else:
+        r, s = c["real"], c["sim"]
+        counts = "counts " + ("identical" if c["counts_equal"] else "differ: " + ", ".join(f"{k} {s[k]} vs {r[k]}" for k in r if s[k] != r[k]))
+    p = c["pricing"]
+    print(f"simulator check: {counts}; predicted {c['predicted_tokens_per_second']:.1f} tokens/s vs measured "
           f"{c['measured_tokens_per_second']:.1f} ({c['tokens_per_second_error']:+.1%}; model time {c['model_time_error']:+.1%}, "
           f"{c['overhead_share']:.0%} of the run outside model calls)")
+    print(f"  priced with: {', '.join(f'model {m} {s}' for m, s in enumerate(p['sources']))} at context {p['context']}; "
+          f"executor overhead {1e3 * p['overhead']['per_round']:.2f} ms/round + {1e3 * p['overhead']['per_token']:.2f} ms/token")
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -136,7 +161,8 @@ def run_check(args: argparse.Namespace) -> int:
     twice = sorted({p for p in args.trace if args.trace.count(p) > 1})
     if twice:
         raise DraftsimError(f"check-sim: {', '.join(twice)} is given twice; name each run trace once")
-    results = [check_run(path) for path in args.trace]
+    profiles = _profiles(args.profile)
+    results = [check_run(path, profiles=profiles) for path in args.trace]
     if args.json:
         a.emit_json(results if len(results) > 1 else results[0])
         return 0

@@ -1,0 +1,108 @@
+"""sim.replay and analysis.reality: a real run replayed in the simulator and priced with
+measured cost tables (the run's own calls or a ``draftsim profile``), chain and tree runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.errors import DraftsimError
+from sim.replay import isotonic
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 10.0), st.integers(1, 50)), min_size=1, max_size=30))
+def test_isotonic_is_the_weighted_monotone_fit(pairs):
+    values = np.array([v for v, _ in pairs])
+    weights = np.array([w for _, w in pairs], dtype=float)
+    fit = isotonic(values, weights)
+    assert fit.shape == values.shape
+    assert (np.diff(fit) >= -1e-12).all()  # non-decreasing
+    assert (fit * weights).sum() == pytest.approx((values * weights).sum(), rel=1e-9, abs=1e-9)  # pooling keeps the total
+    if (np.diff(values) >= 0).all():
+        assert np.allclose(fit, values)  # nothing to pool
+    # no other monotone sequence is closer (checked against random monotone candidates)
+    rng = np.random.default_rng(0)
+    err = ((fit - values) ** 2 * weights).sum()
+    for _ in range(20):
+        cand = np.sort(rng.uniform(values.min(), values.max(), len(values)))
+        assert ((cand - values) ** 2 * weights).sum() >= err - 1e-9
+
+
+def test_isotonic_prices_the_common_call():
+    # a rare slow 4-token call must not lift the many 5-token calls to its time
+    fit = isotonic([0.030, 0.040, 0.018], [3, 2, 26])
+    assert fit[-1] < 0.025 and (np.diff(fit) >= 0).all()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A greedy Max-Gram SD run and a TSD run of tiny models, with their traces."""
+    pytest.importorskip("torch")
+    from draftsim.cli import main
+
+    root = tmp_path_factory.mktemp("runs")
+    base = ["run", "--model", "tiny:1", "--n", "2", "--max-new-tokens", "16", "--no-check"]
+    assert main(base + ["--method", "sd", "--drafter", "maxgram", "--trace", str(root / "sd")]) == 0
+    assert main(base + ["--method", "tsd", "--drafter", "tiny:2", "--policy", "tree:width=2,depth=3", "--trace", str(root / "tsd")]) == 0
+    return root
+
+
+def test_chain_replay_priced_with_the_runs_own_calls(runs):
+    from analysis.reality import check_run
+
+    c = check_run(runs / "sd")
+    assert c["counts_equal"]
+    assert c["pricing"]["sources"] == ["run", "run"]
+    # in sample: the run's own call tables and overhead reproduce its time
+    assert abs(c["tokens_per_second_error"]) < 0.02
+    assert c["pricing"]["overhead"]["per_round"] >= 0 and c["pricing"]["overhead"]["per_token"] >= 0
+
+
+def test_tree_runs_are_replayed(runs):
+    from analysis.reality import check_run
+
+    c = check_run(runs / "tsd")
+    assert c["replayable"] and c["tree"]
+    assert 0.0 <= c["level_acceptance"] <= 1.0
+    assert np.isfinite(c["predicted_tokens_per_second"]) and abs(c["tokens_per_second_error"]) < 0.1
+
+
+def test_replay_priced_with_a_profile(runs, tmp_path, capsys):
+    from draftsim.cli import main
+    from realrun.models import load_model
+    from realrun.profiling import profile_model
+
+    target = load_model("tiny:1")
+    prof = profile_model(target, [1], [1, 2, 4, 8], [64, 256], repeats=3)
+    prof.save(tmp_path / "p.json")
+    assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "p.json"), "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)
+    assert c["pricing"]["sources"][0] == "profile of tiny:1" and c["counts_equal"]
+    assert np.isfinite(c["tokens_per_second_error"])
+    # a profile of another machine is refused
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["fingerprint"]["machine"]["cpu"] = "another processor"
+    (tmp_path / "q.json").write_text(json.dumps(doc))
+    assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "q.json")]) == 2
+    err = capsys.readouterr().err
+    assert "another machine" in err and err.count("\n") == 1
+    # a profile of a model the run does not use is refused
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["model"] = "someone-else"
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "r.json")]) == 2
+    assert "prices no model of this run" in capsys.readouterr().err
+
+
+def test_profile_outside_the_runs_shapes_is_refused(runs):
+    from analysis.reality import check_run
+    from realrun.models import load_model
+    from realrun.profiling import profile_model
+
+    prof = profile_model(load_model("tiny:1"), [1], [1, 2], [64], repeats=1)  # the run verifies 5 tokens at once
+    with pytest.raises(DraftsimError, match="outside the profile's grid"):
+        check_run(runs / "sd", profiles=[prof])
