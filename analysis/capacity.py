@@ -40,7 +40,7 @@ import numpy as np
 
 from sim.errors import DraftsimError
 
-from .sweep import Kind, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
+from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
                  "max_evaluations")
@@ -228,7 +228,7 @@ def device_count(config: dict, names: Sequence[str]) -> float:
 
 
 def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings, spec_seed: int, replications: int,
-                task: Task) -> tuple[int, dict, str | None, float, float]:
+                task: Task) -> Outcome:
     """One configuration's capacity search in a worker (the task's row values)."""
     t0, c0 = time.perf_counter(), time.process_time()
     try:
@@ -247,9 +247,9 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
         values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high, "evaluations": float(len(cap.evaluations)),
                   "throughput_at_capacity": throughput, "devices": devices, "cost_per_million_tokens": cost}
         values.update({f"{m}_at_capacity": cap.metrics.get(m) for m in s.slo})
-        return task.id, values, None, time.perf_counter() - t0, time.process_time() - c0
+        return Outcome(task.id, values, None, time.perf_counter() - t0, time.process_time() - c0)
     except Exception as exc:  # recorded with its error; the other configurations go on
-        return task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0
+        return Outcome(task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0)
 
 
 def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,

@@ -71,9 +71,10 @@ import os
 import tempfile
 import time
 import tomllib
+import typing
 import uuid
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -93,9 +94,6 @@ SPEC_KEYS = ("version", "kind", "seed", "replications", "metrics", "description"
 MAX_TASKS = 100_000
 #: Most values one range or one random table may produce, even with ``force``.
 MAX_AXIS_VALUES = 10_000_000
-#: Columns every results table starts with (before the axes) and the bookkeeping after them.
-LEAD_COLUMNS = ("task", "point", "replication", "seed")
-STATUS_COLUMNS = ("status", "error", "seconds", "cpu_seconds")
 
 
 # --- kinds ----------------------------------------------------------------------------------
@@ -124,6 +122,47 @@ class Kind:
     rate_option: str | None = None
     forbidden: tuple[str, ...] = ()
     help: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run gave, as a worker returns it: the task's id, its metric values (empty when
+    it failed), the error that stopped it (one line, or None), its wall and CPU seconds."""
+
+    task: int
+    values: dict
+    error: str | None
+    seconds: float
+    cpu_seconds: float
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The bookkeeping columns of a results row, defined once: the results schema derives
+    from these fields (:func:`schema_for`). The varied options' columns go between ``seed``
+    and ``status``, the metrics' (float64) after ``cpu_seconds``."""
+
+    task: int  #: point * replications + replication
+    point: int  #: index of the configuration (grid × zip groups × random samples)
+    replication: int
+    seed: int | None  #: the run's derived seed (None for a deterministic kind)
+    status: str  #: "ok" or "failed"
+    error: str | None  #: why the run failed, one line
+    seconds: float  #: wall time of the run
+    cpu_seconds: float  #: CPU time of the run, in its worker
+
+
+#: Columns every results table starts with (before the axes) and the bookkeeping after them.
+LEAD_COLUMNS = tuple(f.name for f in fields(RunRecord))[:4]
+STATUS_COLUMNS = tuple(f.name for f in fields(RunRecord))[4:]
+_ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+
+
+def record_fields() -> dict[str, pa.DataType]:
+    """Column name → Arrow type of every :class:`RunRecord` field (``X | None`` as X, nullable)."""
+    hints = typing.get_type_hints(RunRecord)
+    return {f.name: _ARROW[next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))]
+            for f in fields(RunRecord)}
 
 
 # --- specs ----------------------------------------------------------------------------------
@@ -508,15 +547,15 @@ def one_line(exc: BaseException) -> str:
     return text if isinstance(exc, DraftsimError) else f"{type(exc).__name__}: {text}"
 
 
-def execute(run: Callable, metric_paths: dict, task: Task) -> tuple[int, dict, str | None, float, float]:
-    """Run one task in a worker: (task id, metric values, error or None, wall seconds, CPU seconds)."""
+def execute(run: Callable, metric_paths: dict, task: Task) -> Outcome:
+    """Run one task in a worker and pick its metrics from the command's output."""
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         output = run(task.config, task.seed)
         values = {name: as_metric(name, lookup(output, path)) for name, path in metric_paths.items()}
-        return task.id, values, None, time.perf_counter() - t0, time.process_time() - c0
+        return Outcome(task.id, values, None, time.perf_counter() - t0, time.process_time() - c0)
     except Exception as exc:  # a failed point is recorded with its error; the sweep goes on
-        return task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0
+        return Outcome(task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0)
 
 
 # --- storage --------------------------------------------------------------------------------
@@ -692,14 +731,14 @@ def load(folder) -> pa.Table:
 
 
 def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str]) -> pa.Schema:
-    fields = [pa.field("task", pa.int64()), pa.field("point", pa.int64()), pa.field("replication", pa.int64()),
-              pa.field("seed", pa.int64())]
-    for name in spec.axes:
-        fields.append(pa.field(name, _arrow_type([p.values[name] for p in points])))
-    fields += [pa.field("status", pa.string()), pa.field("error", pa.string()), pa.field("seconds", pa.float64()),
-               pa.field("cpu_seconds", pa.float64())]
-    fields += [pa.field(m, pa.float64()) for m in metric_columns]
-    return pa.schema(fields)
+    """The results schema: :class:`RunRecord`'s columns with the axes between ``seed`` and
+    ``status`` and one float64 column per metric at the end."""
+    record = record_fields()
+    columns = [pa.field(n, record[n]) for n in LEAD_COLUMNS]
+    columns += [pa.field(name, _arrow_type([p.values[name] for p in points])) for name in spec.axes]
+    columns += [pa.field(n, record[n]) for n in STATUS_COLUMNS]
+    columns += [pa.field(m, pa.float64()) for m in metric_columns]
+    return pa.schema(columns)
 
 
 def worker_modules(worker) -> set[str]:
@@ -756,7 +795,7 @@ def _pool_results(worker: Callable, tasks: list[Task], workers: int) -> Iterator
                 for task in reversed(list(running.values())):
                     crashes[task.id] = crashes.get(task.id, 0) + 1
                     if crashes[task.id] >= 2:
-                        yield task.id, {}, "the worker process died running this point (killed, or out of memory)", 0.0, 0.0
+                        yield Outcome(task.id, {}, "the worker process died running this point (killed, or out of memory)", 0.0, 0.0)
                     else:
                         queue.appendleft(task)
                 running.clear()
@@ -787,7 +826,8 @@ def start_ray(address: str | None, workers: int):
     if address:
         ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+        # address="local": a new cluster for this run, even where `ray start` left one to join
+        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
                  _node_ip_address="127.0.0.1")
     return ray, True
 
@@ -839,7 +879,7 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
               flush_seconds: float = 2.0) -> Summary:
     """Run ``worker`` over ``tasks`` (those the folder lacks), storing one row per task.
 
-    ``worker(task) -> (task id, metric values, error, seconds, CPU seconds)`` must be picklable (a
+    ``worker(task) -> Outcome`` must be picklable (a
     module-level function or a :func:`functools.partial` of one). Shards are committed at
     most every ``max(flush_seconds, 2 % of the elapsed time)`` and at the end (and on Ctrl-C).
     """
@@ -858,13 +898,13 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
     ran = 0
     results = _ray_results(worker, pending, workers, ray_address) if ray else _pool_results(worker, pending, workers)
     try:
-        for task_id, values, error, seconds, cpu in results:
-            task = by_id[task_id]
-            row = {"task": task.id, "point": task.point, "replication": task.replication, "seed": task.seed}
-            for name in spec.axes:
-                row[name] = cell(points_by_index[task.point].values[name], schema.field(name).type)
-            row.update(status="ok" if error is None else "failed", error=error, seconds=seconds, cpu_seconds=cpu)
-            row.update({m: values.get(m) for m in metric_columns})
+        for outcome in results:
+            task = by_id[outcome.task]
+            record = RunRecord(task.id, task.point, task.replication, task.seed, "ok" if outcome.error is None else "failed",
+                               outcome.error, outcome.seconds, outcome.cpu_seconds)
+            row = asdict(record)
+            row.update({name: cell(points_by_index[task.point].values[name], schema.field(name).type) for name in spec.axes})
+            row.update({m: outcome.values.get(m) for m in metric_columns})
             store.add(row)
             ran += 1
             if progress is not None:

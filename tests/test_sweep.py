@@ -405,7 +405,7 @@ def test_sweep_plot_heatmap_and_lines(reference, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def ray_session():
     ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'draftsim[ray]')")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     yield ray
     ray.shutdown()
 
