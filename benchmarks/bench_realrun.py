@@ -45,13 +45,14 @@ from sim.policies import parse_policy
 
 #: (ours, transformers') equivalent pairs.
 PAIRS = (("ours assisted", "hf assisted"), ("ours maxgram conf", "hf prompt lookup"))
+NAMES = ("hf greedy", "hf assisted", "ours assisted", "hf prompt lookup", "ours maxgram conf", "ours maxgram fixed", "ours csd")
 
 
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main() -> None:
+def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -61,44 +62,72 @@ def main() -> None:
     parser.add_argument("--csd", default="vertical:n=1,k=3,leniency=2", help="CS Drafting policy (distilled over Max-Gram)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's; 1 on a CPU shared with other work, where threads spin against each other)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _methods(args, target, draft, bigram, ids):
+    """Each method on one prompt: a function returning its output ids (transformers) or RunLog (ours)."""
+    tok = target.tokenizer
+    x = torch.tensor([ids])
+    common = dict(max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tok.eos_token_id, attention_mask=torch.ones_like(x))
+    csd = parse_policy(args.csd)
+
+    def hf(**kw):
+        with torch.inference_mode():
+            return target.model.generate(x, **common, **kw)[0, x.shape[1]:].tolist()
+
+    def ours(policy, drafters):
+        return generate(target, ids, args.max_new_tokens, policy, drafters=drafters)
+
+    def maxgram():
+        return MaxGram(target.vocab_size, fallback=bigram)
+
+    return {
+        "hf greedy": lambda: hf(),
+        "hf assisted": lambda: hf(assistant_model=draft.model, num_assistant_tokens=args.k, num_assistant_tokens_schedule="constant"),
+        "ours assisted": lambda: ours(P.ConfidenceStop(0.4, args.k), [NeuralDraft(draft, "distilled")]),
+        "hf prompt lookup": lambda: hf(prompt_lookup_num_tokens=args.k),
+        "ours maxgram conf": lambda: ours(P.ConfidenceStop(args.tau, args.k), [maxgram()]),
+        "ours maxgram fixed": lambda: ours(P.FixedK(args.k), [maxgram()]),
+        "ours csd": lambda: ours(csd, [NeuralDraft(draft, "distilled"), maxgram()]),
+    }
+
+
+def _report(args, totals, outside, mismatches) -> None:
+    rate = {name: n / s for name, (n, s) in totals.items()}
+    print(f"SmolLM2-135M-Instruct on CPU ({torch.get_num_threads()} threads), {args.n} {args.prompts} prompts (+1 warm-up), "
+          f"{args.max_new_tokens} new tokens, greedy, k = {args.k}, Max-Gram confidence stop tau = {args.tau}")
+    print(f"{'method':20s} {'tokens/s':>9s} {'vs greedy':>10s} {'overhead':>9s} {'proposals':>10s} {'per round':>10s}")
+    for name in NAMES:
+        extra = ""
+        if name in outside:
+            over, props, secs, rounds = outside[name]
+            extra = f" {over / secs:8.2%} {props / secs:9.2%} {over / max(rounds, 1) * 1e6:7.0f} µs"
+        print(f"{name:20s} {rate[name]:9.2f} {rate[name] / rate['hf greedy']:9.2f}x{extra}")
+    ratios = {f"{a} / {b}": rate[a] / rate[b] for a, b in PAIRS}
+    ratios["ours csd / hf assisted"] = rate["ours csd"] / rate["hf assisted"]
+    print("ours / transformers: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    worst = max((o[0] + o[1]) / o[2] for o in outside.values())
+    print(f"goals: every pair >= 1.00x: {'met' if all(ratios[f'{a} / {b}'] >= 1.0 for a, b in PAIRS) else 'NOT met'}; "
+          f"time outside model calls <= 3% of a run (worst {worst:.2%}): {'met' if worst <= 0.03 else 'NOT met'}")
+    print("outputs identical to plain greedy" if not mismatches else f"MISMATCHES: {mismatches}")
+
+
+def main() -> None:
+    args = _parse()
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"load average before: {_load()} ({os.cpu_count()} CPUs)")
     target = load_model("smollm2", device="cpu")
     draft = load_distilled(target)
-    tok = target.tokenizer
-    csd = parse_policy(args.csd)
     bigram = fit_bigram(target)
-    names = ("hf greedy", "hf assisted", "ours assisted", "hf prompt lookup", "ours maxgram conf", "ours maxgram fixed", "ours csd")
-    totals = {name: [0, 0.0] for name in names}
-    outside = {name: [0.0, 0.0, 0.0, 0] for name in names if name.startswith("ours")}  # overhead, proposals, seconds, rounds
+    totals = {name: [0, 0.0] for name in NAMES}  # tokens, seconds
+    outside = {name: [0.0, 0.0, 0.0, 0] for name in NAMES if name.startswith("ours")}  # overhead, proposals, seconds, rounds
     mismatches = []
-    prompts = prompt_set(args.prompts, "test", args.n + 1)
-    for p, prompt in enumerate(prompts):
-        ids = format_prompt(prompt, tok)
-        x = torch.tensor([ids])
-        common = dict(max_new_tokens=args.max_new_tokens, do_sample=False, pad_token_id=tok.eos_token_id, attention_mask=torch.ones_like(x))
-
-        def hf(x=x, common=common, **kw):
-            with torch.inference_mode():
-                return target.model.generate(x, **common, **kw)[0, x.shape[1]:].tolist()
-
-        def ours(policy, drafters, ids=ids):
-            return generate(target, ids, args.max_new_tokens, policy, drafters=drafters)
-
-        runs = {
-            "hf greedy": lambda: hf(),
-            "hf assisted": lambda: hf(assistant_model=draft.model, num_assistant_tokens=args.k, num_assistant_tokens_schedule="constant"),
-            "ours assisted": lambda: ours(P.ConfidenceStop(0.4, args.k), [NeuralDraft(draft, "distilled")]),
-            "hf prompt lookup": lambda: hf(prompt_lookup_num_tokens=args.k),
-            "ours maxgram conf": lambda: ours(P.ConfidenceStop(args.tau, args.k), [MaxGram(target.vocab_size, fallback=bigram)]),
-            "ours maxgram fixed": lambda: ours(P.FixedK(args.k), [MaxGram(target.vocab_size, fallback=bigram)]),
-            "ours csd": lambda: ours(csd, [NeuralDraft(draft, "distilled"), MaxGram(target.vocab_size, fallback=bigram)]),
-        }
-        order = names[p % len(names):] + names[: p % len(names)]
+    for p, prompt in enumerate(prompt_set(args.prompts, "test", args.n + 1)):
+        runs = _methods(args, target, draft, bigram, format_prompt(prompt, target.tokenizer))
         outputs = {}
-        for name in order:
+        for name in NAMES[p % len(NAMES):] + NAMES[: p % len(NAMES)]:  # a different order per prompt
             t0 = time.perf_counter()
             out = runs[name]()
             seconds = time.perf_counter() - t0
@@ -115,27 +144,9 @@ def main() -> None:
                 totals[name][1] += seconds
             outputs[name] = out
         ref = outputs["hf greedy"]
-        for name, out in outputs.items():
-            # transformers stops after EOS; ours keeps the EOS token: compare up to the reference's length.
-            if out[: len(ref)] != ref:
-                mismatches.append((prompt.id, name))
-    rate = {name: n / s for name, (n, s) in totals.items()}
-    print(f"SmolLM2-135M-Instruct on CPU ({torch.get_num_threads()} threads), {args.n} {args.prompts} prompts (+1 warm-up), "
-          f"{args.max_new_tokens} new tokens, greedy, k = {args.k}, Max-Gram confidence stop tau = {args.tau}")
-    print(f"{'method':20s} {'tokens/s':>9s} {'vs greedy':>10s} {'overhead':>9s} {'proposals':>10s} {'per round':>10s}")
-    for name in names:
-        extra = ""
-        if name in outside:
-            over, props, secs, rounds = outside[name]
-            extra = f" {over / secs:8.2%} {props / secs:9.2%} {over / max(rounds, 1) * 1e6:7.0f} µs"
-        print(f"{name:20s} {rate[name]:9.2f} {rate[name] / rate['hf greedy']:9.2f}x{extra}")
-    ratios = {f"{a} / {b}": rate[a] / rate[b] for a, b in PAIRS}
-    ratios["ours csd / hf assisted"] = rate["ours csd"] / rate["hf assisted"]
-    print("ours / transformers: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
-    worst = max((o[0] + o[1]) / o[2] for o in outside.values())
-    print(f"goals: every pair >= 1.00x: {'met' if all(ratios[f'{a} / {b}'] >= 1.0 for a, b in PAIRS) else 'NOT met'}; "
-          f"time outside model calls <= 3% of a run (worst {worst:.2%}): {'met' if worst <= 0.03 else 'NOT met'}")
-    print("outputs identical to plain greedy" if not mismatches else f"MISMATCHES: {mismatches}")
+        # transformers stops after EOS; ours keeps the EOS token: compare up to the reference's length.
+        mismatches += [(prompt.id, name) for name, out in outputs.items() if out[: len(ref)] != ref]
+    _report(args, totals, outside, mismatches)
     print(f"load average after: {_load()}")
 
 
