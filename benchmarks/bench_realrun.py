@@ -3,8 +3,9 @@
 Run: ``.venv/bin/python benchmarks/bench_realrun.py [--n 4] [--max-new-tokens 64]``.
 Needs the distilled draft in the cache (``draftsim distill``).
 
-For each prompt, in one run and alternating (the order rotates from prompt to prompt; one
-warm-up prompt first, not counted): plain greedy decoding (transformers), and two pairs of
+For each prompt, in one run and alternating (the two sides of a pair back to back, which goes
+first alternating, and the order rotating from prompt to prompt; one warm-up prompt first, not
+counted): plain greedy decoding (transformers), and two pairs of
 equivalent methods —
 
 * **assisted generation**: transformers' ``generate(assistant_model=distilled)``, which stops
@@ -46,6 +47,14 @@ from sim.policies import parse_policy
 #: (ours, transformers') equivalent pairs.
 PAIRS = (("ours assisted", "hf assisted"), ("ours maxgram conf", "hf prompt lookup"))
 NAMES = ("hf greedy", "hf assisted", "ours assisted", "hf prompt lookup", "ours maxgram conf", "ours maxgram fixed", "ours csd")
+
+
+def _order(p: int) -> list[str]:
+    """The methods' order for prompt ``p``: the two sides of a pair run back to back (which
+    goes first alternates), and the units rotate from prompt to prompt."""
+    units = [["hf greedy"], *([b, a] if p % 2 else [a, b] for a, b in PAIRS), ["ours maxgram fixed"], ["ours csd"]]
+    units = units[p % len(units):] + units[: p % len(units)]
+    return [name for unit in units for name in unit]
 
 
 def _load() -> str:
@@ -127,7 +136,7 @@ def main() -> None:
     for p, prompt in enumerate(prompt_set(args.prompts, "test", args.n + 1)):
         runs = _methods(args, target, draft, bigram, format_prompt(prompt, target.tokenizer))
         outputs = {}
-        for name in NAMES[p % len(NAMES):] + NAMES[: p % len(NAMES)]:  # a different order per prompt
+        for name in _order(p):
             t0 = time.perf_counter()
             out = runs[name]()
             seconds = time.perf_counter() - t0
