@@ -163,6 +163,10 @@ def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = 200_000, real: bo
     optimisation = optimisation_step(out_dir)
     replay = replay_step()
     written.append(optimisation["figure"])
+    from .serving import serving_study
+
+    serving = serving_study(out_dir)
+    written.append(Path(serving["figure"]))
     real_run = real_step() if real else {"skipped": "by request (--no-real)", "by_request": True}
     return {"settings": planned, "simulations": simulations, "optimisation": optimisation, "replay": replay,
-            "real": real_run, "figures": written}
+            "serving": serving, "real": real_run, "figures": written}

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
                 "simulations": result["simulations"],
                 "optimisation": {k: v for k, v in result["optimisation"].items() if k != "figure"},
                 "replay": result["replay"],
+                "serving": result["serving"],
                 "real": result["real"],
                 "figures": [str(p) for p in result["figures"]],
             }
@@ -90,10 +91,24 @@ def run(args: argparse.Namespace) -> int:
     if any(r["oracle_speedup"] is None for r in rp["rows"]):
         print("* the oracle ([SD++] Theorem 4.1) knows one drafter's acceptance; a cascade has no such bound")
     print()
+    sv = result["serving"]
+    print(f"Serving study ({sv['pair']}, {sv['policy']}, alpha {sv['alpha']:g}, 512-token prompts, 256-token outputs, Poisson):")
+    print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio"],
+                       [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"]] for r in sv["rows"]]))
+    cross = sv["crossover_qps"]
+    if cross is None:
+        print("speculation pays at every load swept")
+    elif cross != cross:  # nan: below 1 already at the lightest load
+        print("speculation does not pay even at the lightest load swept")
+    else:
+        print(f"speculation stops paying near {cross:.1f} requests/s")
+    print()
     rr = result["real"]
     if "skipped" in rr:
-        why = rr["skipped"] if rr.get("by_request") else f"{rr['skipped']}; `make demo` installs torch and the model"
-        print(f"Real run on SmolLM2: skipped ({why})")
+        if rr.get("by_request"):
+            print("Real run on SmolLM2: skipped by request (--no-real)")
+        else:
+            print(f"Real run on SmolLM2: skipped ({rr['skipped']}; `make demo` installs torch and the model)")
     else:
         c = rr["sim_check"]
         print(f"Real run on SmolLM2 ({rr['prompts']} code prompts, {rr['max_new_tokens']} new tokens, greedy):")
