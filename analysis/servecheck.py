@@ -47,7 +47,7 @@ from sim.serving.metrics import summarize_run
 from sim.serving.scheduler import SchedulerConfig
 from sim.serving.workload import Workload
 
-__all__ = ["StepCost", "AffineCost", "realised_process", "check_serve", "CHECKED"]
+__all__ = ["StepCost", "AffineCost", "robust_nnls", "realised_process", "check_serve", "CHECKED"]
 
 #: The metrics check-serve compares: (name, summary key, statistic or None).
 CHECKED = (("ttft_p50", "ttft", "p50"), ("ttft_p90", "ttft", "p90"), ("tpot_p50", "tpot", "p50"), ("tpot_p90", "tpot", "p90"),
@@ -73,11 +73,26 @@ class AffineCost(CostModel):
 
     @classmethod
     def fit(cls, sequences, tokens, pairs, seconds) -> "AffineCost":
-        from scipy.optimize import nnls
-
+        """Non-negative least squares, robust to stalls of a busy machine (:func:`robust_nnls`)."""
         X = np.column_stack([np.ones(len(seconds)), sequences, tokens, np.asarray(pairs) / 1e3])
-        coef, _ = nnls(X, np.asarray(seconds, dtype=np.float64))
-        return cls(*map(float, coef))
+        return cls(*map(float, robust_nnls(X, np.asarray(seconds, dtype=np.float64))))
+
+
+def robust_nnls(X: np.ndarray, y: np.ndarray, rounds: int = 3, cut: float = 4.0) -> np.ndarray:
+    """Non-negative least squares of y on X with winsorised responses (Huber-like): a point
+    more than ``cut`` robust standard deviations (1.4826 MAD) above the fit is pulled down
+    to that bound and the fit repeated (``rounds`` times). A stall of the machine then
+    counts as a slow call, not as one that drags every coefficient."""
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(X, y)
+    for _ in range(rounds):
+        fit = X @ coef
+        res = y - fit
+        mad = np.median(np.abs(res - np.median(res))) or np.abs(res).mean() or 1.0
+        yw = np.minimum(y, fit + np.median(res) + cut * 1.4826 * mad)
+        coef, _ = nnls(X, yw)
+    return coef
 
 
 @dataclass(eq=False)
@@ -189,12 +204,7 @@ def _costs(meta: dict, steps: list, members: list, profile, k_max: int):
     statistical = meta.get("drafter") in ("maxgram", "bigram")
     B = np.array([s.batch + s.prefills for s in steps], dtype=np.float64)
     own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps])
-    if len(B) >= 2 and np.ptp(B) > 0:
-        b, a = np.polyfit(B, own, 1)
-        if b < 0:
-            a, b = float(own.mean()), 0.0
-    else:
-        a, b = float(own.mean()), 0.0
+    a, b = robust_nnls(np.column_stack([np.ones(len(B)), B]), own)
     return StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max), what, {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)}
 
 
