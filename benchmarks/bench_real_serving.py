@@ -69,7 +69,13 @@ def serve_args(a, qps: float, drafter: str, policy: str, trace: Path | None, max
     return args
 
 
-def fresh(path: Path) -> Path:
+def fresh(path: Path, reuse: bool = False) -> Path | None:
+    """A new trace folder; with ``reuse``, None when a complete trace is already there."""
+    if reuse and (path / "manifest.json").exists():
+        from realrun.servetrace import ServeTrace
+
+        if ServeTrace(path).complete:
+            return None
     if path.exists():
         import shutil
 
@@ -77,9 +83,35 @@ def fresh(path: Path) -> Path:
     return path
 
 
-def check(a, trace: Path, log) -> dict:
-    out = sh(["check-serve", str(trace), "--profile", str(a.profile), "--json"], log)
+def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
+    """Serve into ``trace`` (``--reuse``: keep a complete trace there and read its metrics)."""
+    if fresh(trace, a.reuse) is None:
+        from realrun.servetrace import ServeTrace, serving_metrics
+
+        t = ServeTrace(trace)
+        print(f"(reusing {trace})")
+        return serving_metrics(*(t.records(x) for x in ("requests", "tokens", "members", "steps")))
+    return sh(serve_args(a, qps, drafter, policy, trace), log)
+
+
+def check(a, trace: Path, log, profile: bool = True) -> dict:
+    """check-serve of a trace: costs from the profile, or (``profile=False``) fitted to the run's own calls."""
+    out = sh(["check-serve", str(trace), *(["--profile", str(a.profile)] if profile else []), "--json"], log)
     return {r["metric"]: r for r in out}
+
+
+def error_table(fid: list, key: str) -> tuple[str, dict]:
+    rows = []
+    for f in fid:
+        rows.append([f["load"], f["qps"], f["real"]["mean_batch"]] + [100 * f[key][m]["relative_error"] for m in
+                    ("ttft_p50", "tpot_p50", "e2e_p50", "throughput", "ttft_p90", "tpot_p90", "e2e_p90")])
+    text = table(rows, ["load", "qps", "batch", "TTFT p50", "TPOT p50", "E2E p50", "thru", "TTFT p90", "TPOT p90", "E2E p90"])
+    p50 = [abs(f[key][m]["relative_error"]) for f in fid for m in ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")]
+    p90 = [abs(f[key][m]["relative_error"]) for f in fid for m in ("ttft_p90", "tpot_p90", "e2e_p90")]
+    summary = {"median_p50_and_throughput": float(np.median(p50)), "worst_p50_and_throughput": float(max(p50)), "worst_p90": float(max(p90))}
+    text += (f"\nmedian |error| over TTFT/TPOT/E2E p50 and throughput: {100 * summary['median_p50_and_throughput']:.1f}% (goal 5%), "
+             f"worst {100 * summary['worst_p50_and_throughput']:.1f}% (goal 10%), worst p90 {100 * summary['worst_p90']:.1f}% (goal 15%)")
+    return text, summary
 
 
 def table(rows: list[list], headers: list[str]) -> str:
@@ -101,6 +133,8 @@ def main() -> int:
     p.add_argument("--k", type=int, help="Max-Gram draft length (default: the planner's)")
     p.add_argument("--sweep", default="0.15,0.3,0.6,1.0,1.5", help="sweep loads as multiples of the capacity")
     p.add_argument("--skip", default="", help="steps to skip: fidelity, batching, sweep")
+    p.add_argument("--reuse", action="store_true", help="keep complete traces already in --out (re-check them only)")
+    p.add_argument("--capacity", type=float, help="requests/s the server sustains (default: measured by a saturated run)")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,31 +171,27 @@ def main() -> int:
     print(f"planner: Max-Gram alpha {alpha:.3f} (embedded trace), c {c:.4f} -> k = {k} (EWIF {best.ewif:.3f}); policy {policy}")
 
     # 3. capacity: every request at once
-    sat = sh(serve_args(a, 1000.0, "maxgram", policy, None), log)
-    capacity = sat["request_throughput"]
-    results["capacity"] = {"request_throughput": capacity, "throughput": sat["throughput"], "uptime": uptime()}
-    print(f"saturated speculative serving: {sat['throughput']:.2f} tokens/s, {capacity:.3f} requests/s (load {uptime()})")
+    sat = None
+    if a.capacity is None or "batching" not in skip:
+        sat = sh(serve_args(a, 1000.0, "maxgram", policy, None), log)
+        print(f"saturated speculative serving: {sat['throughput']:.2f} tokens/s, {sat['request_throughput']:.3f} requests/s (load {uptime()})")
+    capacity = a.capacity or sat["request_throughput"]
+    results["capacity"] = {"request_throughput": capacity, "throughput": sat["throughput"] if sat else None, "uptime": uptime()}
 
     # 4. fidelity at three loads
     if "fidelity" not in skip:
         fid = []
         for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
-            trace = fresh(out / f"trace-{name}")
-            real = sh(serve_args(a, f * capacity, "maxgram", policy, trace), log)
-            cmp = check(a, trace, log)
-            fid.append({"load": name, "qps": f * capacity, "real": real, "check": cmp, "uptime": uptime()})
-        rows = []
-        for f in fid:
-            rows.append([f["load"], f["qps"], f["real"]["mean_batch"]] + [100 * f["check"][m]["relative_error"] for m in
-                        ("ttft_p50", "tpot_p50", "e2e_p50", "throughput", "ttft_p90", "tpot_p90", "e2e_p90")])
-        print(f"\nfidelity (relative error %, predicted vs measured; load {uptime()})")
-        print(table(rows, ["load", "qps", "batch", "TTFT p50", "TPOT p50", "E2E p50", "thru", "TTFT p90", "TPOT p90", "E2E p90"]))
-        p50 = [abs(f["check"][m]["relative_error"]) for f in fid for m in ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")]
-        p90 = [abs(f["check"][m]["relative_error"]) for f in fid for m in ("ttft_p90", "tpot_p90", "e2e_p90")]
-        summary = {"median_p50_and_throughput": float(np.median(p50)), "worst_p50_and_throughput": float(max(p50)), "worst_p90": float(max(p90))}
-        print(f"median |error| over TTFT/TPOT/E2E p50 and throughput: {100 * summary['median_p50_and_throughput']:.1f}% (goal 5%), "
-              f"worst {100 * summary['worst_p50_and_throughput']:.1f}% (goal 10%), worst p90 {100 * summary['worst_p90']:.1f}% (goal 15%)")
-        results["fidelity"] = {"runs": fid, "summary": summary}
+            trace = out / f"trace-{name}"
+            real = served(a, trace, f * capacity, "maxgram", policy, log)
+            fid.append({"load": name, "qps": f * capacity, "real": real, "check": check(a, trace, log),
+                        "check_fit": check(a, trace, log, profile=False), "uptime": uptime()})
+        results["fidelity"] = {"runs": fid}
+        for key, what in (("check", f"costs from the profile {a.profile}"), ("check_fit", "costs fitted to each run's own calls (in-sample)")):
+            text, summary = error_table(fid, key)
+            print(f"\nfidelity, {what} (relative error %, predicted vs measured; load {uptime()})")
+            print(text)
+            results["fidelity"][key] = summary
 
     # 5. batching pays
     if "batching" not in skip:
@@ -184,8 +214,8 @@ def main() -> int:
         for f in loads:
             point = {"load": f, "qps": f * capacity}
             for label, drafter, pol in (("spec", "maxgram", policy), ("ar", "none", "ar")):
-                trace = fresh(out / f"sweep-{label}-{f:g}")
-                real = sh(serve_args(a, f * capacity, drafter, pol, trace), log)
+                trace = out / f"sweep-{label}-{f:g}"
+                real = served(a, trace, f * capacity, drafter, pol, log)
                 cmp = check(a, trace, log)
                 point[label] = {"real": {m: cmp[m]["measured"] for m in cmp}, "predicted": {m: cmp[m]["predicted"] for m in cmp},
                                 "mean_batch": real["mean_batch"]}
