@@ -166,8 +166,9 @@ CASES = [
      ["--timeline-png 'tl.txt'", "must end with .png"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "t.png",
       "--timeline-png", "t.png"], ["name the same file 't.png'"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "/dev/null"],
-     ["'/dev/null' exists and is not a regular file"]),
+    # a special file of the fixture, never /dev/null: a regression would replace it (atomic rename), as root the device itself
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "{W}/fifo/manifest.json"],
+     ["manifest.json' exists and is not a regular file"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "tl.json"], ["--timeline applies to the discrete-event engine"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--rate", "2"], ["--rate applies to the discrete-event engine"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--sequences", "8"], ["--sequences 8 applies to --engine mc"]),
