@@ -20,7 +20,7 @@ from sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, pars
 from .. import args as a
 from ..progress import count_bar
 from .costing import add_hardware_options, build_models
-from .simulation import build_process, float_list
+from .simulation import add_acceptance_options, build_process, float_list
 
 #: CPU seconds per simulated request (measured by benchmarks/bench_serving.py, upper value).
 SECONDS_PER_REQUEST = 1e-3
@@ -42,14 +42,7 @@ def register(sub, common) -> None:
     p.add_argument("--policy", default="fixed:k=4", help="drafting policy of every request (default fixed:k=4)")
     p.add_argument("--controller", default="none", help="speculation controller per step (default none)")
     g = p.add_argument_group("acceptance (as draftsim simulate; or --acceptance-trace)")
-    g.add_argument("--alpha", type=a.probability("alpha"), help="Bernoulli: acceptance of drafter 1 by the target")
-    g.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="Bernoulli: model M's tokens accepted by V with A")
-    g.add_argument("--positional", metavar="A1,A2,...", help="acceptance by draft position")
-    g.add_argument("--markov", metavar="A1,A2,...", help="Markov-modulated: acceptance per hidden regime (each request its own path)")
-    g.add_argument("--stay", metavar="P1,P2,...", help="Markov-modulated: probability of staying in each regime (default 0.95)")
-    g.add_argument("--pred-noise", type=a.cost("pred_noise"), default=0.0, help="logit noise of the acceptance predictor")
-    g.add_argument("--conf-noise", type=a.cost("conf_noise"), default=0.0, help="logit noise of the draft confidence")
-    g.add_argument("--rank-alphas", metavar="A1,A2,...", help="tree: acceptance by candidate rank")
+    add_acceptance_options(g)
     g.add_argument("--acceptance-trace", metavar="TRACE", help="trace-driven: request i replays recorded sequence i mod n")
     g.add_argument("--trace-drafter", action="append", metavar="NAME", help="the trace's drafter(s) playing models 1, 2, ...")
     w = p.add_argument_group("workload")

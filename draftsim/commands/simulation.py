@@ -31,6 +31,19 @@ METRIC_LABELS = {
 }
 
 
+def add_acceptance_options(g) -> None:
+    """The acceptance-process options (read by :func:`build_process`), shared by every
+    command that simulates: ``simulate``, ``serve-sim``."""
+    g.add_argument("--alpha", type=a.probability("alpha"), help="Bernoulli: acceptance of drafter 1 by the target (default for every pair)")
+    g.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="Bernoulli: model M's tokens accepted by V with A (e.g. 2:1=0.6)")
+    g.add_argument("--positional", metavar="A1,A2,...", help="acceptance by draft position")
+    g.add_argument("--markov", metavar="A1,A2,...", help="Markov-modulated: acceptance per hidden regime (each sequence its own path)")
+    g.add_argument("--stay", metavar="P1,P2,...", help="Markov-modulated: probability of staying in each regime (default 0.95)")
+    g.add_argument("--pred-noise", type=a.cost("pred_noise"), default=0.0, help="logit noise of the acceptance predictor")
+    g.add_argument("--conf-noise", type=a.cost("conf_noise"), default=0.0, help="logit noise of the draft confidence")
+    g.add_argument("--rank-alphas", metavar="A1,A2,...", help="tree: acceptance by candidate rank")
+
+
 def register(sub, common) -> None:
     p = sub.add_parser(
         "simulate",
@@ -44,15 +57,7 @@ def register(sub, common) -> None:
     p.add_argument("--engine", choices=ENGINES, default="mc", help="mc: vectorised Monte Carlo; des: simpy timeline")
     p.add_argument("--tokens", type=a.count("tokens", 1, 10**10), default=1_000_000, help="tokens to simulate (default 1e6)")
     p.add_argument("--seed", type=a.count("seed"), default=0)
-    g = p.add_argument_group("acceptance (pick one process)")
-    g.add_argument("--alpha", type=a.probability("alpha"), help="Bernoulli: acceptance of drafter 1 by the target (default for every pair)")
-    g.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="Bernoulli: model M's tokens accepted by V with A (e.g. 2:1=0.6)")
-    g.add_argument("--positional", metavar="A1,A2,...", help="acceptance by draft position")
-    g.add_argument("--markov", metavar="A1,A2,...", help="Markov-modulated: acceptance per hidden regime")
-    g.add_argument("--stay", metavar="P1,P2,...", help="Markov-modulated: probability of staying in each regime (default 0.95)")
-    g.add_argument("--pred-noise", type=a.cost("pred_noise"), default=0.0, help="logit noise of the acceptance predictor")
-    g.add_argument("--conf-noise", type=a.cost("conf_noise"), default=0.0, help="logit noise of the draft confidence")
-    g.add_argument("--rank-alphas", metavar="A1,A2,...", help="tree: acceptance by candidate rank")
+    add_acceptance_options(p.add_argument_group("acceptance (pick one process)"))
     c = p.add_argument_group("costs")
     c.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient (draft time / target time) of drafter 1, 2, ...: once per drafter of the policy, required")
     c.add_argument("--verify-per-token", type=a.cost("verify_per_token"), default=0.0,
