@@ -11,9 +11,11 @@ A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
 * the **same policy, controller and batch limit** (``max_num_seqs`` = the run's
   ``--max-batch``; no token budget and whole-prompt prefills, as the real server);
 * **step costs**: the target's forward time from a ``draftsim profile`` of the same model
-  on the same machine (:class:`sim.cost.ProfileCost`) — or, without one, an affine model of
-  the run's own calls fitted by least squares (in-sample: says how well the *structure* of
-  the simulator fits, not how well it predicts) — plus the server's **measured per-step
+  on the same machine (:class:`sim.cost.ProfileCost`), or an affine model fitted to the
+  forward calls of another serving run of the same model on the same machine
+  (``costs_from``: a calibration run, out of sample), or, without either, to the run's own
+  calls (in-sample: says how well the *structure* of the simulator fits, not how well it
+  predicts) — plus the server's **measured per-step
   overhead** (its wall time outside model calls, and Max-Gram's proposal time), fitted as
   a + b·B over the run's steps of B sequences (:class:`StepCost`).
 
@@ -167,11 +169,43 @@ def _rel(pred: float, meas: float) -> float:
     return float((pred - meas) / meas) if meas else float("nan")
 
 
-def _costs(meta: dict, steps: list, members: list, profile, k_max: int):
-    """(target cost, description): a profile of this model and machine, or an in-sample fit."""
+def _calls(steps: list, members: list) -> tuple:
+    """The target's forward calls of a serving run as (sequences, tokens, pairs, seconds)
+    lists: each step's verification call and its prefill calls (grouped per step)."""
     by_step: dict = {}
     for m in members:
         by_step.setdefault(m.step, []).append(m)
+    S, N, P, T = [], [], [], []
+    for s in steps:
+        mine = by_step.get(s.step, [])
+        dec = [m for m in mine if not m.prefill]
+        pre = [m for m in mine if m.prefill]
+        if dec:
+            S.append(len(dec))
+            N.append(sum(m.new_tokens for m in dec))
+            P.append(sum(m.new_tokens * (m.context + (m.new_tokens + 1) / 2) for m in dec))
+            T.append(s.target_seconds)
+        if pre:
+            S.append(len(pre))
+            N.append(sum(m.new_tokens for m in pre))
+            P.append(sum(m.new_tokens * (m.new_tokens + 1) / 2 for m in pre))
+            T.append(s.prefill_seconds)
+    return S, N, P, T
+
+
+def _same_run_setup(meta: dict, other: dict, path) -> None:
+    """Raise unless ``other`` (a calibration trace's metadata) has this run's model and machine."""
+    for key in ("model", "machine", "threads", "device"):
+        if meta.get(key) != other.get(key):
+            raise DraftsimError(f"the calibration trace {path} was served with another {key} ({other.get(key)!r}, this run "
+                                f"{meta.get(key)!r}); calibrate with a run of the same model on the same machine")
+
+
+def _costs(meta: dict, steps: list, members: list, profile, k_max: int, costs_from=None):
+    """(target cost, description, overhead): a profile of this model and machine, an affine
+    fit to another serving run's calls (``costs_from``), or an in-sample fit."""
+    if profile is not None and costs_from is not None:
+        raise DraftsimError("give --profile or --costs-from, not both")
     if profile is not None:
         prof = load_profile(profile, extrapolate="clamp")
         model = meta.get("model", {})
@@ -181,22 +215,18 @@ def _costs(meta: dict, steps: list, members: list, profile, k_max: int):
         except DraftsimError as exc:
             raise DraftsimError(f"the profile {profile} does not describe this trace's run: {exc}") from None
         base, what = prof, f"profile {profile}"
+    elif costs_from is not None:
+        from realrun.servetrace import ServeTrace
+
+        cal = ServeTrace(costs_from)
+        cal.require_complete()
+        _same_run_setup(meta, cal.metadata, costs_from)
+        S, N, P, T = _calls(cal.records("steps"), cal.records("members"))
+        if not T:
+            raise DraftsimError(f"the calibration trace {costs_from} has no forward calls to fit costs to")
+        base, what = AffineCost.fit(S, N, P, T), f"affine fit to the forward calls of {costs_from}"
     else:
-        S, N, P, T = [], [], [], []
-        for s in steps:
-            mine = by_step.get(s.step, [])
-            dec = [m for m in mine if not m.prefill]
-            pre = [m for m in mine if m.prefill]
-            if dec:
-                S.append(len(dec))
-                N.append(sum(m.new_tokens for m in dec))
-                P.append(sum(m.new_tokens * (m.context + (m.new_tokens + 1) / 2) for m in dec))
-                T.append(s.target_seconds)
-            if pre:
-                S.append(len(pre))
-                N.append(sum(m.new_tokens for m in pre))
-                P.append(sum(m.new_tokens * (m.new_tokens + 1) / 2 for m in pre))
-                T.append(s.prefill_seconds)
+        S, N, P, T = _calls(steps, members)
         if not T:
             raise DraftsimError("the serving trace has no forward calls to fit costs to")
         base, what = AffineCost.fit(S, N, P, T), "affine fit to this run's forward calls (in-sample)"
@@ -218,7 +248,7 @@ def _drafter_cost(meta: dict, steps: list) -> CostModel:
     return CallCost(secs / calls if calls else 0.0)
 
 
-def check_serve(path, profile=None, seed: int = 0) -> dict:
+def check_serve(path, profile=None, seed: int = 0, costs_from=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
     from realrun.servetrace import ServeTrace, run_record
 
@@ -233,7 +263,7 @@ def check_serve(path, profile=None, seed: int = 0) -> dict:
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
-    target, what, overhead = _costs(meta, steps, members, profile, policy.max_draft)
+    target, what, overhead = _costs(meta, steps, members, profile, policy.max_draft, costs_from)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
     cfg = ServingConfig(policy, process, target, drafters, controller=controller,

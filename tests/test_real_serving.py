@@ -370,3 +370,8 @@ def test_check_serve_bad_input(served, tmp_path, capsys):
     del w
     assert main(["check-serve", str(tmp_path / "nothing")]) == 2
     assert "no trace" in capsys.readouterr().err
+    assert main(["serve", "--model", "tiny:2", "--qps", "50", "--requests", "2", "--output-len", "fixed:4", "--trace", str(tmp_path / "t2")]) == 0
+    capsys.readouterr()
+    assert main(["check-serve", str(served), "--costs-from", str(tmp_path / "t2")]) == 2
+    assert "served with another model" in capsys.readouterr().err
+    assert main(["check-serve", str(served), "--costs-from", str(served), "--json"]) == 0  # calibrated on itself: in-sample

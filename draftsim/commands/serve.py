@@ -52,7 +52,9 @@ def register(sub, common) -> None:
                        "model and machine and the measured per-step overhead. Reports predicted against measured TTFT, TPOT, "
                        "end-to-end latency (p50, p90) and throughput with relative errors.")
     c.add_argument("trace", help="serving trace folder (draftsim serve --trace)")
-    c.add_argument("--profile", help="cost profile of the target on this machine (draftsim profile); default: fitted to the trace")
+    c.add_argument("--profile", help="cost profile of the target on this machine (draftsim profile)")
+    c.add_argument("--costs-from", metavar="TRACE", help="fit the target's costs to another serving trace of the same model and "
+                   "machine (a calibration run); default, without --profile: fitted to TRACE itself (in-sample)")
     c.set_defaults(run=run_check)
 
 
@@ -185,11 +187,12 @@ def _print_metrics(m: dict) -> None:
 def run_check(args: argparse.Namespace) -> int:
     from analysis.servecheck import check_serve
 
-    out = check_serve(args.trace, args.profile)
+    out = check_serve(args.trace, args.profile, costs_from=args.costs_from)
     if args.json:
         a.emit_json(out["metrics"])
         return 0
-    print(f"{out['path']}: {out['target']} + {out['drafter'] or 'no drafter'} ({out['policy']}), {out['requests']} requests")
+    print(f"{out['path']}: {out['target']} + {out['drafter'] or 'no drafter'} ({out['policy']}), {out['requests']} requests; "
+          f"costs: {out['costs']}")
     rows = [[r["metric"], r["predicted"], r["measured"], f"{r['relative_error']:+.1%}"] for r in out["metrics"]]
     print(format_table(["metric", "predicted", "measured", "relative error"], rows))
     return 0
