@@ -19,7 +19,11 @@ equivalent methods —
   tokens and 0 without one (:class:`realrun.drafters.MaxGram`), so it drafts the matched
   continuation and a single (bigram) token where nothing matches;
 
-plus, for reference, Max-Gram with a fixed k and CS Drafting (``--csd``: the distilled draft
+Like transformers, ours reads the prompt in the first verification's forward call
+(``generate(prefill_apart=False)``; ``--prefill-apart``: in a call of its own before it, as
+``draftsim run`` does so that the simulator's replay can price the prefill apart).
+
+Plus, for reference, Max-Gram with a fixed k and CS Drafting (``--csd``: the distilled draft
 over Max-Gram). Outputs must equal plain greedy. Printed: tokens/s, the ratio of ours to
 transformers for each pair (goal ≥ 1.0), and the share of each of our runs spent outside model
 forward calls — the executor's own time (:attr:`realrun.executor.RunLog.overhead_seconds`) and
@@ -70,6 +74,8 @@ def _parse():
     parser.add_argument("--tau", type=float, default=0.4, help="Max-Gram's confidence stop (0.4 < 1/2: any match goes on)")
     parser.add_argument("--prompts", default="code")
     parser.add_argument("--csd", default="vertical:n=1,k=3,leniency=2", help="CS Drafting policy (distilled over Max-Gram)")
+    parser.add_argument("--prefill-apart", action="store_true",
+                        help="ours prefills the prompt in a call of its own (draftsim run's default) instead of with the first verification")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads (default: torch's; 1 on a CPU shared with other work, where threads spin against each other)")
     return parser.parse_args()
@@ -87,7 +93,7 @@ def _methods(args, target, draft, bigram, ids):
             return target.model.generate(x, **common, **kw)[0, x.shape[1]:].tolist()
 
     def ours(policy, drafters):
-        return generate(target, ids, args.max_new_tokens, policy, drafters=drafters)
+        return generate(target, ids, args.max_new_tokens, policy, drafters=drafters, prefill_apart=args.prefill_apart)
 
     def maxgram():
         return MaxGram(target.vocab_size, fallback=bigram)
@@ -107,7 +113,8 @@ def _report(args, totals, outside, mismatches) -> None:
     rate = {name: n / s for name, (n, s, _) in totals.items()}
     cpu_rate = {name: n / c for name, (n, _, c) in totals.items()}
     print(f"SmolLM2-135M-Instruct on CPU ({torch.get_num_threads()} threads), {args.n} {args.prompts} prompts (+1 warm-up), "
-          f"{args.max_new_tokens} new tokens, greedy, k = {args.k}, Max-Gram confidence stop tau = {args.tau}")
+          f"{args.max_new_tokens} new tokens, greedy, k = {args.k}, Max-Gram confidence stop tau = {args.tau}, "
+          f"ours prefills {'apart' if args.prefill_apart else 'with the first verification'}")
     print(f"{'method':20s} {'tokens/s':>9s} {'vs greedy':>10s} {'tok/CPU-s':>10s} {'overhead':>9s} {'proposals':>10s} {'per round':>10s}")
     for name in NAMES:
         extra = ""

@@ -82,7 +82,8 @@ class RunLog:
     ``rounds`` (:class:`~sim.records.Round`, one per target verification), ``calls``
     (:class:`~sim.records.Call`, one per forward call or statistical proposal) and ``drafts``
     (:class:`~sim.records.DraftEvent`, one per proposed token at every level). ``seconds`` is
-    the run's wall time, prefill included; ``prefill_seconds`` the target's prefill call."""
+    the run's wall time, prefill included; ``prefill_seconds`` the target's prefill call (0
+    when the prefill rode on the first verification: ``generate(prefill_apart=False)``)."""
 
     output: list[int] = field(default_factory=list)
     rounds: list[Round] = field(default_factory=list)
@@ -338,6 +339,8 @@ class _Run:
         draft = self.build(self.policy.begin_round(self.state), context, budget=budget)
         t1 = _now()
         logits = self.call(0, "verify", lambda: self.lms[0].logits(context + draft.tokens, len(draft) + 1))
+        if self.round == 0:  # the prompt tokens the target had not seen rode on this call
+            self.log.calls[-1].prompt_tokens = self.lms[0].fed - (len(draft) + 1)
         n, token, _ = self.verify(0, draft, logits, self.top_rule, context)
         t2 = _now()
         self.policy.end_round(self.state, np.array([len(draft)]), np.array([n]))
@@ -526,10 +529,16 @@ def generate(
     stop_at_eos: bool = True,
     *,
     drafters: list[Drafter] | None = None,
+    prefill_apart: bool = True,
 ) -> RunLog:
     """Generate up to ``max_new_tokens`` after ``prompt`` with ``policy`` (a :mod:`sim.policies`
     chain policy; default autoregressive). ``drafters`` are models 1, 2, … of the policy
     (``drafter`` is shorthand for one).
+
+    ``prefill_apart``: the target reads the prompt in a call of its own before the first round
+    (a "prefill" :class:`~sim.records.Call`, which :mod:`sim.replay` prices apart); False: the
+    prompt rides on the first round's verification — one forward call fewer, as transformers'
+    ``generate`` does — whose :attr:`~sim.records.Call.prompt_tokens` says how many it carried.
 
     With the lossless rule (SD, the default) greedy decoding reproduces the target's own
     greedy output exactly and sampling keeps the target's distribution, through any cascade
@@ -548,7 +557,8 @@ def generate(
     started = _now()
     log = RunLog()
     run = _Run(target, drafters, policy, sampling, rule, rng, len(prompt), log)
-    run.prefill(prompt)
+    if prefill_apart:
+        run.prefill(prompt)
     return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), run.step, started)
 
 

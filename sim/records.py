@@ -36,6 +36,9 @@ class Call:
     kind: str  #: "prefill", "draft" or "verify"
     n_tokens: int  #: tokens fed to the model (0 for a statistical drafter's proposal)
     seconds: float  #: wall-clock time of the call
+    #: Of ``n_tokens``, prompt tokens prefilled in this call: a first verification the prefill
+    #: rode on (``generate(prefill_apart=False)``); 0 otherwise.
+    prompt_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -347,3 +347,19 @@ def test_protocol_attributes_are_declared_on_the_base_classes():
     assert Policy.leniency == 1.0 and P.FixedK(2).leniency == 1.0 and P.VerticalCascade([[0, 1], [0, 0]], leniency=2.0).leniency == 2.0
     assert Rule.draft_only is False and Chow(0.3).draft_only and not Diff(0.1).draft_only
     assert Bigram(10).tokenizer is None and MaxGram(10).loaded is None
+
+
+def test_prefill_rides_on_the_first_verification(target, drafters):
+    """prefill_apart=False: one target call fewer, the same output; the first verification
+    says how many prompt tokens it carried (as many as the separate prefill feeds)."""
+    prompt = target.tokenizer(PROMPT_TEXT)["input_ids"]
+    apart = generate(target, prompt, 20, P.ConfidenceStop(0.4, 4), drafters["maxgram"], stop_at_eos=False)
+    along = generate(target, prompt, 20, P.ConfidenceStop(0.4, 4), drafters["maxgram"], stop_at_eos=False, prefill_apart=False)
+    assert along.output == apart.output == own_greedy(target, prompt, 20)
+    t_apart, t_along = [c for c in apart.calls if c.model == 0], [c for c in along.calls if c.model == 0]
+    assert t_apart[0].kind == "prefill" and t_apart[0].n_tokens == len(prompt) - 1 and apart.prefill_seconds > 0
+    assert len(t_along) == len(t_apart) - 1 and all(c.kind == "verify" for c in t_along) and along.prefill_seconds == 0
+    first = t_along[0]
+    assert first.round == 0 and first.prompt_tokens == len(prompt) - 1 and first.n_tokens == len(prompt) + along.rounds[0].drafted
+    assert all(c.prompt_tokens == 0 for c in along.calls + apart.calls if c is not first)
+    assert along.target_calls == apart.target_calls == len(along.rounds)
