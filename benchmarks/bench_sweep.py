@@ -16,7 +16,8 @@ Run: ``.venv/bin/python benchmarks/bench_sweep.py [--points 200] [--tokens 40000
 
 All figures come from one run; the machine load (``os.getloadavg``) and the cores the points
 actually got (their CPU seconds over the wall time) are printed with them, because the CPU may
-be shared: with Linux's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
+be shared — and how many cores two busy loops get in this session right before and after
+the runs, which bounds the speed-up two workers can show: with Linux's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``)
 every session gets an equal share of the CPUs, so while other sessions are busy a sweep's
 workers together get that one share whatever their number, and the wall-time speed-up says
 nothing about the sweep. The sleeping points measure the orchestration's own scaling.
@@ -46,6 +47,23 @@ def check_nothing(config: dict) -> None:
 
 
 SLEEP = sw.Kind("sleep", check_nothing, sleep_run, {"slept": "slept"}, ("slept",), seed_option=None)
+
+
+def spin(seconds: float) -> float:
+    """Busy-loop for ``seconds`` of wall time; return the CPU seconds this process got."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        pass
+    return time.process_time() - c0
+
+
+def cores_available(processes: int, seconds: float = 2.0) -> float:
+    """Cores that ``processes`` busy loops in this session get together right now (what a
+    pool of that many workers can get at best on this machine, at this moment)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        return sum(pool.map(spin, [seconds] * processes)) / seconds
 
 
 def load() -> str:
@@ -84,6 +102,9 @@ def cpu_used(out: Path) -> float:
 
 def scaling(spec: sw.Spec, tmp: Path) -> None:
     kind = KINDS[spec.kind]
+    one, two = cores_available(1), cores_available(2)
+    print(f"machine now: 1 busy loop gets {one:.2f} cores, 2 busy loops get {two:.2f} together -> the best 2-worker "
+          f"speed-up attainable now is about {two / one:.2f}x  ({load()})")
     print(f"scaling: {spec.n_tasks} {spec.kind} points ({load()})")
     t1, s1 = timed_sweep(spec, kind, tmp / "w1", workers=1)
     c1 = cpu_used(tmp / "w1")
@@ -97,6 +118,9 @@ def scaling(spec: sw.Spec, tmp: Path) -> None:
     print(f"  speed-up 2 workers / 1: {t1 / t2:.2f}x wall (goal >= 1.8x); results identical: {same}")
     print(f"  parallel efficiency: {(c2 / t2) / 2:.0%} of 2 cores (1 worker: {c1 / t1:.0%} of 1 core); "
           f"CPU per point 2 workers / 1: {c2 / c1:.2f}")
+    two_after = cores_available(2)
+    print(f"  2 busy loops after the runs: {two_after:.2f} cores; speed-up over what the machine gave: "
+          f"{(t1 / t2) / (min(two, two_after) / one):.0%} of the attainable  ({load()})")
 
 
 def main() -> None:
