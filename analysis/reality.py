@@ -59,8 +59,12 @@ def check_run(trace, seed: int = 0, profiles=()) -> dict:
     real = _real_counts(trace)
     seconds = float(sum(p.get("seconds", 0.0) for p in trace.manifest["prompts"]))
     calls = trace.calls.to_pydict()
-    prefill = float(sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k == "prefill"))
-    model_seconds = float(sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k != "prefill"))
+    # A verification that carried the prompt (prompt_tokens > 0) counts as the prefill: the
+    # replay prices its round's verification again, a small overestimate (one call per prompt).
+    riding = calls.get("prompt_tokens", [0] * len(calls["kind"]))
+    is_prefill = [k == "prefill" or p > 0 for k, p in zip(calls["kind"], riding)]
+    prefill = float(sum(s for f, s in zip(is_prefill, calls["seconds"]) if f))
+    model_seconds = float(sum(s for f, s in zip(is_prefill, calls["seconds"]) if not f))
     out = {"path": str(trace.path), "method": trace.metadata.get("method"), "policy": trace.metadata.get("policy"),
            "mode": trace.metadata.get("sampling"), "sequences": len(trace.entries), "real": real,
            "measured_tokens_per_second": real["tokens"] / seconds if seconds > 0 else float("nan"),
@@ -127,7 +131,8 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
     counts, _ = montecarlo.run(policy, Bernoulli(beta, rank_alphas=(beta,)), 1, max(tokens, 1) * 200, np.random.default_rng(seed))
     per_round = float(counts.tokens.sum() / counts.calls[:, 0].sum())
     calls = trace.calls.to_pydict()
-    kept = [(m, n) for m, k, n in zip(calls["model"], calls["kind"], calls["n_tokens"]) if k != "prefill"]
+    riding = calls.get("prompt_tokens", [0] * len(calls["kind"]))
+    kept = [(m, n) for m, k, n, p in zip(calls["model"], calls["kind"], calls["n_tokens"], riding) if k != "prefill" and p == 0]
     recorded = pricing.recorded_call_seconds([m for m, _ in kept], [n for _, n in kept]) if kept else 0.0
     round_model = recorded / max(n_rounds, 1)
     rounds_pred = tokens / per_round

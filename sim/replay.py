@@ -226,6 +226,8 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
     model = np.array(calls["model"], dtype=np.int64)
     n_fed = np.array(calls["n_tokens"], dtype=np.int64)
     secs = np.array(calls["seconds"], dtype=np.float64)
+    # A verification that carried the prompt's prefill is a prefill for pricing purposes.
+    kind[np.array(calls.get("prompt_tokens", [0] * len(n_fed)), dtype=np.int64) > 0] = "prefill"
     models, per_proposal, sources = [], [], []
     for m in range(n_models):
         name = names[m] if m < len(names) else f"model {m}"
