@@ -101,8 +101,9 @@ def robust_nnls(X: np.ndarray, y: np.ndarray, rounds: int = 3, cut: float = 4.0)
 class StepCost(CostModel):
     """The target's cost in a serving step: ``base`` (one forward call) plus the server's
     own time per step, ``overhead + per_sequence``·B, plus ``base``'s one-token call for a
-    step that also prefills (the real server prefills in a call of its own). A step is known
-    to prefill when it brings more tokens than its sequences can verify (``k_max`` + 1 each).
+    step of two or more sequences that prefills (the real server prefills each joiner in a
+    call of its own, apart from the verification call). A step is known to prefill when it
+    brings more tokens than its sequences can verify (``k_max`` + 1 each).
 
     A measured profile (:class:`sim.cost.ProfileCost`) answers inside its grid; a call with
     more new tokens per sequence than the grid's largest (a prefill) is priced as the same
@@ -135,7 +136,7 @@ class StepCost(CostModel):
 
     def _time(self, stats: BatchStats):
         t = self._forward(stats) + self.overhead + self.per_sequence * stats.sequences
-        prefill = stats.tokens > stats.sequences * (self.k_max + 1)
+        prefill = (stats.tokens > stats.sequences * (self.k_max + 1)) & (stats.sequences >= 2)
         one = float(self._forward(BatchStats.of_shape(1, 1, 0)))
         return np.where(prefill, t + one, t)
 
