@@ -217,20 +217,23 @@ def main() -> int:
                 trace = out / f"sweep-{label}-{f:g}"
                 real = served(a, trace, f * capacity, drafter, pol, log)
                 cmp = check(a, trace, log)
+                fit = check(a, trace, log, profile=False)
                 point[label] = {"real": {m: cmp[m]["measured"] for m in cmp}, "predicted": {m: cmp[m]["predicted"] for m in cmp},
-                                "mean_batch": real["mean_batch"]}
+                                "fitted": {m: fit[m]["predicted"] for m in fit}, "mean_batch": real["mean_batch"]}
             point["uptime"] = uptime()
             sweep.append(point)
         rows = []
         for s in sweep:
-            r = [s["load"], s["qps"]]
-            for src in ("real", "predicted"):
+            r = [s["load"], s["qps"], s["spec"]["real"]["e2e_p50"], s["ar"]["real"]["e2e_p50"]]
+            for src in ("real", "predicted", "fitted"):
                 r.append(s["ar"][src]["e2e_p50"] / s["spec"][src]["e2e_p50"])
-            for src in ("real", "predicted"):
+            for src in ("real", "predicted", "fitted"):
                 r.append(s["spec"][src]["throughput"] / s["ar"][src]["throughput"])
             rows.append(r)
-        print(f"\nspeculation against load: speedup = E2E p50 without / with, throughput with / without (load {uptime()})")
-        print(table(rows, ["load x cap", "qps", "E2E speedup real", "predicted", "thru ratio real", "predicted"]))
+        print(f"\nspeculation against load: speedup = E2E p50 without / with, throughput with / without; predicted = costs "
+              f"from the profile, fitted = costs fitted to each run (in-sample) (load {uptime()})")
+        print(table(rows, ["load x cap", "qps", "E2E spec", "E2E ar", "speedup real", "predicted", "fitted", "thru real",
+                           "predicted", "fitted"]))
         results["sweep"] = sweep
         figure(sweep, out / "serving_crossover.png", policy)
     results["uptime_end"] = uptime()
@@ -250,15 +253,16 @@ def figure(sweep: list, path: Path, policy: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
     for label, style in (("spec", "-"), ("ar", "--")):
-        for src, marker in (("real", "o"), ("predicted", "x")):
+        for src, marker in (("real", "o"), ("predicted", "x"), ("fitted", "+")):
             ax.plot(qps, [s[label][src]["e2e_p50"] for s in sweep], style, marker=marker,
-                    label=f"{'Max-Gram ' + policy if label == 'spec' else 'no speculation'}, {src}")
+                    label=f"{'Max-Gram ' + policy if label == 'spec' else 'no speculation'}, {src}", ms=5)
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("E2E latency p50 (s)")
     ax.legend(fontsize=8)
     ax = axes[1]
-    for src, marker in (("real", "o"), ("predicted", "x")):
-        ax.plot(qps, [s["ar"][src]["e2e_p50"] / s["spec"][src]["e2e_p50"] for s in sweep], marker=marker, label=f"{src}")
+    for src, marker in (("real", "o"), ("predicted", "x"), ("fitted", "+")):
+        ax.plot(qps, [s["ar"][src]["e2e_p50"] / s["spec"][src]["e2e_p50"] for s in sweep], marker=marker,
+                label={"real": "real", "predicted": "simulator, profile costs", "fitted": "simulator, costs fitted to the run"}[src])
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("speedup of speculation (E2E p50 without / with)")
