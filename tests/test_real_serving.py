@@ -375,3 +375,30 @@ def test_check_serve_bad_input(served, tmp_path, capsys):
     assert main(["check-serve", str(served), "--costs-from", str(tmp_path / "t2")]) == 2
     assert "served with another model" in capsys.readouterr().err
     assert main(["check-serve", str(served), "--costs-from", str(served), "--json"]) == 0  # calibrated on itself: in-sample
+
+
+def test_step_cost_and_robust_fit():
+    """The fit of step costs shrugs off a stall; a step of two or more sequences that
+    prefills pays the prefill's own call; profile shapes beyond the grid keep their tokens."""
+    from analysis.servecheck import AffineCost, StepCost, robust_nnls
+    from sim.cost import ProfileCost
+    from sim.cost.base import BatchStats
+
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 40, 200)
+    y = 0.05 + 0.002 * n + rng.normal(0, 1e-4, 200)
+    y[7] = 30.0  # the machine stalled once
+    a, b = robust_nnls(np.column_stack([np.ones(200), n]), y)
+    assert a == pytest.approx(0.05, abs=2e-3) and b == pytest.approx(0.002, rel=0.05)
+    base = AffineCost(0.1, 0.0, 0.01, 0.0)
+    cost = StepCost(base, overhead=0.02, per_sequence=0.001, k_max=4)
+    decode = BatchStats.of_batch(np.array([[5, 5]]), np.array([[100, 100]]))
+    mixed = BatchStats.of_batch(np.array([[5, 60]]), np.array([[100, 0]]))
+    alone = BatchStats.of_batch(np.array([[60]]), np.array([[0]]))
+    assert cost.stats_time(decode) == pytest.approx(0.1 + 0.1 + 0.02 + 0.002)
+    assert cost.stats_time(mixed) == pytest.approx(0.1 + 0.65 + 0.02 + 0.002 + 0.11)  # + one one-token call
+    assert cost.stats_time(alone) == pytest.approx(0.1 + 0.6 + 0.02 + 0.001)
+    prof = ProfileCost("m", (1, 2), (1, 8), (0, 64), np.array([[[1.0, 1.0], [8.0, 8.0]], [[2.0, 2.0], [16.0, 16.0]]]))
+    wide = StepCost(prof, 0.0, 0.0, k_max=8)
+    assert wide.stats_time(BatchStats.of_batch(np.array([[16]]), np.array([[0]]))) == pytest.approx(16.0)  # as 2 x 8 tokens
+    assert wide.stats_time(BatchStats.of_batch(np.array([[8] * 4]), np.array([[0] * 4]))) == pytest.approx(32.0)  # 2 x (2 x 8)
