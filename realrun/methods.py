@@ -229,7 +229,6 @@ def build_method(spec: MethodSpec, target: LoadedModel) -> Method:
         if not isinstance(drafters[0], NeuralDraft):
             raise DraftsimError("an acceptance head needs a neural drafter (its hidden states are the head's input)")
         drafters[0].head = load_head(spec.head, drafters[0].loaded)
-        drafters[0].head.path = spec.head
     return Method(spec.kind, spec.parsed_policy, spec.policy_spec, drafters, spec.parsed_rule, spec.rule_spec, spec.sequential)
 
 

@@ -237,7 +237,8 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
             drafter_profile = next((p for p in profiles if name in p.drafters), None)
             models.append(None)
             if drafter_profile is not None:
-                per_proposal.append(float(drafter_profile.drafters[name]))
+                entry = drafter_profile.drafters[name]
+                per_proposal.append(float(entry["seconds_per_token"] if isinstance(entry, dict) else entry))
                 sources.append(f"profile {drafter_profile.model} (drafter {name})")
             else:
                 proposed = sum(1 for p in drafts["proposer"] if p == m)

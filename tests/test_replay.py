@@ -78,10 +78,12 @@ def test_replay_priced_with_a_profile(runs, tmp_path, capsys):
 
     target = load_model("tiny:1")
     prof = profile_model(target, [1], [1, 2, 4, 8], [64, 256], repeats=3)
+    prof.drafters = {"maxgram": {"seconds_per_token": 2e-6, "spread": 0.0, "context": 512, "k": 8}}  # as draftsim profile writes it
     prof.save(tmp_path / "p.json")
     assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "p.json"), "--json"]) == 0
     c = json.loads(capsys.readouterr().out)
     assert c["pricing"]["sources"][0] == "profile of tiny:1" and c["counts_equal"]
+    assert c["pricing"]["sources"][1] == "profile tiny:1 (drafter maxgram)"
     assert np.isfinite(c["tokens_per_second_error"])
     # a profile of another machine is refused
     doc = json.loads((tmp_path / "p.json").read_text())
@@ -92,7 +94,7 @@ def test_replay_priced_with_a_profile(runs, tmp_path, capsys):
     assert "another machine" in err and err.count("\n") == 1
     # a profile of a model the run does not use is refused
     doc = json.loads((tmp_path / "p.json").read_text())
-    doc["model"] = "someone-else"
+    doc["model"], doc["drafters"] = "someone-else", {}
     (tmp_path / "r.json").write_text(json.dumps(doc))
     assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "r.json")]) == 2
     assert "prices no model of this run" in capsys.readouterr().err
