@@ -65,7 +65,6 @@ def truncated_copy(target: LoadedModel, layers: int):
     """A student model: the target's embeddings, first ``layers`` layers, norm and head."""
     import copy
 
-    import torch
 
     n = target.model.config.num_hidden_layers
     if not 1 <= layers <= n:

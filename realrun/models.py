@@ -125,7 +125,7 @@ def _dtype(name: str):
 
 def char_tokenizer():
     """A character-level tokenizer over printable ASCII (a real ``PreTrainedTokenizerFast``)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<pad>", "<bos>", "<eos>", "<unk>"]

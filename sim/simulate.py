@@ -20,7 +20,7 @@ from . import des, montecarlo
 from .acceptance import AcceptanceProcess
 from .costs import Costs
 from .errors import DraftsimError, as_count, as_positive, file_mode
-from .metrics import Estimate, ratio, summarize
+from .metrics import ratio, summarize
 from .policies import Policy
 
 __all__ = ["SimResult", "simulate", "ENGINES"]

@@ -48,7 +48,7 @@ def _check_block(tokens, q, p):
     vocab = p.shape[-1]
     tokens = check_tokens("tokens", tokens, vocab)
     if tokens.ndim < 1:
-        raise DraftsimError(f"tokens must have a draft axis (shape (..., k)); got a scalar")
+        raise DraftsimError("tokens must have a draft axis (shape (..., k)); got a scalar")
     k = tokens.shape[-1]
     if p.shape[:-1] != tokens.shape[:-1] + (k + 1,):
         raise DraftsimError(
