@@ -1,4 +1,5 @@
-"""draftsim's simulation layer: closed forms, verification, engines and planners.
+"""draftsim's simulation layer: closed forms, verification, engines, planners, cost models
+and the serving simulator.
 
 Modules
 -------
@@ -10,10 +11,19 @@ verify        block verification (sampling and greedy)
 tree          token trees: greedy walk and multi-candidate sampling verification
 exact         exact output distributions by enumeration (toy table models)
 acceptance    acceptance processes for the simulators
+params        parameter objects and the spec registries behind the mini-languages
 policies      drafting policies shared by every executor
-costs         cost models of forward calls
+controllers   speculation controllers per batch step (shared by the serving simulator and
+              the real batched server)
+cost/         cost models of a forward call over a batch: linear, measured profile,
+              roofline; model and hardware catalogs (costs: the linear ones, re-exported)
 montecarlo    vectorised Monte Carlo engine
-des           simpy discrete-event engine
+des           simpy discrete-event engine (one stream of requests, no batching)
+serving/      discrete-event serving simulator: workloads, paged KV cache, scheduler,
+              replicas, router, metrics
+records       run records (calls, rounds, draft events), defined once
+traces        the trace family: recordings and run traces (schema, writer, validated reader)
+replay        a real run replayed: its acceptance as a process, its policy, its pricing
 metrics       metrics with standard errors
 simulate      the simulate() entry point
 predict       closed-form predictions for simulated settings
