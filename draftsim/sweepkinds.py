@@ -145,8 +145,7 @@ def check_simulate(config: dict) -> None:
     from .commands import simulation
 
     args = parse("simulate", config)
-    policy = parse_policy(args.policy)
-    process = simulation.build_process(args, policy.n_models)
+    _, process, _, _ = simulation.prepare(args)
     simulation.check_work(args.engine, process, args.tokens)
 
 
@@ -155,7 +154,7 @@ def check_optimize(config: dict) -> None:
 
     args = parse("optimize", config)
     if args.target == "threshold":
-        optimization.parse_sweep(args.sweep)
+        optimization.threshold_problem(args)
 
 
 def check_replay(config: dict) -> None:

@@ -158,6 +158,7 @@ def test_capacity_resumes_without_searching_again(tmp_path, capsys):
     (("tolerance = 0.05", "tolerance = 0.05\nqps = 3"), "unknown [capacity] key 'qps'"),
     (("requests = 40", "requests = 40\nrate = 0.1"), "the capacity search sets rate"),
     (("start = 0.001", "start = 0.00001"), "minimum <= start <= maximum"),
+    (('engine = "des"\n', ""), "--rate applies to the discrete-event engine"),
 ])
 def test_malformed_capacity_specs(tmp_path, capsys, edit, message):
     spec = tmp_path / "cap.toml"

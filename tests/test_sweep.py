@@ -205,14 +205,14 @@ def _stored(out: Path) -> int:
 def test_sigkill_at_random_times_with_two_workers_loses_and_repeats_nothing(tmp_path):
     """Kill the sweep (and its workers) three times at random points: once a random number of
     further tasks is stored, after a random extra delay — mid-task, mid-commit, anywhere."""
-    text = KILL_SPEC.replace("num = 10", "num = 6").format(tokens=1000000)  # 24 tasks of ~30 ms: the kills land mid-sweep
+    text = KILL_SPEC.replace("num = 10", "num = 6").format(tokens=3000000)  # 24 tasks of ~0.1 s: the kills land mid-sweep
     out = tmp_path / "out"
     rng = random.Random(1234)
     # spawn: a forked child would inherit this process's forkserver (started by earlier tests)
     ctx = multiprocessing.get_context("spawn")
     kills, done = 0, [0]
     for _ in range(3):
-        target = done[-1] + rng.randint(1, 6)
+        target = min(done[-1] + rng.randint(1, 6), 18)  # at least ~3 tasks a worker still to run
         child = ctx.Process(target=_child, args=(text, str(out), 2, None, 0))
         child.start()
         deadline = time.monotonic() + 60
@@ -321,6 +321,10 @@ BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.
     (BASE + "alpha = 0.8\nseparate-drafter = 1\n", "--separate-drafter is a flag"),
     (BASE + "alpha = [0.8, 0.9]\n", "--alpha takes one value"),
     ('version = 1\nkind = "simulate"\n[base\n', "is not valid TOML"),
+    (BASE + "[grid]\nalpha = [0.5]\nengine = ['des']\nsequences = [16]\n", "--sequences 16 applies to --engine mc"),
+    (BASE.replace("cost = [0.05]\n", "") + "alpha = 0.8\n", "policy fixed:k=4 uses 1 drafter(s): give --cost"),
+    ('version = 1\nkind = "optimize"\n[base]\nwhat = "threshold"\n[grid]\nalpha = [0.5]\nmarkov = ["0.9,0.2"]\n',
+     "give exactly one of --alpha or --markov"),
     ('version = 1\nkind = "simulate"\nmetrics = ["tokens"]\n[grid]\ntokens = [1000, 2000]\n', "both a varied option and a kept metric"),
     ('version = 1\nkind = "toy"\n', "kind 'toy' is not a sweep kind; choose from simulate, serve, optimize, replay"),
     (BASE + "[grid]\na = { start = 1, stop = 1000, num = 1000 }\nb = { start = 1, stop = 1000, num = 1000 }\n"

@@ -141,7 +141,10 @@ def parse_sweep(text: str) -> tuple[float, float, int]:
     return lo, hi, int(n)
 
 
-def run_threshold(args: argparse.Namespace) -> int:
+def threshold_problem(args: argparse.Namespace):
+    """The regimes' acceptance, their transition matrix and the h* sweep (LO, HI, N) of a parsed
+    ``optimize threshold`` command line, every option checked (time and memory budget too)
+    before any solve — the checks ``draftsim sweep`` runs on every point up front."""
     if costing.uses_hardware(args):  # replaces --t-draft/--t-target: one-token calls on the hardware, in seconds
         (c,), info = costing.hardware_coefficients(args, 1)
         args.t_target, args.t_draft = info["target_seconds"], c * info["target_seconds"]
@@ -168,6 +171,11 @@ def run_threshold(args: argparse.Namespace) -> int:
     seconds, nbytes = threshold_work(len(alphas), args.k_max, n, args.pred_noise is not None)
     a.check_budget(f"optimize threshold with {len(alphas)} regime(s), --k-max {args.k_max} and {n:,} sweep points", seconds, nbytes,
                    "use fewer sweep points, a smaller --k-max or fewer regimes")
+    return alphas, T, (lo, hi, n)
+
+
+def run_threshold(args: argparse.Namespace) -> int:
+    alphas, T, (lo, hi, n) = threshold_problem(args)
     ratios = np.geomspace(lo, hi, n)
     thresholds = np.linspace(0.0, 1.0, 101)
     with count_bar(1 + len(ratios), "solving") as bar:

@@ -147,7 +147,10 @@ def check_work(engine: str, process, tokens: int) -> None:
                    f"give --tokens {most:,} or fewer" + (" (or --engine mc)" if engine == "des" else ""))
 
 
-def run(args: argparse.Namespace) -> int:
+def prepare(args: argparse.Namespace):
+    """The policy, acceptance process, costs (and hardware cost details or None) of a parsed
+    ``simulate`` command line, every option checked, before any work — the checks
+    ``draftsim sweep`` runs on every point up front."""
     policy = parse_policy(args.policy)
     process = build_process(args, policy.n_models)
     drafter_costs = args.cost or []
@@ -174,6 +177,11 @@ def run(args: argparse.Namespace) -> int:
                 raise DraftsimError(f"{option} applies to the discrete-event engine: add --engine des (the engine is mc)")
     elif args.sequences is not None:
         raise DraftsimError(f"--sequences {args.sequences} applies to --engine mc; the des engine simulates --requests")
+    return policy, process, costs, cost_info
+
+
+def run(args: argparse.Namespace) -> int:
+    policy, process, costs, cost_info = prepare(args)
     if args.timeline is not None:
         a.output_file("--timeline", args.timeline)
     if args.timeline_png is not None:
