@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsimError as exc:
         print(f"draftsim {_command(args)}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `draftsim ... | head`: stop quietly (before OSError, its base class)
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except OSError as exc:  # a write that passed the checks but failed anyway (disk full, ...)
         name = f" {exc.filename!r}" if exc.filename else ""
         print(f"draftsim {_command(args)}: error: cannot read or write{name}: {_one_line(exc.strerror or exc)}", file=sys.stderr)
@@ -91,9 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftsim: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `draftsim ... | head`: stop quietly
-        sys.stdout = open(os.devnull, "w")
-        return 0
 
 
 def _command(args: argparse.Namespace) -> str:
