@@ -8,19 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import run
 
-from draftsim.cli import main
 from sim import analytic
-
-
-def run(capsys, *argv):
-    """Run ``draftsim argv`` in-process; return (status, stdout, stderr)."""
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors and --help
-        status = exc.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def test_ewif_table_marks_best_k(capsys):

@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from clirun import run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draftsim.cli import main
 from sim.cost import (
     BatchStats,
     CallCost,
@@ -34,15 +34,6 @@ GPU_PAIRS = [("llama-2-7b", "a100-80g"), ("llama-3-8b", "h100-sxm"), ("qwen2.5-0
 
 def roofline(model="llama-3-8b", hw="h100-sxm", **kw):
     return RooflineModel(CAT.model(model), CAT.hardware_spec(hw), kw.pop("dtype", "bfloat16"), **kw)
-
-
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:
-        status = exc.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 # -- the interface -------------------------------------------------------------------------------

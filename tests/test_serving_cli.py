@@ -6,19 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from draftsim.cli import main
+from clirun import run
 
 BASE = ("serve-sim", "--target", "llama-2-7b", "--drafter", "smollm2-135m", "--hardware", "h100-sxm", "--alpha", "0.8")
-
-
-def run(capsys, *argv):
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:
-        status = exc.code
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def test_json_keys_and_outputs(capsys, tmp_path):
