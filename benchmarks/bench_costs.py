@@ -11,20 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
+from timing import best_time
 
 from sim.cost import ProfileCost, RooflineModel, default_catalog
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

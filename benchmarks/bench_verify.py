@@ -7,9 +7,9 @@ Run: ``.venv/bin/python benchmarks/bench_verify.py``. Rows are softmaxes of Gaus
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timing import best_time
 
 from sim import rules
 from sim.distributions import sample
@@ -19,15 +19,6 @@ from sim.verify import verify_block, verify_block_greedy
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return z / z.sum(axis=-1, keepdims=True)
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
