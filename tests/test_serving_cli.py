@@ -7,6 +7,7 @@ import json
 
 import pytest
 from clirun import run
+from toy import write_hand_trace
 
 BASE = ("serve-sim", "--target", "llama-2-7b", "--drafter", "smollm2-135m", "--hardware", "h100-sxm", "--alpha", "0.8")
 
@@ -105,22 +106,7 @@ def test_acceptance_trace_each_request_replays_a_recorded_sequence(capsys, tmp_p
     """The hand-written trace of tests/test_traces.py: with fixed k = 2, sequence 0 (flags
     1,1,0,1,1,0) takes 2 rounds accepting 4 of 4 drafted, sequence 1 (0,1,1,1) 2 rounds
     accepting 2 of 4; four requests replay sequences 0, 1, 0, 1."""
-    from sim.traces import TraceWriter
-
-    w = TraceWriter(tmp_path / "syn", {"target": {"name": "hand"}, "drafters": ["d"], "prompt_set": "x", "max_new_tokens": 6,
-                                       "top_k": 1, "modes": ["greedy"], "seed": None})
-    for pid, flags in ((0, [1, 1, 0, 1, 1, 0]), (1, [0, 1, 1, 1])):
-        n = len(flags)
-        w.commit(f"x/{pid}/greedy", {"prompt_id": pid}, {
-            "sequences": {"prompt_set": ["x"], "prompt_id": [pid], "split": ["test"], "mode": ["greedy"], "seed": [-1],
-                          "prompt_ids": [[1, 2]], "output_ids": [list(range(n))]},
-            "positions": {"prompt_id": [pid] * n, "mode": ["greedy"] * n, "position": list(range(n)), "target_token": list(range(n)),
-                          "proposer": ["d"] * n, "verifier": ["target"] * n, "draft_token": list(range(n)), "p_draft": [1.0] * n,
-                          "q_draft": [1.0] * n, "accept_prob": [float(f) for f in flags], "greedy_match": [bool(f) for f in flags],
-                          "draft_top_ids": [[0]] * n, "draft_top_probs": [[1.0]] * n, "verifier_top_ids": [[0]] * n,
-                          "verifier_top_probs": [[1.0]] * n},
-            "calls": {"prompt_id": [pid], "mode": ["greedy"], "model": ["target"], "kind": ["forward"], "n_tokens": [n], "seconds": [0.1]},
-        })
+    write_hand_trace(tmp_path / "syn")
     status, out, err = run(capsys, "serve-sim", "--target", "llama-2-7b", "--drafter", "smollm2-135m", "--hardware", "h100-sxm",
                            "--acceptance-trace", str(tmp_path / "syn"), "--policy", "fixed:k=2", "--qps", "1", "--requests", "4",
                            "--replications", "1", "--json")

@@ -11,6 +11,7 @@ import signal
 
 import numpy as np
 import pytest
+from toy import write_hand_trace
 
 from realrun.drafters import Bigram, MaxGram, NeuralDraft, Rows, accept_prob
 from realrun.models import load_model
@@ -207,20 +208,8 @@ def test_accept_prob_sparse_equals_dense():
 
 
 def test_replay_of_synthetic_trace_matches_hand_counts(tmp_path):
-    """A hand-written trace: flags along two sequences, replayed with FixedK(2)."""
-    w = TraceWriter(tmp_path / "syn", {"target": {"name": "hand"}, "drafters": ["d"], "prompt_set": "x", "max_new_tokens": 6,
-                                       "top_k": 1, "modes": ["greedy"], "seed": None})
-    for pid, flags in ((0, [1, 1, 0, 1, 1, 0]), (1, [0, 1, 1, 1])):
-        n = len(flags)
-        w.commit(f"x/{pid}/greedy", {"prompt_id": pid}, {
-            "sequences": {"prompt_set": ["x"], "prompt_id": [pid], "split": ["test"], "mode": ["greedy"], "seed": [-1],
-                          "prompt_ids": [[1, 2]], "output_ids": [list(range(n))]},
-            "positions": {"prompt_id": [pid] * n, "mode": ["greedy"] * n, "position": list(range(n)), "target_token": list(range(n)),
-                          "proposer": ["d"] * n, "verifier": ["target"] * n, "draft_token": list(range(n)), "p_draft": [1.0] * n,
-                          "q_draft": [1.0] * n, "accept_prob": [float(f) for f in flags], "greedy_match": [bool(f) for f in flags],
-                          "draft_top_ids": [[0]] * n, "draft_top_probs": [[1.0]] * n, "verifier_top_ids": [[0]] * n, "verifier_top_probs": [[1.0]] * n},
-            "calls": {"prompt_id": [pid], "mode": ["greedy"], "model": ["target"], "kind": ["forward"], "n_tokens": [n], "seconds": [0.1]},
-        })
+    """A hand-written trace (:func:`toy.write_hand_trace`), replayed with FixedK(2)."""
+    write_hand_trace(tmp_path / "syn")
     process = TraceDriven.from_trace(tmp_path / "syn", ["d"], kind="flag")
     r = simulate(P.FixedK(2), process, 0.1, 1)
     # Seq 0: [1,1]+bonus (3 tokens) | at 3: [1,1]+bonus -> 6. Rounds 2, accepted 4, drafted 4.

@@ -44,3 +44,23 @@ def models(draw, n_models: int = 2, max_vocab: int = 5):
             )
         )
     return out
+
+
+def write_hand_trace(path) -> None:
+    """A hand-written recording: drafter ``d`` against the target along two sequences,
+    greedy-match flags 1,1,0,1,1,0 (sequence 0) and 0,1,1,1 (sequence 1)."""
+    from sim.traces import TraceWriter
+
+    w = TraceWriter(path, {"target": {"name": "hand"}, "drafters": ["d"], "prompt_set": "x", "max_new_tokens": 6,
+                           "top_k": 1, "modes": ["greedy"], "seed": None})
+    for pid, flags in ((0, [1, 1, 0, 1, 1, 0]), (1, [0, 1, 1, 1])):
+        n = len(flags)
+        w.commit(f"x/{pid}/greedy", {"prompt_id": pid}, {
+            "sequences": {"prompt_set": ["x"], "prompt_id": [pid], "split": ["test"], "mode": ["greedy"], "seed": [-1],
+                          "prompt_ids": [[1, 2]], "output_ids": [list(range(n))]},
+            "positions": {"prompt_id": [pid] * n, "mode": ["greedy"] * n, "position": list(range(n)), "target_token": list(range(n)),
+                          "proposer": ["d"] * n, "verifier": ["target"] * n, "draft_token": list(range(n)), "p_draft": [1.0] * n,
+                          "q_draft": [1.0] * n, "accept_prob": [float(f) for f in flags], "greedy_match": [bool(f) for f in flags],
+                          "draft_top_ids": [[0]] * n, "draft_top_probs": [[1.0]] * n, "verifier_top_ids": [[0]] * n, "verifier_top_probs": [[1.0]] * n},
+            "calls": {"prompt_id": [pid], "mode": ["greedy"], "model": ["target"], "kind": ["forward"], "n_tokens": [n], "seconds": [0.1]},
+        })
