@@ -9,8 +9,9 @@ For each run trace (:class:`sim.traces.RunTrace`), with the pieces of :mod:`sim.
    engine, which stops each sequence where the real text ended;
 3. the replayed rounds are priced round by round with measured cost tables — a ``draftsim
    profile`` of each model where given, else the run's own calls (mean seconds per tokens
-   fed) — plus the executor's own time per round measured in the run, and the prefill the
-   run measured: the predicted tokens/s.
+   fed) — plus the executor's own time per round measured in the run, and the prefill (the
+   target's profile where given and its grid holds the prompts, else as the run measured it):
+   the predicted tokens/s.
 
 For greedy runs of single-drafter policies (any rule) the drafter always sees the final
 text, so the replay reproduces the run's counts exactly — target calls, drafted and accepted
@@ -63,13 +64,15 @@ def check_run(trace, seed: int = 0, profiles=()) -> dict:
     # replay prices its round's verification again, a small overestimate (one call per prompt).
     riding = calls.get("prompt_tokens", [0] * len(calls["kind"]))
     is_prefill = [k == "prefill" or p > 0 for k, p in zip(calls["kind"], riding)]
-    prefill = float(sum(s for f, s in zip(is_prefill, calls["seconds"]) if f))
+    measured_prefill = float(sum(s for f, s in zip(is_prefill, calls["seconds"]) if f))
     model_seconds = float(sum(s for f, s in zip(is_prefill, calls["seconds"]) if not f))
+    prefill, prefill_source = _price_prefill(trace, calls, profiles, measured_prefill)
     out = {"path": str(trace.path), "method": trace.metadata.get("method"), "policy": trace.metadata.get("policy"),
            "mode": trace.metadata.get("sampling"), "sequences": len(trace.entries), "real": real,
            "measured_tokens_per_second": real["tokens"] / seconds if seconds > 0 else float("nan"),
            # Time the run spent outside model calls (Python, sampling, verification).
-           "overhead_share": 1.0 - (model_seconds + prefill) / seconds if seconds > 0 else float("nan")}
+           "overhead_share": 1.0 - (model_seconds + measured_prefill) / seconds if seconds > 0 else float("nan"),
+           "prefill": {"measured_seconds": measured_prefill, "predicted_seconds": prefill, "source": prefill_source}}
     if policy is None:
         out["replayable"] = False
         out["reason"] = "the sequential token cascade has no simulator policy"
@@ -102,6 +105,26 @@ def check_run(trace, seed: int = 0, profiles=()) -> dict:
     })
     out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
     return out
+
+
+def _price_prefill(trace: RunTrace, calls: dict, profiles, measured: float) -> tuple[float, str]:
+    """The prompts' prefill time: each standalone prefill call priced by the target's profile
+    (its tokens at context 0) when one is given and its grid holds them, else the run's
+    measured prefill. A prompt that rode on the first verification stays as measured."""
+    names = trace.models()
+    prof = next((p for p in profiles if names and p.model == names[0]), None)
+    if prof is None:
+        return measured, "run"
+    riding = np.array(calls.get("prompt_tokens", [0] * len(calls["kind"])), dtype=np.int64)
+    kind = np.array(calls["kind"], dtype=object)
+    model = np.array(calls["model"], dtype=np.int64)
+    fed = np.array(calls["n_tokens"], dtype=np.int64)
+    secs = np.array(calls["seconds"], dtype=np.float64)
+    alone = (kind == "prefill") & (model == 0)
+    if not alone.any() or prof.outside(1, fed[alone], 0).any():
+        return measured, "run"
+    priced = float(prof.shape_time(1, fed[alone], 0).sum())
+    return priced + float(secs[riding > 0].sum()), f"profile of {prof.model}"
 
 
 def _check_machine(trace: RunTrace, profiles) -> None:

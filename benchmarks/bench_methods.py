@@ -1,21 +1,32 @@
 """Every real-run method on the embedded model: tokens/s, speedup, simulator error.
 
-Run: ``.venv/bin/python benchmarks/bench_methods.py [--n 4] [--max-new-tokens 48] [--prompts code,arithmetic]``.
+Run: ``.venv/bin/python benchmarks/bench_methods.py [--n 4] [--max-new-tokens 48] [--prompts code,arithmetic]
+[--threads 1] [--profile P.json --profile D.json]``.
 For each method, :func:`realrun.compare.measure` decodes the test prompts alternately with
 plain autoregressive decoding (so each speedup is a ratio measured in one run), writes the
 run trace and replays it in the simulator. Needs the distilled draft (``draftsim distill``).
+
+The replay is priced with the run's own calls unless ``--profile`` gives measured cost
+tables (``draftsim profile --model smollm2`` and ``--model distilled``, taken separately and
+with the same ``--threads``): then the simulator's tokens/s is a prediction out of sample, and
+the last lines give the median and worst error over every replayable method (issue 15's
+goal: ≤ 3% median, ≤ 6% worst).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+
+import numpy as np
 
 from analysis.reality import held_to_sim
 from realrun.compare import measure
 from realrun.methods import method_from
 from realrun.models import load_model
 from realrun.prompts import prompt_set
+from sim.cost.profile import load_profile
 
 METHODS = [
     ("sd", "maxgram", "fixed:k=4", None),
@@ -38,15 +49,27 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--prompts", default="code,arithmetic")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (the profiles must use the same)")
+    parser.add_argument("--profile", action="append", default=[], help="price the replays with this draftsim profile (repeat)")
+    parser.add_argument("--methods", help="indices into the method list to run, comma-separated (default all)")
     args = parser.parse_args()
+    profiles = [load_profile(p) for p in args.profile]
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    methods = METHODS if not args.methods else [METHODS[int(i)] for i in args.methods.split(",")]
     target = load_model("smollm2", device="cpu")
     prompts = [p for s in args.prompts.split(",") for p in prompt_set(s, "test", args.n)]
     results = []
-    print(f"{target.name}: {len(prompts)} test prompts ({args.prompts}), {args.max_new_tokens} new tokens, greedy")
+    pricing = "profiles " + ", ".join(f"{p.model} ({f})" for p, f in zip(profiles, args.profile)) if profiles else "the run's own calls"
+    print(f"{target.name}: {len(prompts)} test prompts ({args.prompts}), {args.max_new_tokens} new tokens, greedy; "
+          f"replays priced with {pricing}; load {os.getloadavg()[0]:.2f}")
     print(f"{'method':58s} {'tok/s':>6s} {'AR tok/s':>8s} {'speedup':>7s} {'tok/call':>8s} {'=target':>7s} {'sim counts':>10s} {'sim tok/s err':>13s}")
-    for kind, drafter, policy, rule in METHODS:
+    errors = []
+    for kind, drafter, policy, rule in methods:
         m = method_from(kind, target, drafter, policy, rule)
-        r = held_to_sim(measure(target, m, prompts, args.max_new_tokens))
+        r = held_to_sim(measure(target, m, prompts, args.max_new_tokens), profiles=profiles)
         c = r["sim_check"]
         results.append(r)
         if not c["replayable"]:
@@ -58,10 +81,15 @@ def main() -> None:
                   f"{t['optimiser']['expected_accepted_per_round']:.2f} acc/round, {t['optimiser']['tokens_per_second']:.1f} tok/s modelled",
                   flush=True)
             continue
+        errors.append(c["tokens_per_second_error"])
         counts = "exact" if c["counts_equal"] else f"{max(abs(e) for e in c['count_errors'].values()):.1%} off"
         print(f"{r['label'][:58]:58s} {r['tokens_per_second']:6.2f} {r['autoregressive_tokens_per_second']:8.2f} "
               f"{r['speedup']:6.2f}x {r['mean_accepted_length']:8.2f} {r['quality']['identical_to_target']:6.0%} "
               f"{counts:>10s} {c['tokens_per_second_error']:+12.1%}", flush=True)
+    if errors:
+        e = np.abs(errors)
+        print(f"simulator tokens/s error over {len(e)} replayed methods: median |error| {np.median(e):.1%}, worst {e.max():.1%} "
+              f"(priced with {pricing}); load {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

@@ -108,3 +108,22 @@ def test_profile_outside_the_runs_shapes_is_refused(runs):
     prof = profile_model(load_model("tiny:1"), [1], [1, 2], [64], repeats=1)  # the run verifies 5 tokens at once
     with pytest.raises(DraftsimError, match="outside the profile's grid"):
         check_run(runs / "sd", profiles=[prof])
+
+
+def test_prefill_is_priced_by_the_targets_profile_when_its_grid_holds_the_prompts(runs):
+    from analysis.reality import check_run
+    from realrun.models import load_model
+    from realrun.profiling import profile_model
+    from sim.traces import RunTrace
+
+    trace = RunTrace(runs / "sd")
+    calls = trace.calls.to_pydict()
+    fed = [n for k, m, n in zip(calls["kind"], calls["model"], calls["n_tokens"]) if k == "prefill" and m == 0]
+    assert fed  # draftsim run keeps each prompt's prefill in a call of its own
+    measured = sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k == "prefill")
+    narrow = profile_model(load_model("tiny:1"), [1], [1, 2, 4, 8], [64, 256], repeats=1)
+    assert check_run(trace, profiles=[narrow])["prefill"] == {"measured_seconds": measured, "predicted_seconds": measured, "source": "run"}
+    wide = profile_model(load_model("tiny:1"), [1], [1, 2, 4, 8, max(fed)], [0, 64, 256], repeats=1)
+    p = check_run(trace, profiles=[wide])["prefill"]
+    assert p["source"] == "profile of tiny:1" and p["measured_seconds"] == measured
+    assert p["predicted_seconds"] == pytest.approx(float(wide.shape_time(1, np.array(fed), 0).sum()), rel=1e-12)

@@ -237,8 +237,9 @@ def register(sub, common) -> None:
         "repeats, median and spread) and write a profile file for draftsim cost --profile; --probe also measures this "
         "machine (memory bandwidth, FLOP/s) and writes a local-cpu hardware entry fitted to the profile.",
     )
-    p.add_argument("--model", default="smollm2", help="smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file "
-                   "(one model per run: profile the target and each neural drafter, then pass every file to cost --profile)")
+    p.add_argument("--model", default="smollm2", help="smollm2 (embedded), distilled (draftsim distill's draft of smollm2), tiny[:SEED], "
+                   "a checkpoint folder or a .gguf file (one model per run: profile the target and each neural drafter, then "
+                   "pass every file to cost --profile or check-sim --profile)")
     p.add_argument("--out", required=True, metavar="PROFILE.json", help="profile file to write")
     p.add_argument("--batch", type=_ints("batch", 1), default=[1, 2, 4], help="batch sizes (default 1,2,4)")
     p.add_argument("--new-tokens", type=_ints("new_tokens", 1), default=[1, 2, 4, 8, 16], help="new tokens per sequence (default 1,2,4,8,16)")
@@ -314,7 +315,8 @@ def run_profile(args: argparse.Namespace) -> int:
         a.output_file("--probe", args.probe, ".json")
         a.distinct_outputs(("--out", args.out), ("--probe", args.probe))
     a.device(args.device)
-    a.model_name("--model", args.model)
+    if args.model != "distilled":
+        a.model_name("--model", args.model)
     drafter_names = [d.strip().lower() for d in args.drafters.split(",") if d.strip()]
     bad = [d for d in drafter_names if d not in CHEAP_DRAFTERS]
     if bad:
@@ -326,7 +328,12 @@ def run_profile(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.model == "distilled":  # named as run traces name it, so that check-sim matches it
+        from realrun.distill import load_distilled
+
+        loaded = load_distilled(load_model("smollm2", device=args.device, dtype=args.dtype))
+    else:
+        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
     if args.model.startswith("tiny") and args.dtype != "float32":
         loaded.model.to(getattr(__import__("torch"), args.dtype))
         loaded.dtype = args.dtype
