@@ -2,6 +2,7 @@
 
     python benchmarks/bench_real_serving.py [--out DIR] [--threads 1] [--requests 20] [--output-len 32]
                                             [--profile PROFILE.json] [--skip fidelity,batching,sweep]
+                                            [--device cpu|cuda] [--dtype float32|bfloat16]
 
 Every run is a ``draftsim`` command (printed before it runs), so each number can be
 reproduced alone. Steps:
@@ -64,9 +65,15 @@ def serve_args(a, qps: float, drafter: str, policy: str, trace: Path | None, max
             "--max-batch", str(max_batch or a.max_batch), "--seed", str(a.seed), "--drafter", drafter, "--policy", policy, "--json"]
     if a.threads:
         args += ["--threads", str(a.threads)]
+    args += device_args(a)
     if trace is not None:
         args += ["--trace", str(trace)]
     return args
+
+
+def device_args(a) -> list[str]:
+    """``--device``/``--dtype`` for every command that runs the model (omitted: the command's default)."""
+    return [*(["--device", a.device] if a.device else []), *(["--dtype", a.dtype] if a.dtype else [])]
 
 
 def fresh(path: Path, reuse: bool = False) -> Path | None:
@@ -126,6 +133,8 @@ def main() -> int:
     p.add_argument("--out", default=str(ROOT / "figures" / "real-serving"))
     p.add_argument("--profile")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", help="cpu, cuda[:N] or auto, passed to every serve and profile (default: theirs)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="weights and activations for serve and profile (default float32)")
     p.add_argument("--requests", type=int, default=20)
     p.add_argument("--output-len", type=int, default=32)
     p.add_argument("--max-batch", type=int, default=16)
@@ -151,7 +160,7 @@ def main() -> int:
                     "--context", "0,128,512", "--repeats", "3", "--json"]
             if a.threads:
                 args += ["--threads", str(a.threads)]
-            sh(args, log)
+            sh(args + device_args(a), log)
     from sim.cost import load_profile
 
     prof = load_profile(a.profile, extrapolate="clamp")
@@ -235,7 +244,7 @@ def main() -> int:
         print(table(rows, ["load x cap", "qps", "E2E spec", "E2E ar", "speedup real", "predicted", "fitted", "thru real",
                            "predicted", "fitted"]))
         results["sweep"] = sweep
-        figure(sweep, out / "serving_crossover.png", policy)
+        figure(sweep, out / "serving_crossover.png", policy, prof.device or "cpu")
     results["uptime_end"] = uptime()
     with open(out / "results.json", "w") as fh:
         json.dump(results, fh, indent=1, default=float)
@@ -243,7 +252,7 @@ def main() -> int:
     return 0
 
 
-def figure(sweep: list, path: Path, policy: str) -> None:
+def figure(sweep: list, path: Path, policy: str, device: str = "cpu") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,7 +276,7 @@ def figure(sweep: list, path: Path, policy: str) -> None:
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("speedup of speculation (E2E p50 without / with)")
     ax.legend(fontsize=8)
-    fig.suptitle("Where speculation pays: real serving vs the serving simulator (SmolLM2, CPU)")
+    fig.suptitle("Where speculation pays: real serving vs the serving simulator (SmolLM2, {device.upper()})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"figure: {path}")
