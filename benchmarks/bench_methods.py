@@ -69,7 +69,9 @@ def main() -> None:
     errors = []
     for kind, drafter, policy, rule in methods:
         m = method_from(kind, target, drafter, policy, rule)
-        r = held_to_sim(measure(target, m, prompts, args.max_new_tokens), profiles=profiles)
+        run = measure(target, m, prompts, args.max_new_tokens)
+        names = set(run.trace.models())  # each run is priced by the profiles of its own models
+        r = held_to_sim(run, profiles=[p for p in profiles if p.model in names or set(p.drafters) & names])
         c = r["sim_check"]
         results.append(r)
         if not c["replayable"]:

@@ -33,6 +33,8 @@ from .errors import DraftsimError, as_cost, as_count, as_k_max, as_positive, as_
 __all__ = [
     "expected_tokens",
     "ewif",
+    "as_verify",
+    "verify_cost",
     "ewif_positional",
     "ewif_horizontal",
     "ewif_vertical",
@@ -90,11 +92,13 @@ def expected_tokens(alpha, k):
     return _geometric_sum(alpha, k + 1)
 
 
-def ewif(alpha, c, k):
+def ewif(alpha, c, k, verify=None):
     """Expected walltime improvement factor of speculative decoding with a fixed draft length.
 
     EWIF = (1 − α^(k+1)) / ((1 − α)(c·k + 1)) ([LKM23] Theorem 3.8; [CSD] Corollary 4.2): the
     expected tokens per round over the round's cost, k draft calls at c plus one target call.
+    With ``verify`` (:func:`as_verify`) the target's call costs v(k + 1) instead of 1: its time
+    to verify k + 1 tokens over its one-token time, as hardware charges it.
 
     Parameters
     ----------
@@ -102,10 +106,35 @@ def ewif(alpha, c, k):
     c : array_like, >= 0
         Draft cost coefficient (draft forward time / target forward time).
     k : array_like of int, >= 0
+    verify : array_like, optional
+        v(1), v(2), …: the target's call time for n tokens over its one-token call.
     """
     c = as_cost("c", c)
     k_arr = as_count("k", k)
-    return expected_tokens(alpha, k_arr) / (c * k_arr + 1.0)
+    return expected_tokens(alpha, k_arr) / (c * k_arr + verify_cost(verify, k_arr + 1))
+
+
+def as_verify(verify) -> np.ndarray:
+    """A verification-cost table v(1), v(2), …, v(K) (v(n): the target's time to process n
+    new tokens over its one-token time), checked: finite, v(1) = 1, non-decreasing."""
+    v = np.asarray(verify, dtype=np.float64)
+    if v.ndim != 1 or v.size == 0:
+        raise DraftsimError(f"verify must be a 1-D table v(1), v(2), ... of at least one entry; got shape {v.shape}")
+    if not np.isfinite(v).all() or abs(v[0] - 1.0) > 1e-9 or (np.diff(v) < -1e-12).any():
+        raise DraftsimError(f"verify must be finite, start at v(1) = 1 and never decrease; got {v[:8].tolist()}")
+    return v
+
+
+def verify_cost(verify, n) -> np.ndarray:
+    """v(n) from the table ``verify`` (1 for every n when it is None); n beyond the table is
+    refused."""
+    n = np.asarray(n)
+    if verify is None:
+        return np.ones(n.shape)[()]
+    v = as_verify(verify)
+    if n.size and (n.min() < 1 or n.max() > v.size):
+        raise DraftsimError(f"the verification table covers 1..{v.size} tokens; asked for {int(n.max()) if n.max() > v.size else int(n.min())}")
+    return v[n - 1][()]
 
 
 def ewif_positional(alphas, costs):
@@ -153,7 +182,7 @@ def _drafter_arrays(drafters) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return alphas, costs
 
 
-def ewif_horizontal(drafters, counts):
+def ewif_horizontal(drafters, counts, verify=None):
     """EWIF of a horizontal cascade ([CSD] §3.2 and Theorem 4.1).
 
     The first ``counts[0]`` draft positions are drafted by ``drafters[0]``, the next
@@ -165,6 +194,8 @@ def ewif_horizontal(drafters, counts):
     ----------
     drafters : sequence of (alpha, c) pairs, in drafting order
     counts : sequence of int (or int arrays), one per drafter, >= 0
+    verify : optional table of the target's v(n) (:func:`ewif`): the target's call costs
+        v(Σ counts + 1) instead of 1
     """
     alphas, costs = _drafter_arrays(drafters)
     try:
@@ -178,7 +209,7 @@ def ewif_horizontal(drafters, counts):
     ks = [as_count(f"counts[{i}]", k) for i, k in enumerate(counts)]
     numerator = 0.0
     prefix = 1.0  # Π of α over the positions drafted so far
-    cost = 1.0  # the target call
+    cost = verify_cost(verify, sum(ks) + 1)  # the target call
     for a, c, k in zip(alphas, costs, ks):
         numerator = numerator + prefix * _geometric_sum(a, k)
         prefix = prefix * a**k
@@ -186,7 +217,7 @@ def ewif_horizontal(drafters, counts):
     return np.asarray((numerator + prefix) / cost)[()]
 
 
-def ewif_vertical(alpha, c_d1, n, alpha_inner, c_d2, k):
+def ewif_vertical(alpha, c_d1, n, alpha_inner, c_d2, k, verify=None):
     """EWIF of a two-level vertical cascade ([CSD] §3.1, Algorithm 1 with two drafters).
 
     Drafter d1 builds the draft it proposes to the target in ``n`` inner speculative rounds;
@@ -215,6 +246,10 @@ def ewif_vertical(alpha, c_d1, n, alpha_inner, c_d2, k):
         Cost of one d2 forward call (0 for Max-Gram).
     k : array_like of int, >= 0
         Tokens d2 drafts per inner round.
+    verify : optional table of the target's v(m) (:func:`ewif`), scalars only: the target's
+        call then costs E[v(T + 1)] over the distribution of T (the n-fold convolution of L's),
+        and the numerator is E[Σ_{i=0}^{T} α^i] over the same distribution; the table must
+        cover the longest draft, n·(k + 1) + 1 tokens.
     """
     alpha = as_probability("alpha", alpha)
     alpha_inner = as_probability("alpha_inner", alpha_inner)
@@ -222,6 +257,8 @@ def ewif_vertical(alpha, c_d1, n, alpha_inner, c_d2, k):
     c_d2 = as_cost("c_d2", c_d2)
     n = as_count("n", n)
     k = as_count("k", k)
+    if verify is not None:
+        return _vertical_priced(float(alpha), float(c_d1), int(n), float(alpha_inner), float(c_d2), int(k), as_verify(verify))
     g = _geometric_sum(alpha * alpha_inner, k + 1)  # E[Σ_{i<L} α^i] = (1 − φ(α)) / (1 − α)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_term = np.log(alpha) + np.where(n == 0, 0.0, n * np.log1p(-(1.0 - alpha) * g))
@@ -230,11 +267,13 @@ def ewif_vertical(alpha, c_d1, n, alpha_inner, c_d2, k):
     return np.asarray(numerator / (1.0 + n * c_d1 + n * k * c_d2))[()]
 
 
-def optimal_k(alpha, c, k_max=32):
+def optimal_k(alpha, c, k_max=32, verify=None):
     """The draft length k ∈ {0, …, k_max} maximising :func:`ewif`, vectorised over α and c.
 
     k = 0 (plain autoregressive decoding, EWIF 1) is returned where no draft helps. Ties go
-    to the smallest k.
+    to the smallest k. With ``verify`` (the target's v(n), :func:`ewif`) the draft is also
+    limited to the table (k + 1 ≤ its length) and every k is scored: a measured v(n) need not
+    be convex, so EWIF need not be unimodal.
 
     The scan accumulates E[tokens] term by term (Σ α^i, all terms positive, so accurate for
     every α) and works through the points in cache-sized chunks. EWIF is unimodal in k — the
@@ -255,6 +294,12 @@ def optimal_k(alpha, c, k_max=32):
     alpha = as_probability("alpha", alpha)
     c = as_cost("c", c)
     k_max = as_k_max(k_max)
+    if verify is not None:
+        v = as_verify(verify)
+        ks = np.arange(min(k_max, v.size - 1) + 1)
+        values = ewif(alpha[..., None], c[..., None], ks, v)
+        best_k = np.argmax(values, axis=-1)  # the first maximum: ties to the smallest k
+        return best_k[()], np.take_along_axis(values, best_k[..., None], -1)[..., 0][()]
     shape = np.broadcast_shapes(alpha.shape, c.shape)
     alpha = np.broadcast_to(alpha, shape).ravel()
     c = np.broadcast_to(c, shape).ravel()
@@ -329,7 +374,7 @@ def _compositions(n: int, total_max: int) -> np.ndarray:
     return gaps
 
 
-def optimal_horizontal(drafters, k_max=32) -> HorizontalPlan:
+def optimal_horizontal(drafters, k_max=32, verify=None) -> HorizontalPlan:
     """The best horizontal cascade over ``drafters`` with total draft length ≤ ``k_max``.
 
     Exact. Two facts reduce the search to count vectors ([CSD] Theorem 4.1 and 4.4):
@@ -347,13 +392,18 @@ def optimal_horizontal(drafters, k_max=32) -> HorizontalPlan:
     Parameters
     ----------
     drafters : sequence of (alpha, c) pairs (scalars)
-    k_max : int, maximum total draft length
+    k_max : int, maximum total draft length (and k_max + 1 ≤ the length of ``verify``)
+    verify : optional table of the target's v(n) (:func:`ewif`); the first fact above holds
+        with it too (a swap leaves the total length, hence v, unchanged), the second as well
+        (the replacement keeps every count)
     """
     alphas, costs = _drafter_arrays(drafters)
     for i, (a, c) in enumerate(zip(alphas, costs)):
         if a.ndim or c.ndim:
             raise DraftsimError(f"drafters[{i}] must hold scalars for optimal_horizontal")
     k_max = as_k_max(k_max)
+    if verify is not None:
+        k_max = min(k_max, as_verify(verify).size - 1)
     alphas = [float(a) for a in alphas]
     costs = [float(c) for c in costs]
     # Decreasing α, ties broken by cost; then drop dominated drafters.
@@ -370,7 +420,7 @@ def optimal_horizontal(drafters, k_max=32) -> HorizontalPlan:
             f"the limit is {MAX_ENUMERATION}: lower k_max"
         )
     counts = _compositions(n, k_max)
-    values = ewif_horizontal([(alphas[i], costs[i]) for i in kept], list(counts.T))
+    values = ewif_horizontal([(alphas[i], costs[i]) for i in kept], list(counts.T), verify)
     best = int(np.argmax(values))
     chosen = [(kept[j], int(counts[best, j])) for j in range(n) if counts[best, j] > 0]
     return HorizontalPlan(
@@ -379,6 +429,28 @@ def optimal_horizontal(drafters, k_max=32) -> HorizontalPlan:
         ewif=float(values[best]),
         evaluations=len(counts),
     )
+
+
+def _draft_length_pmf(alpha_inner: float, n: int, k: int) -> np.ndarray:
+    """P(T = t), t = 0..n(k+1): T = L_1 + … + L_n, each L on 1..k+1 with P(L > i) = alpha_inner^i."""
+    powers = alpha_inner ** np.arange(k + 1)
+    pmf_l = np.zeros(k + 2)
+    pmf_l[1:] = powers - np.append(powers[1:], 0.0)  # P(L = i) = a^(i-1) − a^i, P(L = k+1) = a^k
+    pmf = np.ones(1)
+    for _ in range(n):
+        pmf = np.convolve(pmf, pmf_l)
+    return pmf
+
+
+def _vertical_priced(alpha, c_d1, n, alpha_inner, c_d2, k, v) -> float:
+    """:func:`ewif_vertical` with the target's verification table ``v`` (scalars)."""
+    if n * (k + 1) + 1 > v.size:
+        raise DraftsimError(f"the verification table covers 1..{v.size} tokens; a vertical cascade with n={n}, k={k} "
+                            f"verifies up to {n * (k + 1) + 1}")
+    pmf = _draft_length_pmf(alpha_inner, n, k)
+    t = np.arange(pmf.size)
+    tokens = float(pmf @ _geometric_sum(np.full(t.size, alpha), t + 1))
+    return tokens / (float(pmf @ v[t]) + n * c_d1 + n * k * c_d2)
 
 
 @dataclass(frozen=True)
@@ -391,19 +463,29 @@ class VerticalPlan:
     evaluations: int
 
 
-def optimal_vertical(alpha, c_d1, alpha_inner, c_d2=0.0, k_max=32, rtol=1e-6) -> VerticalPlan:
+def optimal_vertical(alpha, c_d1, alpha_inner, c_d2=0.0, k_max=32, rtol=1e-6, verify=None) -> VerticalPlan:
     """Best inner-round count n ∈ {0, …, k_max} and inner draft length k ∈ {0, …, k_max}.
 
     Exhaustive over the (n, k) grid with :func:`ewif_vertical` (scalars only); n = 0 is plain
     autoregressive decoding. With a free bottom drafter (``c_d2 = 0``, Max-Gram) EWIF keeps
     growing in k by amounts that shrink like (α·alpha_inner)^k, so near-ties are broken
     towards the smallest n, then the smallest k, whose EWIF is within ``rtol`` (relative) of
-    the maximum.
+    the maximum. With ``verify`` (the target's v(m), :func:`ewif_vertical`) only the (n, k)
+    whose longest draft the table covers are scored (the others count as EWIF 0).
     """
     k_max = as_k_max(k_max)
     rtol = float(as_probability("rtol", rtol))
     grid_n, grid_k = np.meshgrid(np.arange(k_max + 1), np.arange(k_max + 1), indexing="ij")
-    values = np.asarray(ewif_vertical(alpha, c_d1, grid_n, alpha_inner, c_d2, grid_k))
+    if verify is not None:
+        v = as_verify(verify)
+        if np.ndim(alpha) or np.ndim(c_d1) or np.ndim(alpha_inner) or np.ndim(c_d2):
+            raise DraftsimError("optimal_vertical takes scalar alpha, costs and alpha_inner")
+        values = np.zeros(grid_n.shape)
+        for n_, k_ in zip(grid_n.ravel(), grid_k.ravel()):
+            if n_ * (k_ + 1) + 1 <= v.size:
+                values[n_, k_] = ewif_vertical(alpha, c_d1, n_, alpha_inner, c_d2, k_, v)
+    else:
+        values = np.asarray(ewif_vertical(alpha, c_d1, grid_n, alpha_inner, c_d2, grid_k))
     if values.ndim != 2:
         raise DraftsimError("optimal_vertical takes scalar alpha, costs and alpha_inner")
     near = values >= values.max() * (1.0 - rtol)

@@ -75,7 +75,7 @@ class Strategy:
 
 
 def plan(
-    drafters: list[Drafter], mag_alpha: float | None = None, k_max: int = 32, mag_cost: float = 0.0
+    drafters: list[Drafter], mag_alpha: float | None = None, k_max: int = 32, mag_cost: float = 0.0, verify=None
 ) -> list[Strategy]:
     """Score every strategy the drafters allow and return them ranked by EWIF (best first).
 
@@ -89,6 +89,10 @@ def plan(
     k_max : int
         Largest draft length searched (per drafter; total for a horizontal cascade; and the
         bound on n and k of a vertical cascade).
+    verify : optional table v(1), v(2), … of the target's time to process n tokens over its
+        one-token time (:func:`sim.analytic.ewif`): every strategy's target call is priced at
+        the number of tokens it verifies, and drafts are limited to what the table covers.
+        Without it a target call costs 1 whatever it verifies, as in the papers' EWIF.
     """
     if not drafters:
         raise DraftsimError("plan needs at least one drafter")
@@ -97,10 +101,10 @@ def plan(
         raise DraftsimError(f"drafter names must be distinct; got {names}")
     strategies = [Strategy("autoregressive", "autoregressive (target only)", 1.0, {"k": 0})]
     for d in drafters:
-        k, value = analytic.optimal_k(d.alpha, d.cost, k_max)
+        k, value = analytic.optimal_k(d.alpha, d.cost, k_max, verify)
         strategies.append(Strategy("sd", f"sd {d.name} k={int(k)}", float(value), {"drafter": d.name, "k": int(k)}))
     if len(drafters) > 1:
-        h = analytic.optimal_horizontal([(d.alpha, d.cost) for d in drafters], k_max)
+        h = analytic.optimal_horizontal([(d.alpha, d.cost) for d in drafters], k_max, verify)
         parts = [f"{drafters[i].name}:{c}" for i, c in zip(h.order, h.counts)]
         strategies.append(
             Strategy(
@@ -113,7 +117,7 @@ def plan(
     if mag_alpha is not None:
         mag_alpha = float(as_probability("mag_alpha", mag_alpha))
         for d in drafters:
-            v = analytic.optimal_vertical(d.alpha, d.cost, mag_alpha, mag_cost, k_max)
+            v = analytic.optimal_vertical(d.alpha, d.cost, mag_alpha, mag_cost, k_max, verify=verify)
             strategies.append(
                 Strategy(
                     "vertical",

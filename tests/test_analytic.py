@@ -268,3 +268,100 @@ def test_optimal_k_vectorised_matches_brute_force_across_chunks():
     table = analytic.ewif(alpha[:, None], c[:, None], np.arange(25)[None, :])
     np.testing.assert_allclose(value, table.max(axis=1), rtol=1e-13)
     np.testing.assert_allclose(table[np.arange(alpha.size), k], value, rtol=1e-13)
+
+
+# --- the target's verification cost v(n) (a measured t(n) / t(1)) in the planner -----------
+
+_alpha = st.floats(0.0, 1.0)
+_cost = st.floats(0.0, 2.0)
+
+
+def _verify_table(steps):
+    """v(1) = 1, then non-decreasing by the given steps."""
+    return np.concatenate([[1.0], 1.0 + np.cumsum(steps)])
+
+
+@given(_alpha, _cost, st.integers(0, 12))
+def test_a_flat_verification_table_is_the_papers_ewif(alpha, c, k_max):
+    ones = np.ones(k_max + 1)
+    assert analytic.ewif(alpha, c, np.arange(k_max + 1), ones) == pytest.approx(analytic.ewif(alpha, c, np.arange(k_max + 1)), rel=1e-12)
+    k1, v1 = analytic.optimal_k(alpha, c, k_max, ones)
+    k0, v0 = analytic.optimal_k(alpha, c, k_max)
+    assert v1 == pytest.approx(v0, rel=1e-12)
+    assert analytic.ewif(alpha, c, k1) == pytest.approx(v0, rel=1e-12)
+
+
+@given(_alpha, _cost, st.lists(st.floats(0.0, 1.0), min_size=1, max_size=16))
+def test_priced_optimal_k_is_the_best_k_the_table_covers(alpha, c, steps):
+    v = _verify_table(steps)
+    k, value = analytic.optimal_k(alpha, c, 32, v)
+    every = analytic.ewif(alpha, c, np.arange(v.size), v)  # k = 0 .. len(v) - 1
+    assert 0 <= k <= v.size - 1
+    assert value == pytest.approx(every.max(), rel=1e-12) and value == every[k]
+    assert (every[:k] < value).all()  # ties go to the smallest k
+    # a dearer verification never helps: the priced optimum is at most the free one
+    assert value <= analytic.optimal_k(alpha, c, v.size - 1)[1] * (1 + 1e-12)
+
+
+@given(_alpha, _cost, st.integers(0, 5), _alpha, st.floats(0.0, 0.5), st.integers(0, 4), st.lists(st.floats(0.0, 1.0), min_size=30, max_size=30))
+def test_priced_vertical_cascade(alpha, c1, n, alpha_inner, c2, k, steps):
+    v = _verify_table(steps)  # covers 31 >= n(k+1)+1 tokens
+    # a flat table gives the closed form of [CSD]
+    flat = analytic.ewif_vertical(alpha, c1, n, alpha_inner, c2, k, np.ones(31))
+    assert flat == pytest.approx(analytic.ewif_vertical(alpha, c1, n, alpha_inner, c2, k), rel=1e-9, abs=1e-12)
+    # k = 0: d1 drafts n tokens in n calls, plain SD with the same table
+    assert analytic.ewif_vertical(alpha, c1, n, alpha_inner, c2, 0, v) == pytest.approx(analytic.ewif(alpha, c1, n, v), rel=1e-9)
+    # by exhaustive enumeration of the inner rounds' lengths
+    lengths = range(1, k + 2)
+    p_len = {i: alpha_inner ** (i - 1) * (1 - alpha_inner) if i <= k else alpha_inner ** k for i in lengths}
+    tokens = cost = 0.0
+    for ls in itertools.product(lengths, repeat=n):
+        p = math.prod(p_len[i] for i in ls)
+        t = sum(ls)
+        tokens += p * sum(alpha ** i for i in range(t + 1))
+        cost += p * v[t]
+    expect = tokens / (cost + n * c1 + n * k * c2)
+    assert analytic.ewif_vertical(alpha, c1, n, alpha_inner, c2, k, v) == pytest.approx(expect, rel=1e-9, abs=1e-12)
+
+
+@given(st.lists(st.tuples(_alpha, _cost), min_size=1, max_size=3), st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8))
+def test_priced_horizontal_cascade_is_exhaustively_optimal(drafters, steps):
+    v = _verify_table(steps)
+    k_max = v.size - 1
+    best = analytic.optimal_horizontal(drafters, 32, v)
+    assert best.k <= k_max
+    # every order and allocation of the drafters, scored position by position
+    top = 0.0
+    for order in itertools.permutations(range(len(drafters))):
+        for counts in itertools.product(range(k_max + 1), repeat=len(drafters)):
+            if sum(counts) <= k_max:
+                alphas = [drafters[i][0] for i, c in zip(order, counts) for _ in range(c)]
+                costs = [drafters[i][1] for i, c in zip(order, counts) for _ in range(c)]
+                value = sum(math.prod(alphas[:j]) for j in range(len(alphas) + 1)) / (v[len(alphas)] + sum(costs))
+                top = max(top, value)
+    assert best.ewif == pytest.approx(top, rel=1e-9)
+
+
+def test_planner_prices_the_verification():
+    from sim.plan import Drafter, plan
+
+    d = [Drafter("maxgram", 0.3, 0.0)]
+    free = [s for s in plan(d, k_max=16) if s.kind == "sd"][0]
+    assert free.params["k"] == 16  # a free drafter and a free verification: draft as far as allowed
+    v = 1.0 + 0.12 * np.arange(17)  # verifying n tokens costs 1 + 0.12 (n - 1) one-token calls
+    priced = [s for s in plan(d, k_max=16, verify=v) if s.kind == "sd"][0]
+    # k = 1: 1.3 / 1.12 = 1.161 beats k = 2: 1.39 / 1.24 = 1.121 and k = 0: 1
+    assert priced.params["k"] == 1 and priced.ewif == pytest.approx(1.3 / 1.12)
+
+
+@pytest.mark.parametrize("bad", [[], [[1.0, 2.0]], [2.0, 3.0], [1.0, 0.9], [1.0, float("nan")]])
+def test_bad_verification_tables_are_refused(bad):
+    with pytest.raises(DraftsimError, match="verify"):
+        analytic.ewif(0.5, 0.1, 1, bad)
+
+
+def test_a_draft_beyond_the_verification_table_is_refused():
+    with pytest.raises(DraftsimError, match="covers 1..2 tokens"):
+        analytic.ewif(0.5, 0.1, 2, [1.0, 1.5])
+    with pytest.raises(DraftsimError, match="covers 1..3 tokens"):
+        analytic.ewif_vertical(0.5, 0.1, 1, 0.5, 0.0, 2, [1.0, 1.2, 1.4])

@@ -10,6 +10,7 @@ from clirun import run
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim import analytic
 from sim.cost import (
     BatchStats,
     CallCost,
@@ -454,6 +455,40 @@ def test_plan_simulate_optimize_from_hardware(capsys):
     status, _, err = run(capsys, "simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--target", "llama-2-70b", "--hardware", "a100-80g",
                          "--drafter-model", "llama-2-7b")
     assert status == 2 and "GB short" in err
+
+
+def test_planning_from_hardware_prices_the_targets_verification(capsys):
+    status, out, err = run(capsys, "ewif", "--alpha", "0.8", *HW, "--drafter-model", "llama-2-7b", "--cost-context", "256", "--k-max", "8", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    target = roofline("llama-2-70b", "a100-80g", tp=2)
+    t = np.array([float(target.shape_time(1, n, 256)) for n in range(1, 10)])
+    assert data["cost_from"]["verify"] == pytest.approx((t / t[0]).tolist(), rel=1e-9)
+    for row in data["rows"]:
+        k = row["k"]
+        assert row["ewif"] == pytest.approx(float(analytic.expected_tokens(0.8, k)) / (data["cost"] * k + t[k] / t[0]), rel=1e-9)
+    best = max(data["rows"], key=lambda r: r["ewif"])
+    assert data["best"]["k"] == best["k"] and best["best"]
+    status, out, err = run(capsys, "plan", "--drafter", "big:0.8:llama-2-7b", *HW, "--k-max", "8", "--cost-context", "256", "--json")
+    assert status == 0, err
+    sd = [s for s in json.loads(out)["strategies"] if s["kind"] == "sd"][0]
+    assert sd["k"] == data["best"]["k"] and sd["ewif"] == pytest.approx(data["best"]["ewif"], rel=1e-9)
+
+
+def test_planning_with_a_profile_stops_where_its_grid_does(capsys, tmp_path):
+    from realrun.profiling import machine_fingerprint
+
+    prof, _ = toy_profile()  # new tokens up to 8
+    prof.fingerprint["machine"] = machine_fingerprint("cpu")
+    prof.save(tmp_path / "p.json")
+    status, out, err = run(capsys, "ewif", "--alpha", "0.9", "--target", prof.model, "--drafter-model", prof.model, "--hardware", "local-cpu",
+                           "--profile", str(tmp_path / "p.json"), "--dtype", prof.dtype, "--cost-batch", "2", "--cost-context", "128", "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert len(data["cost_from"]["verify"]) == 8 and [r["k"] for r in data["rows"]] == list(range(8))
+    status, _, err = run(capsys, "ewif", "--alpha", "0.9", "--k", "9", "--target", prof.model, "--drafter-model", prof.model, "--hardware", "local-cpu",
+                         "--profile", str(tmp_path / "p.json"), "--dtype", prof.dtype, "--cost-batch", "2", "--cost-context", "128")
+    assert status == 2 and "drafts up to 7 tokens" in err and err.count("\n") == 1
 
 
 def test_costs_from_a_profile_stay_inside_its_grid():

@@ -151,6 +151,24 @@ def hardware_coefficients(args, n_drafters: int | None = None) -> tuple[list[flo
     return cs, info
 
 
+def verify_table(args, n_max: int) -> list[float]:
+    """The target's verification cost v(n) = t(n) / t(1), n = 1..``n_max``, at --cost-batch
+    and --cost-context (:func:`sim.analytic.ewif`'s ``verify``); a profile's table stops
+    where its grid of new tokens does."""
+    from sim.cost.profile import ProfileCost
+
+    target, _, _ = build_models(args)
+    b, ctx = args.cost_batch, args.cost_context
+    n = np.arange(1, n_max + 1)
+    if isinstance(target, ProfileCost):
+        inside = ~np.asarray(target.outside(b, n, ctx))
+        n = n[: int(np.argmin(inside)) if not inside.all() else n.size]
+        if n.size == 0:
+            raise DraftsimError(f"the profile of {target.model} does not hold batch {b}, context {ctx}: pass --cost-batch/--cost-context inside its grid")
+    t = np.asarray(target.shape_time(b, n, ctx), dtype=np.float64)
+    return (t / t[0]).tolist()
+
+
 def coefficients_or_hardware(args, given, n_drafters: int | None = None) -> tuple[list[float], dict | None]:
     """The cost coefficients typed with --cost (``given``), or computed from the model/hardware
     options (exactly one of the two); with the description of the hardware ones."""
@@ -206,8 +224,13 @@ def drafter_specs(args, specs: list[str]) -> list[str]:
 
 
 def describe_coefficients(info: dict) -> str:
-    return (f"costs from {info['hardware']} ({info['dtype']}, batch {info['batch']}, context {info['context']}): target call "
+    text = (f"costs from {info['hardware']} ({info['dtype']}, batch {info['batch']}, context {info['context']}): target call "
             f"{info['target_seconds'] * 1e3:.3f} ms, c = " + ", ".join(f"{c:.4g}" for c in info["coefficients"]))
+    if info.get("verify"):
+        v = info["verify"]
+        shown = ", ".join(f"v({n})={v[n - 1]:.3g}" for n in (1, 2, 3, 5, 9, 17, 33) if n <= len(v))
+        text += f"\ntarget's verification of n tokens over one (drafts up to {len(v) - 1} tokens): {shown}"
+    return text
 
 
 def _check_memory(models, batches, contexts, new_tokens) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from analysis.table import format_table
 from sim import analytic
-from sim.errors import K_MAX_LIMIT
+from sim.errors import K_MAX_LIMIT, DraftsimError
 from sim.plan import Drafter, plan
 
 from .. import args as a
@@ -69,9 +69,9 @@ def register(sub, common) -> None:
     p.set_defaults(run=run_plan)
 
 
-def ewif_table(alpha: float, cost: float, ks: np.ndarray, best_k: int) -> list[dict]:
+def ewif_table(alpha: float, cost: float, ks: np.ndarray, best_k: int, verify=None) -> list[dict]:
     tokens = analytic.expected_tokens(alpha, ks)
-    values = analytic.ewif(alpha, cost, ks)
+    values = analytic.ewif(alpha, cost, ks, verify)
     discard, verify = analytic.fixed_k_rates(alpha, ks)
     return [
         {
@@ -92,8 +92,15 @@ def run_ewif(args: argparse.Namespace) -> int:
     else:
         search_max, ks = max(args.k, DEFAULT_K_MAX), np.array([args.k])
     (args.cost,), cost_info = costing.coefficients_or_hardware(args, None if args.cost is None else [args.cost], 1)
-    best_k, best = analytic.optimal_k(args.alpha, args.cost, search_max)
-    rows = ewif_table(args.alpha, args.cost, ks, int(best_k))
+    verify = None
+    if cost_info:  # the target's t(n) too: verifying k + 1 tokens is dearer than one on most hardware
+        verify = cost_info["verify"] = costing.verify_table(args, search_max + 1)
+        if args.k is not None and args.k + 1 > len(verify):
+            raise DraftsimError(f"--k {args.k}: the profile prices drafts up to {len(verify) - 1} tokens")
+        search_max = len(verify) - 1
+        ks = ks[ks <= search_max]
+    best_k, best = analytic.optimal_k(args.alpha, args.cost, search_max, verify)
+    rows = ewif_table(args.alpha, args.cost, ks, int(best_k), verify)
     result = {
         "alpha": args.alpha,
         "cost": args.cost,
@@ -119,7 +126,10 @@ def run_ewif(args: argparse.Namespace) -> int:
 def run_plan(args: argparse.Namespace) -> int:
     specs, cost_info = costing.drafter_specs(args, args.drafter) if costing.uses_hardware(args) else (args.drafter, None)
     drafters = [Drafter.parse(spec) for spec in specs]
-    strategies = plan(drafters, mag_alpha=args.mag_alpha, k_max=args.k_max, mag_cost=args.mag_cost)
+    verify = None
+    if cost_info:  # every strategy's target call priced at the tokens it verifies
+        verify = cost_info["verify"] = costing.verify_table(args, args.k_max + 1)
+    strategies = plan(drafters, mag_alpha=args.mag_alpha, k_max=args.k_max, mag_cost=args.mag_cost, verify=verify)
     if args.json:
         a.emit_json(
             {
