@@ -10,7 +10,8 @@ reproduced alone. Steps:
 1. **profile** — ``draftsim profile`` of the target on this machine (unless ``--profile``);
 2. **plan** — the draft length k for Max-Gram from the planner (:func:`sim.plan.plan`): α =
    Max-Gram's greedy match rate with SmolLM2 in the embedded trace, c = Max-Gram's proposal
-   time per token (the profile) over the target's one-token call;
+   time per token (the profile) over the target's one-token call, and the target's
+   verification cost v(n) = t(n)/t(1) at batch 1 from the profile;
 3. **capacity** — a saturated run (every request at t = 0) of speculative serving gives the
    request rate the server sustains;
 4. **fidelity** — speculative serving at three loads (0.25, 0.6 and 1.5 × capacity: light to
@@ -173,11 +174,18 @@ def main() -> int:
     alpha = float(pairs[("maxgram", "target")]["greedy_match_rate"])
     per_token = float(prof.drafters.get("maxgram", {}).get("seconds_per_token", 0.0))
     c = per_token / float(prof.shape_time(1, 1, 128))
-    best = [s for s in plan([Drafter("maxgram", alpha, c)], k_max=16) if s.kind == "sd"][0]
+    # the target's verification cost v(n) = t(n)/t(1) from the profile (batch 1, context 128, n inside its grid)
+    n = np.arange(1, min(17, max(prof.new_tokens)) + 1)
+    t = prof.shape_time(1, n, 128)
+    verify = (t / t[0]).tolist()
+    best = [s for s in plan([Drafter("maxgram", alpha, c)], k_max=16, verify=verify) if s.kind in ("sd", "autoregressive")][0]
     k = a.k or int(best.params["k"])
     policy = f"fixed:k={k}"
-    results["plan"] = {"alpha": alpha, "c": c, "k": k, "ewif": best.ewif}
-    print(f"planner: Max-Gram alpha {alpha:.3f} (embedded trace), c {c:.4f} -> k = {k} (EWIF {best.ewif:.3f}); policy {policy}")
+    results["plan"] = {"alpha": alpha, "c": c, "verify": verify, "k": k, "ewif": best.ewif}
+    print(f"planner: Max-Gram alpha {alpha:.3f} (embedded trace), c {c:.4f}, target v(2..4) = "
+          f"{', '.join(f'{x:.2f}' for x in verify[1:4])} -> k = {k} (EWIF {best.ewif:.3f}); policy {policy}")
+    if k == 0:
+        raise SystemExit("the planner says speculation does not pay at all here (k = 0); pass --k to measure it anyway")
 
     # 3. capacity: every request at once
     sat = None
