@@ -26,7 +26,9 @@ each row its own number of new tokens (right-padded to the longest), with per-se
 position ids and an explicit 4-D attention mask: a query sees the valid slots of its own
 row and the new tokens at or before it. Rejected draft tokens and padding stay in the cache
 as *stale* slots, masked out (keys carry their rotary position, so slots may sit anywhere);
-when stale slots exceed a fraction of the cache (:attr:`Server.compact_ratio`) the cache is
+the stale tail after every row's last live slot is cut off before each forward (a slice:
+at batch 1 no stale slot survives a step); when stale slots exceed a fraction of the cache
+(:attr:`Server.compact_ratio`) the cache is
 compacted — every row's valid slots gathered to the left — so attention stops paying for
 them. Joiners are prefilled in a cache of their own and merged in (rows padded to the
 longer time axis); leavers' rows are dropped.
@@ -255,6 +257,20 @@ class BatchKV:
         self.valid = self.valid[idx]
         self.ids = [self.ids[r] for r in rows]
         self.slots = [self.slots[r] for r in rows]
+
+    def trim(self) -> None:
+        """Cut the time axis after the last slot any row still uses: the stale tail a rollback
+        leaves (at batch 1, every rejected draft token) goes at the price of a slice, so
+        attention never pays for it; stale slots between live ones wait for :meth:`compact`."""
+        if self.rows == 0 or self.valid is None:
+            return
+        T = max((s[-1] + 1 for s in self.slots if s), default=0)
+        if T == 0 or T >= self.length:
+            return
+        for layer in self._layers():
+            for name in ("keys", "values"):
+                setattr(layer, name, getattr(layer, name)[:, :, :T])
+        self.valid = self.valid[:, :T]
 
     def compact(self) -> None:
         """Gather every row's valid slots to the left; the time axis shrinks to the longest row."""
@@ -578,6 +594,7 @@ class Server:
                 contexts.append(keep)
                 feeds.append(r.context[keep:] + tokens)
                 keeps.append(len(tokens) + 1)
+            self.kv.trim()
             c0 = self._synced()
             rows = self.kv.forward(feeds, keeps)
             target_s = self._synced() - c0
@@ -681,6 +698,8 @@ class Server:
                     feeds.append(r.context[keep:])
                 else:
                     feeds.append([tokens[i][-1]])
+            if j == 0:
+                self.dkv.trim()
             c0 = self._synced()
             rows = self.dkv.forward(feeds, [1 if a else 0 for a in active])
             seconds += self._synced() - c0

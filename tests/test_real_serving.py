@@ -84,6 +84,12 @@ def test_batched_forward_matches_single_sequences(target):
     # row 0 takes 3 more tokens then rolls back 2; row 1 a long block; row 2 nothing
     kv.forward([texts[0][5:8], texts[1][3:10], []], [3, 7, 0])
     assert kv.rollback(0, texts[0][:6], 6) == 6
+    assert kv.rollback(1, texts[1][:8], 8) == 8  # row 1 held the longest tail: 2 slots of it are stale for every row
+    length = kv.length
+    kv.trim()
+    assert kv.length == length - 2 and kv.valid.shape[1] == kv.length
+    assert all(layer.keys.shape[2] == kv.length for layer in kv._layers())
+    kv.forward([[], texts[1][8:10], []], [0, 2, 0])  # row 1 takes its two tokens back
     joiner = BatchKV(target)
     joiner.add_rows(1)
     joiner.forward([texts[3][:4]], [1])
