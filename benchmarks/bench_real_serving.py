@@ -284,7 +284,7 @@ def figure(sweep: list, path: Path, policy: str, device: str = "cpu") -> None:
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("speedup of speculation (E2E p50 without / with)")
     ax.legend(fontsize=8)
-    fig.suptitle("Where speculation pays: real serving vs the serving simulator (SmolLM2, {device.upper()})")
+    fig.suptitle(f"Where speculation pays: real serving vs the serving simulator (SmolLM2, {device.upper()})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"figure: {path}")
