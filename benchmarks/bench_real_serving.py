@@ -157,7 +157,9 @@ def main() -> int:
     if a.profile is None:
         a.profile = str(out / "profile.json")
         if not Path(a.profile).exists():
-            args = ["profile", "--model", a.model, "--out", a.profile, "--batch", "1,2,4,8,16", "--new-tokens", "1,2,4,8,16,32",
+            # 3 and 6 new tokens measured, not interpolated: a CPU forward's time steps between 3 and 4 tokens;
+            # up to 128 so that prefills of the bundled prompts are priced inside the grid (mostly)
+            args = ["profile", "--model", a.model, "--out", a.profile, "--batch", "1,2,4,8,16", "--new-tokens", "1,2,3,4,6,8,16,32,64,128",
                     "--context", "0,128,512", "--repeats", "3", "--json"]
             if a.threads:
                 args += ["--threads", str(a.threads)]
