@@ -84,7 +84,10 @@ def main() -> None:
                   flush=True)
             continue
         errors.append(c["tokens_per_second_error"])
-        counts = "exact" if c["counts_equal"] else f"{max(abs(e) for e in c['count_errors'].values()):.1%} off"
+        if c.get("tree"):  # a tree run's replay predicts tokens per round from its per-level acceptance
+            counts = f"{c['tokens_per_round_error']:+.1%} tpr"
+        else:
+            counts = "exact" if c["counts_equal"] else f"{max(abs(e) for e in c['count_errors'].values()):.1%} off"
         print(f"{r['label'][:58]:58s} {r['tokens_per_second']:6.2f} {r['autoregressive_tokens_per_second']:8.2f} "
               f"{r['speedup']:6.2f}x {r['mean_accepted_length']:8.2f} {r['quality']['identical_to_target']:6.0%} "
               f"{counts:>10s} {c['tokens_per_second_error']:+12.1%}", flush=True)
