@@ -334,9 +334,12 @@ def generate_tree(
     rng: np.random.Generator | None = None,
     stop_at_eos: bool = True,
     stats: TreeStats | None = None,
+    prefill_apart: bool = True,
 ) -> RunLog:
     """Decode with token trees / graphs (see the module docstring). Greedy output is the
-    target's own greedy output; sampling keeps the target's distribution."""
+    target's own greedy output; sampling keeps the target's distribution. ``prefill_apart``:
+    the target reads the prompt in a call of its own first (as :func:`realrun.executor.generate`
+    does), so the first tree verification is sized like every other."""
     if not isinstance(policy, Tree):
         raise DraftsimError(f"{policy!r} is not a tree policy; use realrun.executor.generate")
     if not drafter.neural:
@@ -348,6 +351,13 @@ def generate_tree(
     started = time.perf_counter()
     log = RunLog()
     tgt, dlm = CachedLM(target), CachedLM(drafter.loaded)
+    if prefill_apart and len(prompt) > 1:
+        sync(target.device)
+        t0 = time.perf_counter()
+        tgt.logits(prompt[:-1], 1)
+        sync(target.device)
+        log.prefill_seconds = time.perf_counter() - t0
+        log.calls.append(Call(-1, 0, "prefill", tgt.fed, log.prefill_seconds))
 
     def step(context: list[int], budget: int) -> RoundResult:
         round_ = len(log.rounds)

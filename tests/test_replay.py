@@ -64,9 +64,15 @@ def test_chain_replay_priced_with_the_runs_own_calls(runs):
 
 def test_tree_runs_are_replayed(runs):
     from analysis.reality import check_run
+    from sim.traces import RunTrace
 
     c = check_run(runs / "tsd")
     assert c["replayable"] and c["tree"]
+    # the prompt is read apart (as in chain runs): every tree verification feeds one context token and its nodes
+    calls = RunTrace(runs / "tsd").calls.to_pydict()
+    target = [(k, n) for k, m, n in zip(calls["kind"], calls["model"], calls["n_tokens"]) if m == 0]
+    assert sum(k == "prefill" for k, _ in target) == 2  # one per prompt
+    assert max(n for k, n in target if k == "verify") <= 1 + 2 + 4 + 8  # width 2, depth 3: at most 14 nodes
     assert 0.0 <= c["level_acceptance"] <= 1.0
     assert np.isfinite(c["predicted_tokens_per_second"]) and abs(c["tokens_per_second_error"]) < 0.1
 
