@@ -123,7 +123,7 @@ def _price_prefill(trace: RunTrace, calls: dict, profiles, measured: float) -> t
     alone = (kind == "prefill") & (model == 0)
     if not alone.any() or prof.outside(1, fed[alone], 0).any():
         return measured, "run"
-    priced = float(prof.shape_time(1, fed[alone], 0).sum())
+    priced = float(np.sum(prof.shape_time(1, fed[alone], 0, rows=1)))  # a prefill keeps the last row's logits only
     return priced + float(secs[riding > 0].sum()), f"profile of {prof.model}"
 
 
@@ -155,8 +155,18 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
     per_round = float(counts.tokens.sum() / counts.calls[:, 0].sum())
     calls = trace.calls.to_pydict()
     riding = calls.get("prompt_tokens", [0] * len(calls["kind"]))
-    kept = [(m, n) for m, k, n, p in zip(calls["model"], calls["kind"], calls["n_tokens"], riding) if k != "prefill" and p == 0]
-    recorded = pricing.recorded_call_seconds([m for m, _ in kept], [n for _, n in kept]) if kept else 0.0
+    # logit rows each call kept (realrun.trees.TreeForward): all it fed, but the drafter's
+    # first call of a round, which catches up on the accepted tokens and keeps one row
+    kept, last = [], {}  # model -> round of its previous call (reset by each prompt's prefill)
+    for r, m, k, n, p in zip(calls["round"], calls["model"], calls["kind"], calls["n_tokens"], riding):
+        if k == "prefill":
+            last.clear()
+        if k == "prefill" or p > 0:
+            continue
+        first = m > 0 and last.get(m) != r
+        last[m] = r
+        kept.append((m, n, 1 if first else n))
+    recorded = pricing.recorded_call_seconds(*zip(*kept)) if kept else 0.0
     round_model = recorded / max(n_rounds, 1)
     rounds_pred = tokens / per_round
     predicted_model = rounds_pred * round_model

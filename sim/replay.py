@@ -151,20 +151,23 @@ class RunPricing:
             total += c * self.models[m].shape_time(1, np.maximum(n, 1), self.context)
         return total
 
-    def recorded_call_seconds(self, model, n_tokens) -> float:
+    def recorded_call_seconds(self, model, n_tokens, rows=None) -> float:
         """Total seconds of individual calls (``model`` and ``n_tokens`` fed, one entry per
-        call), each priced at its own size."""
+        call), each priced at its own size; ``rows``: the logit rows each call kept (default
+        all it fed; a profile with a head table prices only those)."""
         model = np.asarray(model, dtype=np.int64)
         n_tokens = np.asarray(n_tokens, dtype=np.int64)
+        rows = n_tokens if rows is None else np.asarray(rows, dtype=np.int64)
         total = 0.0
         for m in np.unique(model):
-            n = n_tokens[model == m]
+            sel = model == m
+            n = n_tokens[sel]
             if m >= len(self.models):
                 continue
             if self.models[m] is None:
                 total += self.per_proposal[m] * len(n)
             else:
-                total += float(self.models[m].shape_time(1, np.maximum(n, 1), self.context).sum())
+                total += float(np.sum(self.models[m].shape_time(1, np.maximum(n, 1), self.context, rows=np.maximum(rows[sel], 1))))
         return total
 
     def overhead_seconds(self, rounds, emitted) -> np.ndarray:

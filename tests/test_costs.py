@@ -186,6 +186,28 @@ def toy_profile(**kw):
                        drafters={"maxgram": {"seconds_per_token": 1e-5}}, **kw), seconds
 
 
+def test_the_head_table_prices_the_logit_rows_a_call_keeps(tmp_path):
+    rows = (1, 2, 4, 8, 16, 32)
+    head = 0.0004 * np.array(rows, dtype=float)  # linear in rows
+    prof, seconds = toy_profile(head_rows=rows, head_seconds=head)
+    b, n, c = 2, 8, 128
+    full = float(prof.shape_time(b, n, c))
+    assert float(prof.shape_time(b, n, c, rows=n)) == pytest.approx(full, rel=1e-12)  # every row: the measured call
+    assert float(prof.shape_time(b, n, c, rows=1)) == pytest.approx(full - 0.0004 * (b * n - b), rel=1e-9)
+    assert float(prof.head_time(64)) == pytest.approx(0.0004 * 64, rel=1e-9)  # linear past the table
+    r = np.arange(1, 9)
+    assert (np.diff(prof.shape_time(b, n, c, rows=r)) >= 0).all()  # more rows never cost less
+    prof.save(tmp_path / "h.json")
+    back = load_profile(tmp_path / "h.json")
+    assert back.head_rows == rows and np.array_equal(back.head_seconds, head)
+    plain, _ = toy_profile()  # no head table: rows are ignored (every row priced)
+    assert float(plain.shape_time(b, n, c, rows=1)) == full
+    for bad in ({"head_rows": rows}, {"head_rows": (2, 1), "head_seconds": [1.0, 2.0]}, {"head_rows": (1, 2), "head_seconds": [1.0]},
+                {"head_rows": (1, 2), "head_seconds": [1.0, float("nan")]}):
+        with pytest.raises(DraftsimError, match="head"):
+            toy_profile(**bad)
+
+
 def test_profile_hits_its_grid_points_and_round_trips(tmp_path):
     prof, seconds = toy_profile()
     b, n, c = np.meshgrid(prof.batch, prof.new_tokens, prof.context, indexing="ij")
@@ -382,6 +404,7 @@ def test_profile_command_on_a_tiny_model(capsys, tmp_path):
     for ax in range(3):  # grid points answer their measured medians, made non-decreasing along each axis
         mono = np.maximum.accumulate(mono, axis=ax)
     assert (prof.seconds > 0).all() and prof.shape_time(2, 3, 8) == pytest.approx(float(mono[1, 1, 1]))
+    assert prof.head_rows == (1, 2, 4, 6) and (prof.head_seconds > 0).all()  # the head over 1, 2, 4 rows and the grid's largest call
 
 
 def test_profile_bad_input_writes_nothing(capsys, tmp_path):

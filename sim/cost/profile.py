@@ -16,9 +16,16 @@ interpolation between grid points:
 A ragged batch is priced as the uniform batch of its active sequences with the mean new
 tokens and mean context of those sequences (exact for uniform batches).
 
+A timed forward computes the output head (logits) at every new token. Callers that keep
+fewer rows — a prefill needs the last row only, a drafter catching up on accepted tokens one
+— ask ``shape_time(..., rows=r)``: with the optional **head table** (``head_rows``,
+``head_seconds``: the output head alone over that many rows, measured by ``draftsim
+profile``) the call costs seconds(b, n, c) − head(b·n) + head(b·r); without it, every row.
+
 File format (JSON, ``schema`` "draftsim.cost-profile", ``version`` 1): the grid axes,
 median seconds and spread (half the inter-quartile range) per grid point, repeats, the
-drafters' proposal seconds per token, and a fingerprint of the model (name, dtype,
+drafters' proposal seconds per token, optionally the head table (``head_rows``,
+``head_seconds``; files without it price every row), and a fingerprint of the model (name, dtype,
 architecture hash) and of the machine (CPU/GPU model, cores, torch version). Written
 atomically, validated on read.
 """
@@ -64,6 +71,8 @@ class ProfileCost(CostModel):
     drafters: dict = field(default_factory=dict)
     created: str = ""
     extrapolate: str = "refuse"
+    head_rows: tuple | None = None
+    head_seconds: np.ndarray | None = None
 
     def __post_init__(self):
         axes = []
@@ -84,6 +93,17 @@ class ProfileCost(CostModel):
             self.spread = np.asarray(self.spread, dtype=np.float64)
             if self.spread.shape != shape:
                 raise DraftsimError(f"profile spread must have shape {shape}; got {self.spread.shape}")
+        if (self.head_rows is None) != (self.head_seconds is None):
+            raise DraftsimError("a profile's head table needs both head_rows and head_seconds")
+        if self.head_rows is not None:
+            hr = np.asarray(self.head_rows)
+            hs = np.asarray(self.head_seconds, dtype=np.float64)
+            if hr.ndim != 1 or hr.size < 1 or not np.issubdtype(hr.dtype, np.integer) or (hr < 1).any() or (np.diff(hr) <= 0).any():
+                raise DraftsimError(f"profile head_rows must be strictly increasing integers >= 1; got {hr.tolist()}")
+            if hs.shape != hr.shape or not (np.isfinite(hs).all() and (hs > 0).all()):
+                raise DraftsimError("profile head_seconds must hold one finite time > 0 per head row count")
+            self.head_rows, self.head_seconds = tuple(int(x) for x in hr), hs
+            self._head_log = np.log(np.maximum.accumulate(hs))
         if self.extrapolate not in ("refuse", "clamp"):
             raise DraftsimError(f"extrapolate must be 'refuse' or 'clamp'; got {self.extrapolate!r}")
         mono = self.seconds
@@ -199,8 +219,30 @@ class ProfileCost(CostModel):
         out = lo + w0 * (along1(base + d0) - lo)
         return np.exp(out)[()]
 
+    def head_time(self, rows) -> np.ndarray:
+        """Seconds of the output head over ``rows`` rows (log-log interpolation in the head
+        table, linear in rows beyond its ends: the head is a matrix product over rows)."""
+        if self.head_rows is None:
+            raise DraftsimError(f"the profile of {self.model} has no head table; measure it again with draftsim profile")
+        r = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
+        g = np.log(np.asarray(self.head_rows, dtype=np.float64))
+        lo, hi = self.head_rows[0], self.head_rows[-1]
+        inside = np.exp(np.interp(np.log(np.clip(r, lo, hi)), g, self._head_log))
+        return np.where(r > hi, inside * r / hi, np.where(r < lo, inside * r / lo, inside))[()]
+
     # -- the cost interface ----------------------------------------------------------------------
-    def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
+    def shape_time(self, batch, new_tokens, context=0, rows=None) -> np.ndarray:
+        """Seconds of a call of ``batch`` sequences × ``new_tokens`` at ``context``; ``rows``:
+        logit rows kept per sequence (default all new tokens; see the module docstring)."""
+        t = self._shape_time(batch, new_tokens, context)
+        if rows is None or self.head_rows is None:
+            return t
+        b, n = np.asarray(batch, dtype=np.float64), np.asarray(new_tokens, dtype=np.float64)
+        r = np.minimum(np.asarray(rows, dtype=np.float64), n)
+        # never below the head-free share of the call (the head cannot take more than the whole call)
+        return np.maximum(t - self.head_time(b * n) + self.head_time(b * r), 0.05 * t)[()]
+
+    def _shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
         values = [np.asarray(v) for v in (batch, new_tokens, context)]
         for name, v, lo in zip(_AXES, values, (1, 1, 0)):
             if not np.issubdtype(v.dtype, np.integer):  # integer arrays need only the range checks below
@@ -235,6 +277,7 @@ class ProfileCost(CostModel):
             "batch": list(self.batch), "new_tokens": list(self.new_tokens), "context": list(self.context),
             "seconds": self.seconds.tolist(), "spread": None if self.spread is None else self.spread.tolist(),
             "drafters": self.drafters,
+            **({"head_rows": list(self.head_rows), "head_seconds": self.head_seconds.tolist()} if self.head_rows is not None else {}),
         }
 
     def save(self, path) -> None:
@@ -276,6 +319,7 @@ def load_profile(path, extrapolate: str = "refuse") -> ProfileCost:
             seconds=doc["seconds"], spread=doc.get("spread"), repeats=int(doc.get("repeats", 1)), dtype=str(doc.get("dtype", "")),
             device=str(doc.get("device", "")), fingerprint=doc["fingerprint"] or {}, drafters=doc.get("drafters") or {},
             created=str(doc.get("created", "")), extrapolate=extrapolate,
+            head_rows=doc.get("head_rows"), head_seconds=doc.get("head_seconds"),
         )
     except (TypeError, ValueError) as exc:
         raise DraftsimError(f"{path}: invalid profile: {exc}") from None
