@@ -131,7 +131,7 @@ class StepCost(CostModel):
         n = np.where(over, n_max, n)
         scale = np.maximum(S / b_max, 1.0)
         c = np.clip(c, base.context[0], base.context[-1])
-        t = base.lookup(np.minimum(S, b_max), n, c) * scale
+        t = base.head_adjusted(base.lookup(np.minimum(S, b_max), n, c) * scale, stats)  # prefills keep one logit row
         return np.where(stats.sequences > 0, t, 0.0)
 
     def _time(self, stats: BatchStats):

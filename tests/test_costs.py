@@ -200,6 +200,11 @@ def test_the_head_table_prices_the_logit_rows_a_call_keeps(tmp_path):
     prof.save(tmp_path / "h.json")
     back = load_profile(tmp_path / "h.json")
     assert back.head_rows == rows and np.array_equal(back.head_seconds, head)
+    # the cost interface: a batch that keeps one row per sequence (prefills) costs the same as rows=1
+    stats = BatchStats.of_shape(b, n, c)
+    one_row = BatchStats(stats.sequences, stats.tokens, stats.cached, stats.pairs, rows=stats.sequences)
+    assert float(prof.stats_time(one_row)) == pytest.approx(float(prof.shape_time(b, n, c, rows=1)), rel=1e-12)
+    assert float(prof.stats_time(stats)) == pytest.approx(full, rel=1e-12)
     plain, _ = toy_profile()  # no head table: rows are ignored (every row priced)
     assert float(plain.shape_time(b, n, c, rows=1)) == full
     for bad in ({"head_rows": rows}, {"head_rows": (2, 1), "head_seconds": [1.0, 2.0]}, {"head_rows": (1, 2), "head_seconds": [1.0]},

@@ -45,12 +45,16 @@ class BatchStats:
     tokens    : new tokens N = Σ n_i
     cached    : Σ c_i over active sequences (KV entries read besides the new ones)
     pairs     : Σ n_i (c_i + (n_i + 1) / 2), the query–key pairs of causal attention
+    rows      : logit rows the call keeps (None: one per new token); a prefill keeps one.
+                Backends that time the output head apart (a profile's head table) price it
+                over these rows; the others over every new token
     """
 
     sequences: np.ndarray
     tokens: np.ndarray
     cached: np.ndarray
     pairs: np.ndarray
+    rows: np.ndarray | None = None
 
     @classmethod
     def of_batch(cls, new_tokens, context=0) -> "BatchStats":

@@ -259,7 +259,15 @@ class ProfileCost(CostModel):
         b = np.where(active, stats.sequences, self.batch[0])
         n = np.where(active, stats.mean_new_tokens, self.new_tokens[0])
         c = np.where(active, stats.mean_context, self.context[0])
-        return self.lookup(b, n, c)
+        return self.head_adjusted(self.lookup(b, n, c), stats)
+
+    def head_adjusted(self, t, stats: BatchStats) -> np.ndarray:
+        """``t`` (a call's time with logits at every new token) for the logit rows ``stats``
+        keeps: without the head over the rows it does not (no change without a head table)."""
+        if stats.rows is None or self.head_rows is None:
+            return t
+        rows = np.minimum(stats.rows, stats.tokens)
+        return np.maximum(t - self.head_time(stats.tokens) + self.head_time(rows), 0.05 * t)
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         # measured: no decomposition; call it overhead-bound where it costs no more than a

@@ -82,7 +82,7 @@ class _Window:
 def _stats(n: np.ndarray, c: np.ndarray, pre=None) -> BatchStats:
     """BatchStats over the last axis of new tokens ``n`` and contexts ``c`` (no checks: the
     replica builds valid arrays); ``pre`` = (sequences, tokens, cached, pairs) of prefill
-    chunks added to the first row."""
+    chunks added to the first row. Logit rows: one per verified token, one per prefill chunk."""
     act = n > 0
     nf = n.astype(np.float64)
     cf = c * act
@@ -91,10 +91,12 @@ def _stats(n: np.ndarray, c: np.ndarray, pre=None) -> BatchStats:
     pairs += cf
     pairs *= nf
     out = [act.sum(axis=-1).astype(np.float64), nf.sum(axis=-1), cf.sum(axis=-1).astype(np.float64), pairs.sum(axis=-1)]
+    rows = out[1].copy()
     if pre is not None:
         for x, v in zip(out, pre):
             x[0] += v
-    return BatchStats(*out)
+        rows[0] += pre[0]
+    return BatchStats(*out, rows=rows)
 
 
 class Replica:
