@@ -1,6 +1,6 @@
 """The roofline cost model (catalog smollm2-135m on h100-sxm) against the measured H100 profile.
 
-    python figures/gpu-h100/roofline_vs_profile.py figures/gpu-h100/h100_smollm2.json [--json]
+    python benchmarks/roofline_vs_profile.py figures/gpu-h100/h100_smollm2.json [--json]
 
 Relative error of every profile point (roofline / measured - 1) for the catalog's roofline as it
 is, with the per-call overhead fitted (sim.cost.roofline.fit_overhead, as draftsim profile --probe
@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from sim.cost import load_profile  # noqa: E402
-from sim.cost.catalog import default_catalog  # noqa: E402
-from sim.cost.roofline import RooflineModel, fit_overhead  # noqa: E402
+from sim.cost import load_profile
+from sim.cost.catalog import default_catalog
+from sim.cost.roofline import RooflineModel, fit_overhead
 
 
 def errors(model, B, N, C, seconds) -> dict:
