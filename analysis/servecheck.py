@@ -99,17 +99,24 @@ def robust_nnls(X: np.ndarray, y: np.ndarray, rounds: int = 3, cut: float = 4.0)
 
 @dataclass(eq=False)
 class StepCost(CostModel):
-    """The target's cost in a serving step: ``base`` (one forward call) plus the server's
-    own time per step, ``overhead + per_sequence``·B, plus ``base``'s one-token call for a
-    step of two or more sequences that prefills (the real server prefills each joiner in a
-    call of its own, apart from the verification call). A step is known to prefill when it
-    brings more tokens than its sequences can verify (``k_max`` + 1 each).
+    """The target's cost in a serving step of the real server (:mod:`realrun.serving`):
+    ``base`` prices its forward calls, plus the server's own time per step, ``overhead +
+    per_sequence``·B.
 
-    A measured profile (:class:`sim.cost.ProfileCost`) answers inside its grid; a call with
-    more new tokens per sequence than the grid's largest (a prefill) is priced as the same
-    number of tokens in more sequences of the grid's largest size, and a call of more
-    sequences than the grid's largest as that call scaled by the ratio (forward time grows
-    linearly in tokens once compute-bound, as prefills are).
+    With a measured profile (:class:`sim.cost.ProfileCost`) and a step that says how it is
+    made up (``BatchStats.padded`` and ``prefill``, as the serving simulator's steps do) the
+    calls are those the server makes: one verification of the decoding sequences as the
+    **right-padded batch** it computes (every row fed the most new tokens of any row, over the
+    longest context), and **one prefill call per joiner** (its prompt at context 0, keeping one
+    logit row). Otherwise the step is one call of its sums (mean tokens and context per
+    sequence), plus a one-token call for a step of two or more sequences that prefills (more
+    tokens than its sequences can verify, ``k_max`` + 1 each).
+
+    The profile answers inside its grid; a call with more new tokens per sequence than the
+    grid's largest (a prefill) is priced as the same number of tokens in more sequences of
+    the grid's largest size, and a call of more sequences than the grid's largest as that
+    call scaled by the ratio (forward time grows linearly in tokens once compute-bound, as
+    prefills are).
     """
 
     base: CostModel
@@ -118,24 +125,37 @@ class StepCost(CostModel):
     k_max: int
     name: str = "serving step"
 
-    def _forward(self, stats: BatchStats):
+    def _call(self, S, n, c, rows_per_sequence=None):
+        """A uniform call of S sequences × n new tokens at context c, priced by the profile."""
         base = self.base
-        if not isinstance(base, ProfileCost):
-            return base.stats_time(stats)
-        S = np.maximum(stats.sequences, 1.0)
-        n = np.maximum(stats.mean_new_tokens, 1.0)
-        c = stats.mean_context
+        S, n = np.maximum(S, 1.0), np.maximum(n, 1.0)
         n_max, b_max = float(base.new_tokens[-1]), float(base.batch[-1])
         over = n > n_max
-        S = np.where(over, S * n / n_max, S)
-        n = np.where(over, n_max, n)
-        scale = np.maximum(S / b_max, 1.0)
+        S_eff = np.where(over, S * n / n_max, S)
+        scale = np.maximum(S_eff / b_max, 1.0)
         c = np.clip(c, base.context[0], base.context[-1])
-        t = base.head_adjusted(base.lookup(np.minimum(S, b_max), n, c) * scale, stats)  # prefills keep one logit row
+        t = base.lookup(np.minimum(S_eff, b_max), np.where(over, n_max, n), c) * scale
+        if rows_per_sequence is None:
+            return t
+        zero = np.zeros(np.shape(t))
+        return base.head_adjusted(t, BatchStats(S + zero, S * n + zero, zero, zero, rows=S * rows_per_sequence + zero))
+
+    def _forward(self, stats: BatchStats):
+        if not isinstance(self.base, ProfileCost):
+            return self.base.stats_time(stats)
+        t = self._call(stats.sequences, stats.mean_new_tokens, stats.mean_context)
+        t = self.base.head_adjusted(t, stats)  # prefills keep one logit row
         return np.where(stats.sequences > 0, t, 0.0)
 
     def _time(self, stats: BatchStats):
-        t = self._forward(stats) + self.overhead + self.per_sequence * stats.sequences
+        own = self.overhead + self.per_sequence * stats.sequences
+        if isinstance(self.base, ProfileCost) and stats.padded is not None and stats.prefill is not None:
+            B, n, c = (stats.padded[..., i] for i in range(3))
+            verify = np.where(B > 0, self._call(B, n, c), 0.0)
+            joiners, tokens = stats.prefill[..., 0], stats.prefill[..., 1]
+            prefills = np.where(joiners > 0, joiners * self._call(1.0, tokens / np.maximum(joiners, 1.0), 0.0, rows_per_sequence=1.0), 0.0)
+            return verify + prefills + own
+        t = self._forward(stats) + own
         prefill = (stats.tokens > stats.sequences * (self.k_max + 1)) & (stats.sequences >= 2)
         one = float(self._forward(BatchStats.of_shape(1, 1, 0)))
         return np.where(prefill, t + one, t)

@@ -408,3 +408,29 @@ def test_step_cost_and_robust_fit():
     wide = StepCost(prof, 0.0, 0.0, k_max=8)
     assert wide.stats_time(BatchStats.of_batch(np.array([[16]]), np.array([[0]]))) == pytest.approx(16.0)  # as 2 x 8 tokens
     assert wide.stats_time(BatchStats.of_batch(np.array([[8] * 4]), np.array([[0] * 4]))) == pytest.approx(32.0)  # 2 x (2 x 8)
+
+
+def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
+    """A step the serving simulator describes (padded decode batch, prefilling joiners) is
+    priced as the real server computes it: the verification over the right-padded batch (the
+    most new tokens, the longest context) and one call per joiner keeping one logit row."""
+    from analysis.servecheck import StepCost
+    from sim.cost import ProfileCost
+    from sim.cost.base import BatchStats
+
+    B, N, C = (1, 2, 4), (1, 2, 4, 8, 64), (0, 128, 512)
+    b, n, c = np.meshgrid(B, N, C, indexing="ij")
+    prof = ProfileCost("m", B, N, C, 0.01 + 0.001 * b * n + 1e-5 * b * c, head_rows=(1, 64, 256), head_seconds=[1e-4, 6.4e-3, 2.56e-2])
+    cost = StepCost(prof, overhead=0.002, per_sequence=0.0005, k_max=4)
+    # two decoding sequences (3 and 5 new tokens, contexts 100 and 300) and one joiner of 64 prompt tokens
+    st = BatchStats(np.array([3.0]), np.array([72.0]), np.array([400.0]), np.array([0.0]), rows=np.array([9.0]),
+                    padded=np.array([[2.0, 5.0, 300.0]]), prefill=np.array([[1.0, 64.0]]))
+    verify = float(prof.lookup(2, 5, 300))  # as if both rows were fed 5 tokens over 300 cached
+    prefill = float(prof.shape_time(1, 64, 0, rows=1))
+    assert prefill == pytest.approx(float(prof.shape_time(1, 64, 0)) - 6.4e-3 + 1e-4)
+    assert cost.stats_time(st)[0] == pytest.approx(verify + prefill + 0.002 + 3 * 0.0005)
+    # the serving simulator's steps carry that description
+    from sim.serving.replica import _stats
+
+    s = _stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0))
+    assert s.padded.tolist() == [[2.0, 5.0, 300.0]] and s.prefill.tolist() == [[1.0, 64.0]] and s.rows.tolist() == [9.0]

@@ -48,6 +48,11 @@ class BatchStats:
     rows      : logit rows the call keeps (None: one per new token); a prefill keeps one.
                 Backends that time the output head apart (a profile's head table) price it
                 over these rows; the others over every new token
+    padded    : optional (..., 3) array: the decoding sequences as a right-padded batch —
+                their number, the most new tokens and the longest context among them
+    prefill   : optional (..., 2) array: the prefilling sequences and their new tokens.
+                The backends price the sums above; a model of a server that pads its batch
+                and prefills apart (``analysis.servecheck.StepCost``) reads these two
     """
 
     sequences: np.ndarray
@@ -55,6 +60,8 @@ class BatchStats:
     cached: np.ndarray
     pairs: np.ndarray
     rows: np.ndarray | None = None
+    padded: np.ndarray | None = None
+    prefill: np.ndarray | None = None
 
     @classmethod
     def of_batch(cls, new_tokens, context=0) -> "BatchStats":

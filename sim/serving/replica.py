@@ -92,11 +92,14 @@ def _stats(n: np.ndarray, c: np.ndarray, pre=None) -> BatchStats:
     pairs *= nf
     out = [act.sum(axis=-1).astype(np.float64), nf.sum(axis=-1), cf.sum(axis=-1).astype(np.float64), pairs.sum(axis=-1)]
     rows = out[1].copy()
+    padded = np.stack([out[0], nf.max(axis=-1, initial=0.0), cf.max(axis=-1, initial=0).astype(np.float64)], axis=-1)
+    prefill = np.zeros(out[0].shape + (2,))
     if pre is not None:
         for x, v in zip(out, pre):
             x[0] += v
         rows[0] += pre[0]
-    return BatchStats(*out, rows=rows)
+        prefill[0] = pre[0], pre[1]
+    return BatchStats(*out, rows=rows, padded=padded, prefill=prefill)
 
 
 class Replica:
