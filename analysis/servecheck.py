@@ -16,8 +16,9 @@ A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
   (``costs_from``: a calibration run, out of sample), or, without either, to the run's own
   calls (in-sample: says how well the *structure* of the simulator fits, not how well it
   predicts) — plus the server's **measured per-step
-  overhead** (its wall time outside model calls, and Max-Gram's proposal time), fitted as
-  a + b·B over the run's steps of B sequences (:class:`StepCost`).
+  overhead** (its wall time outside model calls, Max-Gram's proposal time, and the loop's
+  busy time between steps such as trace commits, :func:`busy_gaps`), fitted as a + b·B over
+  the run's steps of B sequences (:class:`StepCost`).
 
 Both runs are summarised by the same function (:func:`sim.serving.metrics.summarize_run`):
 TTFT, TPOT and end-to-end latency (p50, p90) and throughput, predicted against measured,
@@ -49,7 +50,7 @@ from sim.serving.metrics import summarize_run
 from sim.serving.scheduler import SchedulerConfig
 from sim.serving.workload import Workload
 
-__all__ = ["StepCost", "AffineCost", "robust_nnls", "realised_process", "check_serve", "CHECKED"]
+__all__ = ["StepCost", "AffineCost", "robust_nnls", "realised_process", "busy_gaps", "check_serve", "CHECKED"]
 
 #: The metrics check-serve compares: (name, summary key, statistic or None).
 CHECKED = (("ttft_p50", "ttft", "p50"), ("ttft_p90", "ttft", "p90"), ("tpot_p50", "tpot", "p50"), ("tpot_p90", "tpot", "p90"),
@@ -222,7 +223,28 @@ def _same_run_setup(meta: dict, other: dict, path) -> None:
                                 f"{meta.get(key)!r}); calibrate with a run of the same model on the same machine")
 
 
-def _costs(meta: dict, steps: list, members: list, profile, k_max: int, costs_from=None):
+def busy_gaps(steps: list, requests: list) -> np.ndarray:
+    """Per step, the server's time between its end and the next step's start that was not
+    idle: the loop's own work between steps (a trace commit, the progress bar). The server
+    idles only with nothing running and nothing arrived; then it sleeps until the next
+    arrival, and only what follows that arrival counts."""
+    arrival = np.array([r.arrival for r in requests], dtype=np.float64)
+    admitted = np.array([r.admitted for r in requests], dtype=np.float64)
+    finish = np.array([r.finish for r in requests], dtype=np.float64)
+    out = np.zeros(len(steps))
+    for i, (a, b) in enumerate(zip(steps, steps[1:])):
+        end = a.end
+        running = ((admitted <= end) & (finish > end + 1e-9)).any()
+        waiting = ((arrival <= end) & (admitted > end)).any()
+        if running or waiting:
+            out[i] = max(b.start - end, 0.0)
+        else:
+            later = arrival[arrival > end]
+            out[i] = max(b.start - max(end, later.min() if later.size else end), 0.0)
+    return out
+
+
+def _costs(meta: dict, steps: list, members: list, profile, k_max: int, costs_from=None, requests=()):
     """(target cost, description, overhead): a profile of this model and machine, an affine
     fit to another serving run's calls (``costs_from``), or an in-sample fit."""
     if profile is not None and costs_from is not None:
@@ -251,10 +273,11 @@ def _costs(meta: dict, steps: list, members: list, profile, k_max: int, costs_fr
         if not T:
             raise DraftsimError("the serving trace has no forward calls to fit costs to")
         base, what = AffineCost.fit(S, N, P, T), "affine fit to this run's forward calls (in-sample)"
-    # the server's own time per step (Max-Gram's proposals included), a + b·B
+    # the server's own time per step (Max-Gram's proposals included, and the time between
+    # this step and the next that was not spent waiting for an arrival), a + b·B
     statistical = meta.get("drafter") in ("maxgram", "bigram")
     B = np.array([s.batch + s.prefills for s in steps], dtype=np.float64)
-    own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps])
+    own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps]) + busy_gaps(steps, requests)
     a, b = robust_nnls(np.column_stack([np.ones(len(B)), B]), own)
     return StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max), what, {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)}
 
@@ -284,7 +307,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None) -> dict:
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
-    target, what, overhead = _costs(meta, steps, members, profile, policy.max_draft, costs_from)
+    target, what, overhead = _costs(meta, steps, members, profile, policy.max_draft, costs_from, reqs)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
     cfg = ServingConfig(policy, process, target, drafters, controller=controller,

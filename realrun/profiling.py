@@ -88,8 +88,9 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
 
     For each (batch, context) the KV cache is filled once with random tokens; each timed call
     feeds ``new_tokens`` more random tokens per sequence on top of it and is then cropped
-    away; then the output head alone is timed over 1, 2, 4, … rows (the head table, see
-    :class:`sim.cost.ProfileCost`). ``progress(1)`` is called after each grid point.
+    away; then, when the batch axis starts at 1, the batch-1 calls again keeping the last
+    row's logits only (the last-row table, see :class:`sim.cost.ProfileCost`).
+    ``progress(1)`` is called after each grid point.
     """
     torch = _torch()
     from transformers import DynamicCache
@@ -134,29 +135,36 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
                     seconds[i, j, k], spread[i, j, k] = _stats(samples)
                     if progress:
                         progress(1)
-        # the output head alone over 1, 2, 4, ... rows up to the grid's largest call: callers that
-        # keep fewer logit rows than they feed tokens (a prefill keeps one) are priced without the rest
-        head = model.get_output_embeddings()
-        hidden = model.config.hidden_size
-        head_rows = sorted({1 << e for e in range(int(np.log2(batch[-1] * new_tokens[-1])) + 1)} | {batch[-1] * new_tokens[-1]})
-        head_seconds = []
-        for rows in head_rows:
-            h = torch.randn((1, rows, hidden), generator=gen).to(device=dev, dtype=next(model.parameters()).dtype)
-            samples = []
-            for r in range(warmup + repeats):
-                sync()
-                t0 = time.perf_counter()
-                head(h)
-                sync()
-                if r >= warmup:
-                    samples.append(time.perf_counter() - t0)
-            head_seconds.append(_stats(samples)[0])
+        # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
+        # callers that keep fewer rows than they feed are priced without the rest
+        last = None
+        if batch[0] == 1:
+            last = np.zeros((len(new_tokens), len(context)))
+            for k, c in enumerate(context):
+                cache = None
+                if c > 0:
+                    cache = DynamicCache()
+                    model(torch.randint(vocab, (1, c), generator=gen).to(dev), past_key_values=cache, use_cache=True)
+                for j, n in enumerate(new_tokens):
+                    ids = torch.randint(vocab, (1, n), generator=gen).to(dev)
+                    samples = []
+                    for r in range(warmup + repeats):
+                        sync()
+                        t0 = time.perf_counter()
+                        model(ids, past_key_values=cache, use_cache=cache is not None, logits_to_keep=1)
+                        sync()
+                        dt = time.perf_counter() - t0
+                        if cache is not None:
+                            cache.crop(-n)
+                        if r >= warmup:
+                            samples.append(dt)
+                    last[j, k] = _stats(samples)[0]
     return ProfileCost(
         model=loaded.name, batch=tuple(batch), new_tokens=tuple(new_tokens), context=tuple(context), seconds=seconds, spread=spread,
         repeats=repeats, dtype=loaded.dtype, device=dev,
         fingerprint={"model": model_fingerprint(loaded), "machine": machine_fingerprint(dev)},
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        head_rows=tuple(head_rows), head_seconds=np.array(head_seconds),
+        last_row_seconds=last,
     )
 
 

@@ -126,7 +126,11 @@ class ServeTraceWriter:
 
     ``add(log, finished)`` is the server's ``on_step``: it commits when ``every`` seconds of
     run time passed since the last commit; ``close(log)`` commits the rest and marks the
-    trace complete. Commit time is spent inside the run's steps and shows as overhead.
+    trace complete. A chunk's records are copied between two steps and written by one
+    background thread (a Parquet chunk costs ~0.15 s of a 2-core CPU; the serving loop would
+    otherwise pause that long), in order; a failed write is raised at the next ``add`` or
+    at ``close``. What pause remains ``draftsim check-serve`` counts as the server's own time
+    (:func:`analysis.servecheck.busy_gaps`).
     """
 
     def __init__(self, path, metadata: dict, every: float = 5.0, clock=None):
@@ -145,29 +149,69 @@ class ServeTraceWriter:
         self.members_done = 0
         self.requests_done = 0
         self.chunks = 0
+        self.pending = None  # the background write in flight
 
     def add(self, log, finished) -> None:
         if self.clock() - self.last >= self.every:
-            self.commit(log)
+            self.commit(log, wait=False)
 
-    def commit(self, log) -> None:
+    def commit(self, log, wait: bool = True) -> None:
+        """Commit the records added since the last commit (in the background unless ``wait``)."""
         steps = log.steps[self.steps_done:]
         members = log.members[self.members_done:]
         reqs = log.requests[self.requests_done:]
         ids = {r.request for r in reqs}
         tokens = [t for t in log.tokens if t.request in ids]
-        if not steps and not reqs:
-            return
-        tables = {"steps": columns(steps, Step), "members": columns(members, Member), "requests": columns(reqs, RequestRecord),
-                  "tokens": columns(tokens, TokenRecord)}
-        self.writer.commit(f"chunk-{self.chunks:05d}", {"steps": len(steps), "requests": len(reqs)}, tables)
-        self.chunks += 1
         self.steps_done, self.members_done, self.requests_done = len(log.steps), len(log.members), len(log.requests)
         self.last = self.clock()
+        if steps or reqs:
+            name, info = f"chunk-{self.chunks:05d}", {"steps": len(steps), "requests": len(reqs)}
+            self.chunks += 1
+            self._finish_pending()
+
+            def write():
+                tables = {"steps": columns(steps, Step), "members": columns(members, Member),
+                          "requests": columns(reqs, RequestRecord), "tokens": columns(tokens, TokenRecord)}
+                self.writer.commit(name, info, tables)
+
+            if wait:
+                write()
+            else:
+                self.pending = _Write(write)
+        if wait:
+            self._finish_pending()
+
+    def _finish_pending(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.join()
 
     def close(self, log, **metadata) -> None:
         self.commit(log)
         self.writer.update_metadata(complete=True, **metadata)
+
+
+class _Write:
+    """One background chunk write: started at once; ``join`` waits and re-raises its error."""
+
+    def __init__(self, fn):
+        import threading
+
+        self.error = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # surfaced by join()
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 class ServeTrace(TraceFolder):

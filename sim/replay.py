@@ -154,7 +154,7 @@ class RunPricing:
     def recorded_call_seconds(self, model, n_tokens, rows=None) -> float:
         """Total seconds of individual calls (``model`` and ``n_tokens`` fed, one entry per
         call), each priced at its own size; ``rows``: the logit rows each call kept (default
-        all it fed; a profile with a head table prices only those)."""
+        all it fed; a profile with a last-row table prices only those)."""
         model = np.asarray(model, dtype=np.int64)
         n_tokens = np.asarray(n_tokens, dtype=np.int64)
         rows = n_tokens if rows is None else np.asarray(rows, dtype=np.int64)

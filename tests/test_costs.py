@@ -186,31 +186,34 @@ def toy_profile(**kw):
                        drafters={"maxgram": {"seconds_per_token": 1e-5}}, **kw), seconds
 
 
-def test_the_head_table_prices_the_logit_rows_a_call_keeps(tmp_path):
-    rows = (1, 2, 4, 8, 16, 32)
-    head = 0.0004 * np.array(rows, dtype=float)  # linear in rows
-    prof, seconds = toy_profile(head_rows=rows, head_seconds=head)
+def test_the_last_row_table_prices_the_logit_rows_a_call_keeps(tmp_path):
+    # toy_profile: 0.01 + 0.001·b·n + 1e-6·b·c; the same calls keeping one row save 0.0004 per other row
+    N, C = (1, 2, 4, 8), (0, 128, 512)
+    n_, c_ = np.meshgrid(N, C, indexing="ij")
+    last = 0.01 + 0.001 * n_ + 1e-6 * c_ - 0.0004 * (n_ - 1)
+    prof, seconds = toy_profile(last_row_seconds=last)
     b, n, c = 2, 8, 128
     full = float(prof.shape_time(b, n, c))
     assert float(prof.shape_time(b, n, c, rows=n)) == pytest.approx(full, rel=1e-12)  # every row: the measured call
-    assert float(prof.shape_time(b, n, c, rows=1)) == pytest.approx(full - 0.0004 * (b * n - b), rel=1e-9)
-    assert float(prof.head_time(64)) == pytest.approx(0.0004 * 64, rel=1e-9)  # linear past the table
+    assert float(prof.row_saving(n, c)) == pytest.approx(0.0004, rel=1e-9)
+    assert float(prof.shape_time(b, n, c, rows=1)) == pytest.approx(full - b * 7 * 0.0004, rel=1e-9)
+    assert float(prof.shape_time(1, 1, c, rows=1)) == pytest.approx(float(prof.shape_time(1, 1, c)))  # nothing to drop
     r = np.arange(1, 9)
     assert (np.diff(prof.shape_time(b, n, c, rows=r)) >= 0).all()  # more rows never cost less
-    prof.save(tmp_path / "h.json")
-    back = load_profile(tmp_path / "h.json")
-    assert back.head_rows == rows and np.array_equal(back.head_seconds, head)
     # the cost interface: a batch that keeps one row per sequence (prefills) costs the same as rows=1
     stats = BatchStats.of_shape(b, n, c)
     one_row = BatchStats(stats.sequences, stats.tokens, stats.cached, stats.pairs, rows=stats.sequences)
     assert float(prof.stats_time(one_row)) == pytest.approx(float(prof.shape_time(b, n, c, rows=1)), rel=1e-12)
     assert float(prof.stats_time(stats)) == pytest.approx(full, rel=1e-12)
-    plain, _ = toy_profile()  # no head table: rows are ignored (every row priced)
+    prof.save(tmp_path / "h.json")
+    back = load_profile(tmp_path / "h.json")
+    assert np.array_equal(back.last_row_seconds, last)
+    assert float(back.shape_time(b, n, c, rows=1)) == float(prof.shape_time(b, n, c, rows=1))
+    plain, _ = toy_profile()  # no last-row table: rows are ignored (every row priced)
     assert float(plain.shape_time(b, n, c, rows=1)) == full
-    for bad in ({"head_rows": rows}, {"head_rows": (2, 1), "head_seconds": [1.0, 2.0]}, {"head_rows": (1, 2), "head_seconds": [1.0]},
-                {"head_rows": (1, 2), "head_seconds": [1.0, float("nan")]}):
-        with pytest.raises(DraftsimError, match="head"):
-            toy_profile(**bad)
+    for bad in (last[:2], last * np.nan, -last):
+        with pytest.raises(DraftsimError, match="last_row_seconds"):
+            toy_profile(last_row_seconds=bad)
 
 
 def test_profile_hits_its_grid_points_and_round_trips(tmp_path):
@@ -409,7 +412,7 @@ def test_profile_command_on_a_tiny_model(capsys, tmp_path):
     for ax in range(3):  # grid points answer their measured medians, made non-decreasing along each axis
         mono = np.maximum.accumulate(mono, axis=ax)
     assert (prof.seconds > 0).all() and prof.shape_time(2, 3, 8) == pytest.approx(float(mono[1, 1, 1]))
-    assert prof.head_rows == (1, 2, 4, 6) and (prof.head_seconds > 0).all()  # the head over 1, 2, 4 rows and the grid's largest call
+    assert prof.last_row_seconds.shape == (2, 2) and (prof.last_row_seconds > 0).all()  # batch 1 again, keeping the last row
 
 
 def test_profile_bad_input_writes_nothing(capsys, tmp_path):

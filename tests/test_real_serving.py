@@ -265,6 +265,35 @@ def test_trace_round_trip_and_kill(target, drafters, tmp_path):
         ServeTrace(tmp_path / "t")
 
 
+def test_trace_commits_in_the_background_in_order(target, drafters, tmp_path):
+    """add() writes chunks on a background thread (the serving loop goes on); chunks land in
+    order, close() waits for them; a failed background write is raised, not lost."""
+    log = _log(target, drafters)
+    full = (list(log.steps), list(log.members), list(log.requests), list(log.tokens))
+    w = ServeTraceWriter(tmp_path / "t", {"target": "tiny:1", "requests": [[0, 1, 6]] * 4}, every=0.0)
+    cut = len(log.steps) // 2
+    log.steps, log.members = full[0][:cut], [m for m in full[1] if m.step < cut]
+    log.requests = [r for r in full[2] if r.finish <= full[0][cut - 1].end]
+    log.tokens = list(full[3])
+    w.add(log, [])  # the first half, in the background
+    log.steps, log.members, log.requests, log.tokens = full
+    w.add(log, [])  # the rest: waits for the first chunk, then writes in the background
+    w.close(log)
+    tr = ServeTrace(tmp_path / "t")
+    tr.require_complete()
+    assert tr.records("steps") == log.steps and tr.records("members") == log.members
+    assert sorted(tr.records("requests"), key=lambda r: r.request) == sorted(log.requests, key=lambda r: r.request)
+    bad = ServeTraceWriter(tmp_path / "u", {"target": "tiny:1", "requests": []}, every=0.0)
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    bad.writer.commit = broken
+    bad.add(log, [])
+    with pytest.raises(OSError, match="disk full"):
+        bad.close(log)
+
+
 def test_metrics_by_hand():
     reqs = [RequestRecord(0, 0.0, 5, 3, 3, 0.0, 1.0, 3.0, 0), RequestRecord(1, 1.0, 5, 2, 2, 1.0, 2.0, 4.0, 1)]
     toks = [TokenRecord(0, 0, 9, 1.0, 0), TokenRecord(0, 1, 9, 3.0, 2), TokenRecord(0, 2, 9, 3.0, 2),
@@ -420,14 +449,15 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
 
     B, N, C = (1, 2, 4), (1, 2, 4, 8, 64), (0, 128, 512)
     b, n, c = np.meshgrid(B, N, C, indexing="ij")
-    prof = ProfileCost("m", B, N, C, 0.01 + 0.001 * b * n + 1e-5 * b * c, head_rows=(1, 64, 256), head_seconds=[1e-4, 6.4e-3, 2.56e-2])
+    n1, c1 = np.meshgrid(N, C, indexing="ij")
+    prof = ProfileCost("m", B, N, C, 0.01 + 0.001 * b * n + 1e-5 * b * c, last_row_seconds=0.01 + 0.001 * n1 + 1e-5 * c1 - 1e-4 * (n1 - 1))
     cost = StepCost(prof, overhead=0.002, per_sequence=0.0005, k_max=4)
     # two decoding sequences (3 and 5 new tokens, contexts 100 and 300) and one joiner of 64 prompt tokens
     st = BatchStats(np.array([3.0]), np.array([72.0]), np.array([400.0]), np.array([0.0]), rows=np.array([9.0]),
                     padded=np.array([[2.0, 5.0, 300.0]]), prefill=np.array([[1.0, 64.0]]))
     verify = float(prof.lookup(2, 5, 300))  # as if both rows were fed 5 tokens over 300 cached
     prefill = float(prof.shape_time(1, 64, 0, rows=1))
-    assert prefill == pytest.approx(float(prof.shape_time(1, 64, 0)) - 6.4e-3 + 1e-4)
+    assert prefill == pytest.approx(float(prof.shape_time(1, 64, 0)) - 63 * 1e-4)
     assert cost.stats_time(st)[0] == pytest.approx(verify + prefill + 0.002 + 3 * 0.0005)
     # the serving simulator's steps carry that description
     from sim.serving.replica import _stats

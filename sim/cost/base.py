@@ -46,8 +46,8 @@ class BatchStats:
     cached    : Σ c_i over active sequences (KV entries read besides the new ones)
     pairs     : Σ n_i (c_i + (n_i + 1) / 2), the query–key pairs of causal attention
     rows      : logit rows the call keeps (None: one per new token); a prefill keeps one.
-                Backends that time the output head apart (a profile's head table) price it
-                over these rows; the others over every new token
+                A profile with a last-row table prices the rows not kept as saved; other
+                backends price every new token
     padded    : optional (..., 3) array: the decoding sequences as a right-padded batch —
                 their number, the most new tokens and the longest context among them
     prefill   : optional (..., 2) array: the prefilling sequences and their new tokens.

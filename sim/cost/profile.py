@@ -18,14 +18,15 @@ tokens and mean context of those sequences (exact for uniform batches).
 
 A timed forward computes the output head (logits) at every new token. Callers that keep
 fewer rows — a prefill needs the last row only, a drafter catching up on accepted tokens one
-— ask ``shape_time(..., rows=r)``: with the optional **head table** (``head_rows``,
-``head_seconds``: the output head alone over that many rows, measured by ``draftsim
-profile``) the call costs seconds(b, n, c) − head(b·n) + head(b·r); without it, every row.
+— ask ``shape_time(..., rows=r)``: with the optional **last-row table** (``last_row_seconds``:
+the same calls at batch 1 computing the last row's logits only, measured by ``draftsim
+profile``) each row not kept saves (t(1, n, c) − t_last(1, n, c)) / (n − 1); without it,
+every row is priced.
 
 File format (JSON, ``schema`` "draftsim.cost-profile", ``version`` 1): the grid axes,
 median seconds and spread (half the inter-quartile range) per grid point, repeats, the
-drafters' proposal seconds per token, optionally the head table (``head_rows``,
-``head_seconds``; files without it price every row), and a fingerprint of the model (name, dtype,
+drafters' proposal seconds per token, optionally the last-row table (``last_row_seconds``,
+new tokens × context at batch 1; files without it price every row), and a fingerprint of the model (name, dtype,
 architecture hash) and of the machine (CPU/GPU model, cores, torch version). Written
 atomically, validated on read.
 """
@@ -71,8 +72,7 @@ class ProfileCost(CostModel):
     drafters: dict = field(default_factory=dict)
     created: str = ""
     extrapolate: str = "refuse"
-    head_rows: tuple | None = None
-    head_seconds: np.ndarray | None = None
+    last_row_seconds: np.ndarray | None = None
 
     def __post_init__(self):
         axes = []
@@ -93,17 +93,15 @@ class ProfileCost(CostModel):
             self.spread = np.asarray(self.spread, dtype=np.float64)
             if self.spread.shape != shape:
                 raise DraftsimError(f"profile spread must have shape {shape}; got {self.spread.shape}")
-        if (self.head_rows is None) != (self.head_seconds is None):
-            raise DraftsimError("a profile's head table needs both head_rows and head_seconds")
-        if self.head_rows is not None:
-            hr = np.asarray(self.head_rows)
-            hs = np.asarray(self.head_seconds, dtype=np.float64)
-            if hr.ndim != 1 or hr.size < 1 or not np.issubdtype(hr.dtype, np.integer) or (hr < 1).any() or (np.diff(hr) <= 0).any():
-                raise DraftsimError(f"profile head_rows must be strictly increasing integers >= 1; got {hr.tolist()}")
-            if hs.shape != hr.shape or not (np.isfinite(hs).all() and (hs > 0).all()):
-                raise DraftsimError("profile head_seconds must hold one finite time > 0 per head row count")
-            self.head_rows, self.head_seconds = tuple(int(x) for x in hr), hs
-            self._head_log = np.log(np.maximum.accumulate(hs))
+        self._last = None
+        if self.last_row_seconds is not None:
+            last = np.asarray(self.last_row_seconds, dtype=np.float64)
+            if last.shape != shape[1:] or not (np.isfinite(last).all() and (last > 0).all()):
+                raise DraftsimError(f"profile last_row_seconds must hold finite times > 0 of shape {shape[1:]} (new_tokens x context)")
+            if self.batch[0] != 1:
+                raise DraftsimError("a profile's last_row_seconds are batch-1 calls: its batch axis must start at 1")
+            self.last_row_seconds = last
+            self._last = ProfileCost(self.model, (1,), self.new_tokens, self.context, last[None], extrapolate="clamp")
         if self.extrapolate not in ("refuse", "clamp"):
             raise DraftsimError(f"extrapolate must be 'refuse' or 'clamp'; got {self.extrapolate!r}")
         mono = self.seconds
@@ -219,28 +217,26 @@ class ProfileCost(CostModel):
         out = lo + w0 * (along1(base + d0) - lo)
         return np.exp(out)[()]
 
-    def head_time(self, rows) -> np.ndarray:
-        """Seconds of the output head over ``rows`` rows (log-log interpolation in the head
-        table, linear in rows beyond its ends: the head is a matrix product over rows)."""
-        if self.head_rows is None:
-            raise DraftsimError(f"the profile of {self.model} has no head table; measure it again with draftsim profile")
-        r = np.maximum(np.asarray(rows, dtype=np.float64), 1.0)
-        g = np.log(np.asarray(self.head_rows, dtype=np.float64))
-        lo, hi = self.head_rows[0], self.head_rows[-1]
-        inside = np.exp(np.interp(np.log(np.clip(r, lo, hi)), g, self._head_log))
-        return np.where(r > hi, inside * r / hi, np.where(r < lo, inside * r / lo, inside))[()]
+    def row_saving(self, new_tokens, context) -> np.ndarray:
+        """Seconds a call of ``new_tokens`` at ``context`` saves per logit row it does not
+        compute (0 without a last-row table, and for one-token calls)."""
+        n = np.maximum(np.asarray(new_tokens, dtype=np.float64), 1.0)
+        if self._last is None:
+            return np.zeros(np.shape(n))[()]
+        c = np.asarray(context, dtype=np.float64)
+        saved = self.lookup(1.0, n, c) - self._last.lookup(1.0, n, c)
+        return np.where(n > 1, np.maximum(saved, 0.0) / np.maximum(n - 1, 1.0), 0.0)[()]
 
     # -- the cost interface ----------------------------------------------------------------------
     def shape_time(self, batch, new_tokens, context=0, rows=None) -> np.ndarray:
         """Seconds of a call of ``batch`` sequences × ``new_tokens`` at ``context``; ``rows``:
         logit rows kept per sequence (default all new tokens; see the module docstring)."""
         t = self._shape_time(batch, new_tokens, context)
-        if rows is None or self.head_rows is None:
+        if rows is None or self._last is None:
             return t
         b, n = np.asarray(batch, dtype=np.float64), np.asarray(new_tokens, dtype=np.float64)
-        r = np.minimum(np.asarray(rows, dtype=np.float64), n)
-        # never below the head-free share of the call (the head cannot take more than the whole call)
-        return np.maximum(t - self.head_time(b * n) + self.head_time(b * r), 0.05 * t)[()]
+        dropped = b * (n - np.minimum(np.asarray(rows, dtype=np.float64), n))
+        return (t - dropped * self.row_saving(n, context))[()]
 
     def _shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
         values = [np.asarray(v) for v in (batch, new_tokens, context)]
@@ -263,11 +259,11 @@ class ProfileCost(CostModel):
 
     def head_adjusted(self, t, stats: BatchStats) -> np.ndarray:
         """``t`` (a call's time with logits at every new token) for the logit rows ``stats``
-        keeps: without the head over the rows it does not (no change without a head table)."""
-        if stats.rows is None or self.head_rows is None:
+        keeps (no change without a last-row table or ``stats.rows``)."""
+        if stats.rows is None or self._last is None:
             return t
-        rows = np.minimum(stats.rows, stats.tokens)
-        return np.maximum(t - self.head_time(stats.tokens) + self.head_time(rows), 0.05 * t)
+        dropped = np.maximum(stats.tokens - stats.rows, 0.0)
+        return t - dropped * self.row_saving(stats.mean_new_tokens, stats.mean_context)
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         # measured: no decomposition; call it overhead-bound where it costs no more than a
@@ -285,7 +281,7 @@ class ProfileCost(CostModel):
             "batch": list(self.batch), "new_tokens": list(self.new_tokens), "context": list(self.context),
             "seconds": self.seconds.tolist(), "spread": None if self.spread is None else self.spread.tolist(),
             "drafters": self.drafters,
-            **({"head_rows": list(self.head_rows), "head_seconds": self.head_seconds.tolist()} if self.head_rows is not None else {}),
+            **({"last_row_seconds": self.last_row_seconds.tolist()} if self.last_row_seconds is not None else {}),
         }
 
     def save(self, path) -> None:
@@ -327,7 +323,7 @@ def load_profile(path, extrapolate: str = "refuse") -> ProfileCost:
             seconds=doc["seconds"], spread=doc.get("spread"), repeats=int(doc.get("repeats", 1)), dtype=str(doc.get("dtype", "")),
             device=str(doc.get("device", "")), fingerprint=doc["fingerprint"] or {}, drafters=doc.get("drafters") or {},
             created=str(doc.get("created", "")), extrapolate=extrapolate,
-            head_rows=doc.get("head_rows"), head_seconds=doc.get("head_seconds"),
+            last_row_seconds=doc.get("last_row_seconds"),
         )
     except (TypeError, ValueError) as exc:
         raise DraftsimError(f"{path}: invalid profile: {exc}") from None
