@@ -139,13 +139,13 @@ class StepCost(CostModel):
         if rows_per_sequence is None:
             return t
         zero = np.zeros(np.shape(t))
-        return base.head_adjusted(t, BatchStats(S + zero, S * n + zero, zero, zero, rows=S * rows_per_sequence + zero))
+        return base.rows_adjusted(t, BatchStats(S + zero, S * n + zero, zero, zero, rows=S * rows_per_sequence + zero))
 
     def _forward(self, stats: BatchStats):
         if not isinstance(self.base, ProfileCost):
             return self.base.stats_time(stats)
         t = self._call(stats.sequences, stats.mean_new_tokens, stats.mean_context)
-        t = self.base.head_adjusted(t, stats)  # prefills keep one logit row
+        t = self.base.rows_adjusted(t, stats)  # prefills keep one logit row
         return np.where(stats.sequences > 0, t, 0.0)
 
     def _time(self, stats: BatchStats):

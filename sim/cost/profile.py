@@ -223,9 +223,11 @@ class ProfileCost(CostModel):
         n = np.maximum(np.asarray(new_tokens, dtype=np.float64), 1.0)
         if self._last is None:
             return np.zeros(np.shape(n))[()]
-        c = np.asarray(context, dtype=np.float64)
-        saved = self.lookup(1.0, n, c) - self._last.lookup(1.0, n, c)
-        return np.where(n > 1, np.maximum(saved, 0.0) / np.maximum(n - 1, 1.0), 0.0)[()]
+        # outside the grid: the saving per row at its edge
+        ng = np.clip(n, self.new_tokens[0], self.new_tokens[-1])
+        c = np.clip(np.asarray(context, dtype=np.float64), self.context[0], self.context[-1])
+        saved = self.lookup(1.0, ng, c) - self._last.lookup(1.0, ng, c)
+        return np.where((n > 1) & (ng > 1), np.maximum(saved, 0.0) / np.maximum(ng - 1, 1.0), 0.0)[()]
 
     # -- the cost interface ----------------------------------------------------------------------
     def shape_time(self, batch, new_tokens, context=0, rows=None) -> np.ndarray:
@@ -255,9 +257,9 @@ class ProfileCost(CostModel):
         b = np.where(active, stats.sequences, self.batch[0])
         n = np.where(active, stats.mean_new_tokens, self.new_tokens[0])
         c = np.where(active, stats.mean_context, self.context[0])
-        return self.head_adjusted(self.lookup(b, n, c), stats)
+        return self.rows_adjusted(self.lookup(b, n, c), stats)
 
-    def head_adjusted(self, t, stats: BatchStats) -> np.ndarray:
+    def rows_adjusted(self, t, stats: BatchStats) -> np.ndarray:
         """``t`` (a call's time with logits at every new token) for the logit rows ``stats``
         keeps (no change without a last-row table or ``stats.rows``)."""
         if stats.rows is None or self._last is None:
