@@ -110,55 +110,43 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     spread = np.zeros_like(seconds)
     model = loaded.model
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
+
+    def grid(b: int, **call) -> np.ndarray:
+        """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
+        the cache filled once per context, each timed call cropped away after it."""
+        out = np.zeros((len(new_tokens), len(context), 2))
+        for k, c in enumerate(context):
+            cache = None
+            if c > 0:
+                cache = DynamicCache()
+                model(torch.randint(vocab, (b, c), generator=gen).to(dev), past_key_values=cache, use_cache=True)
+            for j, n in enumerate(new_tokens):
+                ids = torch.randint(vocab, (b, n), generator=gen).to(dev)
+                samples = []
+                for r in range(warmup + repeats):
+                    sync()
+                    t0 = time.perf_counter()
+                    model(ids, past_key_values=cache, use_cache=cache is not None, **call)
+                    sync()
+                    dt = time.perf_counter() - t0
+                    if cache is not None:
+                        cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)
+                    if r >= warmup:
+                        samples.append(dt)
+                out[j, k] = _stats(samples)
+                if progress and not call:
+                    progress(1)
+        return out
+
     with torch.inference_mode():
         for _ in range(2):  # first calls of a process are slow (allocations, kernel selection)
             model(torch.randint(vocab, (batch[0], new_tokens[0]), generator=gen).to(dev))
         for i, b in enumerate(batch):
-            for k, c in enumerate(context):
-                cache = None
-                if c > 0:
-                    cache = DynamicCache()
-                    model(torch.randint(vocab, (b, c), generator=gen).to(dev), past_key_values=cache, use_cache=True)
-                for j, n in enumerate(new_tokens):
-                    ids = torch.randint(vocab, (b, n), generator=gen).to(dev)
-                    samples = []
-                    for r in range(warmup + repeats):
-                        sync()
-                        t0 = time.perf_counter()
-                        model(ids, past_key_values=cache, use_cache=cache is not None)
-                        sync()
-                        dt = time.perf_counter() - t0
-                        if cache is not None:
-                            cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)
-                        if r >= warmup:
-                            samples.append(dt)
-                    seconds[i, j, k], spread[i, j, k] = _stats(samples)
-                    if progress:
-                        progress(1)
+            timed = grid(b)
+            seconds[i], spread[i] = timed[..., 0], timed[..., 1]
         # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
         # callers that keep fewer rows than they feed are priced without the rest
-        last = None
-        if batch[0] == 1:
-            last = np.zeros((len(new_tokens), len(context)))
-            for k, c in enumerate(context):
-                cache = None
-                if c > 0:
-                    cache = DynamicCache()
-                    model(torch.randint(vocab, (1, c), generator=gen).to(dev), past_key_values=cache, use_cache=True)
-                for j, n in enumerate(new_tokens):
-                    ids = torch.randint(vocab, (1, n), generator=gen).to(dev)
-                    samples = []
-                    for r in range(warmup + repeats):
-                        sync()
-                        t0 = time.perf_counter()
-                        model(ids, past_key_values=cache, use_cache=cache is not None, logits_to_keep=1)
-                        sync()
-                        dt = time.perf_counter() - t0
-                        if cache is not None:
-                            cache.crop(-n)
-                        if r >= warmup:
-                            samples.append(dt)
-                    last[j, k] = _stats(samples)[0]
+        last = grid(1, logits_to_keep=1)[..., 0] if batch[0] == 1 else None
     return ProfileCost(
         model=loaded.name, batch=tuple(batch), new_tokens=tuple(new_tokens), context=tuple(context), seconds=seconds, spread=spread,
         repeats=repeats, dtype=loaded.dtype, device=dev,
