@@ -125,6 +125,7 @@ class StepCost(CostModel):
     per_sequence: float
     k_max: int
     name: str = "serving step"
+    step_shape = True  # reads BatchStats.padded/prefill (a class attribute, not a field)
 
     def _call(self, S, n, c, rows_per_sequence=None):
         """A uniform call of S sequences × n new tokens at context c, priced by the profile."""
@@ -244,7 +245,7 @@ def busy_gaps(steps: list, requests: list) -> np.ndarray:
     return out
 
 
-def _costs(meta: dict, steps: list, members: list, profile, k_max: int, costs_from=None, requests=()):
+def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_max: int, costs_from=None):
     """(target cost, description, overhead): a profile of this model and machine, an affine
     fit to another serving run's calls (``costs_from``), or an in-sample fit."""
     if profile is not None and costs_from is not None:
@@ -307,7 +308,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None) -> dict:
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
-    target, what, overhead = _costs(meta, steps, members, profile, policy.max_draft, costs_from, reqs)
+    target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
     cfg = ServingConfig(policy, process, target, drafters, controller=controller,

@@ -462,5 +462,6 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
     # the serving simulator's steps carry that description
     from sim.serving.replica import _stats
 
-    s = _stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0))
+    assert cost.step_shape and not prof.step_shape
+    s = _stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0), shape=True)
     assert s.padded.tolist() == [[2.0, 5.0, 300.0]] and s.prefill.tolist() == [[1.0, 64.0]] and s.rows.tolist() == [9.0]

@@ -52,7 +52,7 @@ class BatchStats:
                 their number, the most new tokens and the longest context among them
     prefill   : optional (..., 2) array: the prefilling sequences and their new tokens.
                 The backends price the sums above; a model of a server that pads its batch
-                and prefills apart (``analysis.servecheck.StepCost``) reads these two
+                and prefills apart (``analysis.servecheck.StepCost``, ``step_shape``) reads these two
     """
 
     sequences: np.ndarray
@@ -131,6 +131,9 @@ class CostModel:
 
     #: A short human-readable description (model, hardware, backend).
     name: str = "cost model"
+    #: Whether the model reads a step's make-up (``BatchStats.padded``/``prefill``); the
+    #: serving simulator fills those only for such models (they cost a step its time).
+    step_shape: bool = False
 
     def _time(self, stats: BatchStats) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -79,10 +79,11 @@ class _Window:
                  "kv", "finish_step", "plan", "prefill_done")
 
 
-def _stats(n: np.ndarray, c: np.ndarray, pre=None) -> BatchStats:
+def _stats(n: np.ndarray, c: np.ndarray, pre=None, shape: bool = False) -> BatchStats:
     """BatchStats over the last axis of new tokens ``n`` and contexts ``c`` (no checks: the
     replica builds valid arrays); ``pre`` = (sequences, tokens, cached, pairs) of prefill
-    chunks added to the first row. Logit rows: one per verified token, one per prefill chunk."""
+    chunks added to the first row. Logit rows: one per verified token, one per prefill chunk.
+    With ``shape``, also the step's make-up (``padded``, ``prefill``)."""
     act = n > 0
     nf = n.astype(np.float64)
     cf = c * act
@@ -92,13 +93,16 @@ def _stats(n: np.ndarray, c: np.ndarray, pre=None) -> BatchStats:
     pairs *= nf
     out = [act.sum(axis=-1).astype(np.float64), nf.sum(axis=-1), cf.sum(axis=-1).astype(np.float64), pairs.sum(axis=-1)]
     rows = out[1].copy()
-    padded = np.stack([out[0], nf.max(axis=-1, initial=0.0), cf.max(axis=-1, initial=0).astype(np.float64)], axis=-1)
-    prefill = np.zeros(out[0].shape + (2,))
+    padded = prefill = None
+    if shape:
+        padded = np.stack([out[0], nf.max(axis=-1, initial=0.0), cf.max(axis=-1, initial=0).astype(np.float64)], axis=-1)
+        prefill = np.zeros(out[0].shape + (2,))
     if pre is not None:
         for x, v in zip(out, pre):
             x[0] += v
         rows[0] += pre[0]
-        prefill[0] = pre[0], pre[1]
+        if shape:
+            prefill[0] = pre[0], pre[1]
     return BatchStats(*out, rows=rows, padded=padded, prefill=prefill)
 
 
@@ -276,7 +280,7 @@ class Replica:
         # step times
         n_t = np.where(active, d + 1, 0)
         c_t = ctx - 1
-        target_stats = _stats(n_t, c_t, pre if n_prefill else None)
+        target_stats = _stats(n_t, c_t, pre if n_prefill else None, shape=eng.target.step_shape)
         time = eng.target.stats_time(target_stats).astype(np.float64)
         draft_time = np.zeros(W)
         for m, model in enumerate(eng.drafters):
