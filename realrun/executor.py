@@ -49,7 +49,7 @@ from sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 from .drafters import Drafter, NeuralDraft
 from .models import LoadedModel, same_tokenizer, sync
 
-__all__ = ["Sampling", "RunLog", "CachedLM", "RoundResult", "decode", "generate", "token_cascade",
+__all__ = ["Sampling", "RunLog", "CachedLM", "RoundResult", "decode", "generate", "prefill", "token_cascade",
            "check_context", "check_drafters", "check_sampling", "eos_id"]
 
 _now = time.perf_counter
@@ -299,6 +299,19 @@ def decode(log: RunLog, prompt: list[int], max_new_tokens: int, eos: int | None,
 
 # ---------------------------------------------------------------- chain drafting and verification
 
+def prefill(target: CachedLM, prompt: list[int], log: RunLog) -> None:
+    """The target reads everything but the prompt's last token (the first round feeds it) in
+    a call of its own, timed and logged as the run's prefill (round −1)."""
+    if len(prompt) > 1:
+        dev = target.loaded.device
+        sync(dev)
+        t0 = _now()
+        target.logits(prompt[:-1], 1)
+        sync(dev)
+        log.prefill_seconds = _now() - t0
+        log.calls.append(Call(-1, 0, "prefill", target.fed, log.prefill_seconds))
+
+
 class _Run:
     """One chain generation: the models, their caches, the rules and the log."""
 
@@ -330,10 +343,8 @@ class _Run:
 
     def prefill(self, prompt: list[int]) -> None:
         """Feed the target everything but the prompt's last token (the first round feeds it)."""
-        if len(prompt) > 1:
-            self.round = -1
-            self.call(0, "prefill", lambda: self.lms[0].logits(prompt[:-1], 1))
-            self.log.prefill_seconds = self.log.calls[-1].seconds
+        self.round = -1
+        prefill(self.lms[0], prompt, self.log)
 
     def step(self, context: list[int], budget: int) -> RoundResult:
         """One round (:func:`decode`): build the policy's draft, verify it with the target."""

@@ -26,6 +26,8 @@ from sim.cost.catalog import HardwareSpec, ModelSpec
 from sim.cost.profile import ProfileCost
 from sim.errors import DraftsimError, as_count
 
+from .models import sync
+
 __all__ = ["machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
 
 
@@ -109,7 +111,6 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     seconds = np.zeros((len(batch), len(new_tokens), len(context)))
     spread = np.zeros_like(seconds)
     model = loaded.model
-    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
 
     def grid(b: int, **call) -> np.ndarray:
         """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
@@ -124,10 +125,10 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
                 ids = torch.randint(vocab, (b, n), generator=gen).to(dev)
                 samples = []
                 for r in range(warmup + repeats):
-                    sync()
+                    sync(dev)
                     t0 = time.perf_counter()
                     model(ids, past_key_values=cache, use_cache=cache is not None, **call)
-                    sync()
+                    sync(dev)
                     dt = time.perf_counter() - t0
                     if cache is not None:
                         cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)

@@ -40,7 +40,7 @@ from sim.records import Call, DraftEvent
 from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
 
 from .drafters import NeuralDraft
-from .executor import CachedLM, RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id
+from .executor import CachedLM, RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id, prefill
 from .models import LoadedModel, sync
 
 __all__ = ["TreeForward", "Graph", "draft_graph", "verify_graph", "generate_tree", "TreeStats"]
@@ -351,13 +351,8 @@ def generate_tree(
     started = time.perf_counter()
     log = RunLog()
     tgt, dlm = CachedLM(target), CachedLM(drafter.loaded)
-    if prefill_apart and len(prompt) > 1:
-        sync(target.device)
-        t0 = time.perf_counter()
-        tgt.logits(prompt[:-1], 1)
-        sync(target.device)
-        log.prefill_seconds = time.perf_counter() - t0
-        log.calls.append(Call(-1, 0, "prefill", tgt.fed, log.prefill_seconds))
+    if prefill_apart:
+        prefill(tgt, prompt, log)
 
     def step(context: list[int], budget: int) -> RoundResult:
         round_ = len(log.rounds)
