@@ -223,6 +223,7 @@ def test_profile_hits_its_grid_points_and_round_trips(tmp_path):
     np.testing.assert_allclose(prof.lookup(b * 1.0, n * 1.0, c * 1.0), seconds, rtol=1e-12)  # float path = table path
     prof.save(tmp_path / "p.json")
     back = load_profile(tmp_path / "p.json")
+    assert back.monotone and not load_profile(tmp_path / "p.json", monotone=False).monotone
     assert (back.batch, back.new_tokens, back.context) == (prof.batch, prof.new_tokens, prof.context)
     np.testing.assert_array_equal(back.seconds, prof.seconds)
     assert back.fingerprint == prof.fingerprint and back.drafters == prof.drafters
@@ -240,6 +241,37 @@ def test_profile_interpolation_is_monotone_even_over_noisy_data(b, n, c, db, dn,
         assert p.shape_time(min(b + db, 4), n, c) >= t * (1 - 1e-12)
         assert p.shape_time(b, min(n + dn, 8), c) >= t * (1 - 1e-12)
         assert p.shape_time(b, n, min(c + dc, 512)) >= t * (1 - 1e-12)
+
+
+@given(b=st.sampled_from([1, 2, 4]), n=st.sampled_from([1, 2, 4, 8]), c=st.integers(0, 512), frac=st.floats(0, 1))
+def test_profile_follows_an_affine_cost_in_context_exactly(b, n, c, frac):
+    """A call's attention and KV reads grow linearly with its context: between context grid
+    points the profile interpolates time linearly, so an affine t(c) is priced exactly (at
+    integer and fractional contexts, table and float paths alike), and between batch and
+    new-token grid points power laws stay exact."""
+    prof, seconds = toy_profile()  # 0.01 + 0.001·b·n + 1e-6·b·c: affine in c
+    x = c + frac * (c < 512)
+    assert float(prof.shape_time(b, n, c)) == pytest.approx(0.01 + 0.001 * b * n + 1e-6 * b * c, rel=1e-12)
+    assert float(prof.lookup(float(b), float(n), x)) == pytest.approx(0.01 + 0.001 * b * n + 1e-6 * b * x, rel=1e-12)
+    B, N, C = (1, 4), (1, 8), (0, 256)
+    bb, nn, cc = np.meshgrid(B, N, C, indexing="ij")
+    power = ProfileCost("p", B, N, C, 0.02 * bb**0.7 * nn**0.4 * (1 + cc / 256))
+    bi, ni = (1 + 3 * frac), (1 + 7 * frac)
+    assert float(power.lookup(bi, ni, 0.0)) == pytest.approx(0.02 * bi**0.7 * ni**0.4, rel=1e-9)
+
+
+def test_a_profile_can_keep_its_medians_as_measured():
+    """On a CPU a forward of 16 token rows can cost less than one of 12 (the GEMM library
+    switches kernels): by default the profile lifts such a dip to the running maximum, with
+    ``monotone=False`` (what check-serve prices with) every grid point answers its median."""
+    B, N, C = (1, 2, 3, 4), (4,), (0, 128)
+    t = np.array([[[0.08, 0.09]], [[0.11, 0.12]], [[0.14, 0.15]], [[0.12, 0.13]]])  # 16 rows cheaper than 12
+    lifted, raw = ProfileCost("m", B, N, C, t), ProfileCost("m", B, N, C, t, monotone=False)
+    assert float(lifted.shape_time(4, 4, 0)) == pytest.approx(0.14) and float(raw.shape_time(4, 4, 0)) == pytest.approx(0.12)
+    b, n, c = np.meshgrid(B, N, C, indexing="ij")
+    np.testing.assert_allclose(raw.shape_time(b, n, c), t, rtol=1e-12)
+    np.testing.assert_allclose(raw.lookup(b * 1.0, n * 1.0, c * 1.0), t, rtol=1e-12)
+    assert float(raw.lookup(3.5, 4.0, 64.0)) < float(lifted.lookup(3.5, 4.0, 64.0))
 
 
 def test_profile_refuses_or_flags_shapes_outside_its_grid():
@@ -417,7 +449,7 @@ def test_profile_command_on_a_tiny_model(capsys, tmp_path):
 
 def test_profile_bad_input_writes_nothing(capsys, tmp_path):
     for argv, msg in ((["--batch", "0"], "batch must be an integer >= 1"), (["--drafters", "oracle"], "--drafters knows"),
-                      (["--out", str(tmp_path / "missing" / "p.json")], "does not exist")):
+                      (["--out", str(tmp_path / "missing" / "p.json")], "does not exist"), (["--path", "engine"], "invalid choice: 'engine'")):
         base = {"--model": "tiny:1", "--out": str(tmp_path / "p.json")}
         base.update(dict(zip(argv[::2], argv[1::2])))
         status, _, err = run(capsys, "profile", *[x for kv in base.items() for x in kv])

@@ -4,11 +4,18 @@
 a profile file; :class:`ProfileCost` reads it back and answers the cost interface by
 interpolation between grid points:
 
-* multilinear in log(time) over log(batch), log(new tokens) and log(1 + context), so power
-  laws between grid points are followed exactly;
-* monotone: the stored medians are first made non-decreasing along each axis (running
-  maximum; a bigger call never takes less time, noise below that is dropped), and
-  multilinear interpolation of data monotone along each axis stays monotone along each axis;
+* at each context grid point multilinear in log(time) over log(batch) and log(new tokens),
+  so power laws between grid points are followed exactly; between context grid points linear
+  in time (a call's attention FLOPs and KV-cache reads grow linearly with its context, so an
+  affine cost is followed exactly — interpolating in log–log space overpriced mid-grid
+  contexts by ~6% at batch 16 on this CPU);
+* monotone (by default): the stored medians are first made non-decreasing along each axis
+  (running maximum; noise that says a bigger call took less time is dropped), and
+  multilinear interpolation of data monotone along each axis stays monotone along each axis.
+  That is an assumption, and on this CPU a false one for some shapes: a forward of 16 token
+  rows costs ~25% less than one of 12–15 (the GEMM library switches kernels at 16 rows), so
+  pricing measured shapes as they are (``monotone=False``, what ``check-serve`` does) keeps
+  the medians as measured;
 * no extrapolation: a shape outside the grid raises :class:`~sim.errors.DraftsimError` naming
   the value and the grid's range (``extrapolate="clamp"`` answers with the nearest edge
   instead and :meth:`ProfileCost.outside` flags such shapes).
@@ -27,7 +34,8 @@ File format (JSON, ``schema`` "draftsim.cost-profile", ``version`` 1): the grid 
 median seconds and spread (half the inter-quartile range) per grid point, repeats, the
 drafters' proposal seconds per token, optionally the last-row table (``last_row_seconds``,
 new tokens × context at batch 1; files without it price every row), and a fingerprint of the model (name, dtype,
-architecture hash) and of the machine (CPU/GPU model, cores, torch version). Written
+architecture hash), of the machine (CPU/GPU model, cores, torch version) and of the forward
+call timed (``path``: ``model`` or ``server``, see :attr:`ProfileCost.path`). Written
 atomically, validated on read.
 """
 
@@ -73,6 +81,11 @@ class ProfileCost(CostModel):
     created: str = ""
     extrapolate: str = "refuse"
     last_row_seconds: np.ndarray | None = None
+    #: Interpolate between the medians made non-decreasing along each axis (robust to noise;
+    #: the default), or between the medians as measured: on a CPU a forward of 16 token rows
+    #: can cost less than one of 15 (the GEMM library switches kernels), which a monotone
+    #: table prices as the dearer one.
+    monotone: bool = True
 
     def __post_init__(self):
         axes = []
@@ -101,15 +114,17 @@ class ProfileCost(CostModel):
             if self.batch[0] != 1:
                 raise DraftsimError("a profile's last_row_seconds are batch-1 calls: its batch axis must start at 1")
             self.last_row_seconds = last
-            self._last = ProfileCost(self.model, (1,), self.new_tokens, self.context, last[None], extrapolate="clamp")
+            self._last = ProfileCost(self.model, (1,), self.new_tokens, self.context, last[None], extrapolate="clamp",
+                                     monotone=self.monotone)
         if self.extrapolate not in ("refuse", "clamp"):
             raise DraftsimError(f"extrapolate must be 'refuse' or 'clamp'; got {self.extrapolate!r}")
         mono = self.seconds
-        for ax in range(3):
+        for ax in range(3 if self.monotone else 0):
             mono = np.maximum.accumulate(mono, axis=ax)
         self._log_t = np.log(mono).ravel()
         self._strides = (shape[1] * shape[2], shape[2], 1)
-        self._coords = [np.log(a + (1.0 if name == "context" else 0.0)) for a, name in zip(axes, _AXES)]
+        # log(batch), log(new tokens); context linear (its cost is affine in the context)
+        self._coords = [np.log(axes[0].astype(np.float64)), np.log(axes[1].astype(np.float64)), axes[2].astype(np.float64)]
         self._luts = [self._lut(i, a) for i, a in enumerate(axes)]
         self.name = f"profile of {self.model} ({self.dtype}, {self.device})"
 
@@ -126,7 +141,7 @@ class ProfileCost(CostModel):
         g = self._coords[axis]
         if len(g) == 1:
             return np.zeros(x.shape, dtype=np.int64), np.zeros(x.shape)
-        lx = np.log(x + 1.0) if axis == 2 else np.log(np.maximum(x, 1e-300))
+        lx = x if axis == 2 else np.log(np.maximum(x, 1e-300))
         pos = np.interp(lx, g, np.arange(len(g), dtype=np.float64))
         i = np.minimum(pos.astype(np.int64), len(g) - 2)
         return i, pos - i
@@ -192,14 +207,14 @@ class ProfileCost(CostModel):
             k += tmp
             k += self._luts[2][0].take(c, out=tmp)
             w2 = self._luts[2][1].take(c)
-            lo = table.take(k)
-            if cols > 1:
+            lo = np.exp(table.take(k))
+            if cols > 1:  # linear in time along context
                 k += 1
-                hi = table.take(k)
+                hi = np.exp(table.take(k))
                 hi -= lo
                 hi *= w2
                 lo += hi
-            return np.exp(lo, out=lo).reshape(shape)[()]
+            return lo.reshape(shape)[()]
         (i0, w0), (i1, w1), (i2, w2) = self._locate(0, b), self._locate(1, n), self._locate(2, c)
         s0, s1, s2 = self._strides
         base = i0 * s0 + i1 * s1 + i2 * s2
@@ -207,15 +222,15 @@ class ProfileCost(CostModel):
         d0 = s0 if len(self.batch) > 1 else 0
         d1 = s1 if len(self.new_tokens) > 1 else 0
         d2 = s2 if len(self.context) > 1 else 0
-        # interpolate along context, then new tokens, then batch
-        def along2(k):
-            return lt[k] + w2 * (lt[k + d2] - lt[k])
+        # at the two context grid points around c: log time over log new tokens, then log batch;
+        # then linear in time along context (as the table path above)
         def along1(k):
-            lo = along2(k)
-            return lo + w1 * (along2(k + d1) - lo)
-        lo = along1(base)
-        out = lo + w0 * (along1(base + d0) - lo)
-        return np.exp(out)[()]
+            return lt[k] + w1 * (lt[k + d1] - lt[k])
+        def at_context(k):
+            lo = along1(k)
+            return np.exp(lo + w0 * (along1(k + d0) - lo))
+        lo = at_context(base)
+        return (lo + w2 * (at_context(base + d2) - lo))[()]
 
     def row_saving(self, new_tokens, context) -> np.ndarray:
         """Seconds a call of ``new_tokens`` at ``context`` saves per logit row it does not
@@ -290,6 +305,12 @@ class ProfileCost(CostModel):
         """Write the profile atomically (temp file + rename)."""
         atomic_write_json(path, self.to_dict())
 
+    @property
+    def path(self) -> str:
+        """The forward call the profile timed (``draftsim profile --path``): ``model`` (the
+        model's own call; profiles that do not say) or ``server`` (the batched serving loop's)."""
+        return str(self.fingerprint.get("path", "model"))
+
     def check_fingerprint(self, model: dict | None = None, machine: dict | None = None) -> None:
         """Raise unless the profile was measured for ``model`` on ``machine`` (the keys given)."""
         for what, expected in (("model", model), ("machine", machine)):
@@ -303,8 +324,9 @@ class ProfileCost(CostModel):
                                     f"{expected[k]!r} here; measure this one with draftsim profile")
 
 
-def load_profile(path, extrapolate: str = "refuse") -> ProfileCost:
-    """Read and validate a profile file written by :meth:`ProfileCost.save`."""
+def load_profile(path, extrapolate: str = "refuse", monotone: bool = True) -> ProfileCost:
+    """Read and validate a profile file written by :meth:`ProfileCost.save` (``monotone``: see
+    :attr:`ProfileCost.monotone`)."""
     try:
         with open(path) as fh:
             doc = json.load(fh)
@@ -325,7 +347,7 @@ def load_profile(path, extrapolate: str = "refuse") -> ProfileCost:
             seconds=doc["seconds"], spread=doc.get("spread"), repeats=int(doc.get("repeats", 1)), dtype=str(doc.get("dtype", "")),
             device=str(doc.get("device", "")), fingerprint=doc["fingerprint"] or {}, drafters=doc.get("drafters") or {},
             created=str(doc.get("created", "")), extrapolate=extrapolate,
-            last_row_seconds=doc.get("last_row_seconds"),
+            last_row_seconds=doc.get("last_row_seconds"), monotone=monotone,
         )
     except (TypeError, ValueError) as exc:
         raise DraftsimError(f"{path}: invalid profile: {exc}") from None
