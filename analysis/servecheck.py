@@ -125,11 +125,15 @@ class StepCost(CostModel):
     per_sequence: float
     k_max: int
     name: str = "serving step"
+    #: A profile that prices the joiners' prefill calls (default: ``base``): one of batch 1 and
+    #: long calls, so that ``base`` needs no long calls at every batch size.
+    prefill: ProfileCost | None = None
     step_shape = True  # reads BatchStats.padded/prefill (a class attribute, not a field)
 
-    def _call(self, S, n, c, rows_per_sequence=None):
-        """A uniform call of S sequences × n new tokens at context c, priced by the profile."""
-        base = self.base
+    def _call(self, S, n, c, rows_per_sequence=None, base=None):
+        """A uniform call of S sequences × n new tokens at context c, priced by the profile
+        (``base``, default :attr:`base`)."""
+        base = base or self.base
         S, n = np.maximum(S, 1.0), np.maximum(n, 1.0)
         n_max, b_max = float(base.new_tokens[-1]), float(base.batch[-1])
         over = n > n_max
@@ -155,7 +159,8 @@ class StepCost(CostModel):
             B, n, c = (stats.padded[..., i] for i in range(3))
             verify = np.where(B > 0, self._call(B, n, c), 0.0)
             joiners, tokens = stats.prefill[..., 0], stats.prefill[..., 1]
-            prefills = np.where(joiners > 0, joiners * self._call(1.0, tokens / np.maximum(joiners, 1.0), 0.0, rows_per_sequence=1.0), 0.0)
+            each = self._call(1.0, tokens / np.maximum(joiners, 1.0), 0.0, rows_per_sequence=1.0, base=self.prefill)
+            prefills = np.where(joiners > 0, joiners * each, 0.0)
             return verify + prefills + own
         t = self._forward(stats) + own
         prefill = (stats.tokens > stats.sequences * (self.k_max + 1)) & (stats.sequences >= 2)
@@ -245,20 +250,39 @@ def busy_gaps(steps: list, requests: list) -> np.ndarray:
     return out
 
 
-def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_max: int, costs_from=None):
-    """(target cost, description, overhead): a profile of this model and machine, an affine
-    fit to another serving run's calls (``costs_from``), or an in-sample fit."""
+def _profile_of(meta: dict, path) -> ProfileCost:
+    """A profile file of this trace's model and machine, with its medians as measured (a
+    server step's padded batch of 16 token rows can cost less than one of 15, see
+    :mod:`sim.cost.profile`, which a monotone table would price as the dearer one)."""
+    prof = load_profile(path, extrapolate="clamp", monotone=False)
+    model = meta.get("model", {})
+    try:
+        prof.check_fingerprint(model={k: model.get(k) for k in ("name", "dtype", "architecture")},
+                               machine={k: meta.get("machine", {}).get(k) for k in ("cpu", "cores", "device")})
+    except DraftsimError as exc:
+        raise DraftsimError(f"the profile {path} does not describe this trace's run: {exc}") from None
+    return prof
+
+
+def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_max: int, costs_from=None, prefill_profile=None):
+    """(target cost, description, overhead): a profile of this model and machine (and one for
+    the prefills), an affine fit to another serving run's calls (``costs_from``), or an
+    in-sample fit."""
     if profile is not None and costs_from is not None:
         raise DraftsimError("give --profile or --costs-from, not both")
+    if prefill_profile is not None and profile is None:
+        raise DraftsimError("--prefill-profile prices the prefills next to --profile; give --profile too")
+    prefill = None
     if profile is not None:
-        prof = load_profile(profile, extrapolate="clamp")
-        model = meta.get("model", {})
-        try:
-            prof.check_fingerprint(model={k: model.get(k) for k in ("name", "dtype", "architecture")},
-                                   machine={k: meta.get("machine", {}).get(k) for k in ("cpu", "cores", "device")})
-        except DraftsimError as exc:
-            raise DraftsimError(f"the profile {profile} does not describe this trace's run: {exc}") from None
-        base, what = prof, f"profile {profile}"
+        base = _profile_of(meta, profile)
+        if prefill_profile is not None:
+            prefill = _profile_of(meta, prefill_profile)
+            if prefill.batch[0] != 1 or prefill.context[0] != 0 or prefill.last_row_seconds is None:
+                raise DraftsimError(f"the prefill profile {prefill_profile} must start its batch axis at 1 and its context axis at "
+                                    "0 and hold a last-row table (draftsim profile --batch 1 --context 0 ...)")
+        paths = {base.path} | ({prefill.path} if prefill is not None else set())
+        what = f"profile {profile}" + (f", prefills from {prefill_profile}" if prefill is not None else "") + (
+            "" if paths == {"server"} else " (of the model's own call: the server's forward adds its ragged mask; profile --path server)")
     elif costs_from is not None:
         from realrun.servetrace import ServeTrace
 
@@ -280,7 +304,7 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
     B = np.array([s.batch + s.prefills for s in steps], dtype=np.float64)
     own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps]) + busy_gaps(steps, requests)
     a, b = robust_nnls(np.column_stack([np.ones(len(B)), B]), own)
-    return StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max), what, {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)}
+    return StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max, prefill=prefill), what, {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)}
 
 
 def _drafter_cost(meta: dict, steps: list) -> CostModel:
@@ -293,7 +317,7 @@ def _drafter_cost(meta: dict, steps: list) -> CostModel:
     return CallCost(secs / calls if calls else 0.0)
 
 
-def check_serve(path, profile=None, seed: int = 0, costs_from=None) -> dict:
+def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
     from realrun.servetrace import ServeTrace, run_record
 
@@ -308,7 +332,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None) -> dict:
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
-    target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from)
+    target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
     cfg = ServingConfig(policy, process, target, drafters, controller=controller,

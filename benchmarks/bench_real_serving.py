@@ -7,7 +7,9 @@
 Every run is a ``draftsim`` command (printed before it runs), so each number can be
 reproduced alone. Steps:
 
-1. **profile** — ``draftsim profile`` of the target on this machine (unless ``--profile``);
+1. **profile** — two ``draftsim profile --path server`` of the target on this machine (the
+   serving loop's own forward call): the steps' (every batch size to 16, few new tokens) and
+   the prefills' (batch 1, up to 512 tokens); unless ``--profile``;
 2. **plan** — the draft length k for Max-Gram from the planner (:func:`sim.plan.plan`): α =
    Max-Gram's greedy match rate with SmolLM2 in the embedded trace, c = Max-Gram's proposal
    time per token (the profile) over the target's one-token call, and the target's
@@ -104,7 +106,8 @@ def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
 
 def check(a, trace: Path, log, profile: bool = True) -> dict:
     """check-serve of a trace: costs from the profile, or (``profile=False``) fitted to the run's own calls."""
-    out = sh(["check-serve", str(trace), *(["--profile", str(a.profile)] if profile else []), "--json"], log)
+    given = ["--profile", str(a.profile)] + (["--prefill-profile", str(a.prefill_profile)] if a.prefill_profile else [])
+    out = sh(["check-serve", str(trace), *(given if profile else []), "--json"], log)
     return {r["metric"]: r for r in out}
 
 
@@ -132,7 +135,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2")
     p.add_argument("--out", default=str(ROOT / "figures" / "real-serving"))
-    p.add_argument("--profile")
+    p.add_argument("--profile", help="the server-path profile of the steps (default: taken here)")
+    p.add_argument("--prefill-profile", help="the server-path profile of the prefills (default: taken here, unless --profile)")
+    p.add_argument("--profile-batch", default=",".join(str(b) for b in range(1, 17)), help="batch sizes of the step profile taken here")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", help="cpu, cuda[:N] or auto, passed to every serve and profile (default: theirs)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="weights and activations for serve and profile (default float32)")
@@ -155,15 +160,20 @@ def main() -> int:
 
     # 1. profile
     if a.profile is None:
-        a.profile = str(out / "profile.json")
-        if not Path(a.profile).exists():
-            # 3 and 6 new tokens measured, not interpolated: a CPU forward's time steps between 3 and 4 tokens;
-            # up to 128 so that prefills of the bundled prompts are priced inside the grid (mostly)
-            args = ["profile", "--model", a.model, "--out", a.profile, "--batch", "1,2,4,8,16", "--new-tokens", "1,2,3,4,6,8,16,32,64,128",
-                    "--context", "0,128,512", "--repeats", "3", "--json"]
-            if a.threads:
-                args += ["--threads", str(a.threads)]
-            sh(args + device_args(a), log)
+        # two profiles of the server's forward: the steps' (every batch size: a CPU forward's time
+        # is not smooth in its token rows — 16 rows cost less than 15, 22 and 26 more than 24 —,
+        # so interpolating between batch sizes missed by 10-50%; few new tokens, as verification
+        # feeds k + 1, each of them measured: the time steps between 3 and 4 tokens) and the
+        # prefills' (batch 1, long calls, their last-row table)
+        a.profile, a.prefill_profile = str(out / "profile.json"), str(out / "profile-prefill.json")
+        grids = ((a.profile, ["--batch", a.profile_batch, "--new-tokens", "1,2,3,4,5,6,8", "--context", "0,128,256,512"]),
+                 (a.prefill_profile, ["--batch", "1", "--new-tokens", "1,2,4,8,16,32,48,64,96,128,192,256,384,512", "--context", "0"]))
+        for path, grid in grids:
+            if not Path(path).exists():
+                args = ["profile", "--model", a.model, "--path", "server", "--out", path, *grid, "--repeats", "3", "--json"]
+                if a.threads:
+                    args += ["--threads", str(a.threads)]
+                sh(args + device_args(a), log)
     from sim.cost import load_profile
 
     prof = load_profile(a.profile, extrapolate="clamp")

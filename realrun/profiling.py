@@ -28,7 +28,7 @@ from sim.errors import DraftsimError, as_count
 
 from .models import sync
 
-__all__ = ["machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
+__all__ = ["PATHS", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
 
 
 def _torch():
@@ -84,19 +84,86 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
     return [int(v) for v in arr]
 
 
+#: What a profile times: ``model`` — the model's own forward over a ``DynamicCache`` (no
+#: attention mask: the single-stream executors' calls); ``server`` — the batched serving
+#: loop's forward (:meth:`realrun.serving.BatchKV.forward`: an explicit ragged attention mask,
+#: position ids per row, the logit rows picked after the decoder), the calls ``draftsim
+#: serve`` makes and ``check-serve`` prices.
+PATHS = ("model", "server")
+
+
+class _ModelPath:
+    """The model's forward on a ``DynamicCache`` filled with ``c`` tokens per row; each timed
+    call is cropped away after it."""
+
+    def __init__(self, loaded, b: int, ids_c):
+        from transformers import DynamicCache
+
+        self.model, self.cache = loaded.model, None
+        if ids_c is not None:
+            self.cache = DynamicCache()
+            with _torch().inference_mode():
+                self.model(ids_c, past_key_values=self.cache, use_cache=True)
+
+    def feed(self, ids):
+        return ids
+
+    def call(self, ids, last_row: bool) -> None:
+        extra = {"logits_to_keep": 1} if last_row else {}
+        with _torch().inference_mode():
+            self.model(ids, past_key_values=self.cache, use_cache=self.cache is not None, **extra)
+
+    def undo(self, n: int) -> "_ModelPath":
+        if self.cache is not None:
+            self.cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)
+        return self
+
+
+class _ServerPath:
+    """The serving loop's forward (:class:`realrun.serving.BatchKV`) on rows holding ``c``
+    tokens each; each timed call is rolled back and trimmed as the server does after a
+    rejection. Without a context every call gets a fresh cache, as the server's prefills do."""
+
+    def __init__(self, loaded, b: int, ids_c):
+        from .serving import BatchKV
+
+        self.loaded, self.b, self.held = loaded, b, None
+        self.kv = BatchKV(loaded)
+        self.kv.add_rows(b)
+        if ids_c is not None:
+            self.held = ids_c.tolist()
+            self.kv.forward(self.held, [0] * b)
+
+    def feed(self, ids):
+        return ids.tolist()  # the server's feeds are token lists
+
+    def call(self, feeds, last_row: bool) -> None:
+        self.kv.forward(feeds, [1 if last_row else len(feeds[0])] * self.b)
+
+    def undo(self, n: int) -> "_ServerPath":
+        if self.held is None:
+            return _ServerPath(self.loaded, self.b, None)
+        for r, held in enumerate(self.held):
+            self.kv.rollback(r, held, len(held))
+        self.kv.trim()
+        return self
+
+
 def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], *, repeats: int = 5,
-                  warmup: int = 1, seed: int = 0, progress: Callable[[int], None] | None = None) -> ProfileCost:
+                  warmup: int = 1, seed: int = 0, progress: Callable[[int], None] | None = None, path: str = "model") -> ProfileCost:
     """Median forward seconds of ``loaded`` over the grid batch × new tokens × context.
 
     For each (batch, context) the KV cache is filled once with random tokens; each timed call
     feeds ``new_tokens`` more random tokens per sequence on top of it and is then cropped
     away; then, when the batch axis starts at 1, the batch-1 calls again keeping the last
-    row's logits only (the last-row table, see :class:`sim.cost.ProfileCost`).
+    row's logits only (the last-row table, see :class:`sim.cost.ProfileCost`). ``path``
+    says which forward is timed (:data:`PATHS`); the profile's fingerprint records it.
     ``progress(1)`` is called after each grid point.
     """
     torch = _torch()
-    from transformers import DynamicCache
 
+    if path not in PATHS:
+        raise DraftsimError(f"the forward path to profile is one of {', '.join(PATHS)}; got {path!r}")
     batch = _check_grid("batch", batch, 1)
     new_tokens = _check_grid("new_tokens", new_tokens, 1)
     context = _check_grid("context", context, 0)
@@ -111,47 +178,46 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     seconds = np.zeros((len(batch), len(new_tokens), len(context)))
     spread = np.zeros_like(seconds)
     model = loaded.model
+    Caller = _ServerPath if path == "server" else _ModelPath
 
-    def grid(b: int, **call) -> np.ndarray:
+    def grid(b: int, last_row: bool = False) -> np.ndarray:
         """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
-        the cache filled once per context, each timed call cropped away after it."""
+        the cache filled once per context, each timed call undone after it."""
         out = np.zeros((len(new_tokens), len(context), 2))
         for k, c in enumerate(context):
-            cache = None
-            if c > 0:
-                cache = DynamicCache()
-                model(torch.randint(vocab, (b, c), generator=gen).to(dev), past_key_values=cache, use_cache=True)
+            caller = Caller(loaded, b, torch.randint(vocab, (b, c), generator=gen).to(dev) if c > 0 else None)
             for j, n in enumerate(new_tokens):
-                ids = torch.randint(vocab, (b, n), generator=gen).to(dev)
+                feed = caller.feed(torch.randint(vocab, (b, n), generator=gen).to(dev))
                 samples = []
                 for r in range(warmup + repeats):
                     sync(dev)
                     t0 = time.perf_counter()
-                    model(ids, past_key_values=cache, use_cache=cache is not None, **call)
+                    caller.call(feed, last_row)
                     sync(dev)
                     dt = time.perf_counter() - t0
-                    if cache is not None:
-                        cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)
+                    caller = caller.undo(n)
                     if r >= warmup:
                         samples.append(dt)
                 out[j, k] = _stats(samples)
-                if progress and not call:
+                if progress and not last_row:
                     progress(1)
         return out
 
     with torch.inference_mode():
         for _ in range(2):  # first calls of a process are slow (allocations, kernel selection)
             model(torch.randint(vocab, (batch[0], new_tokens[0]), generator=gen).to(dev))
-        for i, b in enumerate(batch):
-            timed = grid(b)
-            seconds[i], spread[i] = timed[..., 0], timed[..., 1]
-        # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
-        # callers that keep fewer rows than they feed are priced without the rest
-        last = grid(1, logits_to_keep=1)[..., 0] if batch[0] == 1 else None
+    # each path enters inference mode where its caller does (the server's masks and cache
+    # bookkeeping are ordinary tensors)
+    for i, b in enumerate(batch):
+        timed = grid(b)
+        seconds[i], spread[i] = timed[..., 0], timed[..., 1]
+    # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
+    # callers that keep fewer rows than they feed are priced without the rest
+    last = grid(1, last_row=True)[..., 0] if batch[0] == 1 else None
     return ProfileCost(
         model=loaded.name, batch=tuple(batch), new_tokens=tuple(new_tokens), context=tuple(context), seconds=seconds, spread=spread,
         repeats=repeats, dtype=loaded.dtype, device=dev,
-        fingerprint={"model": model_fingerprint(loaded), "machine": machine_fingerprint(dev)},
+        fingerprint={"model": model_fingerprint(loaded), "machine": machine_fingerprint(dev), "path": path},
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         last_row_seconds=last,
     )

@@ -412,6 +412,59 @@ def test_check_serve_bad_input(served, tmp_path, capsys):
     assert main(["check-serve", str(served), "--costs-from", str(served), "--json"]) == 0  # calibrated on itself: in-sample
 
 
+def test_a_server_path_profile_times_the_serving_loops_own_forward(target, served, tmp_path, capsys):
+    """draftsim profile --path server times BatchKV.forward as the server calls it, and each
+    timed call is undone as the server undoes a rejection: the next call finds the cache as
+    the first did (the same logits), and a call without context starts from a fresh cache."""
+    from draftsim.cli import main
+    from realrun.profiling import _ServerPath
+
+    gen = torch.Generator().manual_seed(0)
+    caller = _ServerPath(target, 2, torch.randint(target.vocab_size, (2, 5), generator=gen))
+    held = [list(r) for r in caller.kv.ids]
+    feed = caller.feed(torch.randint(target.vocab_size, (2, 3), generator=gen))
+    first = caller.kv.forward(feed, [3, 3])
+    assert caller.kv.length == 8
+    caller = caller.undo(3)
+    assert caller.kv.ids == held and caller.kv.length == 5 and bool(caller.kv.valid.all())
+    again = caller.kv.forward(feed, [3, 3])
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(first, again))
+    fresh = _ServerPath(target, 1, None)
+    fresh.call(fresh.feed(torch.randint(target.vocab_size, (1, 4), generator=gen)), last_row=True)
+    assert fresh.undo(4).kv.rows == 1 and fresh.undo(4).kv.length == 0
+    # the CLI records the path in the profile's fingerprint; check-serve and check-sim read it
+    out = tmp_path / "server.json"
+    assert main(["profile", "--model", "tiny:1", "--path", "server", "--batch", "1,2", "--new-tokens", "1,4,16", "--context", "0,16",
+                 "--repeats", "1", "--drafters", "", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == "server"
+    from sim.cost import load_profile
+
+    prof = load_profile(out)
+    assert prof.path == "server" and prof.last_row_seconds is not None and (prof.seconds > 0).all()
+    assert main(["check-serve", str(served), "--profile", str(out), "--json"]) == 0
+    capsys.readouterr()
+    from analysis.servecheck import check_serve
+
+    assert check_serve(served, profile=out)["costs"] == f"profile {out}"
+    # the prefills from a profile of their own (batch 1, context 0, a last-row table)
+    pre = tmp_path / "prefill.json"
+    assert main(["profile", "--model", "tiny:1", "--path", "server", "--batch", "1", "--new-tokens", "1,8,64", "--context", "0",
+                 "--repeats", "1", "--drafters", "", "--out", str(pre)]) == 0
+    capsys.readouterr()
+    assert check_serve(served, profile=out, prefill_profile=pre)["costs"] == f"profile {out}, prefills from {pre}"
+    doc = json.loads(out.read_text())
+    doc.pop("last_row_seconds")
+    (tmp_path / "rowless.json").write_text(json.dumps(doc))
+    for argv, msg in ((["--prefill-profile", str(pre)], "give --profile too"),
+                      (["--profile", str(out), "--prefill-profile", str(tmp_path / "rowless.json")], "hold a last-row table")):
+        assert main(["check-serve", str(served), *argv]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1, err
+    prof.fingerprint.pop("path")  # a profile of the model's own call (or one from before paths): said so
+    prof.save(tmp_path / "model.json")
+    assert "the server's forward adds its ragged mask" in check_serve(served, profile=tmp_path / "model.json")["costs"]
+
+
 def test_step_cost_and_robust_fit():
     """The fit of step costs shrugs off a stall; a step of two or more sequences that
     prefills pays the prefill's own call; profile shapes beyond the grid keep their tokens."""
@@ -459,6 +512,13 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
     prefill = float(prof.shape_time(1, 64, 0, rows=1))
     assert prefill == pytest.approx(float(prof.shape_time(1, 64, 0)) - 63 * 1e-4)
     assert cost.stats_time(st)[0] == pytest.approx(verify + prefill + 0.002 + 3 * 0.0005)
+    # a second profile may price the prefills (batch 1, long calls): the step grid then needs none
+    NP = (1, 16, 64, 256)
+    longer = ProfileCost("m", (1,), NP, (0,), np.array([[[0.5 + 0.01 * n] for n in NP]]),
+                         last_row_seconds=np.array([[0.4 + 0.01 * n] for n in NP]))
+    both = StepCost(prof, overhead=0.002, per_sequence=0.0005, k_max=4, prefill=longer)
+    assert both.stats_time(st)[0] == pytest.approx(verify + float(longer.shape_time(1, 64, 0, rows=1)) + 0.002 + 3 * 0.0005)
+    assert float(longer.shape_time(1, 64, 0, rows=1)) == pytest.approx(0.4 + 0.64)
     # the serving simulator's steps carry that description
     from sim.serving.replica import _stats
 

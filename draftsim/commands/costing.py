@@ -274,6 +274,10 @@ def register(sub, common) -> None:
     p.add_argument("--drafters", default="maxgram,bigram", help="cheap drafters whose proposal time is measured ('' for none)")
     p.add_argument("--probe", metavar="HW.json", help="also measure this machine and write a local-cpu hardware catalog file")
     p.add_argument("--threads", type=a.count("threads", 1, 1024), help="torch CPU threads (default torch's; 1 is steadier on a busy machine)")
+    p.add_argument("--path", choices=("model", "server"), default="model",
+                   help="the forward call timed: model = the model's own call (what the single-stream executors make and "
+                   "check-sim prices, default); server = the batched serving loop's (ragged attention mask, per-row positions: "
+                   "what draftsim serve makes and check-serve prices)")
     p.add_argument("--seed", type=a.count("seed"), default=0)
     p.set_defaults(run=run_profile)
 
@@ -363,10 +367,10 @@ def run_profile(args: argparse.Namespace) -> int:
     points = len(args.batch) * len(args.new_tokens) * len(args.context)
     with count_bar(points, f"profiling {loaded.name}") as bar:
         prof = profile_model(loaded, args.batch, args.new_tokens, args.context, repeats=args.repeats, warmup=args.warmup,
-                             seed=args.seed, progress=bar.update)
+                             seed=args.seed, progress=bar.update, path=args.path)
     if drafter_names:
         prof.drafters = drafter_seconds(drafter_names, loaded.vocab_size)
-    result = {"profile": args.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "points": []}
+    result = {"profile": args.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "path": args.path, "points": []}
     comparison = None
     if args.probe:
         from sim.cost.roofline import fit_overhead
@@ -400,7 +404,7 @@ def run_profile(args: argparse.Namespace) -> int:
         a.emit_json(result)
         return 0
     rows = [[p["batch"], p["new_tokens"], p["context"], f"{p['seconds'] * 1e3:.3f}", f"{p['spread'] * 1e3:.3f}"] for p in result["points"]]
-    print(f"{loaded.name} ({loaded.dtype}, {loaded.device}), {args.repeats} repeats after {args.warmup} warm-up; load average "
+    print(f"{loaded.name} ({loaded.dtype}, {loaded.device}, {args.path} forward path), {args.repeats} repeats after {args.warmup} warm-up; load average "
           + " ".join(f"{x:.2f}" for x in result["load_average"]))
     print(format_table(["batch", "new tokens", "context", "median ms", "spread ms"], rows))
     for name, d in prof.drafters.items():

@@ -52,7 +52,10 @@ def register(sub, common) -> None:
                        "model and machine and the measured per-step overhead. Reports predicted against measured TTFT, TPOT, "
                        "end-to-end latency (p50, p90) and throughput with relative errors.")
     c.add_argument("trace", help="serving trace folder (draftsim serve --trace)")
-    c.add_argument("--profile", help="cost profile of the target on this machine (draftsim profile)")
+    c.add_argument("--profile", help="cost profile of the target on this machine (draftsim profile --path server)")
+    c.add_argument("--prefill-profile", metavar="FILE", help="a second profile that prices the joiners' prefills (batch 1, new "
+                   "tokens up to the longest prompt, its last-row table): the step grid then needs no long calls "
+                   "(default: --profile prices both)")
     c.add_argument("--costs-from", metavar="TRACE", help="fit the target's costs to another serving trace of the same model and "
                    "machine (a calibration run); default, without --profile: fitted to TRACE itself (in-sample)")
     c.set_defaults(run=run_check)
@@ -187,7 +190,7 @@ def _print_metrics(m: dict) -> None:
 def run_check(args: argparse.Namespace) -> int:
     from analysis.servecheck import check_serve
 
-    out = check_serve(args.trace, args.profile, costs_from=args.costs_from)
+    out = check_serve(args.trace, args.profile, costs_from=args.costs_from, prefill_profile=args.prefill_profile)
     if args.json:
         a.emit_json(out["metrics"])
         return 0
