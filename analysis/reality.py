@@ -25,10 +25,11 @@ from __future__ import annotations
 import numpy as np
 
 from sim import montecarlo
+from sim.errors import DraftsimError
 from sim.replay import fit_costs, replay_process, run_policy, run_pricing
 from sim.traces import RunTrace
 
-__all__ = ["check_run", "check_tree_run", "held_to_sim"]
+__all__ = ["check_run", "check_tree_run", "held_to_sim", "run_speed"]
 
 
 def _real_counts(trace: RunTrace) -> dict:
@@ -45,7 +46,35 @@ def _relative(predicted: float, measured: float) -> float:
     return predicted / measured - 1.0 if measured > 0 else float("nan")
 
 
-def check_run(trace, seed: int = 0, profiles=()) -> dict:
+def run_speed(calls_per_prompt, profile) -> dict | None:
+    """How fast the machine ran during a measurement against ``profile`` (the target's): the
+    autoregressive runs interleaved with the method (:func:`realrun.compare.measure`) — their
+    target calls, a prefill then one token per call, each at its exact context — measured
+    seconds over the profile's price of the same calls. 1.0: as fast as when profiled; 1.08:
+    8% slower. None without calls or where the profile's grid does not hold them.
+
+    These calls are not the method's: the factor re-states the profile at the speed the
+    machine had while the method ran (a busy or throttled machine drifts by several percent
+    within minutes), without looking at the method's own timings."""
+    measured = priced = 0.0
+    for calls in calls_per_prompt or ():
+        context = 0
+        for c in calls:
+            if c.model != 0 or c.n_tokens <= 0:
+                continue
+            shape = (1, c.n_tokens, context)
+            if profile.outside(*shape).any():
+                return None
+            priced += float(profile.shape_time(*shape, rows=1 if c.kind == "prefill" else None))
+            measured += c.seconds
+            context += c.n_tokens
+    if priced <= 0:
+        return None
+    return {"factor": measured / priced, "measured_seconds": measured, "priced_seconds": priced,
+            "source": f"the interleaved autoregressive runs' target calls, priced by the profile of {profile.model}"}
+
+
+def check_run(trace, seed: int = 0, profiles=(), speed: float | None = None) -> dict:
     """Replay ``trace`` (a :class:`RunTrace` or its path) with its own policy; compare counts
     and tokens/s. Relative errors are (predicted − measured) / measured.
 
@@ -53,6 +82,8 @@ def check_run(trace, seed: int = 0, profiles=()) -> dict:
     model's calls from a measured cost table (``profiles``, else the run's own calls) and the
     executor's own time per round from the run's rounds; the prefill is the run's. Tree and
     graph runs are replayed with the per-level acceptance they recorded (:func:`_tree_replay`).
+    With ``speed`` (:func:`run_speed`'s factor) the prediction is also given with the model
+    calls priced at the machine's speed during the run (``..._at_run_speed``).
     """
     trace = trace if isinstance(trace, RunTrace) else RunTrace(trace)
     _check_machine(trace, profiles)
@@ -80,7 +111,7 @@ def check_run(trace, seed: int = 0, profiles=()) -> dict:
     M = policy.n_models
     pricing = run_pricing(trace, M, profiles)
     if policy.kind == "tree":
-        return _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed)
+        return _at_speed(_tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed), speed)
     process = replay_process(trace, M)
     counts, log = montecarlo.run(policy, process, process.n_sequences, None, np.random.default_rng(seed), log=True)
     sim = {
@@ -104,6 +135,21 @@ def check_run(trace, seed: int = 0, profiles=()) -> dict:
         "model_time_error": _relative(predicted_model, model_seconds),
     })
     out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
+    out["_parts"] = (predicted_model + prefill, predicted_overhead, sim["tokens"])
+    return _at_speed(out, speed)
+
+
+def _at_speed(out: dict, speed: float | None) -> dict:
+    """Add the prediction with the model calls (and prefill) priced ``speed`` times slower,
+    where profiles priced them all (a run's own timings are at its speed already)."""
+    model, overhead, tokens = out.pop("_parts")
+    profiled = all(str(s).startswith(("profile", "none")) for s in out["pricing"]["sources"]) and out["prefill"]["source"] != "run"
+    if speed is not None and np.isfinite(speed) and speed > 0 and profiled:
+        t = speed * model + overhead
+        out["run_speed_factor"] = float(speed)
+        out["predicted_tokens_per_second_at_run_speed"] = tokens / t if t > 0 else float("nan")
+        out["tokens_per_second_error_at_run_speed"] = _relative(out["predicted_tokens_per_second_at_run_speed"],
+                                                                out["measured_tokens_per_second"])
     return out
 
 
@@ -128,9 +174,13 @@ def _price_prefill(trace: RunTrace, calls: dict, profiles, measured: float) -> t
 
 
 def _check_machine(trace: RunTrace, profiles) -> None:
-    """Refuse a profile measured on another machine than the run (when both say)."""
+    """Refuse a profile measured on another machine than the run (when both say), and one
+    of the serving loop's forward path (single-stream runs call the model itself)."""
     here = trace.metadata.get("machine")
     for prof in profiles:
+        if prof.path != "model":
+            raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs are "
+                                "priced by a profile of the model's own call (draftsim profile --path model)")
         if here:
             prof.check_fingerprint(machine=here)
 
@@ -170,7 +220,8 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
     round_model = recorded / max(n_rounds, 1)
     rounds_pred = tokens / per_round
     predicted_model = rounds_pred * round_model
-    predicted = predicted_model + float(pricing.overhead_seconds(rounds_pred, tokens)) + prefill
+    predicted_overhead = float(pricing.overhead_seconds(rounds_pred, tokens))
+    predicted = predicted_model + predicted_overhead + prefill
     out.update({
         "replayable": True,
         "tree": True,
@@ -184,6 +235,7 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
         "model_time_error": _relative(predicted_model, model_seconds),
     })
     out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
+    out["_parts"] = (predicted_model + prefill, predicted_overhead, tokens)
     return out
 
 
@@ -223,5 +275,10 @@ def held_to_sim(measurement, seed: int = 0, check: bool = True, profiles=()) -> 
     if measurement.tree is not None:
         out["tree_check"] = check_tree_run(measurement.trace, measurement.tree)
     if check:
-        out["sim_check"] = check_run(measurement.trace, seed=seed, profiles=profiles)
+        target = measurement.trace.models()[0] if measurement.trace is not None else None
+        prof = next((p for p in profiles if p.model == target), None)
+        speed = run_speed(measurement.autoregressive_calls, prof) if prof is not None else None
+        out["sim_check"] = check_run(measurement.trace, seed=seed, profiles=profiles, speed=speed["factor"] if speed else None)
+        if speed is not None:
+            out["sim_check"]["run_speed"] = speed
     return out

@@ -10,7 +10,10 @@ The replay is priced with the run's own calls unless ``--profile`` gives measure
 tables (``draftsim profile --model smollm2`` and ``--model distilled``, taken separately and
 with the same ``--threads``): then the simulator's tokens/s is a prediction out of sample, and
 the last lines give the median and worst error over every replayable method (issue 15's
-goal: ≤ 3% median, ≤ 6% worst).
+goal: ≤ 3% median, ≤ 6% worst) — as priced by the profiles, and with the profiles re-stated
+at the machine's speed during each run (``speed``: the autoregressive runs interleaved with
+the method, their target calls measured over profiled, :func:`analysis.reality.run_speed`;
+this machine drifts by several percent within minutes).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def main() -> None:
     parser.add_argument("--profile", action="append", default=[], help="price the replays with this draftsim profile (repeat)")
     parser.add_argument("--methods", help="indices into the method list to run, comma-separated (default all)")
     args = parser.parse_args()
-    profiles = [load_profile(p) for p in args.profile]
+    profiles = [load_profile(p, monotone=False) for p in args.profile]  # as check-sim prices (draftsim.commands.running)
     if args.threads:
         import torch
 
@@ -65,8 +68,9 @@ def main() -> None:
     pricing = "profiles " + ", ".join(f"{p.model} ({f})" for p, f in zip(profiles, args.profile)) if profiles else "the run's own calls"
     print(f"{target.name}: {len(prompts)} test prompts ({args.prompts}), {args.max_new_tokens} new tokens, greedy; "
           f"replays priced with {pricing}; load {os.getloadavg()[0]:.2f}")
-    print(f"{'method':58s} {'tok/s':>6s} {'AR tok/s':>8s} {'speedup':>7s} {'tok/call':>8s} {'=target':>7s} {'sim counts':>10s} {'sim tok/s err':>13s}")
-    errors = []
+    print(f"{'method':58s} {'tok/s':>6s} {'AR tok/s':>8s} {'speedup':>7s} {'tok/call':>8s} {'=target':>7s} {'sim counts':>10s} {'sim tok/s err':>13s}"
+          + (f" {'speed':>6s} {'err at speed':>12s}" if profiles else ""))
+    errors, at_speed = [], []
     for kind, drafter, policy, rule in methods:
         m = method_from(kind, target, drafter, policy, rule)
         run = measure(target, m, prompts, args.max_new_tokens)
@@ -84,17 +88,25 @@ def main() -> None:
                   flush=True)
             continue
         errors.append(c["tokens_per_second_error"])
+        speed = ""
+        if "tokens_per_second_error_at_run_speed" in c:
+            at_speed.append(c["tokens_per_second_error_at_run_speed"])
+            speed = f" {c['run_speed_factor']:6.3f} {c['tokens_per_second_error_at_run_speed']:+12.1%}"
         if c.get("tree"):  # a tree run's replay predicts tokens per round from its per-level acceptance
             counts = f"{c['tokens_per_round_error']:+.1%} tpr"
         else:
             counts = "exact" if c["counts_equal"] else f"{max(abs(e) for e in c['count_errors'].values()):.1%} off"
         print(f"{r['label'][:58]:58s} {r['tokens_per_second']:6.2f} {r['autoregressive_tokens_per_second']:8.2f} "
               f"{r['speedup']:6.2f}x {r['mean_accepted_length']:8.2f} {r['quality']['identical_to_target']:6.0%} "
-              f"{counts:>10s} {c['tokens_per_second_error']:+12.1%}", flush=True)
+              f"{counts:>10s} {c['tokens_per_second_error']:+12.1%}{speed}", flush=True)
     if errors:
         e = np.abs(errors)
         print(f"simulator tokens/s error over {len(e)} replayed methods: median |error| {np.median(e):.1%}, worst {e.max():.1%} "
               f"(priced with {pricing}); load {os.getloadavg()[0]:.2f}")
+    if at_speed:
+        e = np.abs(at_speed)
+        print(f"at the machine's speed during each run (the profile re-stated by the interleaved autoregressive runs' target "
+              f"calls, column 'speed' = their measured / profiled time): median |error| {np.median(e):.1%}, worst {e.max():.1%}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

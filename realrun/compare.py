@@ -118,10 +118,14 @@ class Measurement:
     trace_path: str | None
     tree: dict | None = None
     trace: RunTrace | None = field(default=None, repr=False, compare=False)
+    #: The interleaved autoregressive runs' forward calls (:class:`sim.records.Call`), one list
+    #: per prompt: a measurement of the machine's speed while the method ran
+    #: (:func:`analysis.reality.run_speed`).
+    autoregressive_calls: list | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        """Every field but the in-memory trace, JSON-ready (``trace`` is the trace's path)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("trace", "trace_path")}
+        """Every field but the in-memory trace and calls, JSON-ready (``trace`` is the trace's path)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("trace", "trace_path", "autoregressive_calls")}
         out["trace"] = self.trace_path
         if self.tree is None:
             out.pop("tree")
@@ -160,13 +164,14 @@ def measure(
     base = {"tokens": 0, "seconds": 0.0}
     spec = {"tokens": 0, "seconds": 0.0}
     quality = {"identical": 0, "prefix": [], "answers": [], "answers_ar": [], "nll": [], "nll_ar": []}
-    logs = []
+    logs, ar_calls = [], []
     for prompt in prompts:
         key = f"{prompt.set}-{prompt.id}"
         ids = format_prompt(prompt, target.tokenizer)
         ar = generate(target, ids, max_new_tokens, sampling=sampling, rng=rng)
         base["tokens"] += ar.tokens
         base["seconds"] += ar.seconds
+        ar_calls.append(list(ar.calls))
         log = ar if method.kind == "ar" else method.run(target, ids, max_new_tokens, sampling, rng)
         spec["tokens"] += log.tokens
         spec["seconds"] += log.seconds
@@ -228,4 +233,5 @@ def measure(
         trace_path=None if tmp else str(trace_dir),
         tree=method.tree_stats.to_dict() if method.tree_stats is not None else None,
         trace=trace,
+        autoregressive_calls=ar_calls,
     )

@@ -104,6 +104,13 @@ def test_replay_priced_with_a_profile(runs, tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps(doc))
     assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "r.json")]) == 2
     assert "prices no model of this run" in capsys.readouterr().err
+    # a profile of the serving loop's forward path prices serving, not single-stream runs
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["fingerprint"]["path"] = "server"
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    assert main(["check-sim", str(runs / "sd"), "--profile", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--path model" in err and err.count("\n") == 1
 
 
 def test_profile_outside_the_runs_shapes_is_refused(runs):
@@ -135,3 +142,41 @@ def test_prefill_is_priced_by_the_targets_profile_when_its_grid_holds_the_prompt
     assert wide.last_row_seconds is not None  # a prefill keeps one logit row: priced without the others
     assert p["predicted_seconds"] == pytest.approx(float(wide.shape_time(1, np.array(fed), 0, rows=1).sum()), rel=1e-12)
     assert p["predicted_seconds"] <= float(wide.shape_time(1, np.array(fed), 0).sum())  # (a tiny model's head costs next to nothing)
+
+
+def test_run_speed_restates_the_profile_at_the_machines_speed_during_the_run():
+    """The interleaved autoregressive runs measure the machine's speed against the profile:
+    the factor is their target calls' measured time over the profile's price of the same
+    calls (prefill keeping one row, then one token per call at its context), so a profile
+    measured on a machine twice as fast gives twice the factor, and the prediction at run
+    speed does not depend on that (every model priced by the profile, a speed-free overhead)."""
+    from dataclasses import replace
+
+    from analysis.reality import held_to_sim, run_speed
+    from realrun.compare import measure
+    from realrun.methods import method_from
+    from realrun.models import load_model
+    from realrun.profiling import profile_model
+    from realrun.prompts import prompt_set
+
+    target = load_model("tiny:1")
+    prompts = prompt_set("code", "test", 2)
+    run = measure(target, method_from("ar", target), prompts, 12)
+    assert len(run.autoregressive_calls) == 2 and "autoregressive_calls" not in run.to_dict()
+    prof = profile_model(target, [1], [1, 2, 4, 8, 64, 256], [0, 128, 256, 384], repeats=1)
+    speed = run_speed(run.autoregressive_calls, prof)
+    priced = 0.0
+    for calls in run.autoregressive_calls:
+        assert calls[0].kind == "prefill" and all(c.kind == "verify" and c.n_tokens == 1 for c in calls[1:])
+        p = calls[0].n_tokens
+        priced += float(prof.shape_time(1, p, 0, rows=1)) + sum(float(prof.shape_time(1, 1, p + j)) for j in range(len(calls) - 1))
+    measured = sum(c.seconds for calls in run.autoregressive_calls for c in calls)
+    assert speed["priced_seconds"] == pytest.approx(priced) and speed["factor"] == pytest.approx(measured / priced)
+    fast = replace(prof, seconds=prof.seconds / 2, last_row_seconds=prof.last_row_seconds / 2)
+    assert run_speed(run.autoregressive_calls, fast)["factor"] == pytest.approx(2 * speed["factor"])
+    a, b = (held_to_sim(run, profiles=[p])["sim_check"] for p in (prof, fast))
+    assert a["run_speed_factor"] == pytest.approx(speed["factor"]) and a["run_speed"]["source"].endswith("tiny:1")
+    assert a["predicted_tokens_per_second_at_run_speed"] == pytest.approx(b["predicted_tokens_per_second_at_run_speed"])
+    assert b["predicted_tokens_per_second"] > a["predicted_tokens_per_second"]  # as priced, the faster profile predicts more
+    narrow = profile_model(target, [1], [1, 2], [64], repeats=1)  # its grid does not hold the prompts' prefill
+    assert run_speed(run.autoregressive_calls, narrow) is None
