@@ -10,8 +10,10 @@ A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
   accepts and emits what the run did round by round;
 * the **same policy, controller and batch limit** (``max_num_seqs`` = the run's
   ``--max-batch``; no token budget and whole-prompt prefills, as the real server);
-* **step costs**: the target's forward time from a ``draftsim profile`` of the same model
-  on the same machine (:class:`sim.cost.ProfileCost`), or an affine model fitted to the
+* **step costs**: the target's forward time from a ``draftsim profile --path server`` of the
+  same model on the same machine (:class:`sim.cost.ProfileCost`, the server's own forward
+  call, its medians as measured; optionally a second one for the prefills, batch 1 and long
+  calls, so that the first can hold every batch size cheaply), or an affine model fitted to the
   forward calls of another serving run of the same model on the same machine
   (``costs_from``: a calibration run, out of sample), or, without either, to the run's own
   calls (in-sample: says how well the *structure* of the simulator fits, not how well it
