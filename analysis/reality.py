@@ -111,7 +111,7 @@ def check_run(trace, seed: int = 0, profiles=(), speed: float | None = None) -> 
     M = policy.n_models
     pricing = run_pricing(trace, M, profiles)
     if policy.kind == "tree":
-        return _at_speed(_tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed), speed)
+        return _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed, speed)
     process = replay_process(trace, M)
     counts, log = montecarlo.run(policy, process, process.n_sequences, None, np.random.default_rng(seed), log=True)
     sim = {
@@ -135,14 +135,13 @@ def check_run(trace, seed: int = 0, profiles=(), speed: float | None = None) -> 
         "model_time_error": _relative(predicted_model, model_seconds),
     })
     out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
-    out["_parts"] = (predicted_model + prefill, predicted_overhead, sim["tokens"])
-    return _at_speed(out, speed)
+    return _at_speed(out, speed, predicted_model + prefill, predicted_overhead, sim["tokens"])
 
 
-def _at_speed(out: dict, speed: float | None) -> dict:
-    """Add the prediction with the model calls (and prefill) priced ``speed`` times slower,
-    where profiles priced them all (a run's own timings are at its speed already)."""
-    model, overhead, tokens = out.pop("_parts")
+def _at_speed(out: dict, speed: float | None, model: float, overhead: float, tokens: int) -> dict:
+    """Add the prediction with the model calls and prefill (``model`` seconds as priced)
+    ``speed`` times slower, where profiles priced them all (a run's own timings are at its
+    speed already); ``overhead`` is the executor's own time, as measured."""
     profiled = all(str(s).startswith(("profile", "none")) for s in out["pricing"]["sources"]) and out["prefill"]["source"] != "run"
     if speed is not None and np.isfinite(speed) and speed > 0 and profiled:
         t = speed * model + overhead
@@ -185,7 +184,7 @@ def _check_machine(trace: RunTrace, profiles) -> None:
             prof.check_fingerprint(machine=here)
 
 
-def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed) -> dict:
+def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed, speed=None) -> dict:
     """A tree or graph run replayed: the Monte Carlo engine drafts ``policy``'s tree with the
     per-level acceptance the run recorded (β̂, the truncated-geometric maximum-likelihood
     estimate from the accepted lengths per round), which gives the tokens per round; a round
@@ -235,8 +234,7 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
         "model_time_error": _relative(predicted_model, model_seconds),
     })
     out["tokens_per_second_error"] = _relative(out["predicted_tokens_per_second"], out["measured_tokens_per_second"])
-    out["_parts"] = (predicted_model + prefill, predicted_overhead, tokens)
-    return out
+    return _at_speed(out, speed, predicted_model + prefill, predicted_overhead, tokens)
 
 
 def check_tree_run(trace, tree_stats: dict) -> dict:
