@@ -155,7 +155,7 @@ class ProfileCost(CostModel):
         return self._locate_float(axis, np.asarray(x, dtype=np.float64), clamp=True)
 
     def _table2(self):
-        """log seconds at every integer (batch, new tokens) up to the grid's ends and every
+        """Seconds at every integer (batch, new tokens) up to the grid's ends and every
         context grid point, flattened; None when that table would be large."""
         if not hasattr(self, "_t2"):
             nb, nn = self.batch[-1] + 1, self.new_tokens[-1] + 1
@@ -164,7 +164,7 @@ class ProfileCost(CostModel):
                 b, n, c = np.meshgrid(np.arange(nb), np.arange(nn), np.asarray(self.context), indexing="ij")
                 saved, self.extrapolate = self.extrapolate, "clamp"
                 try:
-                    self._t2 = np.log(self.lookup(b.astype(np.float64), n.astype(np.float64), c.astype(np.float64))).ravel()
+                    self._t2 = self.lookup(b.astype(np.float64), n.astype(np.float64), c.astype(np.float64)).ravel()
                 finally:
                     self.extrapolate = saved
         return self._t2
@@ -207,10 +207,10 @@ class ProfileCost(CostModel):
             k += tmp
             k += self._luts[2][0].take(c, out=tmp)
             w2 = self._luts[2][1].take(c)
-            lo = np.exp(table.take(k))
+            lo = table.take(k)
             if cols > 1:  # linear in time along context
                 k += 1
-                hi = np.exp(table.take(k))
+                hi = table.take(k)
                 hi -= lo
                 hi *= w2
                 lo += hi
