@@ -9,7 +9,10 @@ A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
   and draft index whether the drafted token was accepted, so a fixed-k replay drafts,
   accepts and emits what the run did round by round;
 * the **same policy, controller and batch limit** (``max_num_seqs`` = the run's
-  ``--max-batch``; no token budget and whole-prompt prefills, as the real server);
+  ``--max-batch``; no token budget and whole-prompt prefills, as the real server) and the
+  **same cache layout**: one dense ragged cache whose width — what a verification attends
+  over — the simulator follows step by step (:mod:`sim.serving.layout`, with the server's
+  compaction rule from the trace);
 * **step costs**: the target's forward time from a ``draftsim profile --path server`` of the
   same model on the same machine (:class:`sim.cost.ProfileCost`, the server's own forward
   call, its medians as measured; optionally a second one for the prefills, batch 1 and long
@@ -48,6 +51,7 @@ from sim.cost.profile import ProfileCost, load_profile
 from sim.errors import DraftsimError
 from sim.policies import parse_policy
 from sim.serving import ServingConfig, serve
+from sim.serving.layout import RaggedLayout
 from sim.serving.metrics import summarize_run
 from sim.serving.scheduler import SchedulerConfig
 from sim.serving.workload import Workload
@@ -110,8 +114,10 @@ class StepCost(CostModel):
     made up (``BatchStats.padded`` and ``prefill``, as the serving simulator's steps do) the
     calls are those the server makes: one verification of the decoding sequences as the
     **right-padded batch** it computes (every row fed the most new tokens of any row, over the
-    longest context), and **one prefill call per joiner** (its prompt at context 0, keeping one
-    logit row). Otherwise the step is one call of its sums (mean tokens and context per
+    cache's width: the simulator's :class:`sim.serving.RaggedLayout`, set from the trace,
+    replays the server's stale slots, trims and compactions; the longest context without
+    one), and **one prefill call per joiner** (its prompt at context 0, keeping one logit
+    row). Otherwise the step is one call of its sums (mean tokens and context per
     sequence), plus a one-token call for a step of two or more sequences that prefills (more
     tokens than its sequences can verify, ``k_max`` + 1 each).
 
@@ -319,6 +325,18 @@ def _drafter_cost(meta: dict, steps: list) -> CostModel:
     return CallCost(secs / calls if calls else 0.0)
 
 
+def cache_layout(meta: dict, path) -> RaggedLayout:
+    """The real server's cache layout as its trace records it (traces written before it was
+    recorded ran with the defaults, 0.5 and 64, the only values the server has had)."""
+    cache = meta.get("cache") or {}
+    if cache.get("layout", "ragged") != "ragged":
+        raise DraftsimError(f"serving trace {path}: cache layout {cache.get('layout')!r} is not one check-serve knows (ragged)")
+    try:
+        return RaggedLayout(float(cache.get("compact_ratio", 0.5)), int(cache.get("compact_min", 64)))
+    except (TypeError, ValueError) as err:
+        raise DraftsimError(f"serving trace {path}: cache {cache!r}: {err}") from None
+
+
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
     from realrun.servetrace import ServeTrace, run_record
@@ -338,7 +356,8 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
     cfg = ServingConfig(policy, process, target, drafters, controller=controller,
-                        scheduler=SchedulerConfig(max_num_seqs=int(meta["max_batch"]), max_num_batched_tokens=1 << 24, chunked_prefill=False))
+                        scheduler=SchedulerConfig(max_num_seqs=int(meta["max_batch"]), max_num_batched_tokens=1 << 24, chunked_prefill=False),
+                        layout=cache_layout(meta, path))
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
                   np.array([r.output_tokens for r in by_id], dtype=np.int64), np.zeros(len(by_id), dtype=np.int64))
     predicted = summarize_run(serve(cfg, wl, seed=seed))

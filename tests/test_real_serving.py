@@ -106,6 +106,62 @@ def test_batched_forward_matches_single_sequences(target):
         assert (row.argmax(-1) == ref.argmax(-1)).all()
 
 
+@pytest.mark.parametrize("ratio, least", [(0.5, 64), (0.2, 8)])
+def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ratio, least):
+    """The serving simulator's ragged layout (``sim.serving.layout``) gives every verification
+    the width the real server's cache has at that forward — the same joins, leaves,
+    rollbacks, trims and compactions — when the simulator replays the run's own rounds."""
+    from dataclasses import dataclass
+
+    from analysis.servecheck import realised_process
+    from sim.cost.base import CostModel
+    from sim.cost.linear import CallCost
+    from sim.serving import RaggedLayout, SchedulerConfig, ServingConfig, Workload, serve
+
+    widths = []
+    forward = BatchKV.forward
+
+    def spy(self, feeds, keep):
+        if self.length:  # the batch's cache (a joiner's prefill starts from an empty one)
+            widths.append(self.length)
+        return forward(self, feeds, keep)
+
+    monkeypatch.setattr(BatchKV, "forward", spy)
+    prompts = [ids(target, t) * m for t, m in zip(TEXTS, (3, 1, 5, 2, 1, 9, 1))]
+    reqs = [ServeRequest(i, 0.0, p, n) for i, (p, n) in enumerate(zip(prompts, (9, 14, 5, 12, 20, 7, 11)))]
+    clock = FakeClock()
+    server = Server(target, drafters["maxgram"], P.FixedK(3), max_batch=3, clock=clock, sleep=clock.sleep, stop_at_eos=False)
+    server.compact_ratio, server.compact_min = ratio, least
+    log = server.run(reqs)
+    assert any(s.compacted for s in log.steps) and sum(s.drafted - s.accepted for s in log.steps) > 0
+
+    @dataclass(frozen=True, eq=False)
+    class Width(CostModel):  # a step "takes" 1 + the width it attends over
+        name: str = "width"
+        step_shape = True
+
+        def _time(self, stats):
+            return 1.0 + np.where(stats.padded[..., 0] > 0, stats.padded[..., 2], 0.0)
+
+        def _bound(self, stats):
+            return np.full(np.shape(stats.tokens), 1)
+
+    records = sorted(log.requests, key=lambda r: r.request)
+    cfg = ServingConfig(P.FixedK(3), realised_process(log.requests, log.members, 3), Width(), [CallCost(0.0)],
+                        scheduler=SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=1 << 20, chunked_prefill=False),
+                        layout=RaggedLayout(ratio, least))
+    wl = Workload(np.zeros(len(records)), np.array([r.prompt_tokens for r in records]), np.array([r.output_tokens for r in records]),
+                  np.zeros(len(records), dtype=np.int64))
+    steps = serve(cfg, wl, seed=0).steps
+    sim = [int(round(d - 1.0)) for d in steps["duration"] if d > 1.0]
+    assert len(steps["duration"]) == len(log.steps)
+    assert sim == widths
+    # a paged layout (no ragged cache): the longest context, never wider
+    cfg.layout = None
+    paged = [int(round(d - 1.0)) for d in serve(cfg, wl, seed=0).steps["duration"] if d > 1.0]
+    assert len(paged) == len(widths) and all(p <= w for p, w in zip(paged, widths)) and paged != widths
+
+
 # ---------------------------------------------------------------- lossless greedy
 
 CASES = [

@@ -146,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
                      "prompt_len": args.prompt_len, "output_len": args.output_len, "prompts": sets},
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
         "threads": torch.get_num_threads(), "load_average_start": list(os.getloadavg()),
+        "cache": {"layout": "ragged", "compact_ratio": server.compact_ratio, "compact_min": server.compact_min},
     }
     writer = ServeTraceWriter(args.trace, meta) if args.trace else None
     total = sum(r.max_new_tokens for r in requests)

@@ -3,6 +3,7 @@
 workload   requests: arrival processes, length distributions, request traces (Azure, Vidur)
 rounds     every request's speculative rounds, drawn by the Monte Carlo engine (same policies)
 kvcache    paged KV cache: capacity from memory, blocks per request
+layout     a dense ragged batch cache's width (what a step attends over in realrun's server)
 scheduler  vLLM-style iteration-level scheduler: queues, budgets, chunked prefill, preemption
 replica    the step loop: drafter calls then the target's verification, timed by sim.cost
 router     round-robin and least-outstanding routing over replicas
@@ -13,13 +14,14 @@ Speculation controllers (per-step caps on drafting) live in :mod:`sim.controller
 """
 
 from .metrics import SLO, RunRecord, combine, summarize_run, write_chrome_trace
+from .layout import RaggedLayout
 from .scheduler import SchedulerConfig
 from .server import ServingConfig, ServingResult, run_replications, serve, workload_stream
 from .workload import Workload, make_workload, parse_arrivals, parse_lengths, read_request_trace
 
 __all__ = [
     "SLO", "RunRecord", "combine", "summarize_run", "write_chrome_trace",
-    "SchedulerConfig",
+    "RaggedLayout", "SchedulerConfig",
     "ServingConfig", "ServingResult", "run_replications", "serve", "workload_stream",
     "Workload", "make_workload", "parse_arrivals", "parse_lengths", "read_request_trace",
 ]

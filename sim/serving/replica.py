@@ -36,6 +36,7 @@ import simpy
 from ..controllers import NO_CAP, Controller
 from ..cost.base import BatchStats
 from .kvcache import KVCache, blocks_for
+from .layout import LayoutState, RaggedLayout
 from .metrics import Recorder
 from .rounds import RoundBook
 from .scheduler import RequestTable, Scheduler, StepPlan
@@ -66,6 +67,9 @@ class Engine:
     window_max: int = WINDOW_MAX
     #: for a tree policy, nodes of a full tree of depth 0, 1, …, depth (what a capped tree verifies)
     tree_nodes: np.ndarray | None = None
+    #: a dense ragged batch cache: the target's verification is priced over its width
+    #: (:mod:`sim.serving.layout`) instead of the longest context
+    layout: RaggedLayout | None = None
 
     @property
     def lookahead(self) -> int:
@@ -76,14 +80,15 @@ class _Window:
     """The arrays of one window (steps × lanes) and what committing its first n steps does."""
 
     __slots__ = ("W", "lanes", "s", "gen0", "rem", "active", "e", "d", "a", "cum", "time", "draft_time", "batch", "tokens",
-                 "kv", "finish_step", "plan", "prefill_done")
+                 "kv", "finish_step", "plan", "prefill_done", "layout")
 
 
-def _stats(n: np.ndarray, c: np.ndarray, pre=None, shape: bool = False) -> BatchStats:
+def _stats(n: np.ndarray, c: np.ndarray, pre=None, shape: bool = False, width: np.ndarray | None = None) -> BatchStats:
     """BatchStats over the last axis of new tokens ``n`` and contexts ``c`` (no checks: the
     replica builds valid arrays); ``pre`` = (sequences, tokens, cached, pairs) of prefill
     chunks added to the first row. Logit rows: one per verified token, one per prefill chunk.
-    With ``shape``, also the step's make-up (``padded``, ``prefill``)."""
+    With ``shape``, also the step's make-up (``padded``, ``prefill``); ``width``: the cache
+    width the padded batch attends over (default: its longest context)."""
     act = n > 0
     nf = n.astype(np.float64)
     cf = c * act
@@ -95,7 +100,8 @@ def _stats(n: np.ndarray, c: np.ndarray, pre=None, shape: bool = False) -> Batch
     rows = out[1].copy()
     padded = prefill = None
     if shape:
-        padded = np.stack([out[0], nf.max(axis=-1, initial=0.0), cf.max(axis=-1, initial=0).astype(np.float64)], axis=-1)
+        longest = cf.max(axis=-1, initial=0).astype(np.float64) if width is None else width
+        padded = np.stack([out[0], nf.max(axis=-1, initial=0.0), longest], axis=-1)
         prefill = np.zeros(out[0].shape + (2,))
     if pre is not None:
         for x, v in zip(out, pre):
@@ -116,6 +122,7 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._pending_finish = np.zeros(0)
         self._step_guess = 1e-3
+        self._layout = LayoutState(engine.table.prompt) if engine.layout is not None else None
         self.process = engine.env.process(self._run())
 
     # -- the outside world -------------------------------------------------------------------
@@ -280,7 +287,14 @@ class Replica:
         # step times
         n_t = np.where(active, d + 1, 0)
         c_t = ctx - 1
-        target_stats = _stats(n_t, c_t, pre if n_prefill else None, shape=eng.target.step_shape)
+        width = layout = None
+        if self._layout is not None:
+            joined = np.full(B, np.nan)
+            if len(join):
+                done_len = dict(zip(p_rid.tolist(), (p_done + p_chunk).tolist()))
+                joined[n_dec:] = [done_len[r] for r in join.tolist()]
+            width, _, layout = eng.layout.steps(self._layout, lanes, active, n_t, e_eff, c_t, joined, finish_step)
+        target_stats = _stats(n_t, c_t, pre if n_prefill else None, shape=eng.target.step_shape, width=width)
         time = eng.target.stats_time(target_stats).astype(np.float64)
         draft_time = np.zeros(W)
         for m, model in enumerate(eng.drafters):
@@ -319,6 +333,7 @@ class Replica:
         win.finish_step = finish_step
         win.plan = plan
         win.prefill_done = (p_rid, p_chunk, completes)
+        win.layout = layout
         return win
 
     def _commit(self, win: _Window, n: int, now: float, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
@@ -370,6 +385,8 @@ class Replica:
             rec.spec(d, a)
         for rid in finished:
             sched.running.remove(rid)
+        if win.layout is not None:
+            self._layout.after(win.lanes, win.layout[n - 1])
         rec.steps(self.index, now + starts[:n], win.time[:n], win.draft_time[:n], win.batch[:n], win.tokens[:n],
                   win.kv[:n] if win.kv is not None else None, waiting)
         if eng.on_finish is not None:

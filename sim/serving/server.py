@@ -30,6 +30,7 @@ from ..controllers import Controller, NoControl
 from ..errors import DraftsimError, as_count
 from ..policies import Policy
 from .kvcache import KVCache, memory_plan
+from .layout import RaggedLayout
 from .metrics import SLO, Recorder, RunRecord, combine, summarize_run
 from .replica import WINDOW_MAX, Engine, Replica
 from .rounds import RoundBook
@@ -59,6 +60,9 @@ class ServingConfig:
     router: str = "round-robin"
     slo: SLO = field(default_factory=SLO)
     window_max: int = WINDOW_MAX
+    #: price the target's verification over a dense ragged cache's width (None: over the
+    #: longest context, as a paged cache reads it); see :mod:`sim.serving.layout`
+    layout: RaggedLayout | None = None
 
     def __post_init__(self):
         self.replicas = int(as_count("replicas", self.replicas, minimum=1, maximum=1024))
@@ -162,7 +166,7 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed,
                     next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max,
-                    tree_nodes=_tree_nodes(policy))
+                    tree_nodes=_tree_nodes(policy), layout=config.layout)
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv)) for r in range(config.replicas)]
     router = make_router(config.router)
 
