@@ -13,8 +13,8 @@ server     ServingConfig, serve (one run) and run_replications (confidence inter
 Speculation controllers (per-step caps on drafting) live in :mod:`sim.controllers`.
 """
 
-from .metrics import SLO, RunRecord, combine, summarize_run, write_chrome_trace
 from .layout import RaggedLayout
+from .metrics import SLO, RunRecord, combine, summarize_run, write_chrome_trace
 from .scheduler import SchedulerConfig
 from .server import ServingConfig, ServingResult, run_replications, serve, workload_stream
 from .workload import Workload, make_workload, parse_arrivals, parse_lengths, read_request_trace
