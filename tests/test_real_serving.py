@@ -122,15 +122,15 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
     forward = BatchKV.forward
 
     def spy(self, feeds, keep):
-        if self.length:  # the batch's cache (a joiner's prefill starts from an empty one)
+        if self is server.kv:  # the batch's cache (not a joiner's prefill, not the warm-up's)
             widths.append(self.length)
         return forward(self, feeds, keep)
 
-    monkeypatch.setattr(BatchKV, "forward", spy)
     prompts = [ids(target, t) * m for t, m in zip(TEXTS, (3, 1, 5, 2, 1, 9, 1))]
     reqs = [ServeRequest(i, 0.0, p, n) for i, (p, n) in enumerate(zip(prompts, (9, 14, 5, 12, 20, 7, 11)))]
     clock = FakeClock()
     server = Server(target, drafters["maxgram"], P.FixedK(3), max_batch=3, clock=clock, sleep=clock.sleep, stop_at_eos=False)
+    monkeypatch.setattr(BatchKV, "forward", spy)
     server.compact_ratio, server.compact_min = ratio, least
     log = server.run(reqs)
     assert any(s.compacted for s in log.steps) and sum(s.drafted - s.accepted for s in log.steps) > 0
