@@ -8,8 +8,8 @@ Every run is a ``draftsim`` command (printed before it runs), so each number can
 reproduced alone. Steps:
 
 1. **profile** — two ``draftsim profile --path server`` of the target on this machine (the
-   serving loop's own forward call): the steps' (every batch size to 16, few new tokens) and
-   the prefills' (batch 1, up to 512 tokens); unless ``--profile``;
+   serving loop's own forward call): the steps' (every batch size to 16, few new tokens,
+   cache widths to 768) and the prefills' (batch 1, up to 512 tokens); unless ``--profile``;
 2. **plan** — the draft length k for Max-Gram from the planner (:func:`sim.plan.plan`): α =
    Max-Gram's greedy match rate with SmolLM2 in the embedded trace, c = Max-Gram's proposal
    time per token (the profile) over the target's one-token call, and the target's
@@ -164,13 +164,18 @@ def main() -> int:
         # is not smooth in its token rows — 16 rows cost less than 15, 22 and 26 more than 24 —,
         # so interpolating between batch sizes missed by 10-50%; few new tokens, as verification
         # feeds k + 1, each of them measured: the time steps between 3 and 4 tokens) and the
-        # prefills' (batch 1, long calls, their last-row table)
+        # prefills' (batch 1, long calls, their last-row table). Contexts every 128 to 512 and
+        # 768: the server's cache grows stale slots up to twice its longest context before a
+        # compaction, and a CPU forward's cost is not linear between 128 and 512 (a 512 point
+        # alone overpriced widths near 350 by ~12%)
         a.profile, a.prefill_profile = str(out / "profile.json"), str(out / "profile-prefill.json")
-        grids = ((a.profile, ["--batch", a.profile_batch, "--new-tokens", "1,2,3,4,5,6,8", "--context", "0,128,256,512"]),
-                 (a.prefill_profile, ["--batch", "1", "--new-tokens", "1,2,4,8,16,32,48,64,96,128,192,256,384,512", "--context", "0"]))
+        grids = ((a.profile, ["--batch", a.profile_batch, "--new-tokens", "1,2,3,4,6,8", "--context", "0,128,256,384,512,768",
+                              "--repeats", "3"]),
+                 (a.prefill_profile, ["--batch", "1", "--new-tokens", "1,2,4,8,16,32,48,64,96,128,192,256,384,512", "--context", "0",
+                                      "--repeats", "5"]))
         for path, grid in grids:
             if not Path(path).exists():
-                args = ["profile", "--model", a.model, "--path", "server", "--out", path, *grid, "--repeats", "3", "--json"]
+                args = ["profile", "--model", a.model, "--path", "server", "--out", path, *grid, "--json"]
                 if a.threads:
                     args += ["--threads", str(a.threads)]
                 sh(args + device_args(a), log)
