@@ -466,6 +466,20 @@ def test_check_serve_bad_input(served, tmp_path, capsys):
     assert main(["check-serve", str(served), "--costs-from", str(tmp_path / "t2")]) == 2
     assert "served with another model" in capsys.readouterr().err
     assert main(["check-serve", str(served), "--costs-from", str(served), "--json"]) == 0  # calibrated on itself: in-sample
+    # the trace records the server's cache layout; one check-serve does not know is refused
+    import shutil
+
+    assert ServeTrace(served).metadata["cache"] == {"layout": "ragged", "compact_ratio": Server.compact_ratio,
+                                                    "compact_min": Server.compact_min}
+    paged = tmp_path / "paged"
+    shutil.copytree(served, paged)
+    manifest = json.loads((paged / "manifest.json").read_text())
+    manifest["metadata"]["cache"] = {"layout": "paged"}
+    (paged / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert main(["check-serve", str(paged)]) == 2
+    err = capsys.readouterr().err
+    assert "cache layout 'paged'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_server_path_profile_times_the_serving_loops_own_forward(target, served, tmp_path, capsys):
