@@ -432,11 +432,9 @@ def test_ragged_width_bounds(lanes, ratio, least):
 
     W, B, n, e, c, joins, leaves, active = lanes
     n_act = np.where(active, n, 0)
-    state = LayoutState(c[0])
-    ends = state._end
+    state = LayoutState(B)
     prior = ~joins
-    ends[prior] = c[0][prior]  # lanes already in the cache, compacted
-    state.length = float(c[0][prior].max(initial=0))
+    state.after(np.arange(B), (np.where(prior, c[0], np.nan).astype(float), float(c[0][prior].max(initial=0))))  # compacted
     joined = np.where(joins, c[0], np.nan).astype(float)
     width, compacted, snaps = RaggedLayout(ratio, least).steps(state, np.arange(B), active, n_act, e, c.astype(float), joined, leaves)
     for w in range(W):

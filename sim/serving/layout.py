@@ -100,16 +100,12 @@ class LayoutState:
     """Per request, one past its last live slot in the dense cache, and the cache's length
     (its time axis, stale tail included) — kept by a replica between windows."""
 
-    def __init__(self, prompt: np.ndarray):
-        self._end = np.full(len(prompt), np.nan)
-        self._prompt = np.asarray(prompt, dtype=np.float64)
+    def __init__(self, requests: int):
+        self._end = np.full(requests, np.nan)
         self.length = 0.0
 
     def ends(self, lanes: np.ndarray) -> np.ndarray:
         return self._end[lanes].astype(np.float64)
-
-    def prompt_of(self, rid: int) -> float:
-        return float(self._prompt[rid])
 
     def after(self, lanes: np.ndarray, snap: tuple) -> None:
         """Keep the snapshot of the last committed step."""

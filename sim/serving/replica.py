@@ -122,7 +122,7 @@ class Replica:
         self._wake: simpy.Event | None = None
         self._pending_finish = np.zeros(0)
         self._step_guess = 1e-3
-        self._layout = LayoutState(engine.table.prompt) if engine.layout is not None else None
+        self._layout = LayoutState(len(engine.table)) if engine.layout is not None else None
         self.process = engine.env.process(self._run())
 
     # -- the outside world -------------------------------------------------------------------
