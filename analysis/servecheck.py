@@ -38,7 +38,7 @@ adds the second call's fixed part for such steps).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -136,9 +136,6 @@ class StepCost(CostModel):
     #: A profile that prices the joiners' prefill calls (default: ``base``): one of batch 1 and
     #: long calls, so that ``base`` needs no long calls at every batch size.
     prefill: ProfileCost | None = None
-    #: The machine's speed against the profiles' (their forward prices times this; 1: as
-    #: profiled), see :func:`run_speed`
-    speed: float = 1.0
     step_shape = True  # reads BatchStats.padded/prefill (a class attribute, not a field)
 
     def _call(self, S, n, c, rows_per_sequence=None, base=None):
@@ -172,10 +169,10 @@ class StepCost(CostModel):
             joiners, tokens = stats.prefill[..., 0], stats.prefill[..., 1]
             each = self._call(1.0, tokens / np.maximum(joiners, 1.0), 0.0, rows_per_sequence=1.0, base=self.prefill)
             prefills = np.where(joiners > 0, joiners * each, 0.0)
-            return (verify + prefills) * self.speed + own
-        t = self._forward(stats) * self.speed + own
+            return verify + prefills + own
+        t = self._forward(stats) + own
         prefill = (stats.tokens > stats.sequences * (self.k_max + 1)) & (stats.sequences >= 2)
-        one = float(self._forward(BatchStats.of_shape(1, 1, 0))) * self.speed
+        one = float(self._forward(BatchStats.of_shape(1, 1, 0)))
         return np.where(prefill, t + one, t)
 
     def _bound(self, stats: BatchStats):
@@ -340,29 +337,6 @@ def cache_layout(meta: dict, path) -> RaggedLayout:
         raise DraftsimError(f"serving trace {path}: cache {cache!r}: {err}") from None
 
 
-def run_speed(meta: dict, cost) -> dict | None:
-    """How fast the machine was as the run started against the profiles ``cost`` prices
-    with: the trace's speed probe (:func:`realrun.profiling.speed_probe`, a few server
-    forwards timed before the clock started) over their price, the median ratio. 1.0: as
-    fast as when profiled; 1.05: 5% slower. None without a probe or without profile costs.
-
-    The probe's calls are not the run's: the factor re-states the profiles at the speed the
-    machine had that minute without looking at the run's own timings."""
-    probe = meta.get("probe")
-    if not probe or not isinstance(cost, StepCost) or not isinstance(cost.base, ProfileCost):
-        return None
-    ratios = []
-    for p in probe:
-        try:
-            b, n, c, last, secs = float(p["batch"]), float(p["new_tokens"]), float(p["context"]), bool(p["last_row"]), float(p["seconds"])
-        except (KeyError, TypeError, ValueError):
-            raise DraftsimError(f"the trace's speed probe entry {p!r} is not (batch, new_tokens, context, last_row, seconds)") from None
-        price = float(cost._call(b, n, c, rows_per_sequence=1.0, base=cost.prefill) if last else cost._call(b, n, c))
-        ratios.append(secs / price)
-    return {"factor": float(np.median(ratios)), "ratios": ratios,
-            "source": "the speed probe before the run (server forwards at a few shapes), priced by the profiles"}
-
-
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
     from realrun.servetrace import ServeTrace, run_record
@@ -387,21 +361,11 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
                   np.array([r.output_tokens for r in by_id], dtype=np.int64), np.zeros(len(by_id), dtype=np.int64))
     predicted = summarize_run(serve(cfg, wl, seed=seed))
-    speed = run_speed(meta, target)
-    at_speed = None
-    if speed is not None:
-        at_speed = summarize_run(serve(replace(cfg, target=replace(target, speed=speed["factor"])), wl, seed=seed))
-
-    def pick(run, key, stat):
-        return float(run[key] if stat is None else run[key][stat])
-
     rows = []
     for name, key, stat in CHECKED:
-        p, m = pick(predicted, key, stat), pick(measured, key, stat)
-        rows.append({"metric": name, "predicted": p, "measured": m, "relative_error": _rel(p, m)})
-        if at_speed is not None:
-            q = pick(at_speed, key, stat)
-            rows[-1].update(predicted_at_run_speed=q, relative_error_at_run_speed=_rel(q, m))
+        p = predicted[key] if stat is None else predicted[key][stat]
+        m = measured[key] if stat is None else measured[key][stat]
+        rows.append({"metric": name, "predicted": float(p), "measured": float(m), "relative_error": _rel(p, m)})
     return {"path": str(Path(path)), "target": meta.get("target"), "drafter": meta.get("drafter"), "policy": meta.get("policy"),
             "controller": meta.get("controller"), "requests": len(reqs), "costs": what, "overhead": overhead, "metrics": rows,
-            "predicted": predicted, "measured": measured, "run_speed": speed, "predicted_at_run_speed": at_speed}
+            "predicted": predicted, "measured": measured}

@@ -111,14 +111,14 @@ def check(a, trace: Path, log, profile: bool = True) -> dict:
     return {r["metric"]: r for r in out}
 
 
-def error_table(fid: list, key: str, field: str = "relative_error") -> tuple[str, dict]:
+def error_table(fid: list, key: str) -> tuple[str, dict]:
     rows = []
     for f in fid:
-        rows.append([f["load"], f["qps"], f["real"]["mean_batch"]] + [100 * f[key][m][field] for m in
+        rows.append([f["load"], f["qps"], f["real"]["mean_batch"]] + [100 * f[key][m]["relative_error"] for m in
                     ("ttft_p50", "tpot_p50", "e2e_p50", "throughput", "ttft_p90", "tpot_p90", "e2e_p90")])
     text = table(rows, ["load", "qps", "batch", "TTFT p50", "TPOT p50", "E2E p50", "thru", "TTFT p90", "TPOT p90", "E2E p90"])
-    p50 = [abs(f[key][m][field]) for f in fid for m in ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")]
-    p90 = [abs(f[key][m][field]) for f in fid for m in ("ttft_p90", "tpot_p90", "e2e_p90")]
+    p50 = [abs(f[key][m]["relative_error"]) for f in fid for m in ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")]
+    p90 = [abs(f[key][m]["relative_error"]) for f in fid for m in ("ttft_p90", "tpot_p90", "e2e_p90")]
     summary = {"median_p50_and_throughput": float(np.median(p50)), "worst_p50_and_throughput": float(max(p50)), "worst_p90": float(max(p90))}
     text += (f"\nmedian |error| over TTFT/TPOT/E2E p50 and throughput: {100 * summary['median_p50_and_throughput']:.1f}% (goal 5%), "
              f"worst {100 * summary['worst_p50_and_throughput']:.1f}% (goal 10%), worst p90 {100 * summary['worst_p90']:.1f}% (goal 15%)")
@@ -221,16 +221,11 @@ def main() -> int:
             fid.append({"load": name, "qps": f * capacity, "real": real, "check": check(a, trace, log),
                         "check_fit": check(a, trace, log, profile=False), "uptime": uptime()})
         results["fidelity"] = {"runs": fid}
-        tables = [("check", "relative_error", f"costs from the profile {a.profile}"),
-                  ("check_fit", "relative_error", "costs fitted to each run's own calls (in-sample)")]
-        if all("relative_error_at_run_speed" in f["check"]["ttft_p50"] for f in fid):
-            tables.insert(1, ("check", "relative_error_at_run_speed", "costs from the profile at the speed each run's probe "
-                                                                       "measured as it started"))
-        for key, field, what in tables:
-            text, summary = error_table(fid, key, field)
+        for key, what in (("check", f"costs from the profile {a.profile}"), ("check_fit", "costs fitted to each run's own calls (in-sample)")):
+            text, summary = error_table(fid, key)
             print(f"\nfidelity, {what} (relative error %, predicted vs measured; load {uptime()})")
             print(text)
-            results["fidelity"][key if field == "relative_error" else f"{key}_at_run_speed"] = summary
+            results["fidelity"][key] = summary
 
     # 5. batching pays
     if "batching" not in skip:

@@ -4,8 +4,7 @@
 per sequence × context lengths (the KV cache is filled once per (batch, context) and cropped
 back after every timed call), with warm-up calls, repeats, the median and the spread (half the
 inter-quartile range), and returns a :class:`sim.cost.ProfileCost`. :func:`drafter_seconds`
-times Max-Gram's and a bigram table's proposals per token; :func:`speed_probe` times the
-serving loop's forward at a few shapes when a traced serving run starts. :func:`probe_hardware` measures
+times Max-Gram's and a bigram table's proposals per token. :func:`probe_hardware` measures
 this machine's memory bandwidth (streaming reads and matrix–vector products) and matmul
 FLOP/s per dtype: a ``local-cpu`` hardware entry for the roofline.
 
@@ -29,7 +28,7 @@ from sim.errors import DraftsimError, as_count
 
 from .models import sync
 
-__all__ = ["PATHS", "PROBE_SHAPES", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "speed_probe", "drafter_seconds", "probe_hardware"]
+__all__ = ["PATHS", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
 
 
 def _torch():
@@ -150,45 +149,6 @@ class _ServerPath:
         return self
 
 
-def _timed(caller, ids, last_row: bool, warmup: int, repeats: int, dev: str):
-    """Time ``caller``'s call of the new tokens ``ids`` (batch × n), each call undone after it:
-    (the caller to go on with, the seconds of the ``repeats`` calls after ``warmup``)."""
-    feed, n = caller.feed(ids), int(ids.shape[1])
-    samples = []
-    for r in range(warmup + repeats):
-        sync(dev)
-        t0 = time.perf_counter()
-        caller.call(feed, last_row)
-        sync(dev)
-        dt = time.perf_counter() - t0
-        caller = caller.undo(n)
-        if r >= warmup:
-            samples.append(dt)
-    return caller, samples
-
-
-#: The shapes a traced serving run times before its clock starts (:func:`speed_probe`):
-#: (batch, new tokens, context, last row only) — decoding steps of 1, 8 and 16 sequences and
-#: a prefill.
-PROBE_SHAPES = ((1, 2, 128, False), (8, 2, 256, False), (16, 2, 256, False), (1, 64, 0, True))
-
-
-def speed_probe(loaded, shapes=PROBE_SHAPES, repeats: int = 3, warmup: int = 1, seed: int = 0) -> list[dict]:
-    """The server's forward (path ``server``) timed at a few ``shapes``, medians: how fast this
-    machine is at the moment a serving run starts. ``draftsim check-serve`` compares them with
-    the profile's price of the same shapes (a machine drifts by several percent within an
-    hour, and a saturated queue multiplies that in its waiting times)."""
-    torch = _torch()
-    gen = torch.Generator().manual_seed(seed)
-    dev = loaded.device
-    out = []
-    for b, n, c, last_row in shapes:
-        caller = _ServerPath(loaded, b, torch.randint(loaded.vocab_size, (b, c), generator=gen).to(dev) if c > 0 else None)
-        _, samples = _timed(caller, torch.randint(loaded.vocab_size, (b, n), generator=gen).to(dev), last_row, warmup, repeats, dev)
-        out.append({"batch": b, "new_tokens": n, "context": c, "last_row": last_row, "seconds": _stats(samples)[0]})
-    return out
-
-
 def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], *, repeats: int = 5,
                   warmup: int = 1, seed: int = 0, progress: Callable[[int], None] | None = None, path: str = "model") -> ProfileCost:
     """Median forward seconds of ``loaded`` over the grid batch × new tokens × context.
@@ -227,7 +187,17 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
         for k, c in enumerate(context):
             caller = Caller(loaded, b, torch.randint(vocab, (b, c), generator=gen).to(dev) if c > 0 else None)
             for j, n in enumerate(new_tokens):
-                caller, samples = _timed(caller, torch.randint(vocab, (b, n), generator=gen).to(dev), last_row, warmup, repeats, dev)
+                feed = caller.feed(torch.randint(vocab, (b, n), generator=gen).to(dev))
+                samples = []
+                for r in range(warmup + repeats):
+                    sync(dev)
+                    t0 = time.perf_counter()
+                    caller.call(feed, last_row)
+                    sync(dev)
+                    dt = time.perf_counter() - t0
+                    caller = caller.undo(n)
+                    if r >= warmup:
+                        samples.append(dt)
                 out[j, k] = _stats(samples)
                 if progress and not last_row:
                     progress(1)

@@ -535,50 +535,6 @@ def test_a_server_path_profile_times_the_serving_loops_own_forward(target, serve
     assert "the server's forward adds its ragged mask" in check_serve(served, profile=tmp_path / "model.json")["costs"]
 
 
-def test_check_serve_at_the_run_speed(served, tmp_path, capsys):
-    """A traced run times the server's forward at a few shapes before its clock starts;
-    check-serve sets them against the profile (the median ratio) and predicts again with
-    the profile's prices times that factor: a probe that costs what the profile says gives
-    the plain prediction, one twice as slow a slower server."""
-    import shutil
-
-    from analysis.servecheck import check_serve
-    from draftsim.cli import main
-    from realrun.profiling import PROBE_SHAPES
-
-    probe = ServeTrace(served).metadata["probe"]
-    assert [(p["batch"], p["new_tokens"], p["context"], p["last_row"]) for p in probe] == [tuple(x) for x in PROBE_SHAPES]
-    assert all(p["seconds"] > 0 for p in probe)
-    prof = tmp_path / "server.json"
-    assert main(["profile", "--model", "tiny:1", "--path", "server", "--batch", "1,2", "--new-tokens", "1,4,64", "--context", "0,16",
-                 "--repeats", "1", "--drafters", "", "--out", str(prof), "--json"]) == 0
-    capsys.readouterr()
-    assert check_serve(served)["run_speed"] is None  # costs fitted to the run: nothing to re-state
-    out = check_serve(served, profile=prof)
-    speed = out["run_speed"]
-    assert speed["factor"] == pytest.approx(float(np.median(speed["ratios"]))) and len(speed["ratios"]) == len(probe)
-    prices = [p["seconds"] / r for p, r in zip(probe, speed["ratios"])]
-    for scale in (1.0, 2.0):
-        copy = tmp_path / f"x{scale:g}"
-        shutil.copytree(served, copy)
-        manifest = json.loads((copy / "manifest.json").read_text())
-        for p, price in zip(manifest["metadata"]["probe"], prices):
-            p["seconds"] = scale * price
-        (copy / "manifest.json").write_text(json.dumps(manifest))
-        res = check_serve(copy, profile=prof)
-        assert res["run_speed"]["factor"] == pytest.approx(scale)
-        rows = {r["metric"]: r for r in res["metrics"]}
-        if scale == 1.0:
-            assert all(r["predicted_at_run_speed"] == pytest.approx(r["predicted"]) for r in rows.values())
-        else:
-            assert rows["throughput"]["predicted_at_run_speed"] < rows["throughput"]["predicted"]
-            assert rows["tpot_p50"]["predicted_at_run_speed"] > rows["tpot_p50"]["predicted"]
-            assert rows["tpot_p50"]["relative_error_at_run_speed"] == pytest.approx(
-                (rows["tpot_p50"]["predicted_at_run_speed"] - rows["tpot_p50"]["measured"]) / rows["tpot_p50"]["measured"])
-    assert main(["check-serve", str(served), "--profile", str(prof)]) == 0
-    assert "at run speed" in capsys.readouterr().out
-
-
 def test_step_cost_and_robust_fit():
     """The fit of step costs shrugs off a stall; a step of two or more sequences that
     prefills pays the prefill's own call; profile shapes beyond the grid keep their tokens."""

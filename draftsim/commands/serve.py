@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from realrun.executor import Sampling
     from realrun.methods import make_drafter
     from realrun.models import load_model
-    from realrun.profiling import machine_fingerprint, model_fingerprint, speed_probe
+    from realrun.profiling import machine_fingerprint, model_fingerprint
     from realrun.servetrace import ServeTraceWriter, serving_metrics
     from realrun.serving import Server, check_memory, check_requests, prompt_pool, requests_from
     from sim.policies import parse_policy
@@ -147,8 +147,6 @@ def run(args: argparse.Namespace) -> int:
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
         "threads": torch.get_num_threads(), "load_average_start": list(os.getloadavg()),
         "cache": {"layout": "ragged", "compact_ratio": server.compact_ratio, "compact_min": server.compact_min},
-        # the machine's speed as the run starts, for check-serve to set against its profile
-        "probe": speed_probe(target) if args.trace else None,
     }
     writer = ServeTraceWriter(args.trace, meta) if args.trace else None
     total = sum(r.max_new_tokens for r in requests)
@@ -200,13 +198,5 @@ def run_check(args: argparse.Namespace) -> int:
     print(f"{out['path']}: {out['target']} + {out['drafter'] or 'no drafter'} ({out['policy']}), {out['requests']} requests; "
           f"costs: {out['costs']}")
     rows = [[r["metric"], r["predicted"], r["measured"], f"{r['relative_error']:+.1%}"] for r in out["metrics"]]
-    headers = ["metric", "predicted", "measured", "relative error"]
-    if out["run_speed"] is not None:
-        for row, r in zip(rows, out["metrics"]):
-            row += [r["predicted_at_run_speed"], f"{r['relative_error_at_run_speed']:+.1%}"]
-        headers += ["at run speed", "relative error"]
-    print(format_table(headers, rows))
-    if out["run_speed"] is not None:
-        print(f"run speed: the machine ran {out['run_speed']['factor']:.3f}x the profiles' time as the run started "
-              "(its speed probe); the plain prediction is the headline")
+    print(format_table(["metric", "predicted", "measured", "relative error"], rows))
     return 0
