@@ -327,12 +327,13 @@ def _drafter_cost(meta: dict, steps: list) -> CostModel:
 
 def cache_layout(meta: dict, path) -> RaggedLayout:
     """The real server's cache layout as its trace records it (traces written before it was
-    recorded ran with the defaults, 0.5 and 64, the only values the server has had)."""
+    recorded ran with :class:`RaggedLayout`'s defaults, the only values the server has had)."""
     cache = meta.get("cache") or {}
     if cache.get("layout", "ragged") != "ragged":
         raise DraftsimError(f"serving trace {path}: cache layout {cache.get('layout')!r} is not one check-serve knows (ragged)")
     try:
-        return RaggedLayout(float(cache.get("compact_ratio", 0.5)), int(cache.get("compact_min", 64)))
+        return RaggedLayout(float(cache.get("compact_ratio", RaggedLayout.compact_ratio)),
+                            int(cache.get("compact_min", RaggedLayout.compact_min)))
     except (TypeError, ValueError) as err:
         raise DraftsimError(f"serving trace {path}: cache {cache!r}: {err}") from None
 
