@@ -9,7 +9,7 @@ replication does) or a dict of metrics (the rate meets them when the mean of eac
 over the replications is within its bound). The seeds are the same at every rate (common
 random numbers), which keeps the comparison between rates sharp.
 
-A capacity spec is a sweep spec (:mod:`analysis.sweep`) of a kind that has a request-rate
+A capacity spec is a sweep spec (:mod:`draftsim.analysis.sweep`) of a kind that has a request-rate
 option, plus a ``[capacity]`` table::
 
     [capacity]
@@ -38,8 +38,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from sim.errors import DraftsimError
-
+from ..sim.errors import DraftsimError
 from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",

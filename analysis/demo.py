@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import mdp, optimize
-from sim.plan import Drafter, Strategy, plan, simulation_setting
-from sim.predict import predicted_ewif
-from sim.simulate import simulate
-
+from ..sim import mdp, optimize
+from ..sim.plan import Drafter, Strategy, plan, simulation_setting
+from ..sim.predict import predicted_ewif
+from ..sim.simulate import simulate
 from . import figures
 
 
@@ -83,12 +82,12 @@ def optimisation_step(out_dir: Path, ratios=(0.01, 0.02, 0.05, 0.1, 0.2, 0.4), k
 def replay_step(trace_path=None, k_max: int = 8) -> dict:
     """Replay the embedded SmolLM2 trace (no torch needed) under several policies, with the
     cost coefficients measured when it was recorded, and the oracle beside them."""
-    from sim.acceptance import TraceDriven
-    from sim.costs import Costs
-    from sim.mdp import oracle_latency
-    from sim.policies import ConfidenceStop, FixedK, Heuristic, VerticalCascade
-    from sim.simulate import simulate
-    from sim.traces import EMBEDDED_TRACE, Trace
+    from ..sim.acceptance import TraceDriven
+    from ..sim.costs import Costs
+    from ..sim.mdp import oracle_latency
+    from ..sim.policies import ConfidenceStop, FixedK, Heuristic, VerticalCascade
+    from ..sim.simulate import simulate
+    from ..sim.traces import EMBEDDED_TRACE, Trace
 
     trace = Trace(trace_path or EMBEDDED_TRACE)
     s = trace.summary()
@@ -126,16 +125,15 @@ def real_step(n: int = 2, max_new_tokens: int = 32) -> dict:
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
-        from realrun.models import locate_smollm2_gguf
+        from ..realrun.models import locate_smollm2_gguf
 
         locate_smollm2_gguf()
     except Exception as exc:  # any missing piece: the demo still runs without real models
         return {"skipped": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-    from realrun.compare import measure
-    from realrun.methods import method_from
-    from realrun.models import load_model
-    from realrun.prompts import prompt_set
-
+    from ..realrun.compare import measure
+    from ..realrun.methods import method_from
+    from ..realrun.models import load_model
+    from ..realrun.prompts import prompt_set
     from .reality import held_to_sim
 
     target = load_model("smollm2", device="cpu")

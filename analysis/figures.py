@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sim import analytic  # noqa: E402
+from ..sim import analytic  # noqa: E402
 
 
 def ewif_vs_k(path: Path, alphas=(0.6, 0.7, 0.8, 0.9), costs=(0.02, 0.1, 0.25), k_max: int = 16) -> Path:

@@ -1,8 +1,8 @@
 """Simulation against reality: replay a real run's trace in ``sim`` and compare.
 
-For each run trace (:class:`sim.traces.RunTrace`), with the pieces of :mod:`sim.replay`:
+For each run trace (:class:`draftsim.sim.traces.RunTrace`), with the pieces of :mod:`draftsim.sim.replay`:
 
-1. the acceptance the run observed becomes a :class:`sim.acceptance.TraceDriven` process —
+1. the acceptance the run observed becomes a :class:`draftsim.sim.acceptance.TraceDriven` process —
    per (proposer, verifier) pair and output position, whether the token proposed there was
    accepted (the realised flag), and the drafter's confidence in it;
 2. the *same policy* (parsed from the run's metadata) is simulated on it by the Monte Carlo
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim import montecarlo
-from sim.errors import DraftsimError
-from sim.replay import fit_costs, replay_process, run_policy, run_pricing
-from sim.traces import RunTrace
+from ..sim import montecarlo
+from ..sim.errors import DraftsimError
+from ..sim.replay import fit_costs, replay_process, run_policy, run_pricing
+from ..sim.traces import RunTrace
 
 __all__ = ["check_run", "check_tree_run", "held_to_sim", "run_speed"]
 
@@ -48,7 +48,7 @@ def _relative(predicted: float, measured: float) -> float:
 
 def run_speed(calls_per_prompt, profile) -> dict | None:
     """How fast the machine ran during a measurement against ``profile`` (the target's): the
-    autoregressive runs interleaved with the method (:func:`realrun.compare.measure`) — their
+    autoregressive runs interleaved with the method (:func:`draftsim.realrun.compare.measure`) — their
     target calls, a prefill then one token per call, each at its exact context — measured
     seconds over the profile's price of the same calls. 1.0: as fast as when profiled; 1.08:
     8% slower. None without calls or where the profile's grid does not hold them.
@@ -78,7 +78,7 @@ def check_run(trace, seed: int = 0, profiles=(), speed: float | None = None) -> 
     """Replay ``trace`` (a :class:`RunTrace` or its path) with its own policy; compare counts
     and tokens/s. Relative errors are (predicted − measured) / measured.
 
-    The replayed rounds are priced round by round (:func:`sim.replay.run_pricing`): each
+    The replayed rounds are priced round by round (:func:`draftsim.sim.replay.run_pricing`): each
     model's calls from a measured cost table (``profiles``, else the run's own calls) and the
     executor's own time per round from the run's rounds; the prefill is the run's. Tree and
     graph runs are replayed with the per-level acceptance they recorded (:func:`_tree_replay`).
@@ -192,7 +192,7 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
     verified nodes, the drafter's per level) each priced at its size by the cost tables (GSD's
     pruning, early exit and merging reach the simulator through these sizes: its own tree is
     the full width × depth one) — plus the executor's overhead."""
-    from sim.acceptance import Bernoulli
+    from ..sim.acceptance import Bernoulli
 
     rounds = trace.rounds.to_pydict()
     accepted = np.array(rounds["accepted"], dtype=np.float64)
@@ -238,11 +238,11 @@ def _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, s
 
 
 def check_tree_run(trace, tree_stats: dict) -> dict:
-    """Hold a tree / graph run against the tree optimiser (:func:`sim.optimize.tree_shape`):
+    """Hold a tree / graph run against the tree optimiser (:func:`draftsim.sim.optimize.tree_shape`):
     with the per-rank acceptance the run observed and the call costs fitted to its timings,
     the best tree of at most as many nodes as the run verified per round, its expected
     accepted tokens per round and modelled tokens/s, next to the run's own."""
-    from sim.optimize import tree_shape
+    from ..sim.optimize import tree_shape
 
     trace = trace if isinstance(trace, RunTrace) else RunTrace(trace)
     costs = fit_costs(trace, 2)
@@ -266,7 +266,7 @@ def check_tree_run(trace, tree_stats: dict) -> dict:
 
 
 def held_to_sim(measurement, seed: int = 0, check: bool = True, profiles=()) -> dict:
-    """A :class:`realrun.compare.Measurement` as a dict, held against the simulator: with
+    """A :class:`draftsim.realrun.compare.Measurement` as a dict, held against the simulator: with
     ``check``, ``sim_check`` (:func:`check_run` on its trace, priced with ``profiles`` where
     given); for tree and graph runs, ``tree_check`` (:func:`check_tree_run`)."""
     out = measurement.to_dict()

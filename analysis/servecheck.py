@@ -1,20 +1,20 @@
 """The serving simulator held to a real serving run (``draftsim check-serve``).
 
-A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
-(:func:`sim.serving.serve`) with
+A serving trace (:mod:`draftsim.realrun.servetrace`) is replayed in the serving simulator
+(:func:`draftsim.sim.serving.serve`) with
 
 * the **same workload**: every request's arrival, prompt tokens and output tokens;
-* the **acceptance each request realised**: a :class:`sim.acceptance.TraceDriven` process with
+* the **acceptance each request realised**: a :class:`draftsim.sim.acceptance.TraceDriven` process with
   one recorded sequence per request (the output after its first token): per round start
   and draft index whether the drafted token was accepted, so a fixed-k replay drafts,
   accepts and emits what the run did round by round;
 * the **same policy, controller and batch limit** (``max_num_seqs`` = the run's
   ``--max-batch``; no token budget and whole-prompt prefills, as the real server) and the
   **same cache layout**: one dense ragged cache whose width — what a verification attends
-  over — the simulator follows step by step (:mod:`sim.serving.layout`, with the server's
+  over — the simulator follows step by step (:mod:`draftsim.sim.serving.layout`, with the server's
   compaction rule from the trace);
 * **step costs**: the target's forward time from a ``draftsim profile --path server`` of the
-  same model on the same machine (:class:`sim.cost.ProfileCost`, the server's own forward
+  same model on the same machine (:class:`draftsim.sim.cost.ProfileCost`, the server's own forward
   call, its medians as measured; optionally a second one for the prefills, batch 1 and long
   calls, so that the first can hold every batch size cheaply), or an affine model fitted to the
   forward calls of another serving run of the same model on the same machine
@@ -25,7 +25,7 @@ A serving trace (:mod:`realrun.servetrace`) is replayed in the serving simulator
   busy time between steps such as trace commits, :func:`busy_gaps`), fitted as a + b·B over
   the run's steps of B sequences (:class:`StepCost`).
 
-Both runs are summarised by the same function (:func:`sim.serving.metrics.summarize_run`):
+Both runs are summarised by the same function (:func:`draftsim.sim.serving.metrics.summarize_run`):
 TTFT, TPOT and end-to-end latency (p50, p90) and throughput, predicted against measured,
 relative error = (predicted − measured) / measured.
 
@@ -43,18 +43,18 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.acceptance import TraceDriven
-from sim.controllers import parse_controller
-from sim.cost.base import BatchStats, CostModel
-from sim.cost.linear import CallCost
-from sim.cost.profile import ProfileCost, load_profile
-from sim.errors import DraftsimError
-from sim.policies import parse_policy
-from sim.serving import ServingConfig, serve
-from sim.serving.layout import RaggedLayout
-from sim.serving.metrics import summarize_run
-from sim.serving.scheduler import SchedulerConfig
-from sim.serving.workload import Workload
+from ..sim.acceptance import TraceDriven
+from ..sim.controllers import parse_controller
+from ..sim.cost.base import BatchStats, CostModel
+from ..sim.cost.linear import CallCost
+from ..sim.cost.profile import ProfileCost, load_profile
+from ..sim.errors import DraftsimError
+from ..sim.policies import parse_policy
+from ..sim.serving import ServingConfig, serve
+from ..sim.serving.layout import RaggedLayout
+from ..sim.serving.metrics import summarize_run
+from ..sim.serving.scheduler import SchedulerConfig
+from ..sim.serving.workload import Workload
 
 __all__ = ["StepCost", "AffineCost", "robust_nnls", "realised_process", "busy_gaps", "check_serve", "CHECKED"]
 
@@ -106,15 +106,15 @@ def robust_nnls(X: np.ndarray, y: np.ndarray, rounds: int = 3, cut: float = 4.0)
 
 @dataclass(eq=False)
 class StepCost(CostModel):
-    """The target's cost in a serving step of the real server (:mod:`realrun.serving`):
+    """The target's cost in a serving step of the real server (:mod:`draftsim.realrun.serving`):
     ``base`` prices its forward calls, plus the server's own time per step, ``overhead +
     per_sequence``·B.
 
-    With a measured profile (:class:`sim.cost.ProfileCost`) and a step that says how it is
+    With a measured profile (:class:`draftsim.sim.cost.ProfileCost`) and a step that says how it is
     made up (``BatchStats.padded`` and ``prefill``, as the serving simulator's steps do) the
     calls are those the server makes: one verification of the decoding sequences as the
     **right-padded batch** it computes (every row fed the most new tokens of any row, over the
-    cache's width: the simulator's :class:`sim.serving.RaggedLayout`, set from the trace,
+    cache's width: the simulator's :class:`draftsim.sim.serving.RaggedLayout`, set from the trace,
     replays the server's stale slots, trims and compactions; the longest context without
     one), and **one prefill call per joiner** (its prompt at context 0, keeping one logit
     row). Otherwise the step is one call of its sums (mean tokens and context per
@@ -261,7 +261,7 @@ def busy_gaps(steps: list, requests: list) -> np.ndarray:
 def _profile_of(meta: dict, path) -> ProfileCost:
     """A profile file of this trace's model and machine, with its medians as measured (a
     server step's padded batch of 16 token rows can cost less than one of 15, see
-    :mod:`sim.cost.profile`, which a monotone table would price as the dearer one)."""
+    :mod:`draftsim.sim.cost.profile`, which a monotone table would price as the dearer one)."""
     prof = load_profile(path, extrapolate="clamp", monotone=False)
     model = meta.get("model", {})
     try:
@@ -292,7 +292,7 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
         what = f"profile {profile}" + (f", prefills from {prefill_profile}" if prefill is not None else "") + (
             "" if paths == {"server"} else " (of the model's own call: the server's forward adds its ragged mask; profile --path server)")
     elif costs_from is not None:
-        from realrun.servetrace import ServeTrace
+        from ..realrun.servetrace import ServeTrace
 
         cal = ServeTrace(costs_from)
         cal.require_complete()
@@ -340,7 +340,7 @@ def cache_layout(meta: dict, path) -> RaggedLayout:
 
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
-    from realrun.servetrace import ServeTrace, run_record
+    from ..realrun.servetrace import ServeTrace, run_record
 
     trace = ServeTrace(path)
     trace.require_complete()

@@ -20,10 +20,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sim import policies  # noqa: E402
-from sim.controllers import NoControl  # noqa: E402
-from sim.errors import DraftsimError  # noqa: E402
-from sim.serving import ServingConfig, run_replications  # noqa: E402
+from ..sim import policies  # noqa: E402
+from ..sim.controllers import NoControl  # noqa: E402
+from ..sim.errors import DraftsimError  # noqa: E402
+from ..sim.serving import ServingConfig, run_replications  # noqa: E402
 
 __all__ = ["sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load", "serving_study"]
 
@@ -150,10 +150,10 @@ def serving_study(out_dir=None, *, qps=(0.5, 1, 2, 4, 8, 16, 32), requests: int 
     Llama-2-7B on the target's first device, fixed k = 4 at Bernoulli α = 0.8, 512-token
     prompts and 256-token outputs, Poisson arrivals; a QPS sweep, its crossover and one
     figure (``out_dir/serving_speedup.png`` when ``out_dir`` is given)."""
-    from sim import acceptance
-    from sim.cost import RooflineModel, default_catalog
-    from sim.serving import make_workload
-    from sim.serving.workload import Fixed, Poisson
+    from ..sim import acceptance
+    from ..sim.cost import RooflineModel, default_catalog
+    from ..sim.serving import make_workload
+    from ..sim.serving.workload import Fixed, Poisson
 
     cat = default_catalog()
     hw = cat.hardware_spec("h100-sxm")

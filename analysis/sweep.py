@@ -83,7 +83,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.errors import DraftsimError, file_mode, folder_mode
+from ..sim.errors import DraftsimError, file_mode, folder_mode
 
 #: Version of the spec schema and of the output folder's manifest.
 SPEC_VERSION = 1
@@ -103,7 +103,7 @@ MAX_AXIS_VALUES = 10_000_000
 class Kind:
     """What a sweep point runs: one entry of a kind registry.
 
-    ``validate(config)`` raises :class:`~sim.errors.DraftsimError` for a configuration (option
+    ``validate(config)`` raises :class:`~draftsim.sim.errors.DraftsimError` for a configuration (option
     name → value, names with underscores) the command would refuse, and is called for every
     point before any runs. ``run(config, seed)`` runs one point and returns the command's
     JSON output (a nested dict); it must be a module-level function (workers receive it by

@@ -1,6 +1,6 @@
 """Figures of a sweep: a heat map of a metric over two axes, or lines over one axis.
 
-Input is :func:`analysis.sweep.aggregate`'s {(x[, y]): (mean, se, n)}; PNG written atomically.
+Input is :func:`draftsim.analysis.sweep.aggregate`'s {(x[, y]): (mean, se, n)}; PNG written atomically.
 """
 
 from __future__ import annotations

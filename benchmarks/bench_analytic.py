@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from sim import analytic
+from draftsim.sim import analytic
 
 
 def plain_loop(alphas, costs, k_max):

@@ -15,7 +15,7 @@ import os
 import numpy as np
 from timing import best_time
 
-from sim.cost import ProfileCost, RooflineModel, default_catalog
+from draftsim.sim.cost import ProfileCost, RooflineModel, default_catalog
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ import argparse
 import random
 import time
 
-from sim import acceptance as A
-from sim import policies as P
-from sim.simulate import simulate
+from draftsim.sim import acceptance as A
+from draftsim.sim import policies as P
+from draftsim.sim.simulate import simulate
 
 
 def naive_loop(n_tokens: int, alpha: float, k: int, c: float, seed: int) -> float:

@@ -21,14 +21,14 @@ import json
 import numpy as np
 import torch
 
-from realrun.distill import load_distilled, target_corpus
-from realrun.drafters import NeuralDraft
-from realrun.executor import generate
-from realrun.head import binary_kl, head_data, train_head
-from realrun.models import load_model
-from realrun.prompts import format_prompt, prompt_set
-from sim import policies as P
-from sim.mdp import oracle_latency, solve_trace
+from draftsim.realrun.distill import load_distilled, target_corpus
+from draftsim.realrun.drafters import NeuralDraft
+from draftsim.realrun.executor import generate
+from draftsim.realrun.head import binary_kl, head_data, train_head
+from draftsim.realrun.models import load_model
+from draftsim.realrun.prompts import format_prompt, prompt_set
+from draftsim.sim import policies as P
+from draftsim.sim.mdp import oracle_latency, solve_trace
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/bench_methods.py [--n 4] [--max-new-tokens 48] [--prompts code,arithmetic]
 [--threads 1] [--profile P.json --profile D.json]``.
-For each method, :func:`realrun.compare.measure` decodes the test prompts alternately with
+For each method, :func:`draftsim.realrun.compare.measure` decodes the test prompts alternately with
 plain autoregressive decoding (so each speedup is a ratio measured in one run), writes the
 run trace and replays it in the simulator. Needs the distilled draft (``draftsim distill``).
 
@@ -12,7 +12,7 @@ with the same ``--threads``): then the simulator's tokens/s is a prediction out 
 the last lines give the median and worst error over every replayable method (issue 15's
 goal: ≤ 3% median, ≤ 6% worst) — as priced by the profiles, and with the profiles re-stated
 at the machine's speed during each run (``speed``: the autoregressive runs interleaved with
-the method, their target calls measured over profiled, :func:`analysis.reality.run_speed`;
+the method, their target calls measured over profiled, :func:`draftsim.analysis.reality.run_speed`;
 this machine drifts by several percent within minutes).
 """
 
@@ -24,12 +24,12 @@ import os
 
 import numpy as np
 
-from analysis.reality import held_to_sim
-from realrun.compare import measure
-from realrun.methods import method_from
-from realrun.models import load_model
-from realrun.prompts import prompt_set
-from sim.cost.profile import load_profile
+from draftsim.analysis.reality import held_to_sim
+from draftsim.realrun.compare import measure
+from draftsim.realrun.methods import method_from
+from draftsim.realrun.models import load_model
+from draftsim.realrun.prompts import prompt_set
+from draftsim.sim.cost.profile import load_profile
 
 METHODS = [
     ("sd", "maxgram", "fixed:k=4", None),

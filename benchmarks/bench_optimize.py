@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from sim import mdp, optimize
+from draftsim.sim import mdp, optimize
 
 
 def best_of(fn, repeat=3):

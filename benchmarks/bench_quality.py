@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from realrun.compare import measure
-from realrun.methods import method_from
-from realrun.models import load_model
-from realrun.prompts import prompt_set
+from draftsim.realrun.compare import measure
+from draftsim.realrun.methods import method_from
+from draftsim.realrun.models import load_model
+from draftsim.realrun.prompts import prompt_set
 
 POINTS = [("cascade", "sd")] + [("cascade", f"opt:alpha={a}") for a in (0.05, 0.2, 0.5)] + [
     ("cascade", f"chow:alpha={a}") for a in (0.1, 0.3, 0.6)] + [("cascade", f"token3:alpha={a}") for a in (0.3, 0.7)] + [

@@ -10,7 +10,7 @@ reproduced alone. Steps:
 1. **profile** — two ``draftsim profile --path server`` of the target on this machine (the
    serving loop's own forward call): the steps' (every batch size to 16, few new tokens,
    cache widths to 768) and the prefills' (batch 1, up to 512 tokens); unless ``--profile``;
-2. **plan** — the draft length k for Max-Gram from the planner (:func:`sim.plan.plan`): α =
+2. **plan** — the draft length k for Max-Gram from the planner (:func:`draftsim.sim.plan.plan`): α =
    Max-Gram's greedy match rate with SmolLM2 in the embedded trace, c = Max-Gram's proposal
    time per token (the profile) over the target's one-token call, and the target's
    verification cost v(n) = t(n)/t(1) at batch 1 from the profile;
@@ -82,7 +82,7 @@ def device_args(a) -> list[str]:
 def fresh(path: Path, reuse: bool = False) -> Path | None:
     """A new trace folder; with ``reuse``, None when a complete trace is already there."""
     if reuse and (path / "manifest.json").exists():
-        from realrun.servetrace import ServeTrace
+        from draftsim.realrun.servetrace import ServeTrace
 
         if ServeTrace(path).complete:
             return None
@@ -96,7 +96,7 @@ def fresh(path: Path, reuse: bool = False) -> Path | None:
 def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
     """Serve into ``trace`` (``--reuse``: keep a complete trace there and read its metrics)."""
     if fresh(trace, a.reuse) is None:
-        from realrun.servetrace import ServeTrace, serving_metrics
+        from draftsim.realrun.servetrace import ServeTrace, serving_metrics
 
         t = ServeTrace(trace)
         print(f"(reusing {trace})")
@@ -126,7 +126,7 @@ def error_table(fid: list, key: str) -> tuple[str, dict]:
 
 
 def table(rows: list[list], headers: list[str]) -> str:
-    from analysis.table import format_table
+    from draftsim.analysis.table import format_table
 
     return format_table(headers, rows, floatfmt=".3f")
 
@@ -179,13 +179,13 @@ def main() -> int:
                 if a.threads:
                     args += ["--threads", str(a.threads)]
                 sh(args + device_args(a), log)
-    from sim.cost import load_profile
+    from draftsim.sim.cost import load_profile
 
     prof = load_profile(a.profile, extrapolate="clamp")
 
     # 2. plan
-    from sim.plan import Drafter, plan
-    from sim.traces import EMBEDDED_TRACE, Trace
+    from draftsim.sim.plan import Drafter, plan
+    from draftsim.sim.traces import EMBEDDED_TRACE, Trace
 
     pairs = {(x["proposer"], x["verifier"]): x for x in Trace(EMBEDDED_TRACE).summary()["pairs"]}
     alpha = float(pairs[("maxgram", "target")]["greedy_match_rate"])

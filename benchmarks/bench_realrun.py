@@ -16,7 +16,7 @@ equivalent methods —
   to k tokens after a match of the context's last tokens and proposes nothing without one,
   against our Max-Gram (with [CSD]'s bigram fallback, as ``draftsim run --drafter maxgram``)
   under ``ConfidenceStop(--tau, k)``: Max-Gram's confidence is m/(m+1) after a match of m
-  tokens and 0 without one (:class:`realrun.drafters.MaxGram`), so it drafts the matched
+  tokens and 0 without one (:class:`draftsim.realrun.drafters.MaxGram`), so it drafts the matched
   continuation and a single (bigram) token where nothing matches;
 
 Like transformers, ours reads the prompt in the first verification's forward call
@@ -26,7 +26,7 @@ Like transformers, ours reads the prompt in the first verification's forward cal
 Plus, for reference, Max-Gram with a fixed k and CS Drafting (``--csd``: the distilled draft
 over Max-Gram). Outputs must equal plain greedy. Printed: tokens/s, the ratio of ours to
 transformers for each pair (goal ≥ 1.0), and the share of each of our runs spent outside model
-forward calls — the executor's own time (:attr:`realrun.executor.RunLog.overhead_seconds`) and
+forward calls — the executor's own time (:attr:`draftsim.realrun.executor.RunLog.overhead_seconds`) and
 Max-Gram's proposals (goal ≤ 3%). The machine's load average is printed before and after:
 other processes on the CPU make every wall-clock figure noisy; tokens per CPU-second of this
 process (``--threads 1``) are printed too, as a steadier view of the same comparison.
@@ -40,14 +40,14 @@ import time
 
 import torch
 
-from realrun.distill import load_distilled
-from realrun.drafters import MaxGram, NeuralDraft
-from realrun.executor import generate
-from realrun.methods import fit_bigram
-from realrun.models import load_model
-from realrun.prompts import format_prompt, prompt_set
-from sim import policies as P
-from sim.policies import parse_policy
+from draftsim.realrun.distill import load_distilled
+from draftsim.realrun.drafters import MaxGram, NeuralDraft
+from draftsim.realrun.executor import generate
+from draftsim.realrun.methods import fit_bigram
+from draftsim.realrun.models import load_model
+from draftsim.realrun.prompts import format_prompt, prompt_set
+from draftsim.sim import policies as P
+from draftsim.sim.policies import parse_policy
 
 #: (ours, transformers') equivalent pairs.
 PAIRS = (("ours assisted", "hf assisted"), ("ours maxgram conf", "hf prompt lookup"))

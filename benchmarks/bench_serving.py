@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
-from sim import acceptance, policies
-from sim.cost import RooflineModel, default_catalog
-from sim.serving import ServingConfig, make_workload, serve, summarize_run
-from sim.serving.workload import ClosedLoop, Fixed, Poisson
+from draftsim.sim import acceptance, policies
+from draftsim.sim.cost import RooflineModel, default_catalog
+from draftsim.sim.serving import ServingConfig, make_workload, serve, summarize_run
+from draftsim.sim.serving.workload import ClosedLoop, Fixed, Poisson
 
 
 def config() -> ServingConfig:

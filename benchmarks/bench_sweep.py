@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis import sweep as sw
+from draftsim.analysis import sweep as sw
 from draftsim.sweepkinds import KINDS
 
 

@@ -11,9 +11,9 @@ import argparse
 import numpy as np
 from timing import best_time
 
-from sim import rules
-from sim.distributions import sample
-from sim.verify import verify_block, verify_block_greedy
+from draftsim.sim import rules
+from draftsim.sim.distributions import sample
+from draftsim.sim.verify import verify_block, verify_block_greedy
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

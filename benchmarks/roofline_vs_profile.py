@@ -14,9 +14,9 @@ import json
 
 import numpy as np
 
-from sim.cost import load_profile
-from sim.cost.catalog import default_catalog
-from sim.cost.roofline import RooflineModel, fit_overhead
+from draftsim.sim.cost import load_profile
+from draftsim.sim.cost.catalog import default_catalog
+from draftsim.sim.cost.roofline import RooflineModel, fit_overhead
 
 
 def errors(model, B, N, C, seconds) -> dict:

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from sim.cost import RooflineModel, default_catalog, load_profile
+from draftsim.sim.cost import RooflineModel, default_catalog, load_profile
 
 GPT_FAST = [("llama-2-7b", 1, 1 / 104.9), ("llama-2-7b", 2, 1 / 168.84), ("llama-2-7b", 4, 1 / 254.02), ("llama-2-7b", 8, 1 / 328.43),
             ("llama-2-70b", 2, 1 / 21.32), ("llama-2-70b", 4, 1 / 38.01), ("llama-2-70b", 8, 1 / 62.50)]

@@ -1,6 +1,6 @@
 """Argument types and output helpers shared by the subcommands.
 
-Argument types validate with the same checks as the Python API (:mod:`sim.errors`), so a
+Argument types validate with the same checks as the Python API (:mod:`draftsim.sim.errors`), so a
 bad value gives the same message — naming the value and the valid range — on both paths.
 """
 
@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from sim.errors import DraftsimError, as_cost, as_count, as_positive, as_probability, parse_number
+from draftsim.sim.errors import DraftsimError, as_cost, as_count, as_positive, as_probability, parse_number
 
 
 def _checked(check: Callable, name: str, **kwargs) -> Callable[[str], object]:
@@ -197,9 +197,9 @@ def device(text: str) -> str:
 
 
 def model_name(option: str, text: str) -> str:
-    """A target or neural drafter :func:`realrun.models.load_model` can load, checked without
+    """A target or neural drafter :func:`draftsim.realrun.models.load_model` can load, checked without
     loading it."""
-    from realrun.methods import check_model_name
+    from draftsim.realrun.methods import check_model_name
 
     if not text.strip():
         raise DraftsimError(f"{option} needs a model: smollm2, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
@@ -208,7 +208,7 @@ def model_name(option: str, text: str) -> str:
 
 def drafter_names(option: str, names: list[str], neural_only: bool = False) -> list[str]:
     """Drafter names (maxgram, bigram, distilled or a loadable model), each once."""
-    from realrun.methods import STATISTICAL_DRAFTERS
+    from draftsim.realrun.methods import STATISTICAL_DRAFTERS
 
     seen = set()
     for name in names:
@@ -229,8 +229,8 @@ def drafter_names(option: str, names: list[str], neural_only: bool = False) -> l
 
 
 def prompt_sets(option: str, text: str) -> list[str]:
-    """Comma-separated prompt set names (:data:`realrun.prompts.SETS`), each once."""
-    from realrun.prompts import SETS
+    """Comma-separated prompt set names (:data:`draftsim.realrun.prompts.SETS`), each once."""
+    from draftsim.realrun.prompts import SETS
 
     names = [s.strip() for s in text.split(",")]
     valid = ", ".join(SETS)

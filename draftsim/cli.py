@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from sim.errors import DraftsimError
+from draftsim.sim.errors import DraftsimError
 
 from . import __version__
 from .commands import costing, demo, distillation, heads, optimization, planning, running, serve, serving, simulation, sweeping, traces

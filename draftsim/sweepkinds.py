@@ -16,9 +16,9 @@ import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
 
-from analysis.sweep import Kind
-from sim.errors import DraftsimError
-from sim.policies import parse_policy
+from draftsim.analysis.sweep import Kind
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.policies import parse_policy
 
 #: Flag-less position of a kind's command in argv: (command, option naming the subcommand).
 COMMANDS = {"simulate": ("simulate", None), "serve": ("serve-sim", None), "optimize": ("optimize", "what"), "replay": ("replay", None)}
@@ -158,7 +158,7 @@ def check_optimize(config: dict) -> None:
 
 
 def check_replay(config: dict) -> None:
-    from sim.traces import Trace
+    from draftsim.sim.traces import Trace
 
     args = parse("replay", config)
     parse_policy(args.policy)
@@ -166,8 +166,8 @@ def check_replay(config: dict) -> None:
 
 
 def check_serve(config: dict) -> None:
-    from sim.controllers import parse_controller
-    from sim.serving.workload import parse_arrivals, parse_lengths
+    from draftsim.sim.controllers import parse_controller
+    from draftsim.sim.serving.workload import parse_arrivals, parse_lengths
 
     from .commands import costing
 

@@ -2,10 +2,10 @@
 
 :func:`measure` runs, prompt by prompt and alternately (these machines are noisy), the
 target's own autoregressive decoding and the method, writes the method's run trace
-(:mod:`realrun.runs`), and reports tokens/s, speedup, accepted lengths, counts per level,
+(:mod:`draftsim.realrun.runs`), and reports tokens/s, speedup, accepted lengths, counts per level,
 SWI with the costs measured in the run and quality against the target's output, as a
 :class:`Measurement`. Its callers hold it against the simulator
-(:func:`analysis.reality.held_to_sim`): the CLI (``draftsim run``), the demo and the
+(:func:`draftsim.analysis.reality.held_to_sim`): the CLI (``draftsim run``), the demo and the
 benchmark scripts.
 """
 
@@ -17,11 +17,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from sim.analytic import swi
-from sim.errors import DraftsimError
-from sim.replay import fit_costs
-from sim.traces import RunTrace
-
+from ..sim.analytic import swi
+from ..sim.errors import DraftsimError
+from ..sim.replay import fit_costs
+from ..sim.traces import RunTrace
 from .executor import Sampling, generate
 from .methods import Method
 from .models import LoadedModel
@@ -87,7 +86,7 @@ class Measurement:
     Rates are output tokens per wall-clock second of decoding (prefill included);
     ``calls_per_model`` counts forward calls (or proposals, for statistical drafters) per
     model, target first; ``levels`` drafted / accepted per (proposer, verifier) pair, by name;
-    ``cost_coefficients`` are fitted to the run's calls (:func:`sim.replay.fit_costs`);
+    ``cost_coefficients`` are fitted to the run's calls (:func:`draftsim.sim.replay.fit_costs`);
     ``swi`` is [CSD]'s standardised walltime improvement with them. ``trace`` is the run
     trace loaded in memory (``trace_path`` is None when it was written to a temporary
     folder); ``tree`` the tree/graph statistics of ssd/tsd/gsd runs.
@@ -118,9 +117,9 @@ class Measurement:
     trace_path: str | None
     tree: dict | None = None
     trace: RunTrace | None = field(default=None, repr=False, compare=False)
-    #: The interleaved autoregressive runs' forward calls (:class:`sim.records.Call`), one list
+    #: The interleaved autoregressive runs' forward calls (:class:`draftsim.sim.records.Call`), one list
     #: per prompt: a measurement of the machine's speed while the method ran
-    #: (:func:`analysis.reality.run_speed`).
+    #: (:func:`draftsim.analysis.reality.run_speed`).
     autoregressive_calls: list | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict:

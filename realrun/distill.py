@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import DraftsimError, file_mode
-
+from ..sim.errors import DraftsimError, file_mode
 from .models import LoadedModel, cache_dir, load_model
 from .prompts import SETS, format_prompt, prompt_set
 

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.errors import DraftsimError
+from ..sim.errors import DraftsimError
 
 __all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NeuralDraft", "accept_prob"]
 
@@ -106,12 +106,12 @@ class Drafter:
     #: Size of the vocabulary its token ids index; None: it proposes ids it has seen in the
     #: context (the executors refuse a drafter whose vocabulary differs from the target's).
     vocab: int | None = None
-    #: The loaded model of a neural drafter (:class:`realrun.models.LoadedModel`), else None.
+    #: The loaded model of a neural drafter (:class:`draftsim.realrun.models.LoadedModel`), else None.
     loaded = None
     #: The tokenizer whose ids it proposes, else None (a statistical drafter proposes the
     #: target's ids): the executors refuse one that maps ids differently from the target's.
     tokenizer = None
-    #: A SpecDec++ acceptance head (:mod:`realrun.head`) for a neural drafter, else None.
+    #: A SpecDec++ acceptance head (:mod:`draftsim.realrun.head`) for a neural drafter, else None.
     head = None
 
     def predict_along(self, ids: Sequence[int], start: int) -> Rows:
@@ -183,7 +183,7 @@ class MaxGram(Drafter):
     match, fall back to a bigram table (or, without one, repeat the last token).
     Deterministic: rows are one-hot. Cost ≈ 0.
 
-    **Confidence** (:attr:`Rows.conf`, what :class:`sim.policies.ConfidenceStop` reads): a
+    **Confidence** (:attr:`Rows.conf`, what :class:`draftsim.sim.policies.ConfidenceStop` reads): a
     token copied after a match of m tokens has confidence m / (m + 1); a fallback token
     (no match, or past the end of the matched continuation) has 0. A heuristic, not a
     probability ([CSD] gives Max-Gram none): the longer the repeated context, the likelier
@@ -259,7 +259,7 @@ class MaxGram(Drafter):
 
 
 class NeuralDraft(Drafter):
-    """Any causal LM sharing the target's tokenizer (a :class:`realrun.models.LoadedModel`)."""
+    """Any causal LM sharing the target's tokenizer (a :class:`draftsim.realrun.models.LoadedModel`)."""
 
     neural = True
 
@@ -268,7 +268,7 @@ class NeuralDraft(Drafter):
         self.name = name or loaded.name
         self.vocab = loaded.vocab_size
         self.tokenizer = loaded.tokenizer
-        #: Optional SpecDec++ acceptance head (:mod:`realrun.head`): its p̂ becomes the policy's prediction.
+        #: Optional SpecDec++ acceptance head (:mod:`draftsim.realrun.head`): its p̂ becomes the policy's prediction.
         self.head = head
 
     def predict_along(self, ids, start):

@@ -1,33 +1,33 @@
 """Speculative decoding on real models, driven by the same policy objects as the simulators.
 
-One executor runs every chain policy of :mod:`sim.policies`: autoregressive decoding,
+One executor runs every chain policy of :mod:`draftsim.sim.policies`: autoregressive decoding,
 speculative decoding with one drafter (``FixedK``, ``Heuristic``, ``ConfidenceStop``,
 ``Threshold``), and Cascade Speculative Drafting — horizontal cascades and vertical cascades
 with any K matrix, Max-Gram (or any statistical drafter) at the bottom. The policy's plan
-(:class:`sim.policies.Block`, nested for vertical cascades) is executed as it stands:
+(:class:`draftsim.sim.policies.Block`, nested for vertical cascades) is executed as it stands:
 
 * a block without ``inner`` drafts ``steps`` tokens with its model;
 * a block with ``inner`` runs ``steps`` speculative rounds of its model over the draft its
   own plan builds; the model verifies that draft with the inner rule (leniency: [CSD] §3.1,
   only ever applied by drafters) and emits the accepted tokens plus its correction or bonus;
 * the target verifies the top-level draft in one forward call with the run's rule:
-  :class:`sim.rules.SD` (lossless) or a speculative-cascade deferral rule ([SC] Algorithm 4 /
+  :class:`draftsim.sim.rules.SD` (lossless) or a speculative-cascade deferral rule ([SC] Algorithm 4 /
   block verification with Chow, Diff, OPT, TokenV1–3, Lossy, BiLD, top-level leniency).
 
-Verification is the verification core (:mod:`sim.verify`): ``verify_block`` when sampling,
+Verification is the verification core (:mod:`draftsim.sim.verify`): ``verify_block`` when sampling,
 ``verify_block_greedy`` at temperature 0. For lossless sampling through a vertical cascade
 every proposed token carries the distribution it was actually proposed from — the inner
 rule's output for tokens produced by an inner verification, the drafter's own row for its
-bonus token — exactly as :class:`sim.exact.VerticalProcess` proves lossless.
+bonus token — exactly as :class:`draftsim.sim.exact.VerticalProcess` proves lossless.
 
 KV caches: each neural model keeps one ``DynamicCache`` plus the ids it holds
 (:class:`CachedLM`); before a call the cache is rolled back to its longest prefix shared with
 the context (:meth:`CachedLM.rollback`: after rejections, at any level) and only the rest is fed.
 
 Every executor — :func:`generate` here, :func:`token_cascade` (the sequential token-level
-cascade baseline, [SC] Algorithm 2) and :func:`realrun.trees.generate_tree` — runs the same
-round loop (:func:`decode`) and logs the same records (:class:`RunLog`, :mod:`sim.records`),
-which :mod:`realrun.runs` writes as run traces and :mod:`sim.replay` gives back to ``sim``.
+cascade baseline, [SC] Algorithm 2) and :func:`draftsim.realrun.trees.generate_tree` — runs the same
+round loop (:func:`decode`) and logs the same records (:class:`RunLog`, :mod:`draftsim.sim.records`),
+which :mod:`draftsim.realrun.runs` writes as run traces and :mod:`draftsim.sim.replay` gives back to ``sim``.
 Batch size 1.
 """
 
@@ -39,13 +39,12 @@ from typing import Callable
 
 import numpy as np
 
-from sim.distributions import warp
-from sim.errors import DraftsimError
-from sim.policies import Autoregressive, Block, FixedK, Policy
-from sim.records import Call, DraftEvent, Round
-from sim.rules import SD, Leniency, Rule
-from sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
-
+from ..sim.distributions import warp
+from ..sim.errors import DraftsimError
+from ..sim.policies import Autoregressive, Block, FixedK, Policy
+from ..sim.records import Call, DraftEvent, Round
+from ..sim.rules import SD, Leniency, Rule
+from ..sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 from .drafters import Drafter, NeuralDraft
 from .models import LoadedModel, same_tokenizer, sync
 
@@ -78,10 +77,10 @@ class Sampling:
 
 @dataclass
 class RunLog:
-    """What a run did: the ``output`` tokens and the run's records (:mod:`sim.records`) —
-    ``rounds`` (:class:`~sim.records.Round`, one per target verification), ``calls``
-    (:class:`~sim.records.Call`, one per forward call or statistical proposal) and ``drafts``
-    (:class:`~sim.records.DraftEvent`, one per proposed token at every level). ``seconds`` is
+    """What a run did: the ``output`` tokens and the run's records (:mod:`draftsim.sim.records`) —
+    ``rounds`` (:class:`~draftsim.sim.records.Round`, one per target verification), ``calls``
+    (:class:`~draftsim.sim.records.Call`, one per forward call or statistical proposal) and ``drafts``
+    (:class:`~draftsim.sim.records.DraftEvent`, one per proposed token at every level). ``seconds`` is
     the run's wall time, prefill included; ``prefill_seconds`` the target's prefill call (0
     when the prefill rode on the first verification: ``generate(prefill_apart=False)``)."""
 
@@ -106,7 +105,7 @@ class RunLog:
 
     @property
     def drafted(self) -> int:
-        """Tokens proposed to the target (see :class:`sim.records.Round`)."""
+        """Tokens proposed to the target (see :class:`draftsim.sim.records.Round`)."""
         return sum(r.drafted for r in self.rounds)
 
     @property
@@ -127,7 +126,7 @@ class RunLog:
     @property
     def overhead_seconds(self) -> float:
         """The executor's own time: the run's wall time outside its calls (setup and every
-        round's :attr:`sim.records.Round.overhead_seconds`)."""
+        round's :attr:`draftsim.sim.records.Round.overhead_seconds`)."""
         return self.seconds - self.call_seconds
 
     def calls_per_model(self, n_models: int) -> list[int]:
@@ -265,7 +264,7 @@ def decode(log: RunLog, prompt: list[int], max_new_tokens: int, eos: int | None,
     ``step(context, budget)`` runs round ``len(log.rounds)`` on ``context`` (the prompt and
     the output so far), drafting at most ``budget`` tokens, and logs its calls and draft
     events. The loop cuts the round's new tokens at the budget and after ``eos``, appends
-    them to ``log.output``, and records the round (:class:`sim.records.Round`; its overhead is
+    them to ``log.output``, and records the round (:class:`draftsim.sim.records.Round`; its overhead is
     its wall time outside the calls it logged) until EOS or ``max_new_tokens`` ends the run.
     With ``in_text`` (chain drafts) the drafted and accepted counts are finally cut to the
     positions of the final text: a draft past its end is not positions of it. ``started`` is
@@ -420,7 +419,7 @@ class _Run:
 
     def propose(self, m: int, context: list[int], steps: int) -> "_Draft":
         """``steps`` tokens from statistical drafter ``m`` (Max-Gram, bigram) in one proposal,
-        each with the drafter's confidence (:attr:`realrun.drafters.Rows.conf`)."""
+        each with the drafter's confidence (:attr:`draftsim.realrun.drafters.Rows.conf`)."""
         drafter = self.models[m]
         tokens, q = self.call(m, "draft", lambda: drafter.propose(context, steps, prompt_len=self.prompt_len))
         confs = q.conf if q.conf is not None else q.prob(tokens)
@@ -545,14 +544,14 @@ def generate(
     drafters: list[Drafter] | None = None,
     prefill_apart: bool = True,
 ) -> RunLog:
-    """Generate up to ``max_new_tokens`` after ``prompt`` with ``policy`` (a :mod:`sim.policies`
+    """Generate up to ``max_new_tokens`` after ``prompt`` with ``policy`` (a :mod:`draftsim.sim.policies`
     chain policy; default autoregressive). ``drafters`` are models 1, 2, … of the policy
     (``drafter`` is shorthand for one).
 
     ``prefill_apart``: the target reads the prompt in a call of its own before the first round
-    (a "prefill" :class:`~sim.records.Call`, which :mod:`sim.replay` prices apart); False: the
+    (a "prefill" :class:`~draftsim.sim.records.Call`, which :mod:`draftsim.sim.replay` prices apart); False: the
     prompt rides on the first round's verification — one forward call fewer, as transformers'
-    ``generate`` does — whose :attr:`~sim.records.Call.prompt_tokens` says how many it carried.
+    ``generate`` does — whose :attr:`~draftsim.sim.records.Call.prompt_tokens` says how many it carried.
 
     With the lossless rule (SD, the default) greedy decoding reproduces the target's own
     greedy output exactly and sampling keeps the target's distribution, through any cascade
@@ -589,7 +588,7 @@ def token_cascade(
     """The sequential token-level cascade ([SC] Algorithm 2): per token, the drafter's row q
     decides through the rule's deferral δ(q) whether to emit from q or to call the target
     and emit from p. Only rules whose deferral reads q alone can run this way
-    (:attr:`sim.rules.Rule.draft_only`: Chow); Diff, OPT and BiLD need p for every token,
+    (:attr:`draftsim.sim.rules.Rule.draft_only`: Chow); Diff, OPT and BiLD need p for every token,
     which is what speculative cascades give.
 
     Each target call catches up on the tokens the drafter emitted since its last call.

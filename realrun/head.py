@@ -5,7 +5,7 @@ token the draft just proposed will be accepted by the target; the sim ``Threshol
 (unchanged) stops drafting once 1 − Π p̂_i > h.
 
 * **Data** (:func:`head_data`): the target's responses to the train prompts
-  (:func:`realrun.distill.target_corpus`); along them the draft's rows q_t and the target's
+  (:func:`draftsim.realrun.distill.target_corpus`); along them the draft's rows q_t and the target's
   p_t (teacher forcing); candidates Y_t ~ q_t with soft labels min(1, p_t(Y_t)/q_t(Y_t)), the
   probability that speculative sampling accepts Y_t. **Token mixing**: the sequence fed to
   the draft keeps the target's token with probability r and takes Y_t otherwise; the loss
@@ -33,8 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.errors import DraftsimError, as_count, as_probability, folder_mode
-
+from ..sim.errors import DraftsimError, as_count, as_probability, folder_mode
 from .models import LoadedModel
 
 __all__ = ["AcceptanceHead", "HeadData", "head_data", "train_head", "save_head", "load_head", "fingerprint", "binary_kl"]

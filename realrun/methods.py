@@ -10,7 +10,7 @@ Two steps, so that every argument is checked before any model is loaded:
    agree (lossless methods take lossless rules), tree methods take tree policies, a head
    drives a threshold policy, every drafter name is one :func:`make_drafter` can build.
 2. :func:`build_method` loads the drafters for a loaded target and returns the
-   :class:`Method` that :func:`realrun.compare.measure` runs.
+   :class:`Method` that :func:`draftsim.realrun.compare.measure` runs.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.errors import DraftsimError
-from sim.policies import Autoregressive, Policy, Threshold, parse_policy
-from sim.rules import SD, Rule, parse_rule
-
+from ..sim.errors import DraftsimError
+from ..sim.policies import Autoregressive, Policy, Threshold, parse_policy
+from ..sim.rules import SD, Rule, parse_rule
 from .drafters import Bigram, Drafter, MaxGram, NeuralDraft
 from .executor import RunLog, Sampling, generate, token_cascade
 from .models import EMBEDDED, LoadedModel, load_model, same_tokenizer
@@ -48,7 +47,7 @@ SINGLE_DRAFTER = ("sd", "cascade", *TREE_METHODS)
 
 
 def check_model_name(name: str, role: str = "model") -> str:
-    """Raise unless ``name`` is something :func:`realrun.models.load_model` can load (checked
+    """Raise unless ``name`` is something :func:`draftsim.realrun.models.load_model` can load (checked
     without loading): the embedded model, ``tiny[:SEED]``, a checkpoint folder or a ``.gguf``
     file. Returns the name."""
     if name == EMBEDDED:
@@ -204,7 +203,7 @@ def fit_bigram(target: LoadedModel) -> Bigram:
 def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None) -> Drafter:
     """A drafter for ``target`` by name: ``maxgram`` (with the bigram fallback of [CSD]),
     ``bigram``, ``distilled`` (``draftsim distill``'s cached draft), or a neural model
-    :func:`realrun.models.load_model` can load (it must share the target's tokenizer)."""
+    :func:`draftsim.realrun.models.load_model` can load (it must share the target's tokenizer)."""
     if name in STATISTICAL_DRAFTERS:
         bigram = bigram if bigram is not None else fit_bigram(target)
         return MaxGram(target.vocab_size, fallback=bigram) if name == "maxgram" else bigram

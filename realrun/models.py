@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.errors import DraftsimError
+from ..sim.errors import DraftsimError
 
 __all__ = [
     "EMBEDDED",

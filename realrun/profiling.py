@@ -3,7 +3,7 @@
 :func:`profile_model` times a model's forward call over a grid of batch sizes × new tokens
 per sequence × context lengths (the KV cache is filled once per (batch, context) and cropped
 back after every timed call), with warm-up calls, repeats, the median and the spread (half the
-inter-quartile range), and returns a :class:`sim.cost.ProfileCost`. :func:`drafter_seconds`
+inter-quartile range), and returns a :class:`draftsim.sim.cost.ProfileCost`. :func:`drafter_seconds`
 times Max-Gram's and a bigram table's proposals per token. :func:`probe_hardware` measures
 this machine's memory bandwidth (streaming reads and matrix–vector products) and matmul
 FLOP/s per dtype: a ``local-cpu`` hardware entry for the roofline.
@@ -22,10 +22,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from sim.cost.catalog import HardwareSpec, ModelSpec
-from sim.cost.profile import ProfileCost
-from sim.errors import DraftsimError, as_count
-
+from ..sim.cost.catalog import HardwareSpec, ModelSpec
+from ..sim.cost.profile import ProfileCost
+from ..sim.errors import DraftsimError, as_count
 from .models import sync
 
 __all__ = ["PATHS", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
@@ -86,7 +85,7 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
 
 #: What a profile times: ``model`` — the model's own forward over a ``DynamicCache`` (no
 #: attention mask: the single-stream executors' calls); ``server`` — the batched serving
-#: loop's forward (:meth:`realrun.serving.BatchKV.forward`: an explicit ragged attention mask,
+#: loop's forward (:meth:`draftsim.realrun.serving.BatchKV.forward`: an explicit ragged attention mask,
 #: position ids per row, the logit rows picked after the decoder), the calls ``draftsim
 #: serve`` makes and ``check-serve`` prices.
 PATHS = ("model", "server")
@@ -120,7 +119,7 @@ class _ModelPath:
 
 
 class _ServerPath:
-    """The serving loop's forward (:class:`realrun.serving.BatchKV`) on rows holding ``c``
+    """The serving loop's forward (:class:`draftsim.realrun.serving.BatchKV`) on rows holding ``c``
     tokens each; each timed call is rolled back and trimmed as the server does after a
     rejection. Without a context every call gets a fresh cache, as the server's prefills do."""
 
@@ -156,7 +155,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     For each (batch, context) the KV cache is filled once with random tokens; each timed call
     feeds ``new_tokens`` more random tokens per sequence on top of it and is then cropped
     away; then, when the batch axis starts at 1, the batch-1 calls again keeping the last
-    row's logits only (the last-row table, see :class:`sim.cost.ProfileCost`). ``path``
+    row's logits only (the last-row table, see :class:`draftsim.sim.cost.ProfileCost`). ``path``
     says which forward is timed (:data:`PATHS`); the profile's fingerprint records it.
     ``progress(1)`` is called after each grid point.
     """

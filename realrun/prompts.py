@@ -18,7 +18,7 @@ import inspect
 import random
 from dataclasses import dataclass
 
-from sim.errors import DraftsimError
+from ..sim.errors import DraftsimError
 
 __all__ = ["Prompt", "SETS", "prompt_set", "format_prompt"]
 

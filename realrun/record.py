@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.errors import DraftsimError
-from sim.traces import TABLES, TraceWriter
-
+from ..sim.errors import DraftsimError
+from ..sim.traces import TABLES, TraceWriter
 from .drafters import Drafter, NeuralDraft, Rows, accept_prob
 from .models import LoadedModel
 from .prompts import Prompt, format_prompt

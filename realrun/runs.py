@@ -1,19 +1,18 @@
 """Run traces: every real run's rounds, forward calls and proposed tokens, on disk.
 
-A run trace is the ``draftsim.run`` member of the trace family (:mod:`sim.traces`): the same
+A run trace is the ``draftsim.run`` member of the trace family (:mod:`draftsim.sim.traces`): the same
 folder layout, manifest, checksums and atomic per-prompt commits as a recording, with the
 tables ``sequences`` and one per run record — ``rounds``, ``calls``, ``drafts`` — whose
-columns are the fields of :mod:`sim.records` (:data:`sim.traces.RUN_TABLES`).
-:mod:`sim.replay` replays them in ``sim``.
+columns are the fields of :mod:`draftsim.sim.records` (:data:`draftsim.sim.traces.RUN_TABLES`).
+:mod:`draftsim.sim.replay` replays them in ``sim``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sim.records import RUN_RECORDS, columns
-from sim.traces import RUN, RunTrace, TraceWriter
-
+from ..sim.records import RUN_RECORDS, columns
+from ..sim.traces import RUN, RunTrace, TraceWriter
 from .executor import RunLog
 from .prompts import Prompt
 
@@ -21,7 +20,7 @@ __all__ = ["RunWriter", "log_tables"]
 
 
 def log_tables(log: RunLog, prompt: Prompt, prompt_ids: list[int], mode: str, seed: int) -> dict[str, dict]:
-    """Column dicts of one generation, ready for :meth:`sim.traces.TraceWriter.commit`."""
+    """Column dicts of one generation, ready for :meth:`draftsim.sim.traces.TraceWriter.commit`."""
     pid = int(prompt.id)
     tables = {
         "sequences": {"prompt_set": [prompt.set], "prompt_id": [pid], "split": [prompt.split], "mode": [mode],

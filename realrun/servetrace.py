@@ -1,9 +1,9 @@
 """Serving traces: what a real batched serving run did, step by step and request by request.
 
-A member of the trace family (:class:`sim.traces.TraceSchema`, schema ``draftsim.serve``):
+A member of the trace family (:class:`draftsim.sim.traces.TraceSchema`, schema ``draftsim.serve``):
 the same folder layout, manifest, atomic checksummed commits and validated reader as run
 traces and recordings. Four tables, each holding one record below per row (the Parquet
-schemas derive from the dataclass fields, :func:`sim.records.arrow_schema`):
+schemas derive from the dataclass fields, :func:`draftsim.sim.records.arrow_schema`):
 
 ``steps`` (:class:`Step`)
     one forward step of the server: a prefill of the joiners or a decoding step of the
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.errors import DraftsimError
-from sim.records import arrow_schema, columns, from_table
-from sim.traces import TraceFolder, TraceSchema, TraceWriter
+from ..sim.errors import DraftsimError
+from ..sim.records import arrow_schema, columns, from_table
+from ..sim.traces import TraceFolder, TraceSchema, TraceWriter
 
 __all__ = ["Step", "Member", "RequestRecord", "TokenRecord", "SERVE_RECORDS", "SERVE", "ServeTraceWriter", "ServeTrace", "run_record", "serving_metrics"]
 
@@ -130,7 +130,7 @@ class ServeTraceWriter:
     background thread (a Parquet chunk costs ~0.15 s of a 2-core CPU; the serving loop would
     otherwise pause that long), in order; a failed write is raised at the next ``add`` or
     at ``close``. What pause remains ``draftsim check-serve`` counts as the server's own time
-    (:func:`analysis.servecheck.busy_gaps`).
+    (:func:`draftsim.analysis.servecheck.busy_gaps`).
     """
 
     def __init__(self, path, metadata: dict, every: float = 5.0, clock=None):
@@ -241,9 +241,9 @@ class ServeTrace(TraceFolder):
 # ---------------------------------------------------------------- metrics
 
 def run_record(requests: list, tokens: list, members: list, steps: list, meta: dict | None = None):
-    """The run as the serving simulator records one (:class:`sim.serving.metrics.RunRecord`),
-    so that both are summarised by the same code (:func:`sim.serving.metrics.summarize_run`)."""
-    from sim.serving.metrics import RunRecord
+    """The run as the serving simulator records one (:class:`draftsim.sim.serving.metrics.RunRecord`),
+    so that both are summarised by the same code (:func:`draftsim.sim.serving.metrics.summarize_run`)."""
+    from ..sim.serving.metrics import RunRecord
 
     reqs = sorted(requests, key=lambda r: r.request)
     index = {r.request: i for i, r in enumerate(reqs)}
@@ -281,9 +281,9 @@ def run_record(requests: list, tokens: list, members: list, steps: list, meta: d
 
 
 def serving_metrics(requests: list, tokens: list, members: list, steps: list) -> dict:
-    """The serving simulator's metrics of a real run (:func:`sim.serving.metrics.summarize_run`
+    """The serving simulator's metrics of a real run (:func:`draftsim.sim.serving.metrics.summarize_run`
     of :func:`run_record`): TTFT, TPOT, ITL, E2E (mean, p50, p90, p99, seconds), throughput
     (output tokens / (last finish − first arrival)), mean batch and vLLM's spec-decode counters."""
-    from sim.serving.metrics import summarize_run
+    from ..sim.serving.metrics import summarize_run
 
     return summarize_run(run_record(requests, tokens, members, steps))

@@ -1,10 +1,10 @@
 """Real batched serving: continuous batching with speculative decoding on Hugging Face models.
 
-The real counterpart of the serving simulator (:mod:`sim.serving`). :class:`Server` admits
+The real counterpart of the serving simulator (:mod:`draftsim.sim.serving`). :class:`Server` admits
 requests as they arrive in wall-clock time, prefills them, and decodes the running batch
 one *step* at a time with the same policy objects as every other executor
-(:mod:`sim.policies`, chain policies with one drafter) and a per-step speculation
-controller (:mod:`sim.controllers`) that may cap the draft length for the whole batch:
+(:mod:`draftsim.sim.policies`, chain policies with one drafter) and a per-step speculation
+controller (:mod:`draftsim.sim.controllers`) that may cap the draft length for the whole batch:
 
 1. **admit** — waiting requests whose arrival time has passed join, first come first
    served, up to ``max_batch`` running sequences;
@@ -14,7 +14,7 @@ controller (:mod:`sim.controllers`) that may cap the draft length for the whole 
 3. **decode** — the drafter proposes for the whole batch (Max-Gram and bigram per
    sequence; a neural drafter in batched forwards, one per draft position), the target
    verifies every sequence's block in ONE batched forward, and each sequence accepts its
-   own number of tokens with the verification core (:mod:`sim.verify`): ``verify_greedy_ids``
+   own number of tokens with the verification core (:mod:`draftsim.sim.verify`): ``verify_greedy_ids``
    at temperature 0, ``verify_block`` (lossless speculative sampling, [SC] Algorithm 4 with
    the SD rule) when sampling, with a generator per request so that a request's tokens do
    not depend on what else is in the batch;
@@ -40,7 +40,7 @@ ones (other matmul shapes sum in another order; logits differ in the last bits),
 near-tie between the two best tokens can flip; the tests compare greedy outputs and
 explain any flip by the gap.
 
-Everything the server does is recorded (:mod:`realrun.servetrace`): per step its batch,
+Everything the server does is recorded (:mod:`draftsim.realrun.servetrace`): per step its batch,
 new tokens, contexts, drafter and target time and the wall time outside model calls; per
 request its arrival, admission, first token, every token's time and finish, and per round
 its drafted and accepted tokens.
@@ -55,11 +55,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from sim.errors import DraftsimError
-from sim.policies import Autoregressive, Policy
-from sim.rules import SD
-from sim.verify import verify_block, verify_greedy_ids
-
+from ..sim.errors import DraftsimError
+from ..sim.policies import Autoregressive, Policy
+from ..sim.rules import SD
+from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
 from .models import LoadedModel, sync
@@ -390,10 +389,10 @@ class _Live:
 
 @dataclass
 class ServeLog:
-    """What a serving run did: per step (:class:`~realrun.servetrace.Step`), per step and
-    member (:class:`~realrun.servetrace.Member`), per request
-    (:class:`~realrun.servetrace.RequestRecord`) and per output token
-    (:class:`~realrun.servetrace.TokenRecord`); ``outputs`` maps request id to its tokens and
+    """What a serving run did: per step (:class:`~draftsim.realrun.servetrace.Step`), per step and
+    member (:class:`~draftsim.realrun.servetrace.Member`), per request
+    (:class:`~draftsim.realrun.servetrace.RequestRecord`) and per output token
+    (:class:`~draftsim.realrun.servetrace.TokenRecord`); ``outputs`` maps request id to its tokens and
     ``seconds`` is the run's wall time."""
 
     steps: list = field(default_factory=list)
@@ -405,7 +404,7 @@ class ServeLog:
 
 
 def _capped(controller, batch: int, k: int, context: int) -> int:
-    """The draft length a controller (:class:`sim.controllers.Controller`, or a callable of
+    """The draft length a controller (:class:`draftsim.sim.controllers.Controller`, or a callable of
     the batch size) allows a sequence in a step of ``batch`` sequences at mean ``context``."""
     if controller is None:
         return k
@@ -416,7 +415,7 @@ def _capped(controller, batch: int, k: int, context: int) -> int:
 class Server:
     """Continuous batching with speculative decoding on real models (module docstring).
 
-    ``policy`` is a chain policy of :mod:`sim.policies` with at most one drafter and no inner
+    ``policy`` is a chain policy of :mod:`draftsim.sim.policies` with at most one drafter and no inner
     blocks (autoregressive, fixed k, heuristic, confidence, threshold); ``controller`` an
     object with ``cap(batch_size) -> int | None`` (or a callable): the most tokens any
     sequence may draft in a step of that batch size (None: no cap). ``seed`` seeds each
@@ -733,7 +732,7 @@ class Server:
 # ---------------------------------------------------------------- workloads of real prompts
 
 def prompt_pool(target: LoadedModel, sets: Sequence[str] = ("code", "instructions", "docstrings", "arithmetic"), split: str = "test") -> list:
-    """Token ids of the bundled prompts of ``sets`` (:mod:`realrun.prompts`), formatted for
+    """Token ids of the bundled prompts of ``sets`` (:mod:`draftsim.realrun.prompts`), formatted for
     ``target``, interleaved set by set."""
     from .prompts import format_prompt, prompt_set
 

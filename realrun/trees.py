@@ -17,14 +17,14 @@ one forward call:
   never expands the merged node;
 * **verification** — the DAG is unmerged into a tree (each merged node gets a copy of its
   target's subtree, cut at ``depth``), flattened, and scored by one target forward with the
-  tree mask. Greedy: the walk of :func:`sim.tree.verify_tree_greedy_ids`; sampling: lossless
-  multi-candidate verification (:func:`sim.tree.verify_tree`, without replacement), where a
+  tree mask. Greedy: the walk of :func:`draftsim.sim.tree.verify_tree_greedy_ids`; sampling: lossless
+  multi-candidate verification (:func:`draftsim.sim.tree.verify_tree`, without replacement), where a
   copied node's candidates carry the row q they were drawn from at the original.
 
 With width 1 this is speculative decoding with a chain (SSD); with ``merge = 0`` a token
 tree (TSD); with ``merge ≥ 1`` a token graph (GSD). Rounds run in the chain executors' round
-loop (:func:`realrun.executor.decode`) and are logged with the same records
-(:class:`realrun.executor.RunLog`), plus the graph's own counters (:class:`TreeStats`).
+loop (:func:`draftsim.realrun.executor.decode`) and are logged with the same records
+(:class:`draftsim.realrun.executor.RunLog`), plus the graph's own counters (:class:`TreeStats`).
 """
 
 from __future__ import annotations
@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import DraftsimError
-from sim.policies import Tree
-from sim.records import Call, DraftEvent
-from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
-
+from ..sim.errors import DraftsimError
+from ..sim.policies import Tree
+from ..sim.records import Call, DraftEvent
+from ..sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
 from .drafters import NeuralDraft
 from .executor import CachedLM, RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id, prefill
 from .models import LoadedModel, sync
@@ -338,7 +337,7 @@ def generate_tree(
 ) -> RunLog:
     """Decode with token trees / graphs (see the module docstring). Greedy output is the
     target's own greedy output; sampling keeps the target's distribution. ``prefill_apart``:
-    the target reads the prompt in a call of its own first (as :func:`realrun.executor.generate`
+    the target reads the prompt in a call of its own first (as :func:`draftsim.realrun.executor.generate`
     does), so the first tree verification is sized like every other."""
     if not isinstance(policy, Tree):
         raise DraftsimError(f"{policy!r} is not a tree policy; use realrun.executor.generate")

@@ -307,7 +307,7 @@ class TraceDriven(AcceptanceProcess):
     is drafted again in the next round, from another context. ``rounds`` ({pair: list of
     (L, K) arrays}) and ``round_confidence`` (list of (L, K) arrays) hold values per round
     start and draft index (NaN where none was recorded); where present they take precedence,
-    which lets a replay of a real run follow it exactly (:mod:`analysis.reality`).
+    which lets a replay of a real run follow it exactly (:mod:`draftsim.analysis.reality`).
     """
 
     finite = True
@@ -333,7 +333,7 @@ class TraceDriven(AcceptanceProcess):
 
     @classmethod
     def from_trace(cls, trace, drafters: list[str] | None = None, kind: str = "prob", mode: str = "greedy", **kwargs) -> "TraceDriven":
-        """Replay a recorded trace (a :class:`sim.traces.Trace` or its path).
+        """Replay a recorded trace (a :class:`draftsim.sim.traces.Trace` or its path).
 
         ``drafters`` names the trace's drafters that play models 1, 2, … (default: the first
         one); every pair among them and the target that the trace holds is used. ``kind`` is

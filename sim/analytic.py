@@ -2,7 +2,7 @@
 
 Every function is vectorised and broadcasts like a numpy ufunc (scipy.stats style): pass
 arrays of ``alpha``, ``c`` and ``k`` and get an array back. Inputs are validated and a bad
-value raises :class:`sim.errors.DraftsimError`.
+value raises :class:`draftsim.sim.errors.DraftsimError`.
 
 Notation (DESIGN.md): ``alpha`` is an acceptance rate (probability that the target accepts a
 drafted token, i.i.d. per token), ``c`` a cost coefficient (one draft forward pass over one

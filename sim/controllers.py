@@ -1,11 +1,11 @@
 """Speculation controllers: per batch step, cap what the drafting policies may draft.
 
-A serving engine runs every request's drafting policy (:mod:`sim.policies`) inside a batch.
+A serving engine runs every request's drafting policy (:mod:`draftsim.sim.policies`) inside a batch.
 Under load, drafting costs more than it saves (the target's verification of Σ(k_i + 1)
 tokens turns compute-bound), so a controller looks at the step — its batch size and the
 requests' contexts — and returns a cap on the tokens each request may propose; 0 turns
 speculation off for the step (every request decodes one token). The same controller objects
-serve the serving simulator (:mod:`sim.serving`) and a real batched server.
+serve the serving simulator (:mod:`draftsim.sim.serving`) and a real batched server.
 
 Protocol: ``bind(policy, process, target, drafters, max_batch)`` once (checks, tables), then
 ``caps(batch, context)`` with arrays of the steps' batch sizes and mean contexts returns one

@@ -1,7 +1,7 @@
-"""Cost models of forward calls: kept for existing callers; the code lives in :mod:`sim.cost`.
+"""Cost models of forward calls: kept for existing callers; the code lives in :mod:`draftsim.sim.cost`.
 
 :class:`CallCost` (t = a + b·n per call) and :class:`Costs` (one per model, target first)
-are defined in :mod:`sim.cost.linear`, behind the :class:`sim.cost.CostModel` interface
+are defined in :mod:`draftsim.sim.cost.linear`, behind the :class:`draftsim.sim.cost.CostModel` interface
 shared with measured profiles and rooflines.
 """
 

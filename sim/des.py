@@ -2,7 +2,7 @@
 
 What happens inside a round — drafted and accepted tokens, forward calls per model — is
 decided by the same policy and acceptance process as in Monte Carlo: the rounds of every
-request are drawn up front with :func:`sim.montecarlo.run` (they do not depend on time). The
+request are drawn up front with :func:`draftsim.sim.montecarlo.run` (they do not depend on time). The
 simpy model then places them on a timeline: each request is one long-lived process that
 arrives (at time 0, or by a Poisson process of rate ``rate``), and for each round holds the
 device while its drafters run and the target verifies. Following simpy practice, a round
@@ -11,7 +11,7 @@ round is one hold of that device; with ``separate_drafter`` the drafting phase h
 drafter's device and the verification the target's. A request alone in the system needs no
 resource at all (nothing can contend), so it is one timeout per round.
 
-Service times come from :class:`sim.costs.Costs` (constant per call, or a + b·n).
+Service times come from :class:`draftsim.sim.costs.Costs` (constant per call, or a + b·n).
 """
 
 from __future__ import annotations

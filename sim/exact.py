@@ -5,11 +5,11 @@ For a decoding process the distribution of the first n output tokens is computed
 enumerating every draft outcome and every accept/reject branch, round after round:
 
 * :func:`autoregressive` — sampling from the target alone (the reference);
-* :class:`BlockProcess` — a draft chain of k tokens verified by any rule (:mod:`sim.rules`);
+* :class:`BlockProcess` — a draft chain of k tokens verified by any rule (:mod:`draftsim.sim.rules`);
 * :class:`VerticalProcess` — a two-level vertical cascade: d2 drafts for d1 (inner rule,
   e.g. leniency), d1's proposal is verified by the target ([CSD] Algorithm 1);
 * :class:`TreeProcess` — a token tree with m candidates per node verified by
-  multi-candidate sampling (:mod:`sim.tree`).
+  multi-candidate sampling (:mod:`draftsim.sim.tree`).
 
 Each process is a class whose steps are methods, so a test can subclass it with one step
 broken (a mutation control) and show that the same checks catch it. Everything is exact up
@@ -195,7 +195,7 @@ class VerticalProcess:
     """A two-level vertical cascade ([CSD] Algorithm 1 with two drafters).
 
     d1 builds its proposal to the target in ``n_inner`` inner rounds; in each, d2 drafts
-    ``k_inner`` tokens that d1 verifies with ``inner_rule`` (e.g. :class:`sim.rules.Leniency`)
+    ``k_inner`` tokens that d1 verifies with ``inner_rule`` (e.g. :class:`draftsim.sim.rules.Leniency`)
     — a correction from the inner residual at the first rejection, a bonus from d1 if all
     are accepted. The target then verifies the proposal with ``outer_rule`` (SD: lossless).
 
@@ -260,7 +260,7 @@ class VerticalProcess:
 
 class TreeProcess:
     """A token tree drafted ``widths[d]`` candidates per node at depth d, verified by
-    multi-candidate speculative sampling (:func:`sim.tree.verify_tree`).
+    multi-candidate speculative sampling (:func:`draftsim.sim.tree.verify_tree`).
 
     Candidates are drawn lazily in the order they are tried, which has the same distribution
     as drawing the whole tree first. ``replacement`` selects i.i.d. or without-replacement

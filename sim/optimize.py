@@ -3,7 +3,7 @@
 * :func:`kmatrix_exact` — the EWIF-optimal K matrix of Cascade Speculative Drafting for up
   to 3 drafters (entries 0..k_max ≤ 20), by exhaustive search with an upper bound that
   prunes whole families of matrices; provably optimal under the closed form
-  :func:`sim.analytic.ewif_kmatrix`.
+  :func:`draftsim.sim.analytic.ewif_kmatrix`.
 * :func:`kmatrix_grid` — the paper's tuning procedure as a baseline: a coordinate search
   whose step halves (16, 8, 4, 2, 1), scored by the closed form or by Monte Carlo with
   common random numbers (:func:`mc_evaluator`).

@@ -1,7 +1,7 @@
 """What-if cost-ratio planning: rank speculative-decoding strategies for a set of drafters.
 
 Given drafters described by their acceptance rate α (by the target) and cost coefficient c,
-:func:`plan` scores, with the closed forms of :mod:`sim.analytic`:
+:func:`plan` scores, with the closed forms of :mod:`draftsim.sim.analytic`:
 
 * autoregressive decoding (EWIF 1, the baseline);
 * speculative decoding with each drafter alone, at its best k;
@@ -90,7 +90,7 @@ def plan(
         Largest draft length searched (per drafter; total for a horizontal cascade; and the
         bound on n and k of a vertical cascade).
     verify : optional table v(1), v(2), … of the target's time to process n tokens over its
-        one-token time (:func:`sim.analytic.ewif`): every strategy's target call is priced at
+        one-token time (:func:`draftsim.sim.analytic.ewif`): every strategy's target call is priced at
         the number of tokens it verifies, and drafts are limited to what the table covers.
         Without it a target call costs 1 whatever it verifies, as in the papers' EWIF.
     """

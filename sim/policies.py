@@ -11,7 +11,7 @@ engine runs thousands at once; the DES and the real executor run batches of one)
     cascade) with which cascade of its own. An empty plan is one autoregressive step;
 ``stop(state, index, obs) -> bool array or None``
     after drafting top-level token ``index`` (0-based), whether to stop drafting, given
-    what the drafter observed about it (``obs``: see :meth:`sim.acceptance.AcceptanceProcess.observe`);
+    what the drafter observed about it (``obs``: see :meth:`draftsim.sim.acceptance.AcceptanceProcess.observe`);
 ``end_round(state, drafted, accepted)``
     feedback after the target's verification.
 
@@ -168,7 +168,7 @@ class VerticalCascade(Policy):
     drafter-to-drafter acceptance rates.
 
     The two-drafter case ``K = [[0, n, 0], [0, 0, k], [0, 0, 0]]`` is the cascade of
-    :func:`sim.analytic.ewif_vertical`.
+    :func:`draftsim.sim.analytic.ewif_vertical`.
     """
 
     def __init__(self, K, leniency: float = 1.0):
@@ -269,14 +269,14 @@ class Tree(Policy):
     """Token-tree (and token-graph) drafting: up to ``width`` candidates per node, ``depth``
     levels, one target call verifying the whole tree with a tree-attention mask.
 
-    The real executor (:mod:`realrun.trees`) also honours the graph-structured drafting
+    The real executor (:mod:`draftsim.realrun.trees`) also honours the graph-structured drafting
     controls of GSD (§4–5): ``theta_prob`` prunes candidates whose draft probability is
     below it, ``theta_sib`` those below ``theta_sib`` × their best sibling's, ``theta_exit``
     ends drafting once every new node's probability is below it, ``merge`` = m ≥ 1 turns a
     node that ends an m-gram already present elsewhere in the graph into a leaf pointing at
     the first occurrence (a DAG; 0 = a plain tree), and ``max_nodes`` caps the drafted nodes.
     The simulators draft the full ``width``/``depth`` tree and accept candidate r at a node
-    with the process's per-rank acceptance (:meth:`sim.acceptance.AcceptanceProcess.rank_prob`);
+    with the process's per-rank acceptance (:meth:`draftsim.sim.acceptance.AcceptanceProcess.rank_prob`);
     the effect of pruning and merging reaches them through traces of real runs.
     """
 

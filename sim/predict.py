@@ -1,7 +1,7 @@
 """Closed-form predictions for simulated settings, where one exists.
 
 Maps a (policy, acceptance process, costs) triple to the analytic EWIF of
-:mod:`sim.analytic`, so that simulations can be checked against the formulas: fixed k,
+:mod:`draftsim.sim.analytic`, so that simulations can be checked against the formulas: fixed k,
 horizontal and two-level vertical cascades under Bernoulli acceptance, fixed k under
 positional acceptance, and autoregressive decoding.
 """

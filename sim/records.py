@@ -1,8 +1,8 @@
 """Run records: what a real run did, defined once.
 
-The real executors (:mod:`realrun.executor`, :mod:`realrun.trees`) append these records to a
-:class:`realrun.executor.RunLog` as they decode; run traces store them as Parquet tables
-whose schemas derive from the fields below (:func:`arrow_schema`, :data:`sim.traces.RUN_TABLES`),
+The real executors (:mod:`draftsim.realrun.executor`, :mod:`draftsim.realrun.trees`) append these records to a
+:class:`draftsim.realrun.executor.RunLog` as they decode; run traces store them as Parquet tables
+whose schemas derive from the fields below (:func:`arrow_schema`, :data:`draftsim.sim.traces.RUN_TABLES`),
 written column by column (:func:`columns`) and read back (:func:`from_table`). A field's
 Python type fixes its column type: ``int`` → int32, ``float`` → float64, ``bool`` → bool,
 ``str`` → string.

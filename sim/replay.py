@@ -1,18 +1,18 @@
 """Replay of a real run in ``sim``: a run trace's realised acceptance as an acceptance
 process, its forward-call timings as call costs, and the run's own policy.
 
-For each run trace (:class:`sim.traces.RunTrace`):
+For each run trace (:class:`draftsim.sim.traces.RunTrace`):
 
 - :func:`replay_process` — per (proposer, verifier) pair and output position, whether the
   token proposed there was accepted (the realised flag), and the drafter's confidence in it,
-  as a :class:`sim.acceptance.TraceDriven` process;
+  as a :class:`draftsim.sim.acceptance.TraceDriven` process;
 - :func:`run_policy` — the *same policy* the run used, parsed from its metadata;
 - :func:`run_pricing` — per model a measured cost table (a profile of the model, or the
   run's own calls: mean seconds per tokens fed) and the executor's overhead per round;
   :func:`fit_costs` — per-call costs t(n) = a + b·n fitted to the run's forward calls (the
   papers' cost coefficients of a run).
 
-:mod:`analysis.reality` simulates the policy on the process with the Monte Carlo engine and
+:mod:`draftsim.analysis.reality` simulates the policy on the process with the Monte Carlo engine and
 compares prediction with measurement. For greedy runs of single-drafter policies (any rule)
 the drafter always sees the final text, so the replay reproduces the run's counts exactly.
 """
@@ -211,7 +211,7 @@ def run_context(trace: RunTrace) -> int:
 
 def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
     """Price a run's replay: per model, a measured cost table — a profile of that model
-    (``profiles``: :class:`sim.cost.ProfileCost` objects, matched to the run's models by name;
+    (``profiles``: :class:`draftsim.sim.cost.ProfileCost` objects, matched to the run's models by name;
     their drafter entries price Max-Gram and bigram proposals) or else the run's own calls —
     and the executor's overhead per round fitted to the run's rounds (a least-squares
     a + b·emitted, kept non-negative). Replaces the a + b·n fit of :func:`fit_costs`, which

@@ -7,8 +7,8 @@ from norm(max(0, π − q)) — produces exactly π and rejects with probability
 least any scheme can ([SC] §3, Algorithm 4). Every rule here is that, except where it states
 another accept/residual pair (Lossy with an explicit β, Leniency).
 
-The same rule objects serve the exact enumerations (:mod:`sim.exact`), the samplers
-(:mod:`sim.verify`, :mod:`sim.tree`), the simulators and the real executor. All methods are
+The same rule objects serve the exact enumerations (:mod:`draftsim.sim.exact`), the samplers
+(:mod:`draftsim.sim.verify`, :mod:`draftsim.sim.tree`), the simulators and the real executor. All methods are
 vectorised over leading axes of ``q`` and ``p`` (rows along the last axis).
 
 References

@@ -117,9 +117,9 @@ def simulate(
 
     Parameters
     ----------
-    policy : :class:`sim.policies.Policy`
-    process : :class:`sim.acceptance.AcceptanceProcess` (a trace replays its own sequences)
-    costs : :class:`sim.costs.Costs`, or drafter cost coefficient(s) with the target at 1
+    policy : :class:`draftsim.sim.policies.Policy`
+    process : :class:`draftsim.sim.acceptance.AcceptanceProcess` (a trace replays its own sequences)
+    costs : :class:`draftsim.sim.costs.Costs`, or drafter cost coefficient(s) with the target at 1
     n_tokens : total tokens (split over sequences or requests)
     engine : "mc" (vectorised Monte Carlo) or "des" (simpy timeline)
     seed : int or numpy.random.Generator; the same seed gives the same result, bit for bit

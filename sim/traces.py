@@ -4,7 +4,7 @@ Two members of one family share the folder layout, the manifest and the atomic, 
 per-prompt commits (:class:`TraceSchema`): *recordings* (``draftsim.trace``, below; written by
 ``draftsim record``) and *run traces* (``draftsim.run``, :data:`RUN_TABLES`; written by every
 ``draftsim run``: per round, per forward call and per proposed token at every cascade level,
-what a policy did on real models, one :mod:`sim.records` record per row — :mod:`sim.replay`
+what a policy did on real models, one :mod:`draftsim.sim.records` record per row — :mod:`draftsim.sim.replay`
 replays them). :class:`TraceFolder` reads any member; :class:`Trace` and :class:`RunTrace` add
 what each member's tables answer.
 
@@ -117,7 +117,7 @@ RESUME_KEYS = ("target", "drafters", "prompt_set", "max_new_tokens", "top_k", "m
 _SEQUENCES = TABLES["sequences"]
 
 #: Tables of a run trace (``draftsim.run``, version 2): what a real run of a policy did. Each
-#: table but ``sequences`` holds one :mod:`sim.records` record per row, after the prompt id;
+#: table but ``sequences`` holds one :mod:`draftsim.sim.records` record per row, after the prompt id;
 #: its schema derives from the record's fields. Version 2 added ``rounds.overhead_seconds``.
 RUN_TABLES = {"sequences": _SEQUENCES, **{name: arrow_schema(record, (("prompt_id", int),)) for name, record in RUN_RECORDS.items()}}
 
@@ -489,7 +489,7 @@ class RunTrace(TraceFolder):
         return list(self.metadata.get("models", []))
 
     def records(self, table: str, key: str | None = None) -> list:
-        """The rows of ``table`` (rounds, calls or drafts) as :mod:`sim.records` records: of
+        """The rows of ``table`` (rounds, calls or drafts) as :mod:`draftsim.sim.records` records: of
         the prompt committed under ``key``, or of every prompt in manifest order."""
         if table not in RUN_RECORDS:
             raise DraftsimError(f"table must be one of {', '.join(RUN_RECORDS)}; got {table!r}")

@@ -120,12 +120,12 @@ def verify_block(tokens, q, p, rule: Rule | None = None, rng: np.random.Generato
 
 def verify_block_greedy(tokens, p, rule: Rule | None = None, q=None, *, validate: bool = True) -> BlockResult:
     """Greedy verification: keep x_i while the rule's greedy test accepts it (for SD: x_i =
-    argmax p_i); at the first miss emit :meth:`sim.rules.Rule.greedy_choice`, after a full
+    argmax p_i); at the first miss emit :meth:`draftsim.sim.rules.Rule.greedy_choice`, after a full
     accept argmax p_k (the bonus token).
 
     ``q`` (the draft rows, (..., k, V)) is needed by rules whose decision depends on the
     draft (Chow, Diff, OPT, token-specific, Lossy). Ties in argmax go to the lowest token id
-    (numpy's argmax), the same convention as :func:`sim.distributions.warp` with temperature 0.
+    (numpy's argmax), the same convention as :func:`draftsim.sim.distributions.warp` with temperature 0.
     No randomness.
     """
     if validate:

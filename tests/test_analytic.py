@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim import analytic
-from sim.errors import DraftsimError
+from draftsim.sim import analytic
+from draftsim.sim.errors import DraftsimError
 
 probs = st.floats(0.0, 1.0, allow_nan=False)
 costs = st.floats(0.0, 2.0, allow_nan=False)
@@ -343,7 +343,7 @@ def test_priced_horizontal_cascade_is_exhaustively_optimal(drafters, steps):
 
 
 def test_planner_prices_the_verification():
-    from sim.plan import Drafter, plan
+    from draftsim.sim.plan import Drafter, plan
 
     d = [Drafter("maxgram", 0.3, 0.0)]
     free = [s for s in plan(d, k_max=16) if s.kind == "sd"][0]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from draftsim.cli import main
-from sim.traces import EMBEDDED_TRACE, RECORDING, RUN
+from draftsim.sim.traces import EMBEDDED_TRACE, RECORDING, RUN
 
 E = str(EMBEDDED_TRACE)
 RANGE_ALPHA = "must lie in [0, 1]"
@@ -438,9 +438,8 @@ def test_negative_values_are_checked_not_missing():
 
 
 def test_oversized_manifest_is_refused_without_reading_it(monkeypatch, capsys):
-    import sim.traces
-
-    monkeypatch.setattr(sim.traces, "MANIFEST_MAX_BYTES", 100)
+    import draftsim.sim.traces
+    monkeypatch.setattr(draftsim.sim.traces, "MANIFEST_MAX_BYTES", 100)
     assert main(["trace", "info", E]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "draftsim reads at most 100" in err
@@ -450,7 +449,7 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch, 
     """A write that passes the checks but fails anyway (disk full) is reported, not raised."""
     import errno
 
-    from sim.simulate import SimResult
+    from draftsim.sim.simulate import SimResult
 
     def full(self, path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from analysis import capacity as cap
-from analysis import sweep as sw
+from draftsim.analysis import capacity as cap
+from draftsim.analysis import sweep as sw
 from draftsim.cli import main
+from draftsim.sim.errors import DraftsimError
 from draftsim.sweepkinds import KINDS
-from sim.errors import DraftsimError
 
 #: Two configurations (no speculation, k = 4) of the discrete-event engine: 40 requests of 100
 #: tokens; SLO on the mean latency (in target-call times).

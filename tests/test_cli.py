@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from clirun import run
 
-from sim import analytic
+from draftsim.sim import analytic
 
 
 def test_ewif_table_marks_best_k(capsys):

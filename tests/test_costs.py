@@ -10,8 +10,8 @@ from clirun import run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim import analytic
-from sim.cost import (
+from draftsim.sim import analytic
+from draftsim.sim.cost import (
     BatchStats,
     CallCost,
     Costs,
@@ -25,8 +25,8 @@ from sim.cost import (
     load_profile,
     model_from_hf_config,
 )
-from sim.cost.catalog import write_catalog
-from sim.errors import DraftsimError
+from draftsim.sim.cost.catalog import write_catalog
+from draftsim.sim.errors import DraftsimError
 
 CAT = default_catalog()
 GPU_PAIRS = [("llama-2-7b", "a100-80g"), ("llama-3-8b", "h100-sxm"), ("qwen2.5-0.5b", "l4"), ("gemma-2-9b", "h200"),
@@ -71,9 +71,8 @@ def test_bad_shapes_are_refused(shape):
 # -- linear: the old CallCost/Costs numbers ------------------------------------------------------
 
 def test_sim_costs_is_the_same_code():
-    import sim.costs
-
-    assert sim.costs.CallCost is CallCost and sim.costs.Costs is Costs
+    import draftsim.sim.costs
+    assert draftsim.sim.costs.CallCost is CallCost and draftsim.sim.costs.Costs is Costs
 
 
 @given(a=st.floats(0, 10), b=st.floats(0, 10), n=st.lists(st.integers(0, 50), min_size=1, max_size=6))
@@ -406,7 +405,7 @@ def test_cost_bad_input_is_one_line_exit_2(capsys, argv, msg):
 
 
 def test_cost_with_profile_checks_model_and_machine(capsys, tmp_path):
-    from realrun.profiling import machine_fingerprint
+    from draftsim.realrun.profiling import machine_fingerprint
 
     prof, _ = toy_profile()
     prof.fingerprint["machine"] = machine_fingerprint("cpu")
@@ -477,7 +476,7 @@ def test_roofline_predicts_specdec_70b_from_an_overhead_fitted_on_7b():
 
 
 def test_cost_refuses_a_profile_of_another_architecture(capsys, tmp_path):
-    from realrun.profiling import machine_fingerprint
+    from draftsim.realrun.profiling import machine_fingerprint
 
     prof, _ = toy_profile()
     prof.model = "smollm2"
@@ -539,7 +538,7 @@ def test_planning_from_hardware_prices_the_targets_verification(capsys):
 
 
 def test_planning_with_a_profile_stops_where_its_grid_does(capsys, tmp_path):
-    from realrun.profiling import machine_fingerprint
+    from draftsim.realrun.profiling import machine_fingerprint
 
     prof, _ = toy_profile()  # new tokens up to 8
     prof.fingerprint["machine"] = machine_fingerprint("cpu")

@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from sim import acceptance as A
-from sim import analytic
-from sim import policies as P
-from sim.errors import DraftsimError
-from sim.simulate import simulate
+from draftsim.sim import acceptance as A
+from draftsim.sim import analytic
+from draftsim.sim import policies as P
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.simulate import simulate
 
 Z = 4.0  # agreement within Z standard errors
 
@@ -179,7 +179,7 @@ def test_des_timeline_and_concurrency(tmp_path):
 
 
 def test_linear_cost_model_changes_ewif_not_swi():
-    from sim.costs import CallCost, Costs
+    from draftsim.sim.costs import CallCost, Costs
 
     costs = Costs((CallCost(1.0, 0.05), CallCost(0.05)))
     r = simulate(P.FixedK(8), A.Bernoulli(0.8), costs, 100_000, seed=1)

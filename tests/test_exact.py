@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from toy import models
 
-from sim import rules
-from sim.distributions import warp
-from sim.exact import BlockProcess, TableModel, TreeProcess, VerticalProcess, autoregressive, max_abs_difference
+from draftsim.sim import rules
+from draftsim.sim.distributions import warp
+from draftsim.sim.exact import BlockProcess, TableModel, TreeProcess, VerticalProcess, autoregressive, max_abs_difference
 
 TOL = 1e-9
 ks = st.integers(0, 3)

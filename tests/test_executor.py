@@ -7,13 +7,13 @@ import pytest
 import torch
 from scipy import stats
 
-from realrun.drafters import MaxGram, NeuralDraft
-from realrun.executor import Sampling, generate, token_cascade
-from realrun.models import load_model, tiny_model
-from sim import policies as P
-from sim.distributions import warp
-from sim.errors import DraftsimError
-from sim.rules import OPT, SD, Chow, Diff, Leniency, TokenV3
+from draftsim.realrun.drafters import MaxGram, NeuralDraft
+from draftsim.realrun.executor import Sampling, generate, token_cascade
+from draftsim.realrun.models import load_model, tiny_model
+from draftsim.sim import policies as P
+from draftsim.sim.distributions import warp
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.rules import OPT, SD, Chow, Diff, Leniency, TokenV3
 
 
 @pytest.fixture(scope="module")
@@ -230,11 +230,11 @@ def test_run_traces_replay_in_the_simulator(tmp_path, target, method, policy, dr
     """A greedy run's trace, replayed with the same policy by the Monte Carlo engine, gives
     the same target calls, drafted and accepted tokens (single drafter or horizontal);
     vertical cascades within 5%."""
-    from analysis.reality import check_run, held_to_sim
-    from realrun.compare import measure
-    from realrun.methods import method_from
-    from realrun.prompts import prompt_set
-    from sim.traces import RunTrace
+    from draftsim.analysis.reality import check_run, held_to_sim
+    from draftsim.realrun.compare import measure
+    from draftsim.realrun.methods import method_from
+    from draftsim.realrun.prompts import prompt_set
+    from draftsim.sim.traces import RunTrace
 
     m = method_from(method, target, drafter, policy, rule)
     prompts = prompt_set("code", "test", 3) + prompt_set("arithmetic", "test", 3)
@@ -256,7 +256,7 @@ def test_run_traces_replay_in_the_simulator(tmp_path, target, method, policy, dr
 
 def test_run_trace_resume_and_errors(tmp_path, target, capsys):
     from draftsim.cli import main
-    from sim.traces import RunTrace, Trace, TraceError
+    from draftsim.sim.traces import RunTrace, Trace, TraceError
 
     base = ["run", "--model", "tiny:1", "--method", "sd", "--drafter", "maxgram", "--n", "2", "--max-new-tokens", "8",
             "--trace", str(tmp_path / "t")]
@@ -284,8 +284,8 @@ def json_load(text):
 def test_decode_trims_at_eos_and_budget_and_records_rounds():
     """The round loop on scripted rounds (no model): tokens cut at the budget and after EOS,
     one Round per step, chain counts cut to the final text, overhead outside the calls."""
-    from realrun.executor import RoundResult, RunLog, decode
-    from sim.records import Call
+    from draftsim.realrun.executor import RoundResult, RunLog, decode
+    from draftsim.sim.records import Call
 
     def scripted(rounds):
         it = iter(rounds)
@@ -338,9 +338,9 @@ def test_maxgram_confidence_stop_drafts_only_matched_continuations(target, draft
 
 
 def test_protocol_attributes_are_declared_on_the_base_classes():
-    from realrun.drafters import Bigram, Drafter
-    from sim.policies import Policy
-    from sim.rules import Rule
+    from draftsim.realrun.drafters import Bigram, Drafter
+    from draftsim.sim.policies import Policy
+    from draftsim.sim.rules import Rule
 
     for name, default in (("vocab", None), ("loaded", None), ("tokenizer", None), ("head", None), ("neural", False)):
         assert getattr(Drafter, name) == default, name

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from realrun.distill import target_corpus
-from realrun.drafters import NeuralDraft
-from realrun.executor import generate
-from realrun.head import AcceptanceHead, HeadData, binary_kl, fingerprint, head_data, load_head, save_head, train_head
-from realrun.models import load_model
-from sim.errors import DraftsimError
-from sim.policies import Threshold
+from draftsim.realrun.distill import target_corpus
+from draftsim.realrun.drafters import NeuralDraft
+from draftsim.realrun.executor import generate
+from draftsim.realrun.head import AcceptanceHead, HeadData, binary_kl, fingerprint, head_data, load_head, save_head, train_head
+from draftsim.realrun.models import load_model
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.policies import Threshold
 
 
 @pytest.fixture(scope="module")

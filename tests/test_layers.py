@@ -1,5 +1,6 @@
 """The architecture of DESIGN.md, checked on the source: layers point one way
-(``sim`` ← ``realrun`` ← ``analysis`` ← ``draftsim`` ← ``benchmarks``), ``sim`` never imports
+(``sim`` ← ``realrun`` ← ``analysis`` ← ``draftsim`` ← ``benchmarks``, installed as
+``draftsim.sim``, ``draftsim.realrun``, ``draftsim.analysis``), ``sim`` never imports
 torch or transformers, and no module reaches into another's private names."""
 
 from __future__ import annotations
@@ -31,16 +32,78 @@ def _imports(tree: ast.AST, relative: bool = False) -> list[tuple[int, str, list
     return out
 
 
+#: The folder of each layer inside the ``draftsim`` namespace (pyproject's package-dir).
+NAMESPACE = {"sim": "draftsim.sim", "realrun": "draftsim.realrun", "analysis": "draftsim.analysis", "draftsim": "draftsim"}
+
+
+def _module_name(path: Path) -> str:
+    """The dotted name a source file installs as (``realrun/executor.py`` → ``draftsim.realrun.executor``)."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    if parts[0] in NAMESPACE:
+        parts = NAMESPACE[parts[0]].split(".") + parts[1:]
+    return ".".join(parts)
+
+
+def _absolute(path: Path, module: str) -> str:
+    """An import's module as an absolute name (relative imports resolved against ``path``)."""
+    level = len(module) - len(module.lstrip("."))
+    if not level:
+        return module
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - (level - 1)]
+    rest = module[level:]
+    return ".".join(base + ([rest] if rest else []))
+
+
+def _layer(module: str) -> str | None:
+    """The layer an absolute module name belongs to (``draftsim.sim.x`` → ``sim``), or None."""
+    parts = module.split(".")
+    if parts[0] == "draftsim":
+        return parts[1] if len(parts) > 1 and parts[1] in ("sim", "realrun", "analysis") else "draftsim"
+    return "benchmarks" if parts[0] == "benchmarks" else None
+
+
 @pytest.mark.parametrize("package", LAYERS)
 def test_layers_point_one_way(package):
     above = LAYERS[LAYERS.index(package) + 1:]
     bad = []
     for path in _sources(package):
-        for line, module, _ in _imports(ast.parse(path.read_text())):
-            top = module.split(".")[0]
-            if top in above or (package == "sim" and top in NOT_IN_SIM):
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+        for line, module, _ in _imports(ast.parse(path.read_text()), relative=True):
+            absolute = _absolute(path, module)
+            top = absolute.split(".")[0]
+            if _layer(absolute) in above or (package == "sim" and top in NOT_IN_SIM):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {absolute}")
     assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("package", LAYERS + ["tests"])
+def test_one_namespace(package):
+    """The layers install as ``draftsim.sim``, ``draftsim.realrun`` and ``draftsim.analysis``:
+    no source imports them as top-level packages (that works from a source tree's root and
+    nowhere else), and a relative import never climbs out of ``draftsim``."""
+    bad = []
+    for path in _sources(package):
+        for line, module, _ in _imports(ast.parse(path.read_text()), relative=True):
+            absolute = _absolute(path, module)
+            if absolute.split(".")[0] in ("sim", "realrun", "analysis") or (module.startswith(".") and not absolute.startswith("draftsim")):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not bad, "imports outside the draftsim namespace:\n" + "\n".join(bad)
+
+
+def test_every_package_is_installed():
+    """pyproject lists every package folder (a new subpackage left out would be missing from
+    the wheel while an editable install still finds it)."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {_module_name(p.parent / "__init__.py") for layer in NAMESPACE for p in (ROOT / layer).rglob("__init__.py")}
+    assert folders == set(config["packages"])
+    assert all(config["package-dir"][NAMESPACE[layer]] == layer for layer in NAMESPACE)
 
 
 def _defined_names(tree: ast.AST) -> set[str]:
@@ -77,7 +140,7 @@ def test_no_cross_module_private_names(package):
         tree = ast.parse(path.read_text())
         own = _defined_names(tree)
         for line, module, names in _imports(tree, relative=True):
-            if module.startswith(".") or module.split(".")[0] in LAYERS:
+            if module.startswith(".") or _layer(module):
                 bad.extend(f"{path.relative_to(ROOT)}:{line} imports {module}.{n}" for n in names if _private(n))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in project and node.attr not in own:
@@ -91,7 +154,7 @@ def test_docstring_references_resolve():
     import importlib
     import re
 
-    pattern = re.compile(r":(?:mod|func|class|data|meth):`((?:sim|realrun|analysis|draftsim)\.[A-Za-z_.]+)`")
+    pattern = re.compile(r":(?:mod|func|class|data|meth):`~?(draftsim\.[A-Za-z_.]+)`")
     stale = []
     for package in LAYERS[:-1]:
         for path in _sources(package):

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import acceptance as A
-from sim import analytic, mdp, optimize, rules
-from sim import policies as P
-from sim.errors import DraftsimError
-from sim.simulate import simulate
+from draftsim.sim import acceptance as A
+from draftsim.sim import analytic, mdp, optimize, rules
+from draftsim.sim import policies as P
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.simulate import simulate
 
 Z = 4.0
 probs = st.floats(0.05, 0.99)

@@ -15,14 +15,14 @@ import pytest
 import torch
 from scipy import stats
 
-from realrun.drafters import MaxGram, NeuralDraft
-from realrun.executor import Sampling
-from realrun.models import load_model
-from realrun.servetrace import Member, RequestRecord, ServeTrace, ServeTraceWriter, Step, TokenRecord, serving_metrics
-from realrun.serving import BatchKV, Server, ServeRequest, check_memory, check_requests
-from sim import policies as P
-from sim.errors import DraftsimError
-from sim.traces import TraceError
+from draftsim.realrun.drafters import MaxGram, NeuralDraft
+from draftsim.realrun.executor import Sampling
+from draftsim.realrun.models import load_model
+from draftsim.realrun.servetrace import Member, RequestRecord, ServeTrace, ServeTraceWriter, Step, TokenRecord, serving_metrics
+from draftsim.realrun.serving import BatchKV, Server, ServeRequest, check_memory, check_requests
+from draftsim.sim import policies as P
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.traces import TraceError
 
 TEXTS = ["def add(a, b):\n    return a + b\n\ndef add(a, b):", "hello world, hello", "abcabcabc", "x = 1\ny = 2\nx = 1\n",
          "The quick brown fox", "aaaa", "q"]
@@ -113,10 +113,10 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
     rollbacks, trims and compactions — when the simulator replays the run's own rounds."""
     from dataclasses import dataclass
 
-    from analysis.servecheck import realised_process
-    from sim.cost.base import CostModel
-    from sim.cost.linear import CallCost
-    from sim.serving import RaggedLayout, SchedulerConfig, ServingConfig, Workload, serve
+    from draftsim.analysis.servecheck import realised_process
+    from draftsim.sim.cost.base import CostModel
+    from draftsim.sim.cost.linear import CallCost
+    from draftsim.sim.serving import RaggedLayout, SchedulerConfig, ServingConfig, Workload, serve
 
     widths = []
     forward = BatchKV.forward
@@ -397,7 +397,7 @@ def test_smollm2_batched_greedy_is_lossless():
     """SmolLM2 on 12 bundled prompts, batched with Max-Gram k=4: each output equals the
     model's own greedy generation, or differs first at a near-tie of the reference (the top
     two logits within 1e-3: batched fp32 forwards sum in another order)."""
-    from realrun.serving import prompt_pool
+    from draftsim.realrun.serving import prompt_pool
 
     target = load_model("smollm2", device="cpu")
     pool = prompt_pool(target)[:12]
@@ -429,7 +429,7 @@ def served(tmp_path_factory):
 def test_check_serve_replays_the_run(served, capsys):
     """The replay serves the same requests with the rounds they realised: the same accepted
     tokens and rounds per request; every metric is reported with its relative error."""
-    from analysis.servecheck import CHECKED, check_serve
+    from draftsim.analysis.servecheck import CHECKED, check_serve
     from draftsim.cli import main
 
     capsys.readouterr()
@@ -447,7 +447,7 @@ def test_check_serve_replays_the_run(served, capsys):
 
 def test_check_serve_bad_input(served, tmp_path, capsys):
     from draftsim.cli import main
-    from realrun.profiling import profile_model
+    from draftsim.realrun.profiling import profile_model
 
     other = profile_model(load_model("tiny:3"), [1, 2], [1, 4], [0, 16], repeats=1, warmup=0)
     other.save(tmp_path / "other.json")
@@ -487,7 +487,7 @@ def test_a_server_path_profile_times_the_serving_loops_own_forward(target, serve
     timed call is undone as the server undoes a rejection: the next call finds the cache as
     the first did (the same logits), and a call without context starts from a fresh cache."""
     from draftsim.cli import main
-    from realrun.profiling import _ServerPath
+    from draftsim.realrun.profiling import _ServerPath
 
     gen = torch.Generator().manual_seed(0)
     caller = _ServerPath(target, 2, torch.randint(target.vocab_size, (2, 5), generator=gen))
@@ -507,13 +507,13 @@ def test_a_server_path_profile_times_the_serving_loops_own_forward(target, serve
     assert main(["profile", "--model", "tiny:1", "--path", "server", "--batch", "1,2", "--new-tokens", "1,4,16", "--context", "0,16",
                  "--repeats", "1", "--drafters", "", "--out", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["path"] == "server"
-    from sim.cost import load_profile
+    from draftsim.sim.cost import load_profile
 
     prof = load_profile(out)
     assert prof.path == "server" and prof.last_row_seconds is not None and (prof.seconds > 0).all()
     assert main(["check-serve", str(served), "--profile", str(out), "--json"]) == 0
     capsys.readouterr()
-    from analysis.servecheck import check_serve
+    from draftsim.analysis.servecheck import check_serve
 
     assert check_serve(served, profile=out)["costs"] == f"profile {out}"
     # the prefills from a profile of their own (batch 1, context 0, a last-row table)
@@ -538,9 +538,9 @@ def test_a_server_path_profile_times_the_serving_loops_own_forward(target, serve
 def test_step_cost_and_robust_fit():
     """The fit of step costs shrugs off a stall; a step of two or more sequences that
     prefills pays the prefill's own call; profile shapes beyond the grid keep their tokens."""
-    from analysis.servecheck import AffineCost, StepCost, robust_nnls
-    from sim.cost import ProfileCost
-    from sim.cost.base import BatchStats
+    from draftsim.analysis.servecheck import AffineCost, StepCost, robust_nnls
+    from draftsim.sim.cost import ProfileCost
+    from draftsim.sim.cost.base import BatchStats
 
     rng = np.random.default_rng(0)
     n = rng.integers(1, 40, 200)
@@ -566,9 +566,9 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
     """A step the serving simulator describes (padded decode batch, prefilling joiners) is
     priced as the real server computes it: the verification over the right-padded batch (the
     most new tokens, the longest context) and one call per joiner keeping one logit row."""
-    from analysis.servecheck import StepCost
-    from sim.cost import ProfileCost
-    from sim.cost.base import BatchStats
+    from draftsim.analysis.servecheck import StepCost
+    from draftsim.sim.cost import ProfileCost
+    from draftsim.sim.cost.base import BatchStats
 
     B, N, C = (1, 2, 4), (1, 2, 4, 8, 64), (0, 128, 512)
     b, n, c = np.meshgrid(B, N, C, indexing="ij")
@@ -590,7 +590,7 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
     assert both.stats_time(st)[0] == pytest.approx(verify + float(longer.shape_time(1, 64, 0, rows=1)) + 0.002 + 3 * 0.0005)
     assert float(longer.shape_time(1, 64, 0, rows=1)) == pytest.approx(0.4 + 0.64)
     # the serving simulator's steps carry that description
-    from sim.serving.replica import _stats
+    from draftsim.sim.serving.replica import _stats
 
     assert cost.step_shape and not prof.step_shape
     s = _stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0), shape=True)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.errors import DraftsimError
-from sim.replay import isotonic
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.replay import isotonic
 
 
 @given(st.lists(st.tuples(st.floats(0.0, 10.0), st.integers(1, 50)), min_size=1, max_size=30))
@@ -52,7 +52,7 @@ def runs(tmp_path_factory):
 
 
 def test_chain_replay_priced_with_the_runs_own_calls(runs):
-    from analysis.reality import check_run
+    from draftsim.analysis.reality import check_run
 
     c = check_run(runs / "sd")
     assert c["counts_equal"]
@@ -63,8 +63,8 @@ def test_chain_replay_priced_with_the_runs_own_calls(runs):
 
 
 def test_tree_runs_are_replayed(runs):
-    from analysis.reality import check_run
-    from sim.traces import RunTrace
+    from draftsim.analysis.reality import check_run
+    from draftsim.sim.traces import RunTrace
 
     c = check_run(runs / "tsd")
     assert c["replayable"] and c["tree"]
@@ -79,8 +79,8 @@ def test_tree_runs_are_replayed(runs):
 
 def test_replay_priced_with_a_profile(runs, tmp_path, capsys):
     from draftsim.cli import main
-    from realrun.models import load_model
-    from realrun.profiling import profile_model
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.profiling import profile_model
 
     target = load_model("tiny:1")
     prof = profile_model(target, [1], [1, 2, 4, 8], [64, 256], repeats=3)
@@ -114,9 +114,9 @@ def test_replay_priced_with_a_profile(runs, tmp_path, capsys):
 
 
 def test_profile_outside_the_runs_shapes_is_refused(runs):
-    from analysis.reality import check_run
-    from realrun.models import load_model
-    from realrun.profiling import profile_model
+    from draftsim.analysis.reality import check_run
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.profiling import profile_model
 
     prof = profile_model(load_model("tiny:1"), [1], [1, 2], [64], repeats=1)  # the run verifies 5 tokens at once
     with pytest.raises(DraftsimError, match="outside the profile's grid"):
@@ -124,10 +124,10 @@ def test_profile_outside_the_runs_shapes_is_refused(runs):
 
 
 def test_prefill_is_priced_by_the_targets_profile_when_its_grid_holds_the_prompts(runs):
-    from analysis.reality import check_run
-    from realrun.models import load_model
-    from realrun.profiling import profile_model
-    from sim.traces import RunTrace
+    from draftsim.analysis.reality import check_run
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.profiling import profile_model
+    from draftsim.sim.traces import RunTrace
 
     trace = RunTrace(runs / "sd")
     calls = trace.calls.to_pydict()
@@ -152,12 +152,12 @@ def test_run_speed_restates_the_profile_at_the_machines_speed_during_the_run():
     speed does not depend on that (every model priced by the profile, a speed-free overhead)."""
     from dataclasses import replace
 
-    from analysis.reality import held_to_sim, run_speed
-    from realrun.compare import measure
-    from realrun.methods import method_from
-    from realrun.models import load_model
-    from realrun.profiling import profile_model
-    from realrun.prompts import prompt_set
+    from draftsim.analysis.reality import held_to_sim, run_speed
+    from draftsim.realrun.compare import measure
+    from draftsim.realrun.methods import method_from
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.profiling import profile_model
+    from draftsim.realrun.prompts import prompt_set
 
     target = load_model("tiny:1")
     prompts = prompt_set("code", "test", 2)

@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from toy import row_pairs
 
-from sim import rules
-from sim.distributions import tv_distance, warp
-from sim.errors import DraftsimError
+from draftsim.sim import rules
+from draftsim.sim.distributions import tv_distance, warp
+from draftsim.sim.errors import DraftsimError
 
 alphas = st.floats(0.0, 0.95)
 
@@ -162,7 +162,7 @@ def test_bad_rule_parameters(make, fragment):
 def test_greedy_rules(qp, alpha, leniency):
     """Greedy verification emits the mode of π and keeps a draft only when it is that mode;
     SD's mode is argmax p (lossless); leniency l ≥ 1 keeps at least what SD keeps."""
-    from sim.verify import verify_block_greedy
+    from draftsim.sim.verify import verify_block_greedy
 
     q, p = qp
     x = int(q.argmax())

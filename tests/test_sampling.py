@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim import rules
-from sim.distributions import sample
-from sim.errors import DraftsimError
-from sim.exact import BlockProcess, TableModel, TreeProcess, round_distribution
-from sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy
-from sim.verify import verify_block, verify_block_greedy
+from draftsim.sim import rules
+from draftsim.sim.distributions import sample
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.exact import BlockProcess, TableModel, TreeProcess, round_distribution
+from draftsim.sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy
+from draftsim.sim.verify import verify_block, verify_block_greedy
 
 SIGNIFICANCE = 1e-3
 N_SAMPLES = 100_000

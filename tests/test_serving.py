@@ -11,13 +11,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sim import acceptance, des, montecarlo, policies
-from sim.controllers import NO_CAP, DisableAbove, Goodput, KTable, parse_controller
-from sim.cost import CallCost, Costs
-from sim.errors import DraftsimError
-from sim.serving import SchedulerConfig, ServingConfig, make_workload, read_request_trace, serve, summarize_run
-from sim.serving.rounds import round_stream
-from sim.serving.workload import ClosedLoop, Fixed, Poisson, Workload, parse_arrivals, parse_lengths
+from draftsim.sim import acceptance, des, montecarlo, policies
+from draftsim.sim.controllers import NO_CAP, DisableAbove, Goodput, KTable, parse_controller
+from draftsim.sim.cost import CallCost, Costs
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving import SchedulerConfig, ServingConfig, make_workload, read_request_trace, serve, summarize_run
+from draftsim.sim.serving.rounds import round_stream
+from draftsim.sim.serving.workload import ClosedLoop, Fixed, Poisson, Workload, parse_arrivals, parse_lengths
 
 TARGET = CallCost(0.02, 1e-4)
 DRAFTER = CallCost(0.002)
@@ -127,7 +127,7 @@ def test_every_token_once_across_preemptions():
     run = serve(cfg, wl, seed=4)
     assert run.preemptions.sum() > 20
     assert np.isfinite(run.finish).all()
-    from sim.serving.rounds import RoundBook
+    from draftsim.sim.serving.rounds import RoundBook
 
     book = RoundBook(cfg.policy, cfg.process, run.output - 1, seed=4)
     for rid in range(len(run.output)):
@@ -261,7 +261,7 @@ def test_invariants_under_random_configurations(seed, qps, kv, seqs, budget, chu
     assert len(run.itl) == int((run.prefills + run.rounds).sum()) - len(run.output) and (run.itl > 0).all()
     assert run.steps["kv"].max() <= kv // 16
     assert run.steps["batch"].max() <= seqs
-    from sim.serving.rounds import RoundBook
+    from draftsim.sim.serving.rounds import RoundBook
 
     book = RoundBook(cfg.policy, cfg.process, run.output - 1, seed=seed)
     for rid in range(len(run.output)):
@@ -428,7 +428,7 @@ def test_ragged_width_bounds(lanes, ratio, least):
     and at most what the compaction rule lets the stale slots grow to; one row alone
     attends over exactly its context (the stale tail is cut; a row keeps the holes others'
     longer blocks left in it until a compaction)."""
-    from sim.serving.layout import LayoutState, RaggedLayout
+    from draftsim.sim.serving.layout import LayoutState, RaggedLayout
 
     W, B, n, e, c, joins, leaves, active = lanes
     n_act = np.where(active, n, 0)

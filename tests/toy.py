@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from sim.exact import TableModel
+from draftsim.sim.exact import TableModel
 
 
 @st.composite
@@ -49,7 +49,7 @@ def models(draw, n_models: int = 2, max_vocab: int = 5):
 def write_hand_trace(path) -> None:
     """A hand-written recording: drafter ``d`` against the target along two sequences,
     greedy-match flags 1,1,0,1,1,0 (sequence 0) and 0,1,1,1 (sequence 1)."""
-    from sim.traces import TraceWriter
+    from draftsim.sim.traces import TraceWriter
 
     w = TraceWriter(path, {"target": {"name": "hand"}, "drafters": ["d"], "prompt_set": "x", "max_new_tokens": 6,
                            "top_k": 1, "modes": ["greedy"], "seed": None})

@@ -19,10 +19,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from analysis.table import format_table
-from sim.cost import CallCost, CostModel, RooflineModel, default_catalog, load_profile
-from sim.cost.catalog import DTYPE_BYTES, Catalog, hardware_from_entry, model_from_entry, write_catalog
-from sim.errors import DraftsimError, as_count, parse_numbers
+from draftsim.analysis.table import format_table
+from draftsim.sim.cost import CallCost, CostModel, RooflineModel, default_catalog, load_profile
+from draftsim.sim.cost.catalog import DTYPE_BYTES, Catalog, hardware_from_entry, model_from_entry, write_catalog
+from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
 
 from .. import args as a
 from ..progress import count_bar
@@ -92,7 +92,7 @@ def build_models(args) -> tuple[CostModel, list[CostModel], dict]:
                 if hw.kind != "cpu" or prof.device.split(":")[0] != "cpu":
                     raise DraftsimError(f"the profile {args.profile[i]} was measured on {prof.device} "
                                         f"({prof.fingerprint.get('machine', {}).get('cpu', '?')}), not on {hw.name}; use --hardware local-cpu")
-                from realrun.profiling import machine_fingerprint
+                from draftsim.realrun.profiling import machine_fingerprint
 
                 here = machine_fingerprint("cpu")
                 prof.check_fingerprint(machine={k: here[k] for k in ("cpu", "cores")})
@@ -153,9 +153,9 @@ def hardware_coefficients(args, n_drafters: int | None = None) -> tuple[list[flo
 
 def verify_table(args, n_max: int) -> list[float]:
     """The target's verification cost v(n) = t(n) / t(1), n = 1..``n_max``, at --cost-batch
-    and --cost-context (:func:`sim.analytic.ewif`'s ``verify``); a profile's table stops
+    and --cost-context (:func:`draftsim.sim.analytic.ewif`'s ``verify``); a profile's table stops
     where its grid of new tokens does."""
-    from sim.cost.profile import ProfileCost
+    from draftsim.sim.cost.profile import ProfileCost
 
     target, _, _ = build_models(args)
     b, ctx = args.cost_batch, args.cost_context
@@ -183,9 +183,9 @@ def coefficients_or_hardware(args, given, n_drafters: int | None = None) -> tupl
 
 
 def hardware_costs(args, n_drafters: int | None = None):
-    """:class:`sim.cost.Costs` in target calls for the simulators: each model's t(n) at
+    """:class:`draftsim.sim.cost.Costs` in target calls for the simulators: each model's t(n) at
     --cost-batch and --cost-context fitted as a + b·n over n = 1..16 (the one-token call exact)."""
-    from sim.cost import Costs
+    from draftsim.sim.cost import Costs
 
     coefficients, info = hardware_coefficients(args, n_drafters)
     target, drafters, _ = build_models(args)
@@ -348,15 +348,15 @@ def run_profile(args: argparse.Namespace) -> int:
     bad = [d for d in drafter_names if d not in CHEAP_DRAFTERS]
     if bad:
         raise DraftsimError(f"--drafters knows {', '.join(CHEAP_DRAFTERS)}; got {bad[0]!r}")
-    from realrun.models import load_model
-    from realrun.profiling import drafter_seconds, model_spec, probe_hardware, profile_model
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.profiling import drafter_seconds, model_spec, probe_hardware, profile_model
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     if args.model == "distilled":  # named as run traces name it, so that check-sim matches it
-        from realrun.distill import load_distilled
+        from draftsim.realrun.distill import load_distilled
 
         loaded = load_distilled(load_model("smollm2", device=args.device, dtype=args.dtype))
     else:
@@ -373,7 +373,7 @@ def run_profile(args: argparse.Namespace) -> int:
     result = {"profile": args.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "path": args.path, "points": []}
     comparison = None
     if args.probe:
-        from sim.cost.roofline import fit_overhead
+        from draftsim.sim.cost.roofline import fit_overhead
 
         hw = probe_hardware(dtypes=("float32", "bfloat16"))
         spec = model_spec(loaded)

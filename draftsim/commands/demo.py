@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.demo import run_demo
-from analysis.table import format_table
+from draftsim.analysis.demo import run_demo
+from draftsim.analysis.table import format_table
 
 from .. import args as a
 from .planning import format_plan

@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from realrun.distill import distill
-    from realrun.models import load_model
+    from draftsim.realrun.distill import distill
+    from draftsim.realrun.models import load_model
 
     a.model_name("--model", args.model)
     a.device(args.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sim.errors import DraftsimError
+from draftsim.sim.errors import DraftsimError
 
 from .. import args as a
 from ..progress import count_bar
@@ -51,11 +51,11 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
 
-    from realrun.distill import target_corpus
-    from realrun.drafters import Bigram, NeuralDraft
-    from realrun.head import binary_kl, head_data, save_head, train_head
-    from realrun.methods import make_drafter
-    from realrun.models import load_model
+    from draftsim.realrun.distill import target_corpus
+    from draftsim.realrun.drafters import Bigram, NeuralDraft
+    from draftsim.realrun.head import binary_kl, head_data, save_head, train_head
+    from draftsim.realrun.methods import make_drafter
+    from draftsim.realrun.models import load_model
 
     check(args)
     target = load_model(args.model, device=args.device)

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from analysis.table import format_table
-from sim import analytic, mdp, optimize
-from sim.errors import DraftsimError, as_probability
+from draftsim.analysis.table import format_table
+from draftsim.sim import analytic, mdp, optimize
+from draftsim.sim.errors import DraftsimError, as_probability
 
 from .. import args as a
 from ..progress import count_bar
@@ -111,7 +111,7 @@ def run_kmatrix(args: argparse.Namespace) -> int:
 #: (0.3-0.7 µs and ~130 B per (symbol history, regime pair), 4 symbols, 22 solves).
 SOLVE_OVERHEAD_S, STATE_S, STATE_BYTES = 5e-3, 25e-6, 300.0
 HISTORY_S, HISTORY_BYTES, NOISY_SOLVES, NOISY_BINS, NOISY_K_MAX = 0.7e-6, 200.0, 22, 4, 10
-#: :func:`sim.mdp.solve_noisy_markov` refuses more (regimes x symbol histories) than this.
+#: :func:`draftsim.sim.mdp.solve_noisy_markov` refuses more (regimes x symbol histories) than this.
 NOISY_HISTORIES_MAX = 4_000_000
 
 

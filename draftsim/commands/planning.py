@@ -6,10 +6,10 @@ import argparse
 
 import numpy as np
 
-from analysis.table import format_table
-from sim import analytic
-from sim.errors import K_MAX_LIMIT, DraftsimError
-from sim.plan import Drafter, plan
+from draftsim.analysis.table import format_table
+from draftsim.sim import analytic
+from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError
+from draftsim.sim.plan import Drafter, plan
 
 from .. import args as a
 from . import costing

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.table import format_table
-from sim.errors import DraftsimError
-from sim.policies import POLICY_HELP
-from sim.rules import RULE_HELP
+from draftsim.analysis.table import format_table
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.policies import POLICY_HELP
+from draftsim.sim.rules import RULE_HELP
 
 from .. import args as a
 from ..progress import count_bar
 
-#: Methods of ``draftsim run`` (:data:`realrun.methods.METHODS`; listed here so that the
+#: Methods of ``draftsim run`` (:data:`draftsim.realrun.methods.METHODS`; listed here so that the
 #: parser is built without importing torch).
 METHODS = ("ar", "sd", "csd", "cascade", "ssd", "tsd", "gsd")
 
@@ -62,12 +62,12 @@ def register(sub, common) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.reality import held_to_sim
-    from realrun.compare import measure
-    from realrun.executor import Sampling
-    from realrun.methods import MethodSpec, build_method, check_model_name
-    from realrun.models import load_model
-    from realrun.prompts import prompt_set
+    from draftsim.analysis.reality import held_to_sim
+    from draftsim.realrun.compare import measure
+    from draftsim.realrun.executor import Sampling
+    from draftsim.realrun.methods import MethodSpec, build_method, check_model_name
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.prompts import prompt_set
 
     # Everything is validated before the model is loaded.
     if args.resume and not args.trace:
@@ -129,7 +129,7 @@ def _profiles(paths: list[str]) -> list:
     """The --profile files, loaded and validated (before any model is loaded). A replay prices
     the shapes the run made, so with the medians as measured (``monotone=False``: on this CPU
     a 16-token call costs less than a 12-token one, which a monotone table would not say)."""
-    from sim.cost import load_profile
+    from draftsim.sim.cost import load_profile
 
     profiles = [load_profile(p, monotone=False) for p in paths]
     names = [p.model for p in profiles]
@@ -162,7 +162,7 @@ def _print_check(c: dict) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from analysis.reality import check_run
+    from draftsim.analysis.reality import check_run
 
     twice = sorted({p for p in args.trace if args.trace.count(p) > 1})
     if twice:

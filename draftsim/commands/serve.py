@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from analysis.table import format_table
-from sim.errors import DraftsimError
-from sim.policies import POLICY_HELP
+from draftsim.analysis.table import format_table
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.policies import POLICY_HELP
 
 from .. import args as a
 
@@ -63,7 +63,7 @@ def register(sub, common) -> None:
 
 def _controller(spec: str, policy, max_batch: int):
     """A speculation controller from its mini-language (``none``: no cap), bound to the run."""
-    from sim.controllers import Goodput, parse_controller
+    from draftsim.sim.controllers import Goodput, parse_controller
 
     if spec.strip() in ("", "none"):
         return None
@@ -78,7 +78,7 @@ def _controller(spec: str, policy, max_batch: int):
 def _workload(args):
     import numpy as np
 
-    from sim.serving.workload import make_workload, parse_arrivals, parse_lengths
+    from draftsim.sim.serving.workload import make_workload, parse_arrivals, parse_lengths
 
     if args.request_trace is None and args.qps is None:
         raise DraftsimError("give --qps (with --requests or --duration) or --request-trace")
@@ -98,13 +98,13 @@ def _workload(args):
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from realrun.executor import Sampling
-    from realrun.methods import make_drafter
-    from realrun.models import load_model
-    from realrun.profiling import machine_fingerprint, model_fingerprint
-    from realrun.servetrace import ServeTraceWriter, serving_metrics
-    from realrun.serving import Server, check_memory, check_requests, prompt_pool, requests_from
-    from sim.policies import parse_policy
+    from draftsim.realrun.executor import Sampling
+    from draftsim.realrun.methods import make_drafter
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.profiling import machine_fingerprint, model_fingerprint
+    from draftsim.realrun.servetrace import ServeTraceWriter, serving_metrics
+    from draftsim.realrun.serving import Server, check_memory, check_requests, prompt_pool, requests_from
+    from draftsim.sim.policies import parse_policy
 
     from ..progress import count_bar
 
@@ -189,7 +189,7 @@ def _print_metrics(m: dict) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from analysis.servecheck import check_serve
+    from draftsim.analysis.servecheck import check_serve
 
     out = check_serve(args.trace, args.profile, costs_from=args.costs_from, prefill_profile=args.prefill_profile)
     if args.json:

@@ -7,15 +7,15 @@ import argparse
 
 import numpy as np
 
-from analysis.table import format_table
-from sim import acceptance as A
-from sim.controllers import CONTROLLER_HELP, parse_controller
-from sim.errors import DraftsimError
-from sim.policies import POLICY_HELP, parse_policy
-from sim.serving import SLO, SchedulerConfig, ServingConfig, make_workload, run_replications, write_chrome_trace
-from sim.serving.router import ROUTERS
-from sim.serving.scheduler import SCHEDULING_POLICIES
-from sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, parse_lengths
+from draftsim.analysis.table import format_table
+from draftsim.sim import acceptance as A
+from draftsim.sim.controllers import CONTROLLER_HELP, parse_controller
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.policies import POLICY_HELP, parse_policy
+from draftsim.sim.serving import SLO, SchedulerConfig, ServingConfig, make_workload, run_replications, write_chrome_trace
+from draftsim.sim.serving.router import ROUTERS
+from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
+from draftsim.sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, parse_lengths
 
 from .. import args as a
 from ..progress import count_bar
@@ -157,12 +157,12 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline:
         written["timeline"] = write_chrome_trace(args.timeline, result.runs)
     if args.figure:
-        from analysis.serving import latency_cdfs
+        from draftsim.analysis.serving import latency_cdfs
 
         latency_cdfs(args.figure, {args.policy: result.runs[0]})
         written["figure"] = args.figure
     if args.load_figure:
-        from analysis.serving import load_over_time
+        from draftsim.analysis.serving import load_over_time
 
         load_over_time(args.load_figure, result.runs[0])
         written["load_figure"] = args.load_figure
@@ -223,7 +223,7 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
 
 
 def _sweep(args, config: ServingConfig) -> int:
-    from analysis.serving import crossover, speedup_vs_load, sweep_qps
+    from draftsim.analysis.serving import crossover, speedup_vs_load, sweep_qps
 
     if args.qps is not None:
         raise DraftsimError("--sweep-qps replaces --qps; drop --qps")

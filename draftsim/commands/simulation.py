@@ -7,13 +7,13 @@ import re
 
 import numpy as np
 
-from analysis.table import format_table
-from sim import acceptance as A
-from sim.costs import Costs
-from sim.errors import DraftsimError, as_probability, parse_number, parse_numbers
-from sim.policies import POLICY_HELP, parse_policy
-from sim.predict import predicted_ewif
-from sim.simulate import ENGINES, simulate
+from draftsim.analysis.table import format_table
+from draftsim.sim import acceptance as A
+from draftsim.sim.costs import Costs
+from draftsim.sim.errors import DraftsimError, as_probability, parse_number, parse_numbers
+from draftsim.sim.policies import POLICY_HELP, parse_policy
+from draftsim.sim.predict import predicted_ewif
+from draftsim.sim.simulate import ENGINES, simulate
 
 from .. import args as a
 from ..progress import token_bar
@@ -74,7 +74,7 @@ def register(sub, common) -> None:
 
 
 def float_list(name: str, text: str, count: int | None = None, minimum: int = 1) -> list[float]:
-    """Comma-separated ASCII numbers, none empty (:func:`sim.errors.parse_numbers`)."""
+    """Comma-separated ASCII numbers, none empty (:func:`draftsim.sim.errors.parse_numbers`)."""
     return parse_numbers(name, text, count, minimum)
 
 
@@ -165,7 +165,7 @@ def prepare(args: argparse.Namespace):
     else:
         costs = Costs.coefficients(drafter_costs)
     if args.verify_per_token:
-        from sim.costs import CallCost
+        from draftsim.sim.costs import CallCost
 
         costs = Costs((CallCost(1.0, args.verify_per_token),) + costs.models[1:])
     costs.require(policy.n_models)
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline:
         result.save_timeline(args.timeline)
     if args.timeline_png:
-        from analysis.figures import timeline
+        from draftsim.analysis.figures import timeline
 
         timeline(args.timeline_png, result.timeline)
     predicted = predicted_ewif(policy, process, costs)

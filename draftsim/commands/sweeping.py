@@ -9,10 +9,10 @@ import os
 import textwrap
 from contextlib import contextmanager
 
-from analysis import capacity as cap
-from analysis import sweep as sw
-from analysis.table import format_table
-from sim.errors import DraftsimError
+from draftsim.analysis import capacity as cap
+from draftsim.analysis import sweep as sw
+from draftsim.analysis.table import format_table
+from draftsim.sim.errors import DraftsimError
 
 from .. import args as a
 from ..sweepkinds import KINDS
@@ -238,7 +238,7 @@ def run_plot(args: argparse.Namespace) -> int:
             raise DraftsimError(f"--where {text!r}: no point has {name} = {value}; its values: {values}")
         table = table.filter(keep)
     groups = sw.aggregate(table, by, args.metric)
-    from analysis.sweepplot import heatmap, lines
+    from draftsim.analysis.sweepplot import heatmap, lines
 
     zips = info.get("spec", {}).get("zip", [])
     zips = [zips] if isinstance(zips, dict) else zips

@@ -6,14 +6,14 @@ import argparse
 
 import numpy as np
 
-from analysis.table import format_table
-from sim.acceptance import TraceDriven
-from sim.costs import Costs
-from sim.errors import DraftsimError
-from sim.mdp import oracle_latency
-from sim.policies import POLICY_HELP, parse_policy
-from sim.simulate import simulate
-from sim.traces import Trace
+from draftsim.analysis.table import format_table
+from draftsim.sim.acceptance import TraceDriven
+from draftsim.sim.costs import Costs
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.mdp import oracle_latency
+from draftsim.sim.policies import POLICY_HELP, parse_policy
+from draftsim.sim.simulate import simulate
+from draftsim.sim.traces import Trace
 
 from .. import args as a
 from ..progress import count_bar
@@ -56,10 +56,10 @@ def register(sub, common) -> None:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    from realrun.methods import fit_bigram, make_drafter
-    from realrun.models import load_model
-    from realrun.prompts import prompt_set
-    from realrun.record import record
+    from draftsim.realrun.methods import fit_bigram, make_drafter
+    from draftsim.realrun.models import load_model
+    from draftsim.realrun.prompts import prompt_set
+    from draftsim.realrun.record import record
 
     # every argument is checked before the model loads (seconds, and loader noise on stderr)
     a.model_name("--model", args.model)

@@ -112,7 +112,7 @@ def _sizes(name: str, x, minimum: int) -> np.ndarray:
 
 def checked_sizes(name: str, x, minimum: int) -> np.ndarray:
     """``x`` as an integer array of values >= minimum; integer input costs one min pass
-    (no copy), other input the full :func:`~sim.errors.as_count` check."""
+    (no copy), other input the full :func:`~draftsim.sim.errors.as_count` check."""
     arr = np.asarray(x)
     if np.issubdtype(arr.dtype, np.integer) and not np.issubdtype(arr.dtype, np.bool_):
         if arr.size and arr.min() < minimum:

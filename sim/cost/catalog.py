@@ -325,7 +325,7 @@ def load_catalog(path) -> Catalog:
 
 def default_catalog(extra=()) -> Catalog:
     """The shipped catalogs, then each user file in ``extra`` (later entries win)."""
-    data = resources.files("sim") / "data"
+    data = resources.files("draftsim.sim") / "data"
     cat = Catalog()
     for fname in ("models.json", "hardware.json"):
         cat = cat.merge(_parse(json.loads((data / fname).read_text()), f"sim/data/{fname}"))

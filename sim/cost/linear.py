@@ -2,7 +2,7 @@
 
 The papers' cost model (Cascade Speculative Drafting §2, SpecDec++ §3): a call of model m
 costs a constant c_m (b = 0), the target's one-token call 1. :class:`CallCost` is that model
-for one model behind the :class:`~sim.cost.base.CostModel` interface, :class:`Costs` one per
+for one model behind the :class:`~draftsim.sim.cost.base.CostModel` interface, :class:`Costs` one per
 model of a drafting system (target first) as the simulators use them; times are in any unit
 (seconds, or target calls when the target's one-token call costs 1).
 

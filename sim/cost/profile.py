@@ -1,6 +1,6 @@
 """Measured cost profiles: forward times on a grid of batch × new tokens × context.
 
-``draftsim profile`` (:mod:`realrun.profiling`) measures a model on this machine and writes
+``draftsim profile`` (:mod:`draftsim.realrun.profiling`) measures a model on this machine and writes
 a profile file; :class:`ProfileCost` reads it back and answers the cost interface by
 interpolation between grid points:
 
@@ -16,7 +16,7 @@ interpolation between grid points:
   rows costs ~25% less than one of 12–15 (the GEMM library switches kernels at 16 rows), so
   pricing measured shapes as they are (``monotone=False``, what ``check-serve`` does) keeps
   the medians as measured;
-* no extrapolation: a shape outside the grid raises :class:`~sim.errors.DraftsimError` naming
+* no extrapolation: a shape outside the grid raises :class:`~draftsim.sim.errors.DraftsimError` naming
   the value and the grid's range (``extrapolate="clamp"`` answers with the nearest edge
   instead and :meth:`ProfileCost.outside` flags such shapes).
 

@@ -10,7 +10,7 @@ router     round-robin and least-outstanding routing over replicas
 metrics    TTFT/TPOT/ITL/E2E, throughput, goodput, vLLM spec-decode counters, Chrome trace
 server     ServingConfig, serve (one run) and run_replications (confidence intervals)
 
-Speculation controllers (per-step caps on drafting) live in :mod:`sim.controllers`.
+Speculation controllers (per-step caps on drafting) live in :mod:`draftsim.sim.controllers`.
 """
 
 from .layout import RaggedLayout

@@ -2,7 +2,7 @@
 
 A paged server (vLLM) reads each sequence's own blocks, so a step costs what its contexts
 cost. A server that keeps the whole batch in **one dense cache** — one row per sequence,
-slots shared along the time axis, as :mod:`realrun.serving` does with a Hugging Face
+slots shared along the time axis, as :mod:`draftsim.realrun.serving` does with a Hugging Face
 ``DynamicCache`` — computes every row over the cache's full width, and that width is not the
 longest context:
 

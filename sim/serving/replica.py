@@ -9,10 +9,10 @@ A **step** (one iteration of the engine) runs, for the batch the scheduler chose
    (each at its own context) and the prefill chunks (each at the context prefilled so far).
 
 Its duration is the sum of those forward calls' times from the cost models
-(:mod:`sim.cost`; the draft of a step needs the previous step's verification, so drafting and
+(:mod:`draftsim.sim.cost`; the draft of a step needs the previous step's verification, so drafting and
 verification are serial also when the drafter has a device of its own — that only frees the
-target's memory). The rounds are the requests' pre-drawn rounds (:mod:`sim.serving.rounds`),
-capped per step by the speculation controller (:mod:`sim.controllers`).
+target's memory). The rounds are the requests' pre-drawn rounds (:mod:`draftsim.sim.serving.rounds`),
+capped per step by the speculation controller (:mod:`draftsim.sim.controllers`).
 
 **Windows.** Between scheduling events nothing about the batch changes but its contexts, so the
 replica computes a *window* of consecutive steps at once, vectorised over (steps, requests)
@@ -68,7 +68,7 @@ class Engine:
     #: for a tree policy, nodes of a full tree of depth 0, 1, …, depth (what a capped tree verifies)
     tree_nodes: np.ndarray | None = None
     #: a dense ragged batch cache: the target's verification is priced over its width
-    #: (:mod:`sim.serving.layout`) instead of the longest context
+    #: (:mod:`draftsim.sim.serving.layout`) instead of the longest context
     layout: RaggedLayout | None = None
 
     @property

@@ -1,9 +1,9 @@
 """Every request's speculative rounds, drawn by the Monte Carlo engine before they are served.
 
 What happens inside a round — tokens drafted, accepted, emitted, and the drafters' forward
-calls — is decided by the request's drafting policy (:mod:`sim.policies`) under its acceptance
-process (:mod:`sim.acceptance`), not by the clock. So, as :mod:`sim.des` does, the rounds of each
-request are drawn with :func:`sim.montecarlo.run` (one sequence per request: its own Markov
+calls — is decided by the request's drafting policy (:mod:`draftsim.sim.policies`) under its acceptance
+process (:mod:`draftsim.sim.acceptance`), not by the clock. So, as :mod:`draftsim.sim.des` does, the rounds of each
+request are drawn with :func:`draftsim.sim.montecarlo.run` (one sequence per request: its own Markov
 regimes, or its own recorded sequence of a trace) and the server consumes them in order: one
 round per decode step. The server never re-implements a policy.
 

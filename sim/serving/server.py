@@ -13,7 +13,7 @@
     (3200, True)
 
 simpy processes: the arrivals (open loop: one process walking the arrival times; closed
-loop: one per client), and each replica's step loop (:mod:`sim.serving.replica`). The
+loop: one per client), and each replica's step loop (:mod:`draftsim.sim.serving.replica`). The
 router places each request on arrival.
 """
 
@@ -61,7 +61,7 @@ class ServingConfig:
     slo: SLO = field(default_factory=SLO)
     window_max: int = WINDOW_MAX
     #: price the target's verification over a dense ragged cache's width (None: over the
-    #: longest context, as a paged cache reads it); see :mod:`sim.serving.layout`
+    #: longest context, as a paged cache reads it); see :mod:`draftsim.sim.serving.layout`
     layout: RaggedLayout | None = None
 
     def __post_init__(self):
