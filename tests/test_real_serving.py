@@ -114,9 +114,10 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
     from dataclasses import dataclass
 
     from draftsim.analysis.servecheck import realised_process
+    from draftsim.realrun.serving import server_scheduler
     from draftsim.sim.cost.base import CostModel
     from draftsim.sim.cost.linear import CallCost
-    from draftsim.sim.serving import RaggedLayout, SchedulerConfig, ServingConfig, Workload, serve
+    from draftsim.sim.serving import ServingConfig, Workload, serve
 
     widths = []
     forward = BatchKV.forward
@@ -148,8 +149,7 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
 
     records = sorted(log.requests, key=lambda r: r.request)
     cfg = ServingConfig(P.FixedK(3), realised_process(log.requests, log.members, 3), Width(), [CallCost(0.0)],
-                        scheduler=SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=1 << 20, chunked_prefill=False),
-                        layout=RaggedLayout(ratio, least))
+                        scheduler=server_scheduler(3), layout=server.layout)
     wl = Workload(np.zeros(len(records)), np.array([r.prompt_tokens for r in records]), np.array([r.output_tokens for r in records]),
                   np.zeros(len(records), dtype=np.int64))
     steps = serve(cfg, wl, seed=0).steps
@@ -160,6 +160,30 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
     cfg.layout = None
     paged = [int(round(d - 1.0)) for d in serve(cfg, wl, seed=0).steps["duration"] if d > 1.0]
     assert len(paged) == len(widths) and all(p <= w for p, w in zip(paged, widths)) and paged != widths
+
+
+def test_the_server_admits_as_its_scheduler_plans(target, drafters):
+    """The server's admissions come from the simulator's scheduler and its queue: FCFS admits
+    in arrival order; shortest-first admits the waiting requests shortest prompt first."""
+    prompts = [ids(target, t) * m for t, m in zip(TEXTS, (3, 1, 5, 2, 1, 9, 1))]
+    reqs = [ServeRequest(i, 0.0, p, 4) for i, p in enumerate(prompts)]
+    order = {}
+    for queue in ("fcfs", "shortest-first"):
+        clock = FakeClock()
+        server = Server(target, drafters["maxgram"], P.FixedK(2), max_batch=2, clock=clock, sleep=clock.sleep, stop_at_eos=False,
+                        scheduling=queue)
+        log = server.run(reqs)
+        order[queue] = [m.request for m in log.members if m.prefill]
+        assert max(s.batch + s.prefills for s in log.steps) <= 2
+        for r in reqs:
+            assert log.outputs[r.id] == own_greedy(target, r.prompt, 4)
+    assert order["fcfs"] == list(range(len(reqs)))
+    first_two = sorted(range(len(reqs)), key=lambda i: (len(prompts[i]), i))[:2]
+    assert order["shortest-first"][:2] == first_two  # all arrive at 0: the two shortest go first
+    waiting_after = sorted(order["shortest-first"][2:], key=lambda i: (len(prompts[i]), i))
+    assert order["shortest-first"][2:] == waiting_after
+    with pytest.raises(DraftsimError, match="scheduling policy must be one of"):
+        Server(target, drafters["maxgram"], P.FixedK(2), scheduling="lifo")
 
 
 # ---------------------------------------------------------------- lossless greedy
