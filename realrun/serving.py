@@ -25,18 +25,11 @@ controller (:mod:`draftsim.sim.controllers`) that may cap the draft length for t
    not depend on what else is in the batch;
 4. finished sequences (EOS or their token budget) leave; waiting ones join at the next step.
 
-**Ragged KV cache** (:class:`BatchKV`): one ``DynamicCache`` holds every running sequence's
-keys and values, one row per sequence, slots shared along the time axis. A forward feeds
-each row its own number of new tokens (right-padded to the longest), with per-sequence
-position ids and an explicit 4-D attention mask: a query sees the valid slots of its own
-row and the new tokens at or before it. Rejected draft tokens and padding stay in the cache
-as *stale* slots, masked out (keys carry their rotary position, so slots may sit anywhere);
-the stale tail after every row's last live slot is cut off before each forward (a slice:
-at batch 1 no stale slot survives a step); when stale slots exceed a fraction of the cache
-(:attr:`Server.compact_ratio`) the cache is
-compacted — every row's valid slots gathered to the left — so attention stops paying for
-them. Joiners are prefilled in a cache of their own and merged in (rows padded to the
-longer time axis); leavers' rows are dropped.
+**KV cache**: the running sequences' keys and values live in one ragged
+:class:`~draftsim.realrun.kvcache.BatchKV` per model (one row per sequence; rejected draft
+tokens stay as stale slots, masked, trimmed before each forward and compacted when they pass
+:attr:`Server.compact_ratio` of the time axis). Joiners are prefilled in a cache of their
+own and merged in; leavers' rows are dropped.
 
 Lossless: with the SD rule the output of every request is the target's own greedy output
 for its prompt (temperature 0) or follows the target's distribution (sampling), whatever
@@ -67,10 +60,11 @@ from ..sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
 from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
+from .kvcache import BatchKV
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
-__all__ = ["ServeRequest", "BatchKV", "Server", "ServeLog", "server_scheduler", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
+__all__ = ["ServeRequest", "Server", "ServeLog", "server_scheduler", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
            "prompt_pool", "requests_from"]
 
 _now = time.perf_counter
@@ -85,219 +79,6 @@ class ServeRequest:
     arrival: float
     prompt: tuple
     max_new_tokens: int
-
-
-# ---------------------------------------------------------------- the ragged batched KV cache
-
-class BatchKV:
-    """A ragged batch of sequences in one ``DynamicCache`` (see the module docstring).
-
-    Per row (sequence) ``ids[r]`` are the tokens its cache holds, in order, and ``slots[r]``
-    the cache slot of each; ``valid`` (rows, T) marks the live slots (all others are padding
-    or stale). The model runs its decoder on the new tokens only and its output head on the
-    rows asked for.
-    """
-
-    def __init__(self, loaded: LoadedModel):
-        self.loaded = loaded
-        self.cache = None
-        self.valid = None  # bool tensor (rows, T)
-        self.ids: list[list[int]] = []
-        self.slots: list[list[int]] = []
-        self.pad = int(loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0)
-
-    @property
-    def rows(self) -> int:
-        return len(self.ids)
-
-    @property
-    def length(self) -> int:
-        """Slots along the time axis (valid and stale)."""
-        return 0 if self.valid is None else int(self.valid.shape[1])
-
-    @property
-    def live(self) -> int:
-        """Valid slots over all rows."""
-        return sum(len(s) for s in self.slots)
-
-    @property
-    def stale_fraction(self) -> float:
-        """The share of the time axis a compaction would remove: slots past the longest row's
-        live ones (ragged rows stay padded to the longest)."""
-        if self.rows == 0 or self.length == 0:
-            return 0.0
-        return 1.0 - max(len(s) for s in self.slots) / self.length
-
-    def rollback(self, row: int, context: Sequence[int], limit: int) -> int:
-        """Mask out row ``row``'s slots past its longest prefix shared with ``context`` (at most
-        ``limit`` tokens) and return that prefix's length."""
-        held = self.ids[row]
-        n = min(len(held), limit)
-        keep = n
-        if held[:n] != list(context[:n]):
-            keep = int(np.flatnonzero(np.asarray(held[:n]) != np.asarray(context[:n]))[0])
-        if keep < len(held):
-            drop = self.slots[row][keep:]
-            self.valid[row, drop] = False
-            del held[keep:]
-            del self.slots[row][keep:]
-        return keep
-
-    def forward(self, feeds: Sequence[Sequence[int]], keep: Sequence[int]):
-        """Feed row r the tokens ``feeds[r]`` (ragged; empty: nothing) on top of what it holds
-        and return, per row, the next-token logits after each of its last ``keep[r]`` fed
-        tokens, a (keep[r], V) float tensor (row j follows all but ``keep[r] − 1 − j`` of them)."""
-        import torch
-        from transformers import DynamicCache
-
-        B = len(feeds)
-        if B != self.rows:
-            raise DraftsimError(f"{B} feeds for a batch of {self.rows} rows")
-        lens = [len(f) for f in feeds]
-        N = max(lens) if lens else 0
-        if N == 0:
-            return [None] * B
-        dev = self.loaded.device
-        T = self.length
-        ids = torch.full((B, N), self.pad, dtype=torch.long)
-        pos = torch.empty((B, N), dtype=torch.long)
-        ar = torch.arange(N)
-        for r, f in enumerate(feeds):
-            if f:
-                ids[r, : len(f)] = torch.as_tensor(list(f), dtype=torch.long)
-            pos[r] = len(self.ids[r]) + ar
-        new_valid = ar[None, :] < torch.as_tensor(lens)[:, None]  # (B, N)
-        key_valid = new_valid if self.valid is None else torch.cat([self.valid, new_valid], dim=1)  # (B, T + N)
-        causal = torch.ones((N, T + N), dtype=torch.bool)
-        causal[:, T:] = torch.tril(torch.ones((N, N), dtype=torch.bool))
-        allowed = key_valid[:, None, :] & causal[None]  # (B, N, T + N)
-        allowed[:, ar, T + ar] = True  # every query sees itself (padding queries included: no empty row)
-        model = self.loaded.model
-        dtype = next(model.parameters()).dtype
-        mask = torch.zeros((B, 1, N, T + N), dtype=dtype)
-        mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
-        if self.cache is None:
-            self.cache = DynamicCache()
-        with torch.inference_mode():
-            out = model.get_decoder()(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                                      past_key_values=self.cache, use_cache=True)
-            hidden = out.last_hidden_state  # (B, N, H)
-            rows = [(r, j) for r in range(B) for j in range(lens[r] - keep[r], lens[r])]
-            if rows:
-                rr = torch.as_tensor([r for r, _ in rows], device=dev)
-                jj = torch.as_tensor([j for _, j in rows], device=dev)
-                logits = model.get_output_embeddings()(hidden[rr, jj]).float()
-        self.valid = key_valid
-        for r, f in enumerate(feeds):
-            self.ids[r].extend(int(t) for t in f)
-            self.slots[r].extend(range(T, T + len(f)))
-        out_rows, at = [], 0
-        for r in range(B):
-            out_rows.append(logits[at : at + keep[r]] if keep[r] else None)
-            at += keep[r]
-        return out_rows
-
-    def add_rows(self, n: int, front: bool = False) -> None:
-        """Add ``n`` empty rows (to be filled by a later forward), after the others or before them."""
-        import torch
-
-        def join(mine, extra):
-            return [*extra, *mine] if front else [*mine, *extra]
-
-        self.ids = join(self.ids, [[] for _ in range(n)])
-        self.slots = join(self.slots, [[] for _ in range(n)])
-        if self.valid is not None:
-            self.valid = torch.cat(join([self.valid], [torch.zeros((n, self.length), dtype=torch.bool)]))
-            for layer in self._layers():
-                for name in ("keys", "values"):
-                    t = getattr(layer, name)
-                    setattr(layer, name, torch.cat(join([t], [t.new_zeros((n, *t.shape[1:]))])))
-
-    def merge(self, other: "BatchKV") -> None:
-        """Append ``other``'s rows (their slots keep their places; the shorter time axis is padded)."""
-        import torch
-
-        if other.rows == 0:
-            return
-        if other.cache is None:  # rows that hold nothing yet
-            self.add_rows(other.rows)
-            return
-        if self.cache is None:  # rows that hold nothing yet go first, as empty rows of other's shape
-            mine = self.rows
-            self.cache, self.valid, self.ids, self.slots = other.cache, other.valid, other.ids, other.slots
-            if mine:
-                self.add_rows(mine, front=True)
-            return
-        T = max(self.length, other.length)
-
-        def pad(t, axis):
-            extra = T - t.shape[axis]
-            if extra == 0:
-                return t
-            shape = list(t.shape)
-            shape[axis] = extra
-            return torch.cat([t, t.new_zeros(shape)], dim=axis)
-
-        for mine, theirs in zip(self._layers(), other._layers()):
-            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)])
-            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)])
-        self.valid = torch.cat([pad(self.valid, 1), pad(other.valid, 1)])
-        self.ids += other.ids
-        self.slots += other.slots
-
-    def keep_rows(self, rows: Sequence[int]) -> None:
-        """Keep only ``rows`` (in this order); the others leave the batch."""
-        import torch
-
-        rows = list(rows)
-        if not rows:
-            self.cache, self.valid, self.ids, self.slots = None, None, [], []
-            return
-        if rows == list(range(self.rows)):
-            return
-        idx = torch.as_tensor(rows, dtype=torch.long)
-        for layer in self._layers():
-            layer.keys = layer.keys[idx.to(layer.keys.device)]
-            layer.values = layer.values[idx.to(layer.values.device)]
-        self.valid = self.valid[idx]
-        self.ids = [self.ids[r] for r in rows]
-        self.slots = [self.slots[r] for r in rows]
-
-    def trim(self) -> None:
-        """Cut the time axis after the last slot any row still uses: the stale tail a rollback
-        leaves (at batch 1, every rejected draft token) goes at the price of a slice, so
-        attention never pays for it; stale slots between live ones wait for :meth:`compact`."""
-        if self.rows == 0 or self.valid is None:
-            return
-        T = max((s[-1] + 1 for s in self.slots if s), default=0)
-        if T == 0 or T >= self.length:
-            return
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                setattr(layer, name, getattr(layer, name)[:, :, :T])
-        self.valid = self.valid[:, :T]
-
-    def compact(self) -> None:
-        """Gather every row's valid slots to the left; the time axis shrinks to the longest row."""
-        import torch
-
-        if self.rows == 0:
-            return
-        T = max(len(s) for s in self.slots)
-        index = torch.zeros((self.rows, T), dtype=torch.long)
-        for r, s in enumerate(self.slots):
-            if s:
-                index[r, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                g = index.to(t.device)[:, None, :, None].expand(t.shape[0], t.shape[1], T, t.shape[3])
-                setattr(layer, name, torch.gather(t, 2, g))
-        self.valid = torch.arange(T)[None, :] < torch.as_tensor([len(s) for s in self.slots])[:, None]
-        self.slots = [list(range(len(s))) for s in self.slots]
-
-    def _layers(self):
-        return [] if self.cache is None else [layer for layer in self.cache.layers if getattr(layer, "is_initialized", True)]
 
 
 # ---------------------------------------------------------------- checks
@@ -459,6 +240,19 @@ def server_scheduler(max_batch: int, scheduling: str = "fcfs") -> SchedulerConfi
     return SchedulerConfig(max_num_seqs=max_batch, max_num_batched_tokens=1 << 24, chunked_prefill=False, policy=scheduling)
 
 
+def _committed(scheduler: Scheduler, joiners: list, live: list, finished: list) -> None:
+    """Tell the scheduler's request table what a step did: the joiners' prefills are done
+    (they decode from now on), the running requests' tokens, and the finished ones leave."""
+    t = scheduler.table
+    for r in joiners:
+        t.prefilled[r.rid] = t.need[r.rid]
+        t.decoding[r.rid] = True
+    for r in live:
+        t.generated[r.rid] = len(r.output)
+    for r in finished:
+        scheduler.running.remove(r.rid)
+
+
 class Server:
     """Continuous batching with speculative decoding on real models (module docstring).
 
@@ -555,13 +349,7 @@ class Server:
                              prefill_step=len(log.steps), rng=np.random.default_rng([self.seed, requests[rid].id]))
                        for rid, _, _ in plan.prefill]
             finished = self._step(log, live, joiners, len(scheduler.waiting))
-            for r in joiners:
-                table.prefilled[r.rid] = table.need[r.rid]
-                table.decoding[r.rid] = True
-            for r in live:
-                table.generated[r.rid] = len(r.output)
-            for r in finished:
-                scheduler.running.remove(r.rid)
+            _committed(scheduler, joiners, live, finished)
             if on_step is not None:
                 on_step(log, [r.record for r in finished])
         log.seconds = self._t()

@@ -17,9 +17,10 @@ from scipy import stats
 
 from draftsim.realrun.drafters import MaxGram, NeuralDraft
 from draftsim.realrun.executor import Sampling
+from draftsim.realrun.kvcache import BatchKV
 from draftsim.realrun.models import load_model
 from draftsim.realrun.servetrace import Member, RequestRecord, ServeTrace, ServeTraceWriter, Step, TokenRecord, serving_metrics
-from draftsim.realrun.serving import BatchKV, Server, ServeRequest, check_memory, check_requests
+from draftsim.realrun.serving import Server, ServeRequest, check_memory, check_requests
 from draftsim.sim import policies as P
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.traces import TraceError
