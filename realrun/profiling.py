@@ -85,9 +85,10 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
 
 #: What a profile times: ``model`` — the model's own forward over a ``DynamicCache`` (no
 #: attention mask: the single-stream executors' calls); ``server`` — the batched serving
-#: loop's forward (:meth:`draftsim.realrun.kvcache.BatchKV.forward`: an explicit ragged attention mask,
-#: position ids per row, the logit rows picked after the decoder), the calls ``draftsim
-#: serve`` makes and ``check-serve`` prices.
+#: loop's forward (:meth:`draftsim.realrun.kvcache.BatchKV.forward`: for several rows an
+#: explicit ragged attention mask and position ids per row; one row without stale slots is
+#: the model's plain causal call; the logit rows picked after the decoder), the calls
+#: ``draftsim serve`` makes and ``check-serve`` prices.
 PATHS = ("model", "server")
 
 

@@ -202,8 +202,8 @@ class _Joined:
     live: list
     tokens: list = field(default_factory=list)
     firsts: list = field(default_factory=list)
-    kv: "BatchKV | None" = None
-    dkv: "BatchKV | None" = None
+    kv: BatchKV | None = None
+    dkv: BatchKV | None = None
     seconds: float = 0.0
 
 
