@@ -505,6 +505,21 @@ def test_check_serve_bad_input(served, tmp_path, capsys):
     assert main(["check-serve", str(paged)]) == 2
     err = capsys.readouterr().err
     assert "cache layout 'paged'" in err and len(err.strip().splitlines()) == 1
+    # the replay runs the server's own scheduler: the trace's batch limit and queue (FCFS when not recorded)
+    from draftsim.analysis.servecheck import trace_scheduler
+    from draftsim.realrun.serving import server_scheduler
+
+    meta = ServeTrace(served).metadata
+    assert trace_scheduler(meta, served) == server_scheduler(4)
+    assert (server_scheduler(4).max_num_seqs, server_scheduler(4).chunked_prefill, server_scheduler(4).policy) == (4, False, "fcfs")
+    assert trace_scheduler({**meta, "scheduling": "shortest-first"}, served).policy == "shortest-first"
+    queue = tmp_path / "queue"
+    shutil.copytree(served, queue)
+    manifest["metadata"] = {**ServeTrace(served).metadata, "scheduling": "lifo"}
+    (queue / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["check-serve", str(queue)]) == 2
+    err = capsys.readouterr().err
+    assert "scheduling policy must be one of" in err and "'lifo'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_server_path_profile_times_the_serving_loops_own_forward(target, served, tmp_path, capsys):
