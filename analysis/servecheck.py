@@ -8,10 +8,12 @@ A serving trace (:mod:`draftsim.realrun.servetrace`) is replayed in the serving 
   one recorded sequence per request (the output after its first token): per round start
   and draft index whether the drafted token was accepted, so a fixed-k replay drafts,
   accepts and emits what the run did round by round;
-* the **same policy, controller and batch limit** (``max_num_seqs`` = the run's
-  ``--max-batch``; no token budget and whole-prompt prefills, as the real server) and the
-  **same cache layout**: one dense ragged cache whose width — what a verification attends
-  over — the simulator follows step by step (:mod:`draftsim.sim.serving.layout`, with the server's
+* the **same policy, controller and scheduler**: the real server's admissions and step
+  plans come from the serving simulator's own scheduler
+  (:func:`draftsim.realrun.serving.server_scheduler`: ``max_num_seqs`` = the run's
+  ``--max-batch``, no token budget, whole-prompt prefills, its queue), so the replay
+  schedules what the server scheduled; and the **same cache layout**: one dense ragged
+  cache whose width — what a verification attends over — the simulator follows step by step (:mod:`draftsim.sim.serving.layout`, with the server's
   compaction rule from the trace);
 * **step costs**: the target's forward time from a ``draftsim profile --path server`` of the
   same model on the same machine (:class:`draftsim.sim.cost.ProfileCost`, the server's own forward
@@ -56,7 +58,8 @@ from ..sim.serving.metrics import summarize_run
 from ..sim.serving.scheduler import SchedulerConfig
 from ..sim.serving.workload import Workload
 
-__all__ = ["StepCost", "AffineCost", "robust_nnls", "realised_process", "busy_gaps", "check_serve", "CHECKED"]
+__all__ = ["StepCost", "AffineCost", "robust_nnls", "realised_process", "busy_gaps", "trace_scheduler", "cache_layout", "check_serve",
+           "CHECKED"]
 
 #: The metrics check-serve compares: (name, summary key, statistic or None).
 CHECKED = (("ttft_p50", "ttft", "p50"), ("ttft_p90", "ttft", "p90"), ("tpot_p50", "tpot", "p50"), ("tpot_p90", "tpot", "p90"),
@@ -338,6 +341,17 @@ def cache_layout(meta: dict, path) -> RaggedLayout:
         raise DraftsimError(f"serving trace {path}: cache {cache!r}: {err}") from None
 
 
+def trace_scheduler(meta: dict, path) -> SchedulerConfig:
+    """The scheduler the real server ran (:func:`draftsim.realrun.serving.server_scheduler`, with
+    the trace's batch limit and queue; traces written before the queue was recorded ran FCFS)."""
+    from ..realrun.serving import server_scheduler
+
+    try:
+        return server_scheduler(int(meta["max_batch"]), meta.get("scheduling", "fcfs"))
+    except (TypeError, ValueError) as err:
+        raise DraftsimError(f"serving trace {path}: {err}") from None
+
+
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
     from ..realrun.servetrace import ServeTrace, run_record
@@ -356,8 +370,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
-    cfg = ServingConfig(policy, process, target, drafters, controller=controller,
-                        scheduler=SchedulerConfig(max_num_seqs=int(meta["max_batch"]), max_num_batched_tokens=1 << 24, chunked_prefill=False),
+    cfg = ServingConfig(policy, process, target, drafters, controller=controller, scheduler=trace_scheduler(meta, path),
                         layout=cache_layout(meta, path))
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
                   np.array([r.output_tokens for r in by_id], dtype=np.int64), np.zeros(len(by_id), dtype=np.int64))

@@ -20,9 +20,9 @@ every proposed token carries the distribution it was actually proposed from — 
 rule's output for tokens produced by an inner verification, the drafter's own row for its
 bonus token — exactly as :class:`draftsim.sim.exact.VerticalProcess` proves lossless.
 
-KV caches: each neural model keeps one ``DynamicCache`` plus the ids it holds
-(:class:`CachedLM`); before a call the cache is rolled back to its longest prefix shared with
-the context (:meth:`CachedLM.rollback`: after rejections, at any level) and only the rest is fed.
+KV caches: each neural model keeps a :class:`~draftsim.realrun.kvcache.CachedLM` (the batched
+server's ragged cache with one row); before a call it is rolled back to its longest prefix
+shared with the context (after rejections, at any level) and only the rest is fed.
 
 Every executor — :func:`generate` here, :func:`token_cascade` (the sequential token-level
 cascade baseline, [SC] Algorithm 2) and :func:`draftsim.realrun.trees.generate_tree` — runs the same
@@ -46,9 +46,10 @@ from ..sim.records import Call, DraftEvent, Round
 from ..sim.rules import SD, Leniency, Rule
 from ..sim.verify import verify_block, verify_block_greedy, verify_greedy_ids
 from .drafters import Drafter, NeuralDraft
+from .kvcache import CachedLM
 from .models import LoadedModel, same_tokenizer, sync
 
-__all__ = ["Sampling", "RunLog", "CachedLM", "RoundResult", "decode", "generate", "prefill", "token_cascade",
+__all__ = ["Sampling", "RunLog", "RoundResult", "decode", "generate", "prefill", "token_cascade",
            "check_context", "check_drafters", "check_sampling", "eos_id"]
 
 _now = time.perf_counter
@@ -144,55 +145,6 @@ class RunLog:
             e["drafted"] += 1
             e["accepted"] += int(d.accepted)
         return out
-
-
-class CachedLM:
-    """A causal LM with a KV cache that follows the context it is asked about."""
-
-    def __init__(self, loaded: LoadedModel):
-        from transformers import DynamicCache
-
-        self.loaded = loaded
-        self.cache = DynamicCache()
-        self.ids: list[int] = []  # the tokens the cache holds
-        self.fed = 0  # tokens fed by the last call
-
-    def shared_prefix(self, context: list[int], limit: int) -> int:
-        """Length of the longest common prefix of the cached ids and ``context``, at most ``limit``."""
-        n = min(len(self.ids), limit)
-        if self.ids[:n] == context[:n]:
-            return n
-        diff = np.flatnonzero(np.asarray(self.ids[:n]) != np.asarray(context[:n]))
-        return int(diff[0])
-
-    def rollback(self, context: list[int], limit: int) -> int:
-        """Crop the cache to its longest prefix shared with ``context`` (at most ``limit``
-        tokens) — the one place the cache shrinks — and return that prefix's length."""
-        keep = self.shared_prefix(context, limit)
-        if keep < len(self.ids):
-            self.cache.crop(keep - len(self.ids))  # a negative count: drop that many tokens from the end
-            del self.ids[keep:]
-        return keep
-
-    def logits(self, context: list[int], n_rows: int = 1, hidden: bool = False):
-        """Next-token logits after each of the last ``n_rows`` prefixes of ``context``
-        (row j follows ``context[: len(context) - n_rows + 1 + j]``), as a (n_rows, V) tensor;
-        with ``hidden``, also the last layer's hidden states at those positions."""
-        import torch
-
-        need = len(context) - n_rows  # the cache may hold at most this much of the context
-        if need < 0:
-            raise DraftsimError(f"asked for {n_rows} rows of a {len(context)}-token context")
-        keep = self.rollback(context, need)
-        new = context[keep:]
-        with torch.inference_mode():
-            out = self.loaded.model(torch.tensor([new], device=self.loaded.device), past_key_values=self.cache, use_cache=True,
-                                    output_hidden_states=hidden, logits_to_keep=n_rows)
-        self.ids.extend(new)
-        self.fed = len(new)
-        if hidden:
-            return out.logits[0, -n_rows:].float(), out.hidden_states[-1][0, -n_rows:]
-        return out.logits[0, -n_rows:].float()
 
 
 # ---------------------------------------------------------------- checks shared by the executors

@@ -85,9 +85,10 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
 
 #: What a profile times: ``model`` — the model's own forward over a ``DynamicCache`` (no
 #: attention mask: the single-stream executors' calls); ``server`` — the batched serving
-#: loop's forward (:meth:`draftsim.realrun.serving.BatchKV.forward`: an explicit ragged attention mask,
-#: position ids per row, the logit rows picked after the decoder), the calls ``draftsim
-#: serve`` makes and ``check-serve`` prices.
+#: loop's forward (:meth:`draftsim.realrun.kvcache.BatchKV.forward`: for several rows an
+#: explicit ragged attention mask and position ids per row; one row without stale slots is
+#: the model's plain causal call; the logit rows picked after the decoder), the calls
+#: ``draftsim serve`` makes and ``check-serve`` prices.
 PATHS = ("model", "server")
 
 
@@ -119,12 +120,12 @@ class _ModelPath:
 
 
 class _ServerPath:
-    """The serving loop's forward (:class:`draftsim.realrun.serving.BatchKV`) on rows holding ``c``
+    """The serving loop's forward (:class:`draftsim.realrun.kvcache.BatchKV`) on rows holding ``c``
     tokens each; each timed call is rolled back and trimmed as the server does after a
     rejection. Without a context every call gets a fresh cache, as the server's prefills do."""
 
     def __init__(self, loaded, b: int, ids_c):
-        from .serving import BatchKV
+        from .kvcache import BatchKV
 
         self.loaded, self.b, self.held = loaded, b, None
         self.kv = BatchKV(loaded)

@@ -6,11 +6,16 @@ one *step* at a time with the same policy objects as every other executor
 (:mod:`draftsim.sim.policies`, chain policies with one drafter) and a per-step speculation
 controller (:mod:`draftsim.sim.controllers`) that may cap the draft length for the whole batch:
 
-1. **admit** — waiting requests whose arrival time has passed join, first come first
-   served, up to ``max_batch`` running sequences;
-2. **prefill** (a step of its own) — the joiners' prompts in one batched forward of the
-   target (and of a neural drafter); the target's row after the prompt gives each joiner
-   its first token (time to first token);
+1. **admit** — requests whose arrival time has passed join the waiting queue of the serving
+   simulator's own scheduler (:class:`draftsim.sim.serving.scheduler.Scheduler`, limits from
+   :func:`server_scheduler`: up to ``max_batch`` running sequences, whole-prompt prefills,
+   first come first served unless another queue is asked for), which plans the step: the
+   running sequences decode, the requests it admits prefill. The server executes that plan
+   (:meth:`Server._step`: draft, verify, prefill, emit, record), so ``draftsim check-serve``
+   prices the very schedule the server ran;
+2. **prefill** — in the same step, each joiner's prompt in a forward of the target of its
+   own (and of a neural drafter); the target's row after the prompt gives each joiner its
+   first token (time to first token), out when the step ends;
 3. **decode** — the drafter proposes for the whole batch (Max-Gram and bigram per
    sequence; a neural drafter in batched forwards, one per draft position), the target
    verifies every sequence's block in ONE batched forward, and each sequence accepts its
@@ -20,18 +25,11 @@ controller (:mod:`draftsim.sim.controllers`) that may cap the draft length for t
    not depend on what else is in the batch;
 4. finished sequences (EOS or their token budget) leave; waiting ones join at the next step.
 
-**Ragged KV cache** (:class:`BatchKV`): one ``DynamicCache`` holds every running sequence's
-keys and values, one row per sequence, slots shared along the time axis. A forward feeds
-each row its own number of new tokens (right-padded to the longest), with per-sequence
-position ids and an explicit 4-D attention mask: a query sees the valid slots of its own
-row and the new tokens at or before it. Rejected draft tokens and padding stay in the cache
-as *stale* slots, masked out (keys carry their rotary position, so slots may sit anywhere);
-the stale tail after every row's last live slot is cut off before each forward (a slice:
-at batch 1 no stale slot survives a step); when stale slots exceed a fraction of the cache
-(:attr:`Server.compact_ratio`) the cache is
-compacted — every row's valid slots gathered to the left — so attention stops paying for
-them. Joiners are prefilled in a cache of their own and merged in (rows padded to the
-longer time axis); leavers' rows are dropped.
+**KV cache**: the running sequences' keys and values live in one ragged
+:class:`~draftsim.realrun.kvcache.BatchKV` per model (one row per sequence; rejected draft
+tokens stay as stale slots, masked, trimmed before each forward and compacted when they pass
+:attr:`Server.compact_ratio` of the time axis). Joiners are prefilled in a cache of their
+own and merged in; leavers' rows are dropped.
 
 Lossless: with the SD rule the output of every request is the target's own greedy output
 for its prompt (temperature 0) or follows the target's distribution (sampling), whatever
@@ -49,7 +47,6 @@ its drafted and accepted tokens.
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -58,13 +55,16 @@ import numpy as np
 from ..sim.errors import DraftsimError
 from ..sim.policies import Autoregressive, Policy
 from ..sim.rules import SD
+from ..sim.serving.layout import RaggedLayout
+from ..sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
 from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
+from .kvcache import BatchKV
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
-__all__ = ["ServeRequest", "BatchKV", "Server", "ServeLog", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
+__all__ = ["ServeRequest", "Server", "ServeLog", "server_scheduler", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
            "prompt_pool", "requests_from"]
 
 _now = time.perf_counter
@@ -79,219 +79,6 @@ class ServeRequest:
     arrival: float
     prompt: tuple
     max_new_tokens: int
-
-
-# ---------------------------------------------------------------- the ragged batched KV cache
-
-class BatchKV:
-    """A ragged batch of sequences in one ``DynamicCache`` (see the module docstring).
-
-    Per row (sequence) ``ids[r]`` are the tokens its cache holds, in order, and ``slots[r]``
-    the cache slot of each; ``valid`` (rows, T) marks the live slots (all others are padding
-    or stale). The model runs its decoder on the new tokens only and its output head on the
-    rows asked for.
-    """
-
-    def __init__(self, loaded: LoadedModel):
-        self.loaded = loaded
-        self.cache = None
-        self.valid = None  # bool tensor (rows, T)
-        self.ids: list[list[int]] = []
-        self.slots: list[list[int]] = []
-        self.pad = int(loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else 0)
-
-    @property
-    def rows(self) -> int:
-        return len(self.ids)
-
-    @property
-    def length(self) -> int:
-        """Slots along the time axis (valid and stale)."""
-        return 0 if self.valid is None else int(self.valid.shape[1])
-
-    @property
-    def live(self) -> int:
-        """Valid slots over all rows."""
-        return sum(len(s) for s in self.slots)
-
-    @property
-    def stale_fraction(self) -> float:
-        """The share of the time axis a compaction would remove: slots past the longest row's
-        live ones (ragged rows stay padded to the longest)."""
-        if self.rows == 0 or self.length == 0:
-            return 0.0
-        return 1.0 - max(len(s) for s in self.slots) / self.length
-
-    def rollback(self, row: int, context: Sequence[int], limit: int) -> int:
-        """Mask out row ``row``'s slots past its longest prefix shared with ``context`` (at most
-        ``limit`` tokens) and return that prefix's length."""
-        held = self.ids[row]
-        n = min(len(held), limit)
-        keep = n
-        if held[:n] != list(context[:n]):
-            keep = int(np.flatnonzero(np.asarray(held[:n]) != np.asarray(context[:n]))[0])
-        if keep < len(held):
-            drop = self.slots[row][keep:]
-            self.valid[row, drop] = False
-            del held[keep:]
-            del self.slots[row][keep:]
-        return keep
-
-    def forward(self, feeds: Sequence[Sequence[int]], keep: Sequence[int]):
-        """Feed row r the tokens ``feeds[r]`` (ragged; empty: nothing) on top of what it holds
-        and return, per row, the next-token logits after each of its last ``keep[r]`` fed
-        tokens, a (keep[r], V) float tensor (row j follows all but ``keep[r] − 1 − j`` of them)."""
-        import torch
-        from transformers import DynamicCache
-
-        B = len(feeds)
-        if B != self.rows:
-            raise DraftsimError(f"{B} feeds for a batch of {self.rows} rows")
-        lens = [len(f) for f in feeds]
-        N = max(lens) if lens else 0
-        if N == 0:
-            return [None] * B
-        dev = self.loaded.device
-        T = self.length
-        ids = torch.full((B, N), self.pad, dtype=torch.long)
-        pos = torch.empty((B, N), dtype=torch.long)
-        ar = torch.arange(N)
-        for r, f in enumerate(feeds):
-            if f:
-                ids[r, : len(f)] = torch.as_tensor(list(f), dtype=torch.long)
-            pos[r] = len(self.ids[r]) + ar
-        new_valid = ar[None, :] < torch.as_tensor(lens)[:, None]  # (B, N)
-        key_valid = new_valid if self.valid is None else torch.cat([self.valid, new_valid], dim=1)  # (B, T + N)
-        causal = torch.ones((N, T + N), dtype=torch.bool)
-        causal[:, T:] = torch.tril(torch.ones((N, N), dtype=torch.bool))
-        allowed = key_valid[:, None, :] & causal[None]  # (B, N, T + N)
-        allowed[:, ar, T + ar] = True  # every query sees itself (padding queries included: no empty row)
-        model = self.loaded.model
-        dtype = next(model.parameters()).dtype
-        mask = torch.zeros((B, 1, N, T + N), dtype=dtype)
-        mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
-        if self.cache is None:
-            self.cache = DynamicCache()
-        with torch.inference_mode():
-            out = model.get_decoder()(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                                      past_key_values=self.cache, use_cache=True)
-            hidden = out.last_hidden_state  # (B, N, H)
-            rows = [(r, j) for r in range(B) for j in range(lens[r] - keep[r], lens[r])]
-            if rows:
-                rr = torch.as_tensor([r for r, _ in rows], device=dev)
-                jj = torch.as_tensor([j for _, j in rows], device=dev)
-                logits = model.get_output_embeddings()(hidden[rr, jj]).float()
-        self.valid = key_valid
-        for r, f in enumerate(feeds):
-            self.ids[r].extend(int(t) for t in f)
-            self.slots[r].extend(range(T, T + len(f)))
-        out_rows, at = [], 0
-        for r in range(B):
-            out_rows.append(logits[at : at + keep[r]] if keep[r] else None)
-            at += keep[r]
-        return out_rows
-
-    def add_rows(self, n: int, front: bool = False) -> None:
-        """Add ``n`` empty rows (to be filled by a later forward), after the others or before them."""
-        import torch
-
-        def join(mine, extra):
-            return [*extra, *mine] if front else [*mine, *extra]
-
-        self.ids = join(self.ids, [[] for _ in range(n)])
-        self.slots = join(self.slots, [[] for _ in range(n)])
-        if self.valid is not None:
-            self.valid = torch.cat(join([self.valid], [torch.zeros((n, self.length), dtype=torch.bool)]))
-            for layer in self._layers():
-                for name in ("keys", "values"):
-                    t = getattr(layer, name)
-                    setattr(layer, name, torch.cat(join([t], [t.new_zeros((n, *t.shape[1:]))])))
-
-    def merge(self, other: "BatchKV") -> None:
-        """Append ``other``'s rows (their slots keep their places; the shorter time axis is padded)."""
-        import torch
-
-        if other.rows == 0:
-            return
-        if other.cache is None:  # rows that hold nothing yet
-            self.add_rows(other.rows)
-            return
-        if self.cache is None:  # rows that hold nothing yet go first, as empty rows of other's shape
-            mine = self.rows
-            self.cache, self.valid, self.ids, self.slots = other.cache, other.valid, other.ids, other.slots
-            if mine:
-                self.add_rows(mine, front=True)
-            return
-        T = max(self.length, other.length)
-
-        def pad(t, axis):
-            extra = T - t.shape[axis]
-            if extra == 0:
-                return t
-            shape = list(t.shape)
-            shape[axis] = extra
-            return torch.cat([t, t.new_zeros(shape)], dim=axis)
-
-        for mine, theirs in zip(self._layers(), other._layers()):
-            mine.keys = torch.cat([pad(mine.keys, 2), pad(theirs.keys, 2)])
-            mine.values = torch.cat([pad(mine.values, 2), pad(theirs.values, 2)])
-        self.valid = torch.cat([pad(self.valid, 1), pad(other.valid, 1)])
-        self.ids += other.ids
-        self.slots += other.slots
-
-    def keep_rows(self, rows: Sequence[int]) -> None:
-        """Keep only ``rows`` (in this order); the others leave the batch."""
-        import torch
-
-        rows = list(rows)
-        if not rows:
-            self.cache, self.valid, self.ids, self.slots = None, None, [], []
-            return
-        if rows == list(range(self.rows)):
-            return
-        idx = torch.as_tensor(rows, dtype=torch.long)
-        for layer in self._layers():
-            layer.keys = layer.keys[idx.to(layer.keys.device)]
-            layer.values = layer.values[idx.to(layer.values.device)]
-        self.valid = self.valid[idx]
-        self.ids = [self.ids[r] for r in rows]
-        self.slots = [self.slots[r] for r in rows]
-
-    def trim(self) -> None:
-        """Cut the time axis after the last slot any row still uses: the stale tail a rollback
-        leaves (at batch 1, every rejected draft token) goes at the price of a slice, so
-        attention never pays for it; stale slots between live ones wait for :meth:`compact`."""
-        if self.rows == 0 or self.valid is None:
-            return
-        T = max((s[-1] + 1 for s in self.slots if s), default=0)
-        if T == 0 or T >= self.length:
-            return
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                setattr(layer, name, getattr(layer, name)[:, :, :T])
-        self.valid = self.valid[:, :T]
-
-    def compact(self) -> None:
-        """Gather every row's valid slots to the left; the time axis shrinks to the longest row."""
-        import torch
-
-        if self.rows == 0:
-            return
-        T = max(len(s) for s in self.slots)
-        index = torch.zeros((self.rows, T), dtype=torch.long)
-        for r, s in enumerate(self.slots):
-            if s:
-                index[r, : len(s)] = torch.as_tensor(s, dtype=torch.long)
-        for layer in self._layers():
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                g = index.to(t.device)[:, None, :, None].expand(t.shape[0], t.shape[1], T, t.shape[3])
-                setattr(layer, name, torch.gather(t, 2, g))
-        self.valid = torch.arange(T)[None, :] < torch.as_tensor([len(s) for s in self.slots])[:, None]
-        self.slots = [list(range(len(s))) for s in self.slots]
-
-    def _layers(self):
-        return [] if self.cache is None else [layer for layer in self.cache.layers if getattr(layer, "is_initialized", True)]
 
 
 # ---------------------------------------------------------------- checks
@@ -373,8 +160,10 @@ def _mib(n: float) -> str:
 
 @dataclass
 class _Live:
-    """A running request: its context (prompt + output), policy state and generator."""
+    """A running request: its index in the run's request table (``rid``), its context
+    (prompt + output), policy state and generator; its record once it finished."""
 
+    rid: int
     req: ServeRequest
     context: list
     output: list = field(default_factory=list)
@@ -385,6 +174,37 @@ class _Live:
     admitted: float = 0.0
     prefill_step: int = -1
     done: bool = False
+    record: RequestRecord | None = None
+
+
+@dataclass
+class _Round:
+    """The decoding rows' speculative round in one step (lists in row order): the draft
+    length each may use (``ks``, after the controller's cap), its draft (tokens and, when
+    sampling, the rows they were drawn from), the tokens fed to the target and the prefix of
+    its context the cache kept, the verification's (accepted, next token), and the drafter's
+    and target's seconds."""
+
+    ks: list = field(default_factory=list)
+    drafts: list = field(default_factory=list)
+    feeds: list = field(default_factory=list)
+    kept: list = field(default_factory=list)
+    results: list = field(default_factory=list)
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0
+
+
+@dataclass
+class _Joined:
+    """The joiners prefilled in one step: the requests, the tokens each prefilled, the first
+    token each got, their caches (to merge into the batch's) and the prefill's seconds."""
+
+    live: list
+    tokens: list = field(default_factory=list)
+    firsts: list = field(default_factory=list)
+    kv: BatchKV | None = None
+    dkv: BatchKV | None = None
+    seconds: float = 0.0
 
 
 @dataclass
@@ -412,6 +232,27 @@ def _capped(controller, batch: int, k: int, context: int) -> int:
     return k if cap is None else max(0, min(k, int(cap)))
 
 
+def server_scheduler(max_batch: int, scheduling: str = "fcfs") -> SchedulerConfig:
+    """The real server's scheduler limits: at most ``max_batch`` running sequences, no token
+    budget per step and whole-prompt prefills (a joiner's prefill is a forward call of its
+    own), the waiting queue in ``scheduling`` order. The serving simulator runs the same
+    scheduler when it checks a real run (``draftsim check-serve``)."""
+    return SchedulerConfig(max_num_seqs=max_batch, max_num_batched_tokens=1 << 24, chunked_prefill=False, policy=scheduling)
+
+
+def _committed(scheduler: Scheduler, joiners: list, live: list, finished: list) -> None:
+    """Tell the scheduler's request table what a step did: the joiners' prefills are done
+    (they decode from now on), the running requests' tokens, and the finished ones leave."""
+    t = scheduler.table
+    for r in joiners:
+        t.prefilled[r.rid] = t.need[r.rid]
+        t.decoding[r.rid] = True
+    for r in live:
+        t.generated[r.rid] = len(r.output)
+    for r in finished:
+        scheduler.running.remove(r.rid)
+
+
 class Server:
     """Continuous batching with speculative decoding on real models (module docstring).
 
@@ -419,18 +260,21 @@ class Server:
     blocks (autoregressive, fixed k, heuristic, confidence, threshold); ``controller`` an
     object with ``cap(batch_size) -> int | None`` (or a callable): the most tokens any
     sequence may draft in a step of that batch size (None: no cap). ``seed`` seeds each
-    request's generator (``default_rng([seed, request id])``).
+    request's generator (``default_rng([seed, request id])``). ``scheduling`` names the
+    waiting queue's order (:data:`draftsim.sim.serving.scheduler.QUEUES`); the scheduler's
+    limits are :func:`server_scheduler`'s.
     """
 
     #: Compact a cache when compaction would shorten its time axis by this fraction (and it
     #: holds at least :attr:`compact_min` slots): attention over stale slots costs as much as
-    #: over live ones, a compaction copies the live ones once.
-    compact_ratio = 0.5
-    compact_min = 64
+    #: over live ones, a compaction copies the live ones once. The simulator's
+    #: :class:`~draftsim.sim.serving.layout.RaggedLayout` replays the same rule (:attr:`layout`).
+    compact_ratio = RaggedLayout.compact_ratio
+    compact_min = RaggedLayout.compact_min
 
     def __init__(self, target: LoadedModel, drafter: Drafter | None = None, policy: Policy | None = None, controller=None,
                  sampling: Sampling = Sampling(), max_batch: int = 8, seed: int = 0, stop_at_eos: bool = True,
-                 clock: Callable[[], float] = _now, sleep: Callable[[float], None] = time.sleep):
+                 clock: Callable[[], float] = _now, sleep: Callable[[float], None] = time.sleep, scheduling: str = "fcfs"):
         self.policy = policy or Autoregressive()
         if self.policy.kind != "chain":
             raise DraftsimError(f"{self.policy!r} is a {self.policy.kind} policy; batched serving runs chain policies")
@@ -455,12 +299,22 @@ class Server:
         self.clock, self.sleep = clock, sleep
         self.has_stop = type(self.policy).stop is not Policy.stop
         self.max_draft = self.policy.max_draft
+        self.scheduling = server_scheduler(self.max_batch, scheduling)
+
+    @property
+    def layout(self) -> RaggedLayout:
+        """The cache's compaction rule, as the serving simulator replays it."""
+        return RaggedLayout(self.compact_ratio, self.compact_min)
 
     # ------------------------------------------------------------ the loop
 
     def run(self, requests: Sequence[ServeRequest], on_step: Callable | None = None, check: bool = True) -> ServeLog:
         """Serve ``requests`` (arrival times relative to the start of the run) to the end.
 
+        Each step, the requests that have arrived join the scheduler's waiting queue and the
+        scheduler (:class:`draftsim.sim.serving.scheduler.Scheduler`, limits from
+        :func:`server_scheduler`) plans the step: its decodes (every running request) and the
+        prefills of the requests it admits; :meth:`_step` executes that plan.
         ``on_step(log, finished)`` is called after every step with the requests that just
         finished (a trace writer commits from there; a progress bar advances)."""
         requests = sorted(requests, key=lambda r: (r.arrival, r.id))
@@ -469,28 +323,35 @@ class Server:
             models = [self.target] + ([self.drafter.loaded] if self.drafter is not None and self.drafter.neural else [])
             check_memory(models, requests, self.max_batch, self.max_draft)
         log = ServeLog()
-        pending = deque(requests)
-        live: list[_Live] = []
+        n = len(requests)
+        table = RequestTable(np.array([len(r.prompt) for r in requests]), np.array([r.max_new_tokens for r in requests]),
+                             np.zeros(n, dtype=np.int64))
+        scheduler = Scheduler(self.scheduling, table, None)  # memory: check_memory bounds the dense cache's worst case
+        arrived = 0  # requests[:arrived] have reached the scheduler
+        live: list[_Live] = []  # the running requests, in the caches' row order (the scheduler's running order)
         self.kv = BatchKV(self.target)
         self.dkv = BatchKV(self.drafter.loaded) if self.drafter is not None and self.drafter.neural else None
         self._warm_up()  # a process's first calls set up its libraries and memory: not the first requests' time
         self.start = self.clock()
-        while pending or live:
+        while arrived < n or scheduler.running or scheduler.waiting:
             now = self._t()
-            joiners = []
-            while pending and pending[0].arrival <= now and len(live) + len(joiners) < self.max_batch:
-                joiners.append(pending.popleft())
-            if not live and not joiners:
-                self.sleep(max(0.0, pending[0].arrival - now))
+            while arrived < n and requests[arrived].arrival <= now:
+                table.arrival[arrived] = requests[arrived].arrival
+                scheduler.add(arrived)
+                arrived += 1
+            if not scheduler.running and not scheduler.waiting:
+                self.sleep(max(0.0, requests[arrived].arrival - now))
                 continue
-            waiting = 0
-            for r in pending:
-                if r.arrival > now:
-                    break
-                waiting += 1
-            finished = self._step(log, live, joiners, now, waiting)
+            plan = scheduler.schedule(self.max_draft + 1)
+            if plan.decode != [r.rid for r in live] or plan.preempted:  # pragma: no cover - a scheduler bug
+                raise RuntimeError(f"the scheduler planned decodes {plan.decode} for a batch holding {[r.rid for r in live]}")
+            joiners = [_Live(rid, requests[rid], list(requests[rid].prompt), state=self.policy.init(1), admitted=now,
+                             prefill_step=len(log.steps), rng=np.random.default_rng([self.seed, requests[rid].id]))
+                       for rid, _, _ in plan.prefill]
+            finished = self._step(log, live, joiners, len(scheduler.waiting))
+            _committed(scheduler, joiners, live, finished)
             if on_step is not None:
-                on_step(log, finished)
+                on_step(log, [r.record for r in finished])
         log.seconds = self._t()
         return log
 
@@ -516,18 +377,18 @@ class Server:
         sync(self.target.device)
         return self._t()
 
-    def _finish(self, log: ServeLog, r: _Live, t: float) -> RequestRecord:
+    def _finish(self, log: ServeLog, r: _Live, t: float) -> None:
+        """Record a finished request (its :class:`RequestRecord` also in ``r.record``) and its tokens."""
         r.done = True
-        rec = RequestRecord(r.req.id, r.req.arrival, len(r.req.prompt), len(r.output), r.req.max_new_tokens, r.admitted,
-                            r.times[0], t, r.prefill_step)
-        log.requests.append(rec)
+        r.record = RequestRecord(r.req.id, r.req.arrival, len(r.req.prompt), len(r.output), r.req.max_new_tokens, r.admitted,
+                                 r.times[0], t, r.prefill_step)
+        log.requests.append(r.record)
         log.outputs[r.req.id] = list(r.output)
         for i, (tok, when, step) in enumerate(zip(r.output, r.times, r.steps)):
             log.tokens.append(TokenRecord(r.req.id, i, int(tok), when, step))
-        return rec
 
-    def _emit(self, r: _Live, new: list, t: float, step: int) -> list:
-        """Append ``new`` to ``r``'s output, cut at its budget and after EOS."""
+    def _append(self, r: _Live, new: list, t: float, step: int) -> list:
+        """Append ``new`` to ``r``'s output, cut at its budget and after EOS; what was kept."""
         new = new[: r.req.max_new_tokens - len(r.output)]
         if self.eos is not None and self.eos in new:
             new = new[: new.index(self.eos) + 1]
@@ -548,11 +409,13 @@ class Server:
         return int(r.rng.choice(len(p), p=p / p.sum()))
 
     def _leave(self, log: ServeLog, live: list, t: float) -> list:
-        """Drop finished requests from the batch and the caches; their records."""
+        """Drop finished requests from the batch and the caches (recorded); them."""
         done = [i for i, r in enumerate(live) if r.done]
         if not done:
             return []
-        out = [self._finish(log, live[i], t) for i in done]
+        out = [live[i] for i in done]
+        for r in out:
+            self._finish(log, r, t)
         keep = [i for i, r in enumerate(live) if not r.done]
         self.kv.keep_rows(keep)
         if self.dkv is not None:
@@ -562,101 +425,138 @@ class Server:
 
     # ------------------------------------------------------------ one step
 
-    def _step(self, log: ServeLog, live: list, joiners: list, admitted: float, waiting: int = 0) -> list:
+    def _step(self, log: ServeLog, live: list, joiners: list, waiting: int = 0) -> list:
         """One step, as the serving simulator's replica runs it: a speculative round of every
-        running sequence (drafting, then one batched verification) and the prefill of the
-        joiners (their own batched forward; their first token comes out at the end of the
-        step, and they decode from the next step on). Every token of the step is emitted
-        when the step ends."""
-        step = len(log.steps)
+        running sequence (:meth:`_draft`, then one batched :meth:`_verify`) and the
+        :meth:`_prefill` of the joiners (their own forwards; their first token comes out at the
+        end of the step, and they decode from the next step on). Every token of the step is
+        :meth:`_emit`-ted when the step ends; then the finished requests leave, the caches may
+        be compacted and the step is recorded (:meth:`_record`). Returns the finished requests."""
+        step, batch = len(log.steps), len(live)
         t0 = self._t()
-        B = len(live)
-        draft_s = target_s = prefill_s = 0.0
-        ks, drafts, results, feeds, contexts = [], [], [], [], []
-        if B:
-            for r in live:
-                plan = self.policy.begin_round(r.state)
-                k = sum(int(np.asarray(b.steps).reshape(-1)[0]) for b in plan)
-                k = min(k, r.req.max_new_tokens - len(r.output) - 1)
-                ks.append(max(k, 0))
-            mean_ctx = int(np.mean([len(r.context) for r in live]))
-            ks = [_capped(self.controller, B, k, mean_ctx) for k in ks]
-            if self.drafter is None or max(ks) == 0:
-                drafts = [([], []) for _ in live]
-            elif self.drafter.neural:
-                drafts, draft_s = self._draft_neural(live, ks)
-            else:
-                c0 = self._synced()
-                drafts = [self._draft_statistical(r, k) if k else ([], []) for r, k in zip(live, ks)]
-                draft_s = self._synced() - c0
-            # the target verifies every sequence's block in one forward
-            keeps = []
-            for i, (r, (tokens, _)) in enumerate(zip(live, drafts)):
-                keep = self.kv.rollback(i, r.context, len(r.context) - 1)
-                contexts.append(keep)
-                feeds.append(r.context[keep:] + tokens)
-                keeps.append(len(tokens) + 1)
-            self.kv.trim()
-            c0 = self._synced()
-            rows = self.kv.forward(feeds, keeps)
-            target_s = self._synced() - c0
-            for r, (tokens, q), logits in zip(live, drafts, rows):
-                if self.sampling.greedy:
-                    res = verify_greedy_ids(np.asarray(tokens, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
-                else:
-                    p = self.sampling.rows(logits)
-                    qq = np.stack(q) if tokens else np.zeros((0, p.shape[1]))
-                    res = verify_block(np.asarray(tokens, dtype=np.int64), qq, p, SD(), r.rng, validate=False)
-                results.append((int(res.n_accepted), int(res.token)))
-        new, firsts, kv, dkv = [], [], None, None
-        if joiners:
-            new = [_Live(req, list(req.prompt), state=self.policy.init(1), admitted=admitted, prefill_step=step,
-                         rng=np.random.default_rng([self.seed, req.id])) for req in joiners]
-            # one forward per joiner: a padded batch of prompts of different lengths would
-            # compute every row at the longest prompt's length
-            kv = BatchKV(self.target)
-            dkv = BatchKV(self.drafter.loaded) if self.dkv is not None else None
-            c0 = self._synced()
-            for r in new:
-                one = BatchKV(self.target)
-                one.add_rows(1)
-                firsts.append(self._pick(r, one.forward([r.req.prompt], [1])[0][0]))
-                kv.merge(one)
-                if dkv is not None:  # the drafter reads the prompt too (but its last token: the first draft feeds it)
-                    one = BatchKV(self.drafter.loaded)
-                    one.add_rows(1)
-                    one.forward([r.req.prompt[:-1]], [0])
-                    dkv.merge(one)
-            prefill_s = self._synced() - c0
+        rnd = self._draft(live)
+        if live:
+            self._verify(live, rnd)
+        joined = self._prefill(joiners)
         t1 = self._t()  # the step's tokens come out
-        for i, (r, (tokens, _), (n, tok)) in enumerate(zip(live, drafts, results)):
-            out = self._emit(r, tokens[:n] + [tok], t1, step)
+        self._emit(log, live, rnd, joined, t1, step)
+        if joined.live:
+            self.kv.merge(joined.kv)
+            if joined.dkv is not None:
+                self.dkv.merge(joined.dkv)
+            live.extend(joined.live)
+        finished = self._leave(log, live, t1)
+        compacted = self._compact()
+        self._record(log, step, t0, batch, rnd, joined, compacted, waiting)
+        return finished
+
+    def _draft(self, live: list) -> _Round:
+        """Every running sequence's draft: its policy's draft length, capped by the controller
+        and its budget, proposed by the drafter (statistical: per sequence; neural: batched)."""
+        rnd = _Round()
+        if not live:
+            return rnd
+        for r in live:
+            plan = self.policy.begin_round(r.state)
+            k = sum(int(np.asarray(b.steps).reshape(-1)[0]) for b in plan)
+            k = min(k, r.req.max_new_tokens - len(r.output) - 1)
+            rnd.ks.append(max(k, 0))
+        mean_ctx = int(np.mean([len(r.context) for r in live]))
+        rnd.ks = [_capped(self.controller, len(live), k, mean_ctx) for k in rnd.ks]
+        if self.drafter is None or max(rnd.ks) == 0:
+            rnd.drafts = [([], []) for _ in live]
+        elif self.drafter.neural:
+            rnd.drafts, rnd.draft_seconds = self._draft_neural(live, rnd.ks)
+        else:
+            c0 = self._synced()
+            rnd.drafts = [self._draft_statistical(r, k) if k else ([], []) for r, k in zip(live, rnd.ks)]
+            rnd.draft_seconds = self._synced() - c0
+        return rnd
+
+    def _verify(self, live: list, rnd: _Round) -> None:
+        """The target verifies every sequence's block in one forward (each row rolled back to
+        its context first); each accepts its own number of tokens (greedy: ``verify_greedy_ids``;
+        sampling: ``verify_block`` with the SD rule and the request's generator)."""
+        for i, (r, (tokens, _)) in enumerate(zip(live, rnd.drafts)):
+            keep = self.kv.rollback(i, r.context, len(r.context) - 1)
+            rnd.kept.append(keep)
+            rnd.feeds.append(r.context[keep:] + tokens)
+        self.kv.trim()
+        c0 = self._synced()
+        rows = self.kv.forward(rnd.feeds, [len(tokens) + 1 for tokens, _ in rnd.drafts])
+        rnd.target_seconds = self._synced() - c0
+        for r, (tokens, q), logits in zip(live, rnd.drafts, rows):
+            if self.sampling.greedy:
+                res = verify_greedy_ids(np.asarray(tokens, dtype=np.int64), logits.argmax(dim=-1).cpu().numpy())
+            else:
+                p = self.sampling.rows(logits)
+                qq = np.stack(q) if tokens else np.zeros((0, p.shape[1]))
+                res = verify_block(np.asarray(tokens, dtype=np.int64), qq, p, SD(), r.rng, validate=False)
+            rnd.results.append((int(res.n_accepted), int(res.token)))
+
+    def _prefill(self, joiners: list) -> _Joined:
+        """The joiners' prefills: one forward of the target per joiner (a padded batch of
+        prompts of different lengths would compute every row at the longest prompt's length),
+        its row after the prompt picking the first token; a neural drafter reads the prompt
+        too, but its last token (the first draft feeds it). Their caches are merged into the
+        batch's once the step's tokens are out."""
+        joined = _Joined(joiners)
+        if not joiners:
+            return joined
+        joined.kv = BatchKV(self.target)
+        joined.dkv = BatchKV(self.drafter.loaded) if self.dkv is not None else None
+        c0 = self._synced()
+        for r in joiners:
+            one = BatchKV(self.target)
+            one.add_rows(1)
+            joined.firsts.append(self._pick(r, one.forward([r.context], [1])[0][0]))
+            joined.tokens.append(len(r.context))
+            joined.kv.merge(one)
+            if joined.dkv is not None:
+                one = BatchKV(self.drafter.loaded)
+                one.add_rows(1)
+                one.forward([r.context[:-1]], [0])
+                joined.dkv.merge(one)
+        joined.seconds = self._synced() - c0
+        return joined
+
+    def _emit(self, log: ServeLog, live: list, rnd: _Round, joined: _Joined, t: float, step: int) -> None:
+        """The step's tokens at time ``t``: every decoding row's accepted tokens and the
+        target's next one (the policy and the drafter learn how many were accepted), every
+        joiner's first token; a member record each."""
+        for i, (r, (tokens, _), (n, tok)) in enumerate(zip(live, rnd.drafts, rnd.results)):
+            out = self._append(r, tokens[:n] + [tok], t, step)
             self.policy.end_round(r.state, np.array([len(tokens)]), np.array([n]))
             if self.drafter is not None:
                 self.drafter.feedback(n)
-            log.members.append(Member(step, r.req.id, False, len(feeds[i]), contexts[i], len(tokens), n, len(out)))
-        for r, tok in zip(new, firsts):
-            self._emit(r, [tok], t1, step)
-            log.members.append(Member(step, r.req.id, True, len(r.req.prompt), 0, 0, 0, 1))
-        if new:
-            self.kv.merge(kv)
-            if dkv is not None:
-                self.dkv.merge(dkv)
-            live.extend(new)
-        finished = self._leave(log, live, t1)
+            log.members.append(Member(step, r.req.id, False, len(rnd.feeds[i]), rnd.kept[i], len(tokens), n, len(out)))
+        for r, tok, n in zip(joined.live, joined.firsts, joined.tokens):
+            self._append(r, [tok], t, step)
+            log.members.append(Member(step, r.req.id, True, n, 0, 0, 0, 1))
+
+    def _compact(self) -> bool:
+        """Compact the caches whose stale share passed the server's rule (:attr:`compact_ratio`,
+        :attr:`compact_min`); whether the target's was."""
         compacted = False
         if self.kv.length >= self.compact_min and self.kv.stale_fraction > self.compact_ratio:
             self.kv.compact()
             compacted = True
         if self.dkv is not None and self.dkv.length >= self.compact_min and self.dkv.stale_fraction > self.compact_ratio:
             self.dkv.compact()
+        return compacted
+
+    def _record(self, log: ServeLog, step: int, t0: float, batch: int, rnd: _Round, joined: _Joined, compacted: bool,
+                waiting: int) -> None:
+        """The step's record (:class:`~draftsim.realrun.servetrace.Step`): its end once the
+        device is done, its decoding members' sums and its time split into drafter, target,
+        prefill and the server's own."""
         t2 = self._synced()
-        mine = [m for m in log.members[-(B + len(new)):] if not m.prefill]
-        log.steps.append(Step(step, t0, t2, B, len(new), sum(m.new_tokens for m in mine), sum(m.context for m in mine),
-                              sum(len(r.req.prompt) for r in new), sum(m.drafted for m in mine), sum(m.accepted for m in mine),
-                              sum(m.emitted for m in mine) + len(new), max(ks) if ks else -1, draft_s, target_s, prefill_s,
-                              (t2 - t0) - draft_s - target_s - prefill_s, compacted, waiting))
-        return finished
+        mine = [m for m in log.members[-(batch + len(joined.live)):] if not m.prefill]
+        log.steps.append(Step(step, t0, t2, batch, len(joined.live), sum(m.new_tokens for m in mine), sum(m.context for m in mine),
+                              sum(joined.tokens), sum(m.drafted for m in mine), sum(m.accepted for m in mine),
+                              sum(m.emitted for m in mine) + len(joined.live), max(rnd.ks) if rnd.ks else -1, rnd.draft_seconds,
+                              rnd.target_seconds, joined.seconds,
+                              (t2 - t0) - rnd.draft_seconds - rnd.target_seconds - joined.seconds, compacted, waiting))
 
     def _stops(self, r: _Live, index: int, conf: float) -> bool:
         """Whether the policy stops drafting after draft token ``index`` (its ``stop``, with the

@@ -39,22 +39,24 @@ from ..sim.policies import Tree
 from ..sim.records import Call, DraftEvent
 from ..sim.tree import TokenTree, draw_candidates, verify_tree, verify_tree_greedy_ids
 from .drafters import NeuralDraft
-from .executor import CachedLM, RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id, prefill
+from .executor import RoundResult, RunLog, Sampling, check_context, check_drafters, check_sampling, decode, eos_id, prefill
+from .kvcache import CachedLM
 from .models import LoadedModel, sync
 
 __all__ = ["TreeForward", "Graph", "draft_graph", "verify_graph", "generate_tree", "TreeStats"]
 
 
 class TreeForward:
-    """Feeds a context and then tree nodes into a :class:`CachedLM` with tree attention.
+    """Feeds a context and then tree nodes into a :class:`CachedLM` with tree attention
+    (:meth:`draftsim.realrun.kvcache.BatchKV.attend`).
 
-    ``start(context, nodes)`` crops the cache to its longest prefix shared with the context,
-    feeds the rest of the context plus the given nodes in one call and returns the logits at
-    the context's last token (row 0) and at every node; ``add(nodes)`` feeds more nodes.
-    A node is (id, token, parent id or −1 for the context's last token, depth); parents come
-    before their children, and only fed nodes may be parents. A node attends to the context
-    and its ancestors, at position id len(context) − 1 + depth. ``finish()`` marks the node
-    slots as not being context, so the model's next ordinary call crops them away.
+    ``start(context, nodes)`` rolls the cache back to its longest prefix shared with the
+    context, feeds the rest of the context plus the given nodes in one call and returns the
+    logits at the context's last token (row 0) and at every node; ``add(nodes)`` feeds more
+    nodes. A node is (id, token, parent id or −1 for the context's last token, depth); parents
+    come before their children, and only fed nodes may be parents. A node attends to the
+    context and its ancestors, at position id len(context) − 1 + depth. Node slots are held
+    as not being context (id −1), so the model's next ordinary call rolls them back.
     ``seconds`` is the wall time of the last forward call (the model alone).
     """
 
@@ -65,23 +67,20 @@ class TreeForward:
         self.seconds = 0.0
 
     def start(self, context: list[int], nodes=()):
-        lm = self.lm
-        keep = lm.rollback(context, len(context) - 1)
+        keep = self.lm.rollback(context, len(context) - 1)
         self.base = len(context)
         self.slot, self.parent = {}, {}
-        linear = context[keep:]
-        lm.ids.extend(linear)
-        self.cached = len(lm.ids)
-        return self._forward(linear, list(nodes), past=keep)  # rows: the context's last token, then the nodes
+        return self._forward(context[keep:], list(nodes))  # rows: the context's last token, then the nodes
 
     def add(self, nodes):
-        return self._forward([], list(nodes), past=self.cached)
+        return self._forward([], list(nodes))
 
-    def _forward(self, linear, nodes, past):
+    def _forward(self, linear, nodes):
         """Logits at the last linear token (if any) and at every node."""
         import torch
 
         lm = self.lm
+        past = lm.kv.length
         L, N = len(linear), len(nodes)
         kv_len = past + L + N
         allowed = torch.zeros((L + N, kv_len), dtype=torch.bool)
@@ -97,25 +96,16 @@ class TreeForward:
                 row[self.slot[a]] = True
                 a = self.parent[a]
             positions.append(self.base - 1 + depth)
-        dtype = next(lm.loaded.model.parameters()).dtype
-        mask = torch.zeros((L + N, kv_len), dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
         dev = lm.loaded.device
-        ids = torch.tensor([list(linear) + [n[1] for n in nodes]], device=dev)
-        mask, position_ids = mask[None, None].to(dev), torch.tensor([positions], device=dev)
         sync(dev)
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = lm.loaded.model(ids, attention_mask=mask, past_key_values=lm.cache, position_ids=position_ids, use_cache=True,
-                                  logits_to_keep=N + 1 if L else N)
+        logits = lm.kv.attend(list(linear) + [n[1] for n in nodes], positions, allowed, N + 1 if L else N)
         sync(dev)
         self.seconds = time.perf_counter() - t0
         lm.fed = L + N
-        self.cached += N
-        return out.logits[0].float()
-
-    def finish(self) -> None:
-        """Mark the node slots in the cache as not being context (the next call crops them)."""
-        self.lm.ids.extend([-1] * (self.cached - len(self.lm.ids)))
+        if N:
+            lm.ids[-N:] = [-1] * N  # node slots are not context: the next ordinary call rolls them back
+        return logits
 
 
 @dataclass
@@ -237,7 +227,6 @@ def draft_graph(draft: CachedLM, context: list[int], policy: Tree, sampling: Sam
         log.calls.append(Call(round_, 1, "draft", draft.fed, tf.seconds))
         g.expanded += len(expand)
         frontier = expand
-    tf.finish()
     return g
 
 
@@ -307,7 +296,6 @@ def verify_graph(target: CachedLM, context: list[int], g: Graph, tree: TokenTree
     tf = TreeForward(target)
     depths = tree.depth()
     logits = tf.start(context, [(i, int(t), int(par), int(depths[i])) for i, (t, par) in enumerate(zip(tree.tokens, tree.parents))])
-    tf.finish()
     log.calls.append(Call(round_, 0, "verify", target.fed, tf.seconds))
     if sampling.greedy:
         res = verify_tree_greedy_ids(tree, logits.argmax(dim=-1).cpu().numpy())

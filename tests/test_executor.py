@@ -363,3 +363,32 @@ def test_prefill_rides_on_the_first_verification(target, drafters):
     assert first.round == 0 and first.prompt_tokens == len(prompt) - 1 and first.n_tokens == len(prompt) + along.rounds[0].drafted
     assert all(c.prompt_tokens == 0 for c in along.calls + apart.calls if c is not first)
     assert along.target_calls == apart.target_calls == len(along.rounds)
+
+
+def test_the_single_stream_cache_is_a_batch_of_one(target):
+    """CachedLM is the batched server's ragged cache with one row: through drafts, rejections
+    (rollbacks) and a rollback to nothing, each call's logits and hidden states are the model's
+    own call on a cache cropped to the same prefix, bit for bit, and no stale slot survives."""
+    from transformers import DynamicCache
+
+    from draftsim.realrun.kvcache import CachedLM
+
+    text = target.tokenizer(PROMPT_TEXT)["input_ids"]
+    lm, ref, held = CachedLM(target), DynamicCache(), []
+    calls = [(text[:6], 1), (text[:6] + [1, 2, 3], 4), (text[:9], 2), (text[:9] + [4], 2), ([7] + text[1:5], 1)]
+    for context, rows in calls:
+        logits, hidden = lm.logits(context, rows, hidden=True)
+        keep = next((i for i, (a, b) in enumerate(zip(held, context)) if a != b), min(len(held), len(context)))
+        keep = min(keep, len(context) - rows)
+        if keep < len(held):
+            ref = DynamicCache() if keep == 0 else ref
+            if keep:
+                ref.crop(keep - len(held))
+            del held[keep:]
+        with torch.inference_mode():
+            out = target.model(torch.tensor([context[keep:]]), past_key_values=ref, use_cache=True, output_hidden_states=True,
+                               logits_to_keep=rows)
+        held.extend(context[keep:])
+        assert lm.fed == len(context) - keep and lm.ids == held
+        assert torch.equal(logits, out.logits[0].float()) and torch.equal(hidden, out.hidden_states[-1][0, -rows:])
+        assert lm.kv.length == len(held) and bool(lm.kv.valid.all())

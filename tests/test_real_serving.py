@@ -17,9 +17,10 @@ from scipy import stats
 
 from draftsim.realrun.drafters import MaxGram, NeuralDraft
 from draftsim.realrun.executor import Sampling
+from draftsim.realrun.kvcache import BatchKV
 from draftsim.realrun.models import load_model
 from draftsim.realrun.servetrace import Member, RequestRecord, ServeTrace, ServeTraceWriter, Step, TokenRecord, serving_metrics
-from draftsim.realrun.serving import BatchKV, Server, ServeRequest, check_memory, check_requests
+from draftsim.realrun.serving import Server, ServeRequest, check_memory, check_requests
 from draftsim.sim import policies as P
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.traces import TraceError
@@ -114,9 +115,10 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
     from dataclasses import dataclass
 
     from draftsim.analysis.servecheck import realised_process
+    from draftsim.realrun.serving import server_scheduler
     from draftsim.sim.cost.base import CostModel
     from draftsim.sim.cost.linear import CallCost
-    from draftsim.sim.serving import RaggedLayout, SchedulerConfig, ServingConfig, Workload, serve
+    from draftsim.sim.serving import ServingConfig, Workload, serve
 
     widths = []
     forward = BatchKV.forward
@@ -148,8 +150,7 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
 
     records = sorted(log.requests, key=lambda r: r.request)
     cfg = ServingConfig(P.FixedK(3), realised_process(log.requests, log.members, 3), Width(), [CallCost(0.0)],
-                        scheduler=SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=1 << 20, chunked_prefill=False),
-                        layout=RaggedLayout(ratio, least))
+                        scheduler=server_scheduler(3), layout=server.layout)
     wl = Workload(np.zeros(len(records)), np.array([r.prompt_tokens for r in records]), np.array([r.output_tokens for r in records]),
                   np.zeros(len(records), dtype=np.int64))
     steps = serve(cfg, wl, seed=0).steps
@@ -160,6 +161,30 @@ def test_sim_layout_is_the_servers_cache_width(target, drafters, monkeypatch, ra
     cfg.layout = None
     paged = [int(round(d - 1.0)) for d in serve(cfg, wl, seed=0).steps["duration"] if d > 1.0]
     assert len(paged) == len(widths) and all(p <= w for p, w in zip(paged, widths)) and paged != widths
+
+
+def test_the_server_admits_as_its_scheduler_plans(target, drafters):
+    """The server's admissions come from the simulator's scheduler and its queue: FCFS admits
+    in arrival order; shortest-first admits the waiting requests shortest prompt first."""
+    prompts = [ids(target, t) * m for t, m in zip(TEXTS, (3, 1, 5, 2, 1, 9, 1))]
+    reqs = [ServeRequest(i, 0.0, p, 4) for i, p in enumerate(prompts)]
+    order = {}
+    for queue in ("fcfs", "shortest-first"):
+        clock = FakeClock()
+        server = Server(target, drafters["maxgram"], P.FixedK(2), max_batch=2, clock=clock, sleep=clock.sleep, stop_at_eos=False,
+                        scheduling=queue)
+        log = server.run(reqs)
+        order[queue] = [m.request for m in log.members if m.prefill]
+        assert max(s.batch + s.prefills for s in log.steps) <= 2
+        for r in reqs:
+            assert log.outputs[r.id] == own_greedy(target, r.prompt, 4)
+    assert order["fcfs"] == list(range(len(reqs)))
+    first_two = sorted(range(len(reqs)), key=lambda i: (len(prompts[i]), i))[:2]
+    assert order["shortest-first"][:2] == first_two  # all arrive at 0: the two shortest go first
+    waiting_after = sorted(order["shortest-first"][2:], key=lambda i: (len(prompts[i]), i))
+    assert order["shortest-first"][2:] == waiting_after
+    with pytest.raises(DraftsimError, match="scheduling policy must be one of"):
+        Server(target, drafters["maxgram"], P.FixedK(2), scheduling="lifo")
 
 
 # ---------------------------------------------------------------- lossless greedy
@@ -480,6 +505,21 @@ def test_check_serve_bad_input(served, tmp_path, capsys):
     assert main(["check-serve", str(paged)]) == 2
     err = capsys.readouterr().err
     assert "cache layout 'paged'" in err and len(err.strip().splitlines()) == 1
+    # the replay runs the server's own scheduler: the trace's batch limit and queue (FCFS when not recorded)
+    from draftsim.analysis.servecheck import trace_scheduler
+    from draftsim.realrun.serving import server_scheduler
+
+    meta = ServeTrace(served).metadata
+    assert trace_scheduler(meta, served) == server_scheduler(4)
+    assert (server_scheduler(4).max_num_seqs, server_scheduler(4).chunked_prefill, server_scheduler(4).policy) == (4, False, "fcfs")
+    assert trace_scheduler({**meta, "scheduling": "shortest-first"}, served).policy == "shortest-first"
+    queue = tmp_path / "queue"
+    shutil.copytree(served, queue)
+    manifest["metadata"] = {**ServeTrace(served).metadata, "scheduling": "lifo"}
+    (queue / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["check-serve", str(queue)]) == 2
+    err = capsys.readouterr().err
+    assert "scheduling policy must be one of" in err and "'lifo'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_server_path_profile_times_the_serving_loops_own_forward(target, served, tmp_path, capsys):

@@ -17,6 +17,7 @@ from draftsim.sim.cost import CallCost, Costs
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.serving import SchedulerConfig, ServingConfig, make_workload, read_request_trace, serve, summarize_run
 from draftsim.sim.serving.rounds import round_stream
+from draftsim.sim.serving.scheduler import QUEUES, SCHEDULING_POLICIES, FCFSQueue, RequestTable
 from draftsim.sim.serving.workload import ClosedLoop, Fixed, Poisson, Workload, parse_arrivals, parse_lengths
 
 TARGET = CallCost(0.02, 1e-4)
@@ -238,10 +239,10 @@ def test_a_cheaper_draft_never_lowers_throughput(seed, cheaper, clients):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), qps=st.floats(1.0, 200.0), kv=st.integers(700, 20_000), seqs=st.integers(1, 40),
-       budget=st.integers(64, 4096), chunked=st.booleans(), priority=st.booleans(),
+       budget=st.integers(64, 4096), chunked=st.booleans(), queue=st.sampled_from(SCHEDULING_POLICIES),
        policy=st.sampled_from(["ar", "fixed:k=3", "threshold:h=0.5,kmax=6", "heuristic:k=2,kmax=8"]),
        controller=st.sampled_from(["none", "goodput", "disable:above=4", "table:k=1-2:3,3-:1"]))
-def test_invariants_under_random_configurations(seed, qps, kv, seqs, budget, chunked, priority, policy, controller):
+def test_invariants_under_random_configurations(seed, qps, kv, seqs, budget, chunked, queue, policy, controller):
     """Whatever the limits: every request finishes, after it arrived and got its first token,
     with exactly its tokens (prefills' + rounds' in order); the KV pool is never overdrawn."""
     pol = policies.parse_policy(policy)
@@ -250,11 +251,11 @@ def test_invariants_under_random_configurations(seed, qps, kv, seqs, budget, chu
     if prompt_max < 8:
         return
     wl = make_workload(arrivals=Poisson(), qps=qps, requests=40, duration=None, prompt=parse_lengths(f"uniform:1,{prompt_max}"),
-                       output=parse_lengths("uniform:1,150"), rng=np.random.default_rng(seed), priorities=3 if priority else 1)
+                       output=parse_lengths("uniform:1,150"), rng=np.random.default_rng(seed), priorities=3)
     cfg = ServingConfig(pol, acceptance.MarkovModulated([[0.9, 0.1], [0.3, 0.7]], [0.9, 0.4], pred_noise=0.3), TARGET,
                         [DRAFTER] * (pol.n_models - 1), kv_tokens=kv, controller=parse_controller(controller),
                         scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
-                                                  policy="priority" if priority else "fcfs"))
+                                                  policy=queue))
     run = serve(cfg, wl, seed=seed)
     assert np.isfinite(run.finish).all()
     assert (run.admitted >= run.arrival).all() and (run.first_token > run.admitted).all() and (run.finish >= run.first_token).all()
@@ -308,6 +309,41 @@ def test_priority_scheduling_serves_class_0_first():
     assert by_class[0] < by_class[1] < by_class[2]
     fcfs = serve(config(scheduler=SchedulerConfig(max_num_seqs=8)), wl, seed=5)
     assert np.all(np.diff(fcfs.admitted[np.argsort(fcfs.arrival, kind="stable")]) >= 0)  # FCFS admits in arrival order
+
+
+def test_shortest_first_admits_short_prompts_sooner():
+    """Under load, shortest-first admits the short prompts ahead of the long ones that arrived
+    before them: their mean wait falls below FCFS's, the long prompts' rises."""
+    wl = make_workload(arrivals=Poisson(), qps=40.0, requests=300, duration=None, prompt=parse_lengths("uniform:16,1024"),
+                       output=Fixed(64), rng=np.random.default_rng(2))
+    short = wl.prompt < np.median(wl.prompt)
+    waits = {}
+    for queue in ("fcfs", "shortest-first"):
+        run = serve(config(scheduler=SchedulerConfig(max_num_seqs=8, policy=queue)), wl, seed=2)
+        waits[queue] = run.admitted - run.arrival
+    assert waits["shortest-first"][short].mean() < 0.5 * waits["fcfs"][short].mean()
+    assert waits["shortest-first"][~short].mean() > waits["fcfs"][~short].mean()
+
+
+def test_request_queues_order_and_victims():
+    """Each queue's admission order and the running request it gives up first."""
+    table = RequestTable(np.array([50, 10, 30, 10]), np.full(4, 8), np.array([2, 0, 1, 0]))
+    table.arrival[:] = [0.0, 1.0, 2.0, 3.0]
+    order = {}
+    for name, cls in QUEUES.items():
+        q = cls(table)
+        for rid in range(4):
+            q.push(rid)
+        order[name] = [q.pop() for _ in range(4)]
+        assert not q
+        assert q.victim([0, 1, 2, 3]) == {"fcfs": 3, "priority": 0, "shortest-first": 0}[name]
+    assert order == {"fcfs": [0, 1, 2, 3], "priority": [1, 3, 2, 0], "shortest-first": [1, 3, 2, 0]}
+    q = FCFSQueue(table)
+    q.push(1)
+    q.push(2, front=True)  # a preempted request goes back to the head
+    assert q.head() == 2 and len(q) == 2
+    with pytest.raises(DraftsimError, match="shortest-first"):
+        SchedulerConfig(policy="lifo")
 
 
 def test_ktable_validation():

@@ -9,7 +9,8 @@ import torch
 from scipy import stats
 
 from draftsim.realrun.drafters import NeuralDraft
-from draftsim.realrun.executor import CachedLM, Sampling
+from draftsim.realrun.executor import Sampling
+from draftsim.realrun.kvcache import CachedLM
 from draftsim.realrun.models import load_model
 from draftsim.realrun.trees import Graph, TreeForward, TreeStats, generate_tree
 from draftsim.sim.errors import DraftsimError
@@ -43,7 +44,6 @@ def test_tree_attention_matches_separate_forwards(target):
     lm.logits(prompt[:4], 1)  # a partly filled cache, as mid-generation
     tf = TreeForward(lm)
     rows = tf.start(prompt, [(i, t, p, d) for i, (t, p, d) in enumerate(zip(tokens, parents, depth))])
-    tf.finish()
     with torch.inference_mode():
         for i in range(-1, len(tokens)):
             path, a = [], i
@@ -52,7 +52,7 @@ def test_tree_attention_matches_separate_forwards(target):
                 a = parents[a]
             plain = target.model(torch.tensor([prompt + path])).logits[0, -1]
             assert torch.allclose(rows[i + 1], plain, atol=1e-4), i
-    # The cache stays usable: an ordinary call after the tree crops the node slots.
+    # The cache stays usable: an ordinary call after the tree rolls the node slots back.
     after = lm.logits(prompt + [3], 1)[0]
     with torch.inference_mode():
         assert torch.allclose(after, target.model(torch.tensor([prompt + [3]])).logits[0, -1], atol=1e-4)

@@ -5,15 +5,16 @@ At every step boundary :meth:`Scheduler.schedule` decides what the next step run
 
 1. every running request that has finished its prefill decodes (one speculative round);
    its KV blocks must cover its tokens plus the draft window. When blocks run out, the
-   lowest-priority running request (FCFS: the latest admitted) is **preempted by
+   running request its queue gives up first (FCFS: the latest admitted) is **preempted by
    recompute**: its blocks are freed, it returns to the head of the waiting queue, and when
    readmitted it prefills its prompt *and* the tokens it had generated (nothing generated is
    lost or generated twice);
 2. running requests in the middle of a chunked prefill get their next chunk;
-3. waiting requests are admitted in queue order (FCFS by arrival, or ``priority``: lower
-   class first, then arrival) while there are fewer than ``max_num_seqs`` running, the step's
-   token budget ``max_num_batched_tokens`` is not spent and their first chunk's blocks are
-   free. The queue head blocks the rest (no skipping), as in vLLM.
+3. waiting requests are admitted in queue order (:data:`QUEUES`: ``fcfs`` by arrival,
+   ``priority`` lower class first, then arrival, ``shortest-first`` shortest prefill first)
+   while there are fewer than ``max_num_seqs`` running, the step's token budget
+   ``max_num_batched_tokens`` is not spent and their first chunk's blocks are free. The
+   queue head blocks the rest (no skipping), as in vLLM.
 
 Decodes charge the budget k_max + 1 tokens each (the draft window), prefills their chunk.
 Without chunked prefill a prompt must fit the budget whole.
@@ -32,10 +33,8 @@ import numpy as np
 from ..errors import DraftsimError, as_count
 from .kvcache import KVCache, blocks_for
 
-__all__ = ["SchedulerConfig", "RequestTable", "StepPlan", "Scheduler", "WaitingQueue", "SCHEDULING_POLICIES"]
-
-SCHEDULING_POLICIES = ("fcfs", "priority")
-
+__all__ = ["SchedulerConfig", "RequestTable", "StepPlan", "Scheduler", "RequestQueue", "FCFSQueue", "PriorityQueue",
+           "ShortestFirstQueue", "QUEUES", "SCHEDULING_POLICIES"]
 
 @dataclass(frozen=True)
 class SchedulerConfig:
@@ -110,34 +109,117 @@ class StepPlan:
     blocked: str | None = None
 
 
-class WaitingQueue:
-    """The waiting requests in admission order: FCFS (arrival order; a preempted request goes
-    back to the head) or by priority class, then arrival (a heap: a preempted request keeps its
-    place by its class and arrival)."""
+class RequestQueue:
+    """The waiting requests in admission order, and which running request yields its memory
+    first (one class per scheduling policy, registered in :data:`QUEUES` by name).
 
-    def __init__(self, policy: str, table: RequestTable):
-        self.policy, self.table = policy, table
-        self._fifo: deque = deque()
-        self._heap: list = []
+    push(rid)            : a request arrives (or is admitted back after a preemption: ``front``)
+    head() / pop()       : the next request to admit, without / with taking it out
+    victim(running)      : index into ``running`` (admission order) of the request to preempt
+    """
+
+    name = ""
+
+    def __init__(self, table: RequestTable):
+        self.table = table
 
     def __len__(self) -> int:
-        return len(self._fifo) + len(self._heap)
+        raise NotImplementedError
 
     def __bool__(self) -> bool:
-        return bool(self._fifo) or bool(self._heap)
+        return len(self) > 0
 
     def push(self, rid: int, front: bool = False) -> None:
-        if self.policy == "fcfs":
-            (self._fifo.appendleft if front else self._fifo.append)(rid)
-        else:
-            t = self.table
-            heapq.heappush(self._heap, (int(t.priority[rid]), float(t.arrival[rid]), rid))
+        raise NotImplementedError
 
     def head(self) -> int:
-        return self._fifo[0] if self.policy == "fcfs" else self._heap[0][2]
+        raise NotImplementedError
 
     def pop(self) -> int:
-        return self._fifo.popleft() if self.policy == "fcfs" else heapq.heappop(self._heap)[2]
+        raise NotImplementedError
+
+    def victim(self, running: list) -> int:
+        raise NotImplementedError
+
+
+class FCFSQueue(RequestQueue):
+    """First come, first served (vLLM's default): arrival order; a preempted request goes back
+    to the head; the latest admitted running request is preempted first."""
+
+    name = "fcfs"
+
+    def __init__(self, table: RequestTable):
+        super().__init__(table)
+        self._fifo: deque = deque()
+
+    def __len__(self) -> int:
+        return len(self._fifo)
+
+    def push(self, rid: int, front: bool = False) -> None:
+        (self._fifo.appendleft if front else self._fifo.append)(rid)
+
+    def head(self) -> int:
+        return self._fifo[0]
+
+    def pop(self) -> int:
+        return self._fifo.popleft()
+
+    def victim(self, running: list) -> int:
+        return len(running) - 1
+
+
+class _KeyedQueue(RequestQueue):
+    """A heap ordered by :meth:`key` (then request id): a preempted request keeps its place by
+    its key; the running request of the largest key is preempted first."""
+
+    def __init__(self, table: RequestTable):
+        super().__init__(table)
+        self._heap: list = []
+
+    def key(self, rid: int) -> tuple:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, rid: int, front: bool = False) -> None:
+        heapq.heappush(self._heap, (*self.key(rid), rid))
+
+    def head(self) -> int:
+        return self._heap[0][-1]
+
+    def pop(self) -> int:
+        return heapq.heappop(self._heap)[-1]
+
+    def victim(self, running: list) -> int:
+        return max(range(len(running)), key=lambda i: (*self.key(running[i]), running[i]))
+
+
+class PriorityQueue(_KeyedQueue):
+    """vLLM's ``priority`` policy: lower class first, then arrival."""
+
+    name = "priority"
+
+    def key(self, rid: int) -> tuple:
+        t = self.table
+        return int(t.priority[rid]), float(t.arrival[rid])
+
+
+class ShortestFirstQueue(_KeyedQueue):
+    """Shortest prefill first (the tokens its admission must prefill: the prompt, plus what it
+    generated before a preemption), then arrival: short prompts do not wait behind long ones
+    (shortest-job-first on what the scheduler knows; the output length is not known)."""
+
+    name = "shortest-first"
+
+    def key(self, rid: int) -> tuple:
+        t = self.table
+        return int(t.need[rid]), float(t.arrival[rid])
+
+
+#: Scheduling policies by name: the waiting queue each one keeps.
+QUEUES = {q.name: q for q in (FCFSQueue, PriorityQueue, ShortestFirstQueue)}
+SCHEDULING_POLICIES = tuple(QUEUES)
 
 
 class Scheduler:
@@ -146,7 +228,7 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, table: RequestTable, kv: KVCache | None):
         self.config, self.table, self.kv = config, table, kv
         self.running: list[int] = []
-        self.waiting = WaitingQueue(config.policy, table)
+        self.waiting: RequestQueue = QUEUES[config.policy](table)
         self.preemptions = 0
 
     # -- queues -----------------------------------------------------------------------------
@@ -154,11 +236,8 @@ class Scheduler:
         self.waiting.push(rid)
 
     def _victim(self) -> int:
-        """Index into ``running`` of the request to preempt (lowest priority, latest)."""
-        if self.config.policy == "fcfs":
-            return len(self.running) - 1
-        t = self.table
-        return max(range(len(self.running)), key=lambda i: (t.priority[self.running[i]], t.arrival[self.running[i]], self.running[i]))
+        """Index into ``running`` of the request to preempt (the queue's policy says which)."""
+        return self.waiting.victim(self.running)
 
     # -- KV accounting ----------------------------------------------------------------------
     def held_blocks(self, rids=None) -> int:
