@@ -152,10 +152,7 @@ def conditional_from_mean_length(length, k, first=None) -> np.ndarray:
         target, n, scale = L, k + 1, np.ones_like(L)
     else:
         c1 = np.broadcast_to(as_probability("first-position rate", first), L.shape).astype(float)
-        if k == 1:
-            lo_L = hi_L = 1.0 + c1
-        else:
-            lo_L, hi_L = 1.0 + c1, 1.0 + k * c1
+        lo_L, hi_L = 1.0 + c1, 1.0 + k * c1
         what = "[1 + c1, 1 + k*c1]"
         target, n, scale = L - 1.0, k, c1
     bad = ~((L >= lo_L - _TOL) & (L <= hi_L + _TOL))
