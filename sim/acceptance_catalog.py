@@ -129,6 +129,12 @@ class AcceptanceEntry:
         """The chain lengths k for which the source gives a value (ranges included)."""
         return tuple(sorted(k for k in self.values if k is not None))
 
+    def summary(self) -> str:
+        """One line: name, method, target, dataset, what was reported and for which k."""
+        ks = ",".join(map(str, self.chain_lengths)) or self.draft
+        return (f"{self.name}: {self.method} on {self.target or 'unstated target'}, {self.dataset or 'unstated dataset'}; "
+                f"{self.reported.replace('_', ' ')} at k={ks}")
+
     def _valid_ks(self) -> str:
         ks = [k for k in self.chain_lengths if not isinstance(self.values[k], Range)]
         if not ks:

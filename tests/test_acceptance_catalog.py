@@ -244,6 +244,12 @@ def test_process_refuses_what_the_source_does_not_give(name, k, match):
         acceptance_entry(name).process(k)
 
 
+def test_summary_is_one_line():
+    assert acceptance_entry("eagle3-llama-3.1-8b-vllm-issue20780").summary() == (
+        "eagle3-llama-3.1-8b-vllm-issue20780: eagle3 on llama-3.1-8b, unstated dataset; mean length at k=2,3,4,5,6,7")
+    assert acceptance_entry("medusa-vicuna-7b-spec-bench-a100").summary().endswith("mean length at k=tree")
+
+
 def test_unknown_entry_lists_close_names():
     with pytest.raises(DraftsimError, match=r"no acceptance entry 'eagle3-llama'; close: eagle3-llama-3\.1-8b"):
         acceptance_entry("eagle3-llama")
