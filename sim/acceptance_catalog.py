@@ -135,8 +135,20 @@ class AcceptanceEntry:
         return (f"{self.name}: {self.method} on {self.target or 'unstated target'}, {self.dataset or 'unstated dataset'}; "
                 f"{self.reported.replace('_', ' ')} at k={ks}")
 
-    def _valid_ks(self) -> str:
+    @property
+    def usable_lengths(self) -> tuple[int, ...]:
+        """The chain lengths k that :meth:`process` accepts (empty for a tree, an unstated
+        draft or a range): 1..the longest reported chain for per-position rates, the
+        reported k for a mean length or draft acceptance rate."""
+        if self.draft != "chain":
+            return ()
         ks = [k for k in self.chain_lengths if not isinstance(self.values[k], Range)]
+        if self.reported in ("cumulative", "conditional"):
+            return tuple(range(1, max(ks) + 1)) if ks else ()
+        return tuple(ks)
+
+    def _valid_ks(self) -> str:
+        ks = self.usable_lengths
         if not ks:
             return "none"
         if self.reported in ("cumulative", "conditional"):

@@ -244,6 +244,19 @@ def test_process_refuses_what_the_source_does_not_give(name, k, match):
         acceptance_entry(name).process(k)
 
 
+def test_usable_lengths_are_exactly_the_k_process_accepts():
+    for entry in load_catalog().values():
+        for k in range(1, 10):
+            if k in entry.usable_lengths:
+                entry.process(k)
+            else:
+                with pytest.raises(DraftsimError):
+                    entry.process(k)
+    assert acceptance_entry("eagle3-gpt-oss-120b-humaneval-vllm-pr32628").usable_lengths == tuple(range(1, 9))
+    assert acceptance_entry("eagle-llama-3.1-8b-vllm-issue20780").usable_lengths == (2, 3, 4, 5, 6, 7)
+    assert acceptance_entry("mtp-deepseek-v3-report").usable_lengths == ()
+
+
 def test_summary_is_one_line():
     assert acceptance_entry("eagle3-llama-3.1-8b-vllm-issue20780").summary() == (
         "eagle3-llama-3.1-8b-vllm-issue20780: eagle3 on llama-3.1-8b, unstated dataset; mean length at k=2,3,4,5,6,7")
