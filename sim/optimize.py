@@ -82,6 +82,11 @@ def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX, progress=None) -> KMat
     order of their bound, and the search stops when the next bound cannot beat the best
     value found. The result is therefore the exact optimum of the closed form.
 
+    With one drafter there is no lower configuration to enumerate (one empty one): the K
+    matrix is ``[[0, k], [0, 0]]`` — [CSD]'s 1×1 matrix [[k]] over the target's row — and k
+    is the best fixed draft length of :func:`draftsim.sim.analytic.optimal_k` (k = 0 where no
+    draft helps).
+
     Parameters
     ----------
     A : (n+1, n+1) acceptance matrix, A[j, i] = P(model i accepts a token proposed by j)
@@ -97,7 +102,9 @@ def kmatrix_exact(A, costs, k_max: int = EXACT_ENTRY_MAX, progress=None) -> KMat
         raise DraftsimError(f"the exact search handles up to 3 drafters; got {n} (use kmatrix_grid)")
     values = np.arange(k_max + 1)
     lower_slots = [(i, j) for i in range(1, m) for j in range(i + 1, m)]
-    combos = np.array(list(itertools.product(values, repeat=len(lower_slots))), dtype=np.int64).reshape(-1, len(lower_slots))
+    # One row per lower configuration; one drafter has no lower slots and one (empty) configuration.
+    combos = np.array(list(itertools.product(values, repeat=len(lower_slots))), dtype=np.int64)
+    combos = combos.reshape((k_max + 1) ** len(lower_slots), len(lower_slots))
     K_low = np.zeros((len(combos), m, m), dtype=np.int64)
     for col, (i, j) in enumerate(lower_slots):
         K_low[:, i, j] = combos[:, col]
@@ -179,7 +186,7 @@ def kmatrix_grid(
 ) -> KMatrixResult:
     """The halving grid search (the baseline of [CSD]'s hand tuning).
 
-    From ``start`` (default: every upper entry 1), each entry in turn is moved by ±step
+    From ``start`` (default: every upper entry 1, or 0 when k_max is 0), each entry in turn is moved by ±step
     (clipped to 0..k_max) while that improves the score; when no entry improves, the step
     halves (16, 8, 4, 2, 1). ``evaluate(K) -> EWIF`` defaults to the closed form; pass
     :func:`mc_evaluator` to score by simulation. Local: it may miss the optimum.
@@ -192,7 +199,7 @@ def kmatrix_grid(
     K = np.zeros((m, m), dtype=np.int64)
     if start is None:
         for i, j in slots:
-            K[i, j] = 1
+            K[i, j] = min(1, k_max)
     else:
         K = np.array(start, dtype=np.int64)
     cache: dict = {}

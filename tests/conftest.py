@@ -1,13 +1,171 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: hypothesis profiles and the test tiers.
 
+Hypothesis profiles
+-------------------
 * ``default`` (CI): 200 examples per property, no deadline (CI machines are noisy).
 * ``long``: 5 000 examples per property — ``HYPOTHESIS_PROFILE=long make test``.
+
+Tiers
+-----
+Two markers (registered in pyproject.toml) sort the suite; ``pytest`` with no ``-m`` — what
+``make test`` and CI run — is always the full suite:
+
+* ``real`` — the test loads a real or tiny Hugging Face model or runs torch;
+* ``slow`` — the test takes long without one (measured: see :data:`SLOW`).
+
+The inner loop leaves both out: ``make test-fast``, i.e. ``pytest -m "not real and not slow"``
+(``-m real`` runs only the model tests).
+
+The markers are applied here, at collection, not in the test files. The rule:
+
+1. every test of a module that imports torch at its top level is ``real``;
+2. a test is ``real`` when its own code, or the code of a fixture it uses, loads a model:
+   calls ``load_model(``, skips without torch or transformers (``importorskip("torch")``),
+   or names a tiny model (``"tiny:N"``, as the CLI takes it);
+3. tests that load models in ways the source does not show are listed in :data:`REAL`;
+4. tests measured slow are listed in :data:`SLOW`, with the seconds they took: one item
+   over :data:`SLOW_SECONDS`, or all the items of a parametrized test together over
+   :data:`SLOW_TOTAL_SECONDS`;
+5. a test that uses a fixture of :data:`SLOW_FIXTURES` (starting Ray) is ``slow``.
+
+The lists name tests as ``module::function`` (every parametrization). A listed test that is
+no longer collected from its module is reported at the end of the run (rename it here).
+In a run that leaves ``real`` out, a test that imports transformers (loads a model) without
+the marker fails, naming this rule: the fast tier stays free of models.
+To re-measure: ``pytest -m "not real" --durations=0 -q`` and list here what rule 4 names.
 """
 
-import os
+from __future__ import annotations
 
+import inspect
+import os
+import re
+import sys
+
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+#: Code that loads a model (rule 2).
+LOADS_A_MODEL = re.compile(r"""load_model\(|importorskip\(\s*["'](?:torch|transformers)["']|["']tiny:\d+["']""")
+
+#: Tests that load models where their source does not show it (rule 3): module::function.
+REAL: frozenset[str] = frozenset({
+    "test_cli::test_demo_writes_figures",  # `draftsim demo` runs SmolLM2 (its real step); 221 s
+})
+
+#: A test without a model is ``slow`` when one of its items takes longer than this, in
+#: seconds as ``--durations`` reports them on the 2-core development machine shared with
+#: other work (load average ~7.5: about three times the time alone).
+SLOW_SECONDS = 5.0
+#: ... or when all the items of a parametrized test together take longer than this.
+SLOW_TOTAL_SECONDS = 10.0
+
+#: Fixtures that make every test using them slow (rule 5), and why.
+SLOW_FIXTURES = {"ray_session": "starts a local Ray cluster: ~15 s"}
+
+#: Tests measured slow without a model (rule 4): module::function -> seconds of its slowest
+#: item (setup or call; "total": of all its items), measured 2026-11-24 with
+#: ``pytest -m "not real" --durations=0``.
+SLOW: dict[str, float] = {
+    "test_sampling::test_tree_sampler_matches_exact_round_distribution": 117.6,
+    "test_sweep::test_sigkill_at_random_times_with_two_workers_loses_and_repeats_nothing": 48.5,
+    "test_engines::test_engines_agree_with_analytic_ewif": 41.0,  # total of 48 items
+    "test_serving::test_md1_mean_wait_matches_pollaczek_khinchine": 24.0,
+    "test_serving::test_every_policy_controller_and_scheduler_serves_everything": 20.9,  # total of 25 items
+    "test_engines::test_threshold_and_confidence_policies_stop_early_when_acceptance_drops": 14.4,
+    "test_capacity::test_capacity_command_end_to_end": 12.8,
+    "test_engines::test_same_seed_identical_results": 11.8,
+    "test_optimize::test_mdp_policy_evaluation_matches_simulation": 11.4,
+    "test_capacity::test_capacity_with_the_serving_simulator": 11.1,
+    "test_exact::test_tree_verification_is_lossless": 10.3,
+    "test_serving::test_ragged_width_bounds": 10.1,
+    "test_serving::test_invariants_under_random_configurations": 9.4,
+    "test_engines::test_largest_disagreement_is_reported": 7.5,
+    "test_sweep::test_optimize_and_replay_kinds": 6.9,
+    "test_sweep::test_two_workers_give_identical_results": 6.5,
+    "test_badinput::test_negative_values_are_checked_not_missing": 5.9,
+    "test_badinput::test_special_manifests_neither_block_nor_read_forever": 5.5,
+    "test_badinput::test_bad_input": 13.4,  # total of 301 items
+    # measured again on the fast tier (same machine, same load), over 5 s there
+    "test_serving::test_littles_law_on_a_long_run": 7.2,
+    "test_cli::test_console_script_entry_point": 6.0,
+}
+
+
+def _loads_a_model(func, seen: dict) -> bool:
+    """Whether ``func``'s source matches :data:`LOADS_A_MODEL` (cached per function)."""
+    if func not in seen:
+        try:
+            seen[func] = bool(LOADS_A_MODEL.search(inspect.getsource(func)))
+        except (OSError, TypeError):
+            seen[func] = False
+    return seen[func]
+
+
+def _fixture_functions(item) -> list:
+    """The functions of the fixtures ``item`` uses (its whole closure)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [d.func for defs in info.name2fixturedefs.values() for d in defs]
+
+
+def _name(item) -> str:
+    return f"{item.path.stem}::{item.originalname if hasattr(item, 'originalname') else item.name}"
+
+
+def is_real(item, seen: dict) -> bool:
+    """Rules 1–3 of the module docstring."""
+    torch = getattr(getattr(item, "module", None), "torch", None)
+    if getattr(torch, "__name__", None) == "torch":
+        return True
+    if _name(item) in REAL:
+        return True
+    func = getattr(item, "function", None)
+    return any(_loads_a_model(f, seen) for f in ([func] if func else []) + _fixture_functions(item))
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
+def pytest_collection_modifyitems(config, items):
+    seen: dict = {}
+    names = set()
+    for item in items:
+        name = _name(item)
+        names.add(name)
+        if is_real(item, seen):
+            item.add_marker(pytest.mark.real)
+        if name in SLOW or SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    modules = {item.path.stem for item in items}
+    config._draftsim_stale = sorted(n for n in REAL | set(SLOW) if n.split("::")[0] in modules and n not in names)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    stale = getattr(config, "_draftsim_stale", [])
+    if stale:
+        terminalreporter.write_line(f"tests/conftest.py lists tests its modules no longer hold: {', '.join(stale)}", yellow=True)
+
+
+def _guard_the_fast_tier(item):
+    """Fail ``item`` when, in a run without ``real`` tests, it loaded a model unmarked."""
+    before = "transformers" in sys.modules
+    result = yield
+    if (not before and "transformers" in sys.modules and item.get_closest_marker("real") is None
+            and "not real" in (item.config.getoption("markexpr") or "")):
+        pytest.fail(f"{_name(item)} loads a model (it imported transformers) but is not marked real: "
+                    "add it to REAL in tests/conftest.py", pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _guard_the_fast_tier(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _guard_the_fast_tier(item))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
+from clirun import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,6 +76,42 @@ def test_exact_search_three_drafters_and_grid_baseline():
     assert exact.ewif >= grid.ewif - 1e-12
     assert exact.evaluations > grid.evaluations
     assert analytic.ewif_kmatrix(exact.K, A_, [1, 0.15, 0.04, 0.0]) == pytest.approx(exact.ewif)
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.integers(0, optimize.EXACT_ENTRY_MAX))
+def test_one_drafter_kmatrix_is_the_best_fixed_k(alpha, c, k_max):
+    """With one drafter the K matrix is [[0, k], [0, 0]] ([CSD]'s 1x1 [[k]]): the exact search
+    finds the closed form's best fixed k and its EWIF (a different k only at an exact tie)."""
+    A_ = system([alpha], 1)
+    result = optimize.kmatrix_exact(A_, [c], k_max)
+    k, best = analytic.optimal_k(alpha, c, k_max)
+    assert result.K.shape == (2, 2) and result.K[1].tolist() == [0, 0] and result.K[0, 0] == 0
+    assert result.ewif == pytest.approx(float(best), rel=1e-12, abs=0)
+    if result.K[0, 1] != k:  # a tie: both draft lengths give the optimum
+        assert analytic.ewif(alpha, c, int(result.K[0, 1])) == pytest.approx(analytic.ewif(alpha, c, int(k)), rel=1e-12)
+    grid = optimize.kmatrix_grid(A_, [c], k_max)
+    assert 0 <= grid.K[0, 1] <= k_max and grid.ewif <= result.ewif * (1 + 1e-12)
+
+
+def test_one_drafter_kmatrix_examples():
+    A_ = system([0.6], 1)
+    assert optimize.kmatrix_exact(A_, [0.05]).K.tolist() == [[0, 4], [0, 0]]
+    assert optimize.kmatrix_exact(system([0.0], 1), [0.5]).K.tolist() == [[0, 0], [0, 0]]  # drafting never helps
+    zero = optimize.kmatrix_grid(A_, [0.05], k_max=0)  # the grid may not start outside 0..k_max
+    assert zero.K.tolist() == [[0, 0], [0, 0]] and zero.ewif == 1.0
+
+
+@pytest.mark.parametrize("k_max", ["20", "0"])
+def test_optimize_kmatrix_one_drafter_cli(capsys, k_max):
+    status, out, err = run(capsys, "optimize", "kmatrix", "--cost", "0.05", "--alpha", "0.6", "--k-max", k_max, "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    k, best = analytic.optimal_k(0.6, 0.05, int(k_max))
+    assert data["exact"]["K"] == [[0, int(k)], [0, 0]] and data["exact"]["ewif"] == pytest.approx(float(best), rel=1e-12)
+    assert data["best_single_drafter"] == {"drafter": 1, "k": int(k), "ewif": pytest.approx(float(best), rel=1e-12)}
+    assert data["grid"]["ewif"] <= data["exact"]["ewif"] * (1 + 1e-12)
+    status, out, err = run(capsys, "optimize", "kmatrix", "--cost", "0.05", "--alpha", "0.6", "--k-max", k_max)
+    assert status == 0 and "exact search (optimum)" in out, err
 
 
 def test_mc_evaluator_uses_common_random_numbers():

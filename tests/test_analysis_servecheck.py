@@ -1,0 +1,77 @@
+"""analysis.servecheck: the pieces check-serve builds its prediction from — robust fits of
+the server's calls, the realised acceptance of a served run, the loop's busy gaps.
+
+``check_serve`` on a real served trace, StepCost's pricing and a robust fit with stalls are
+tested in tests/test_real_serving.py (real models).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftsim.analysis.servecheck import AffineCost, busy_gaps, realised_process, robust_nnls
+from draftsim.sim.cost import BatchStats
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.0, 2.0), min_size=3, max_size=3), st.integers(0, 1000))
+def test_robust_nnls_recovers_exact_nonnegative_coefficients(coef, seed):
+    rng = np.random.default_rng(seed)
+    X = np.column_stack([np.ones(60), rng.uniform(1, 50, 60), rng.uniform(0, 10, 60)])
+    fit = robust_nnls(X, X @ np.array(coef))
+    np.testing.assert_allclose(X @ fit, X @ np.array(coef), rtol=1e-7, atol=1e-9)
+    assert np.all(fit >= 0)
+
+
+def test_a_few_stalls_do_not_drag_the_fit():
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 64, 300).astype(float)
+    y = 0.01 + 0.002 * n + rng.normal(0, 1e-4, 300)
+    y[::50] += 0.5  # six stalls of a busy machine
+    a, b = robust_nnls(np.column_stack([np.ones(300), n]), y)
+    plain = np.linalg.lstsq(np.column_stack([np.ones(300), n]), y, rcond=None)[0]
+    assert a == pytest.approx(0.01, abs=1e-3) and b == pytest.approx(0.002, rel=0.02)
+    assert abs(plain[0] - 0.01) > 10 * abs(a - 0.01)
+
+
+def test_affine_cost_fits_and_prices_batch_sums():
+    rng = np.random.default_rng(1)
+    B = rng.integers(1, 8, 100)
+    N = B * rng.integers(1, 6, 100)
+    P = N * rng.integers(10, 500, 100)
+    seconds = 0.02 + 0.001 * B + 0.0005 * N + 0.003 * P / 1e3
+    cost = AffineCost.fit(B, N, P, seconds)
+    assert (cost.a, cost.b, cost.c, cost.d) == pytest.approx((0.02, 0.001, 0.0005, 0.003), rel=1e-6, abs=1e-9)
+    stats = BatchStats.of_batch([[3, 3]], [[100, 200]])
+    assert cost.stats_time(stats)[0] == pytest.approx(0.02 + 0.002 + 0.003 + 0.003 * float(stats.pairs[0]) / 1e3)
+
+
+def test_realised_process_replays_each_requests_rounds():
+    """Request 7 (6 output tokens: 5 after the first) had rounds drafting 3 (2 accepted, 3
+    emitted) and 3 (all accepted, 4 emitted: only 2 fit)."""
+    requests = [SimpleNamespace(request=7, output_tokens=6), SimpleNamespace(request=3, output_tokens=2)]
+    members = [SimpleNamespace(step=0, request=7, prefill=True, drafted=0, accepted=0, emitted=1),
+               SimpleNamespace(step=1, request=7, prefill=False, drafted=3, accepted=2, emitted=3),
+               SimpleNamespace(step=2, request=7, prefill=False, drafted=3, accepted=3, emitted=4),
+               SimpleNamespace(step=1, request=3, prefill=False, drafted=3, accepted=0, emitted=1)]
+    process = realised_process(requests, members, 3)
+    assert process.n_sequences == 2 and list(process.lengths) == [1, 5]  # in request-id order
+    first, second = process.data[(1, 0)]
+    assert first.tolist() == [0.0] and second.tolist() == [1.0, 1.0, 0.0, 1.0, 1.0]
+    r3, r7 = process.rounds[(1, 0)]
+    np.testing.assert_array_equal(r3, [[0.0, np.nan, np.nan]])  # the draft beyond the output is not recorded
+    np.testing.assert_array_equal(r7[0], [1.0, 1.0, 0.0])  # round starts at output position 0 and 3
+    np.testing.assert_array_equal(r7[3], [1.0, 1.0, np.nan])
+    assert np.isnan(r7[[1, 2, 4]]).all()
+
+
+def test_busy_gaps_count_only_time_with_work_to_do():
+    steps = [SimpleNamespace(start=0.0, end=1.0), SimpleNamespace(start=1.2, end=2.0), SimpleNamespace(start=5.5, end=6.0)]
+    # one request running until 2.0, the next arriving at 5.0 (the server sleeps until then)
+    requests = [SimpleNamespace(arrival=0.0, admitted=0.0, finish=2.0), SimpleNamespace(arrival=5.0, admitted=5.5, finish=6.0)]
+    np.testing.assert_allclose(busy_gaps(steps, requests), [0.2, 0.5, 0.0])

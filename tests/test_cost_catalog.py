@@ -1,0 +1,129 @@
+"""sim.cost.catalog: model and hardware records, their file entries and the catalogs.
+
+The shipped catalog's completeness and citations, unknown names, Hugging Face configs and a
+user catalog's round trip are tested in tests/test_costs.py; this file checks the records'
+derived sizes against published numbers, every shipped entry's round trip through its file
+form, and the records' checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from draftsim.sim.cost import HardwareSpec, ModelSpec, default_catalog
+from draftsim.sim.cost.catalog import (
+    dtype_bytes,
+    hardware_from_entry,
+    hardware_to_entry,
+    model_from_entry,
+    model_to_entry,
+)
+from draftsim.sim.errors import DraftsimError
+
+CAT = default_catalog()
+MODELS = sorted(k for k, v in CAT.models.items() if not v.get("unsupported"))
+
+
+@pytest.mark.parametrize("name, params", [
+    ("llama-2-7b", 6.74e9),  # Touvron et al. 2023, Table 1 (norms neglected here: within 0.1%)
+    ("llama-2-70b", 68.98e9),
+    ("llama-3-8b", 8.03e9),
+    ("smollm2-135m", 134.5e6),  # tied embeddings
+])
+def test_parameter_counts_match_the_published_sizes(name, params):
+    assert CAT.model(name).params == pytest.approx(params, rel=2e-3)
+
+
+def test_kv_elements_per_token():
+    assert CAT.model("llama-2-7b").kv_per_token == 2 * 32 * 32 * 128
+    assert CAT.model("llama-3-8b").kv_per_token == 2 * 32 * 8 * 128  # GQA: 8 KV heads
+    assert CAT.model("llama-2-7b").architecture == "32x4096/11008 h32/32x128 v32000"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_entries_round_trip(name):
+    m = CAT.model(name)
+    assert model_from_entry(name, model_to_entry(m)) == m
+
+
+@pytest.mark.parametrize("name", sorted(CAT.hardware))
+def test_hardware_entries_round_trip(name):
+    hw = CAT.hardware_spec(name)
+    back = hardware_from_entry(name, hardware_to_entry(hw))
+    for f in dataclasses.fields(HardwareSpec):
+        a, b = getattr(hw, f.name), getattr(back, f.name)
+        if isinstance(a, float):
+            assert b == pytest.approx(a, rel=1e-12)
+        elif isinstance(a, dict) and f.name == "peak_flops":
+            assert b == pytest.approx(a, rel=1e-12)
+        else:
+            assert a == b, f.name
+
+
+def test_aliases_and_case_resolve_to_the_same_record():
+    first_alias = next(iter(CAT.aliases.items()), None)
+    assert CAT.model("LLAMA-2-7B") == CAT.model("llama-2-7b")
+    if first_alias:
+        alias, name = first_alias
+        getter = CAT.model if name in CAT.models else CAT.hardware_spec
+        assert getter(alias) == getter(name)
+
+
+def model(**kw) -> ModelSpec:
+    base = dict(name="m", layers=2, hidden=64, intermediate=128, heads=4, kv_heads=2, head_dim=16, vocab=100)
+    return ModelSpec(**{**base, **kw})
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(layers=0), "layers must be an integer >= 1; got 0"),
+    (dict(heads=True), "heads must be an integer"),
+    (dict(kv_heads=3), "heads \\(4\\) must be a multiple of kv_heads \\(3\\)"),
+    (dict(mlp="moe"), "mlp must be 'gated' or 'plain'"),
+])
+def test_model_record_checks(kw, match):
+    with pytest.raises(DraftsimError, match=match):
+        model(**kw)
+
+
+def test_plain_mlp_and_tied_embeddings_change_the_count():
+    gated, plain, tied = model(), model(mlp="plain"), model(tied_embeddings=True)
+    assert gated.params - plain.params == 2 * 64 * 128 and gated.params - tied.params == 100 * 64
+
+
+def hardware(**kw) -> HardwareSpec:
+    return HardwareSpec(**{**dict(name="hw", peak_flops={"bfloat16": 1e12}, memory_bandwidth=1e11, memory=1e10), **kw})
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(peak_flops={}), "needs at least one dtype"),
+    (dict(peak_flops={"bfloat16": 0}), "must be > 0"),
+    (dict(peak_flops={"int4": 1e12}), "unknown dtype 'int4'"),
+    (dict(memory=0), "memory must be > 0"),
+    (dict(mfu=1.2), "mfu must lie in \\(0, 1\\]"),
+    (dict(overhead=-1e-6), "overhead must be >= 0"),
+])
+def test_hardware_record_checks(kw, match):
+    with pytest.raises(DraftsimError, match=match):
+        hardware(**kw)
+
+
+def test_peak_and_dtypes():
+    assert hardware().peak("bfloat16") == 1e12
+    with pytest.raises(DraftsimError, match="lists no peak FLOP/s for float32; it lists bfloat16"):
+        hardware().peak("float32")
+    assert [dtype_bytes(d) for d in ("float32", "bfloat16", "float16", "float8", "int8")] == [4, 2, 2, 1, 1]
+
+
+def test_unsupported_and_malformed_entries_are_refused():
+    with pytest.raises(DraftsimError, match="not supported by the roofline"):
+        CAT.model("flan-t5-small")
+    entry = model_to_entry(CAT.model("llama-2-7b"))
+    with pytest.raises(DraftsimError, match="unknown field\\(s\\) experts"):
+        model_from_entry("x", {**entry, "experts": 8})
+    with pytest.raises(DraftsimError, match="missing field\\(s\\) source"):
+        model_from_entry("x", {k: v for k, v in entry.items() if k != "source"})
+    hw = hardware_to_entry(CAT.hardware_spec("h100-sxm"))
+    with pytest.raises(DraftsimError, match="memory_gb must be a number; got 'lots'"):
+        hardware_from_entry("x", {**hw, "memory_gb": "lots"})

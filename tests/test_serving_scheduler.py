@@ -1,0 +1,197 @@
+"""sim.serving.scheduler: the scheduler's step plans, driven directly (no replica, no clock).
+
+A small driver applies each plan as a replica would (prefill chunks advance ``prefilled``; a
+completed prefill emits one token; a decode emits 1..window tokens) and checks, on random
+workloads, what the module docstring states: the planned steps fit the KV pool and the token
+budget, at most ``max_num_seqs`` run, admission follows the queue (FCFS with preempted
+requests back at the head; ``priority``: lowest class, then arrival), nothing is admitted in a
+step that preempted, and every request ends with exactly its output tokens. Whole serving runs
+(preemption counts, priority service, Little's law) are tested in tests/test_serving.py.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving.kvcache import KVCache, blocks_for
+from draftsim.sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
+
+
+def planned_blocks(sched: Scheduler, t: RequestTable, plan) -> int:
+    """Blocks the step's running requests need: decodes their tokens and draft window,
+    prefills what they will have prefilled (with the window once the prefill completes)."""
+    kv = sched.kv
+    chunks = {rid: chunk for rid, chunk, _ in plan.prefill}
+    total = 0
+    for rid in sched.running:
+        if t.decoding[rid]:
+            tokens = t.prompt[rid] + t.generated[rid] + kv.lookahead
+        else:
+            done = t.prefilled[rid] + chunks.get(rid, 0)
+            tokens = done + (kv.lookahead if done >= t.need[rid] else 0)
+        total += int(blocks_for(tokens, kv.block_size))
+    return total
+
+
+def drive(cfg: SchedulerConfig, kv: KVCache | None, prompt, output, priority, arrive_step, window: int, seed: int):
+    """Run the scheduler until every request finishes; check every plan; return the admission log."""
+    n = len(prompt)
+    t = RequestTable(np.array(prompt), np.array(output), np.array(priority))
+    sched = Scheduler(cfg, t, kv)
+    rng = np.random.default_rng(seed)
+    model: deque = deque()  # the FCFS queue as the docstring states it
+    waiting: set = set()
+    admitted, finished, arrived = [], set(), 0
+    for step in range(20_000):
+        while arrived < n and arrive_step[arrived] <= step:
+            t.arrival[arrived] = float(arrive_step[arrived])
+            sched.add(arrived)
+            model.append(arrived)
+            waiting.add(arrived)
+            arrived += 1
+        if len(finished) == n:
+            return admitted, t, sched
+        before = set(sched.running)
+        plan = sched.schedule(window)
+        # preempted requests went back to the queue, the latest preempted at its head
+        for rid in plan.preempted:
+            assert rid in before and rid not in sched.running
+            model.appendleft(rid)
+            waiting.add(rid)
+        new = [rid for rid, _, done in plan.prefill if rid not in before or rid in plan.preempted]
+        if plan.preempted:
+            assert not new, "nothing is admitted in a step that preempted"
+        for rid in new:
+            if cfg.policy == "fcfs":
+                assert rid == model.popleft(), "FCFS admits the queue's head"
+            else:
+                best = min(waiting, key=lambda r: (t.priority[r], t.arrival[r], r))
+                assert (t.priority[rid], t.arrival[rid]) == (t.priority[best], t.arrival[best])
+                model.remove(rid)
+            waiting.discard(rid)
+            admitted.append(rid)
+        assert len(sched.running) <= cfg.max_num_seqs
+        assert set(plan.decode) <= set(sched.running) and all(t.decoding[r] for r in plan.decode)
+        prefill_tokens = sum(chunk for _, chunk, _ in plan.prefill)
+        assert prefill_tokens <= max(cfg.max_num_batched_tokens - window * len(plan.decode), 0)
+        for rid, chunk, done in plan.prefill:
+            assert chunk >= 1 and done == t.prefilled[rid] and done + chunk <= t.need[rid]
+            if not cfg.chunked_prefill:
+                assert chunk == t.need[rid] and done == 0
+        if kv is not None:
+            assert planned_blocks(sched, t, plan) <= kv.blocks
+        # execute the plan
+        done_now = []
+        for rid, chunk, _ in plan.prefill:
+            t.prefilled[rid] += chunk
+            if t.prefilled[rid] >= t.need[rid]:
+                t.decoding[rid] = True
+                t.generated[rid] += 1
+                if t.generated[rid] >= t.output[rid]:
+                    done_now.append(rid)
+        for rid in plan.decode:
+            t.generated[rid] = min(t.generated[rid] + int(rng.integers(1, window + 1)), t.output[rid])
+            if t.generated[rid] >= t.output[rid]:
+                done_now.append(rid)
+        for rid in done_now:
+            sched.running.remove(rid)
+            finished.add(rid)
+        assert (t.generated <= t.output).all()
+    raise AssertionError("the scheduler stalled: requests left unfinished")
+
+
+@st.composite
+def workloads(draw):
+    n = draw(st.integers(1, 14))
+    prompt = draw(st.lists(st.integers(1, 120), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
+    priority = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    arrive = sorted(draw(st.lists(st.integers(0, 30), min_size=n, max_size=n)))
+    return prompt, output, priority, arrive
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.integers(1, 6), st.integers(1, 300), st.booleans(), st.sampled_from(["fcfs", "priority"]),
+       st.integers(1, 16), st.integers(2, 40), st.integers(0, 1000))
+def test_plans_fit_the_pool_and_budget_and_follow_the_queue(wl, seqs, budget, chunked, policy, block, blocks, seed):
+    prompt, output, priority, arrive = wl
+    window = 5
+    kv = KVCache(block, blocks, window)
+    fits = [int(kv.running_blocks(p + o)) <= kv.blocks for p, o in zip(prompt, output)]
+    budget = max(budget, window) if chunked else max(budget, window + max(p + o for p, o in zip(prompt, output)))
+    if not all(fits):
+        with pytest.raises(DraftsimError, match="memory too small"):
+            for p, o in zip(prompt, output):
+                kv.check_request(p, o)
+        return
+    cfg = SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked, policy=policy, block_size=block)
+    admitted, t, sched = drive(cfg, kv, prompt, output, priority, arrive, window, seed)
+    assert (t.generated == t.output).all()
+    assert sorted(set(admitted)) == list(range(len(prompt)))
+    assert len(admitted) == len(prompt) + int(t.preemptions.sum()) == len(prompt) + sched.preemptions
+
+
+def test_fcfs_without_memory_pressure_admits_in_arrival_order():
+    n = 10
+    cfg = SchedulerConfig(max_num_seqs=3, max_num_batched_tokens=64)
+    admitted, t, sched = drive(cfg, None, [30] * n, [5] * n, [0] * n, list(range(n)), window=3, seed=0)
+    assert admitted == list(range(n)) and sched.preemptions == 0
+
+
+def test_priority_serves_the_lower_class_first():
+    cfg = SchedulerConfig(max_num_seqs=1, max_num_batched_tokens=256, policy="priority")
+    admitted, _, _ = drive(cfg, None, [8] * 5, [3] * 5, [2, 1, 0, 1, 0], [0] * 5, window=2, seed=0)
+    assert admitted == [2, 4, 1, 3, 0]
+
+
+def test_preemption_frees_the_latest_admitted_and_readmits_it_first():
+    """Two requests fill the pool; as they grow the later one is preempted by recompute: it
+    prefills its prompt and what it had generated, then continues."""
+    kv = KVCache(block_size=4, blocks=10, lookahead=2)
+    t = RequestTable(np.array([12, 12]), np.array([20, 20]), np.zeros(2, dtype=np.int64))
+    sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=100, block_size=4), t, kv)
+    t.arrival[:] = 0.0
+    sched.add(0)
+    sched.add(1)
+    plan = sched.schedule(3)
+    assert [p[0] for p in plan.prefill] == [0, 1] and not plan.preempted
+    for rid, chunk, _ in plan.prefill:
+        t.prefilled[rid] += chunk
+        t.decoding[rid], t.generated[rid] = True, 1
+    t.generated[:] = 6  # 12 + 6 + 2 = 20 tokens: 5 blocks each, the pool is full
+    assert sched.held_blocks() == 10
+    t.generated[:] = 7  # 6 blocks each: one must go
+    plan = sched.schedule(3)
+    assert plan.preempted == [1] and plan.decode == [0] and plan.blocked == "kv"
+    assert sched.running == [0] and t.need[1] == 12 + 7 and t.prefilled[1] == 0 and not t.decoding[1]
+    t.generated[0] = 20
+    sched.running.remove(0)
+    plan = sched.schedule(3)
+    assert plan.prefill == [(1, 19, 0)]
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
+    t = RequestTable(np.array([50, 50]), np.array([4, 4]), np.zeros(2, dtype=np.int64))
+    t.arrival[:] = 0.0
+    sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=60, chunked_prefill=False), t, None)
+    sched.add(0)
+    sched.add(1)
+    plan = sched.schedule(3)
+    assert plan.prefill == [(0, 50, 0)] and plan.blocked == "budget"
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(max_num_seqs=0), "max_num_seqs"),
+    (dict(max_num_batched_tokens=0), "max_num_batched_tokens"),
+    (dict(block_size=0), "block_size"),
+    (dict(policy="lifo"), "scheduling policy must be one of fcfs, priority; got 'lifo'"),
+])
+def test_config_ranges(kw, match):
+    with pytest.raises(DraftsimError, match=match):
+        SchedulerConfig(**kw)
