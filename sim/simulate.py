@@ -1,6 +1,6 @@
 """``simulate``: one entry point for both engines, returning every metric with its error.
 
-    >>> from sim import simulate, policies, acceptance
+    >>> from draftsim.sim import simulate, policies, acceptance
     >>> r = simulate(policies.FixedK(5), acceptance.Bernoulli(0.8), 0.05, 100_000, seed=0)
     >>> round(r.metrics["ewif"].value, 2)  # analytic: 2.95
     2.95

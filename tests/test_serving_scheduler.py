@@ -190,7 +190,7 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
     (dict(max_num_seqs=0), "max_num_seqs"),
     (dict(max_num_batched_tokens=0), "max_num_batched_tokens"),
     (dict(block_size=0), "block_size"),
-    (dict(policy="lifo"), "scheduling policy must be one of fcfs, priority; got 'lifo'"),
+    (dict(policy="lifo"), "scheduling policy must be one of fcfs, priority, shortest-first; got 'lifo'"),
 ])
 def test_config_ranges(kw, match):
     with pytest.raises(DraftsimError, match=match):

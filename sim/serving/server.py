@@ -1,9 +1,9 @@
 """The serving simulator: a workload through replicas behind a router, on one simpy clock.
 
-    >>> from sim.serving import ServingConfig, serve
-    >>> from sim.serving.workload import Fixed, Poisson, make_workload
-    >>> from sim import policies, acceptance
-    >>> from sim.cost import CallCost
+    >>> from draftsim.sim.serving import ServingConfig, serve
+    >>> from draftsim.sim.serving.workload import Fixed, Poisson, make_workload
+    >>> from draftsim.sim import policies, acceptance
+    >>> from draftsim.sim.cost import CallCost
     >>> import numpy as np
     >>> cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), CallCost(0.02, 1e-5), [CallCost(0.002)], kv_tokens=1 << 16)
     >>> wl = make_workload(arrivals=Poisson(), qps=2.0, requests=50, duration=None, prompt=Fixed(128), output=Fixed(64),
