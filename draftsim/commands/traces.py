@@ -3,20 +3,81 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.acceptance import TraceDriven
-from draftsim.sim.costs import Costs
+from draftsim.sim.cost import Costs
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.mdp import oracle_latency
 from draftsim.sim.policies import POLICY_HELP, parse_policy
-from draftsim.sim.simulate import simulate
+from draftsim.sim.simulate import SimResult
+from draftsim.sim.simulate import simulate as run_engine
 from draftsim.sim.traces import Trace
 
 from .. import args as a
+from ..config import add_options, as_dict, check, from_namespace, option, typed
 from ..progress import count_bar
+from .simulation import McMetrics
+
+
+@dataclass(kw_only=True)
+class ReplayConfig:
+    """``draftsim replay``: a simulator policy over a recorded trace's acceptance."""
+
+    trace: str = option(help="trace folder (draftsim record)", required=True)
+    policy: str = option(help="policy in the mini-language below (e.g. fixed:k=4)", required=True)
+    trace_drafter: list[str] | None = option(help="the trace's drafter(s) playing models 1, 2, ... (default: the first recorded)",
+                                             append=True, metavar="NAME", aliases=("--drafter",))
+    kind: str = option("flag", "flag: greedy match (greedy decoding); prob: 1 - TV (sampling)", choices=("prob", "flag"))
+    cost: list[float] | None = option(help="cost coefficient per drafter (default: measured in the trace)", type=a.cost("cost"),
+                                      append=True)
+    seed: int = option(0, type=a.count("seed"))
+
+
+@dataclass(frozen=True)
+class OracleStats:
+    """The oracle of SpecDec++ Theorem 4.1 on the trace (every drafted token known to match or
+    not before verification): latency per token in target calls and speedup over autoregressive."""
+
+    latency_per_token: float
+    n_tokens: int
+    n_target: int
+    n_discarded: int
+    speedup: float
+
+
+@dataclass
+class ReplayResult:
+    """What ``draftsim replay`` reports: the Monte Carlo run (``run``) and its metrics typed, the
+    trace's drafters that played models 1, 2, ..., their cost coefficients, and the oracle
+    (flag acceptance only)."""
+
+    run: SimResult
+    metrics: McMetrics
+    drafters: list[str]
+    costs: list[float]
+    oracle: OracleStats | None
+    trace: str
+
+    @property
+    def tokens(self) -> int:
+        """Tokens replayed."""
+        return self.run.tokens
+
+    @property
+    def n_sequences(self) -> int:
+        """Sequences replayed."""
+        return self.run.n_sequences
+
+    def to_dict(self) -> dict:
+        out = self.run.to_dict()
+        out["drafters"] = self.drafters
+        if self.oracle is not None:
+            out["oracle"] = as_dict(self.oracle)
+        return out
 
 
 def register(sub, common) -> None:
@@ -46,12 +107,7 @@ def register(sub, common) -> None:
     p = sub.add_parser("replay", parents=[common], help="run a sim policy over a recorded trace",
                        description="Replay the recorded acceptance under any policy and report the simulator's metrics.",
                        epilog=POLICY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", required=True)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--drafter", action="append", help="trace drafters playing models 1, 2, ... (default: the first recorded)")
-    p.add_argument("--kind", choices=["prob", "flag"], default="flag", help="flag: greedy match (greedy decoding); prob: 1 - TV (sampling)")
-    p.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient per drafter (default: measured in the trace)")
-    p.add_argument("--seed", type=a.count("seed"), default=0)
+    add_options(p, ReplayConfig)
     p.set_defaults(run=run_replay)
 
 
@@ -113,34 +169,42 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_replay(args: argparse.Namespace) -> int:
-    trace = Trace(args.trace)
-    policy = parse_policy(args.policy)
-    names = args.drafter or trace.drafters()[: max(policy.n_models - 1, 1)]
+def replay(config: ReplayConfig) -> ReplayResult:
+    """Replay the trace's recorded acceptance under ``config``'s policy in the Monte Carlo engine
+    (costs as given, else as measured in the trace); with flag acceptance, the oracle too."""
+    check(config)
+    trace = Trace(config.trace)
+    policy = parse_policy(config.policy)
+    names = config.trace_drafter or trace.drafters()[: max(policy.n_models - 1, 1)]
     if len(names) != max(policy.n_models - 1, 1):
-        raise DraftsimError(f"policy {args.policy} uses {policy.n_models - 1} drafter(s); --drafter names {len(names)} "
+        raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s); --trace-drafter names {len(names)} "
                             f"({', '.join(names)}); the trace has {', '.join(trace.drafters())}")
     if len(set(names)) != len(names):
-        raise DraftsimError(f"--drafter names a drafter twice ({', '.join(names)}); each model of the policy needs its own")
-    if args.cost is not None and len(args.cost) != len(names):
-        raise DraftsimError(f"give --cost once per drafter ({len(names)}: {', '.join(names)}); got {len(args.cost)} value(s)")
-    process = TraceDriven.from_trace(trace, names, kind=args.kind)
-    costs = args.cost or trace.cost_coefficients(names)
-    result = simulate(policy, process, Costs.coefficients(costs), 1, seed=args.seed)
-    out = result.to_dict()
-    out["drafters"] = names
+        raise DraftsimError(f"--trace-drafter names a drafter twice ({', '.join(names)}); each model of the policy needs its own")
+    if config.cost is not None and len(config.cost) != len(names):
+        raise DraftsimError(f"give --cost once per drafter ({len(names)}: {', '.join(names)}); got {len(config.cost)} value(s)")
+    process = TraceDriven.from_trace(trace, names, kind=config.kind)
+    costs = config.cost or trace.cost_coefficients(names)
+    result = run_engine(policy, process, Costs.coefficients(costs), 1, seed=config.seed)
     oracle = None
-    if args.kind == "flag":
+    if config.kind == "flag":
         flags = [f.astype(int) for f in trace.acceptance(names[0], "target", kind="flag")]
-        oracle = oracle_latency(flags, max(costs[0], 1e-12), 1.0)
-        out["oracle"] = oracle
+        oracle = typed(OracleStats, oracle_latency(flags, max(costs[0], 1e-12), 1.0))
+    return ReplayResult(result, typed(McMetrics, result.metrics), list(names), [float(c) for c in costs], oracle, str(trace.path))
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    config = from_namespace(ReplayConfig, args)
+    out = replay(config)
     if args.json:
-        a.emit_json(out)
+        a.emit_json(out.to_dict())
         return 0
-    print(f"{policy!r} replayed on {trace.path} ({', '.join(names)}; {args.kind}); cost coefficients {np.round(costs, 5).tolist()}")
+    result = out.run
+    print(f"{result.policy!r} replayed on {out.trace} ({', '.join(out.drafters)}; {config.kind}); cost coefficients "
+          f"{np.round(out.costs, 5).tolist()}")
     rows = [[k, v.value, v.se] for k, v in result.metrics.items()]
     print(format_table(["metric", "value", "SE"], rows))
-    if oracle is not None:
-        print(f"oracle (SpecDec++ Theorem 4.1): latency/token {oracle['latency_per_token']:.4f}, speedup {oracle['speedup']:.3f} "
+    if out.oracle is not None:
+        print(f"oracle (SpecDec++ Theorem 4.1): latency/token {out.oracle.latency_per_token:.4f}, speedup {out.oracle.speedup:.3f} "
               f"vs replayed {1.0 / result.metrics['latency_per_token'].value:.3f}")
     return 0
