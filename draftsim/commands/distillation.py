@@ -12,7 +12,7 @@ def register(sub, common) -> None:
                        description="Truncate the target to its first --layers layers and train them to match the target's "
                        "next-token distributions on text it generated from the train prompts. Saved to the cache; "
                        "use it with --drafter distilled.")
-    p.add_argument("--model", default="smollm2", help="target model (default: the embedded smollm2)")
+    p.add_argument("--target", "--model", dest="model", default="smollm2", help="target model (default: the embedded smollm2)")
     p.add_argument("--layers", type=a.count("layers", 1, 64), default=4, help="layers kept from the target (default 4)")
     p.add_argument("--minutes", type=a.positive("minutes"), default=15.0, help="wall-clock budget (default 15)")
     p.add_argument("--prompts-per-set", type=a.count("prompts_per_set", 1, 1000), default=16)
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from draftsim.realrun.distill import distill
     from draftsim.realrun.models import load_model
 
-    a.model_name("--model", args.model)
+    a.model_name("--target", args.model)
     a.device(args.device)
     target = load_model(args.model, device=args.device)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print

@@ -17,7 +17,7 @@ def register(sub, common) -> None:
                        "Y ~ q labelled min(1, p(Y)/q(Y)), token mixing), train a residual SiLU MLP on the frozen draft's last "
                        "hidden state by weighted BCE, report the binary KL on the test prompts, and save the head. Use it with "
                        "draftsim run --policy threshold:h=0.7 --head PATH.")
-    p.add_argument("--model", default="smollm2", help="target model")
+    p.add_argument("--target", "--model", dest="model", default="smollm2", help="target model")
     p.add_argument("--drafter", default="distilled", help="the draft model (neural: distilled, a checkpoint folder, tiny[:SEED])")
     p.add_argument("--out", required=True, help="folder to write the head to")
     p.add_argument("--depth", type=a.count("depth", 0, 16), default=2, help="residual blocks D (the head has D + 1 layers)")
@@ -35,7 +35,7 @@ def register(sub, common) -> None:
 def check(args: argparse.Namespace) -> None:
     """Check every argument before a model loads. ``--out`` is replaced as a whole when the
     head is saved, so it must be new, empty or an earlier head (never a folder of other files)."""
-    a.model_name("--model", args.model)
+    a.model_name("--target", args.model)
     a.drafter_names("--drafter", [args.drafter], neural_only=True)
     a.device(args.device)
     out = a.output_folder("--out", args.out)

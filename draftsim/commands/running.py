@@ -29,7 +29,7 @@ def register(sub, common) -> None:
                        epilog=POLICY_HELP + "\n\n" + RULE_HELP + "\n\nDrafters: maxgram, bigram, distilled (draftsim distill), "
                        "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
+    p.add_argument("--target", "--model", dest="model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
     p.add_argument("--method", choices=list(METHODS), default="sd")
     p.add_argument("--drafter", help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
     p.add_argument("--policy", help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise DraftsimError("--resume needs --trace")
     if args.top_k is not None and args.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    check_model_name(args.model, "--model")
+    check_model_name(args.model, "--target")
     a.device(args.device)
     spec = MethodSpec(args.method, args.drafter, args.policy, args.rule, args.sequential, args.head)
     sets = a.prompt_sets("--prompts", args.prompts)

@@ -83,7 +83,7 @@ class ReplayResult:
 def register(sub, common) -> None:
     r = sub.add_parser("record", parents=[common], help="record a trace of real drafters against a real target",
                        description="Generate with the target on a prompt set and record, per position, how each drafter agrees with it.")
-    r.add_argument("--model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
+    r.add_argument("--target", "--model", dest="model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
     r.add_argument("--drafter", action="append", required=True,
                    help="maxgram, bigram, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters first")
     r.add_argument("--prompts", default="code", help="prompt set(s), comma-separated: code, arithmetic, instructions, docstrings")
@@ -118,7 +118,7 @@ def run_record(args: argparse.Namespace) -> int:
     from draftsim.realrun.record import record
 
     # every argument is checked before the model loads (seconds, and loader noise on stderr)
-    a.model_name("--model", args.model)
+    a.model_name("--target", args.model)
     a.drafter_names("--drafter", args.drafter)
     sets = a.prompt_sets("--prompts", args.prompts)
     a.device(args.device)
