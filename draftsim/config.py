@@ -40,7 +40,7 @@ class Option:
     ``type`` reads the text of one value (raising ``argparse.ArgumentTypeError`` with the
     message) and may carry ``.check(value)``, the same check on a Python value; ``flag``: a
     switch (``store_true``); ``append``: repeatable, collected in a list; ``positional``: an
-    argument without ``--`` (``nargs`` as argparse's); ``group``: the ``--help`` section;
+    argument without ``--``; ``nargs`` and ``const`` as argparse's; ``group``: the ``--help`` section;
     ``exclusive``: options sharing this name exclude each other; ``aliases``: other flags
     accepted for it; ``cli``: False for a field only Python callers set.
     """
@@ -55,6 +55,7 @@ class Option:
     required: bool = False
     positional: bool = False
     nargs: str | None = None
+    const: Any = None
     exclusive: str | None = None
     aliases: tuple[str, ...] = ()
     cli: bool = True
@@ -126,6 +127,9 @@ def add_options(parser: argparse.ArgumentParser, cls, groups: Mapping[str, str] 
                 kwargs["choices"] = opt.choices
             if opt.metavar is not None:
                 kwargs["metavar"] = opt.metavar
+            if opt.nargs is not None:
+                kwargs["nargs"] = opt.nargs
+                kwargs["const"] = opt.const
             if opt.required:
                 kwargs["required"] = True
             kwargs["default"] = _default(f)

@@ -153,3 +153,18 @@ def test_no_import_circle():
     """The sweep kinds need no command line: importing them leaves draftsim.cli unimported."""
     code = "import sys, draftsim.sweepkinds; assert 'draftsim.cli' not in sys.modules, 'circle'"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def test_sweep_and_plot_from_python(tmp_path):
+    from draftsim.commands.sweeping import SweepConfig, SweepPlotConfig, sweep, sweep_plot
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text('version = 1\nkind = "simulate"\nmetrics = ["ewif"]\n[base]\npolicy = "fixed:k=3"\ncost = [0.05]\ntokens = 2000\n'
+                    '[grid]\nalpha = [0.6, 0.9]\n')
+    checked = sweep(SweepConfig(spec=str(spec), out=str(tmp_path / "out"), check=True))
+    assert checked.summary is None and checked.to_dict()["tasks"] == 2 and not (tmp_path / "out").exists()
+    done = sweep(SweepConfig(spec=str(spec), out=str(tmp_path / "out"), workers=1))
+    assert (done.summary.ran, done.summary.failed) == (2, 0)
+    plot = sweep_plot(SweepPlotConfig(folder=str(tmp_path / "out"), x="alpha", metric="ewif", out=str(tmp_path / "ewif.png")))
+    (low,), (high,) = sorted(plot.groups)
+    assert plot.groups[(low,)][0] < plot.groups[(high,)][0] and (tmp_path / "ewif.png").is_file()
