@@ -196,6 +196,8 @@ def from_mapping(cls, values: Mapping[str, Any], command: str, **extra):
         if name is None:
             raise DraftsimError(f"draftsim {command} has no option {shown}; its options: {', '.join(sorted(known))}")
         opt = known[name][1]
+        if name in out:
+            raise DraftsimError(f"{flag_of(name)} is set twice ({', '.join(opt.aliases)}: its old spelling); set it once")
         if opt.flag:
             if not isinstance(value, bool):
                 raise DraftsimError(f"{shown} is a flag: give true or false; got {value!r}")

@@ -13,12 +13,28 @@ import sys
 import pytest
 
 from draftsim.analysis.sweep import Kind, resolve_path
-from draftsim.commands.costing import CostConfig, cost
-from draftsim.commands.optimization import KMatrixConfig, ThresholdConfig, TreeConfig, optimize_kmatrix, optimize_threshold, optimize_tree
-from draftsim.commands.planning import EwifConfig, PlanConfig, ewif, plan
-from draftsim.commands.serving import ServeSimConfig, serve_sim
-from draftsim.commands.simulation import SimulateConfig, SimulateResult, simulate
-from draftsim.commands.traces import ReplayConfig, ReplayResult, replay
+from draftsim.api import (
+    CostConfig,
+    EwifConfig,
+    KMatrixConfig,
+    PlanConfig,
+    ReplayConfig,
+    ReplayResult,
+    ServeSimConfig,
+    SimulateConfig,
+    SimulateResult,
+    ThresholdConfig,
+    TreeConfig,
+    cost,
+    ewif,
+    optimize_kmatrix,
+    optimize_threshold,
+    optimize_tree,
+    plan,
+    replay,
+    serve_sim,
+    simulate,
+)
 from draftsim.config import add_options, check, from_mapping, from_namespace
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.traces import EMBEDDED_TRACE
@@ -100,6 +116,8 @@ def test_parsers_are_generated_from_the_configs():
     # one vocabulary: the deprecated spellings still read as the canonical option
     assert from_mapping(ServeSimConfig, {"drafter": ["x"]}, "serve-sim").drafter_model == ["x"]
     assert from_mapping(ReplayConfig, {"trace": "t", "policy": "p", "drafter": ["a"]}, "replay").trace_drafter == ["a"]
+    with pytest.raises(DraftsimError, match=r"--drafter-model is set twice \(--drafter: its old spelling\)"):
+        from_mapping(ServeSimConfig, {"drafter_model": ["x"], "drafter": ["y"]}, "serve-sim")
     with pytest.raises(DraftsimError, match="draftsim simulate has no option --alpah"):
         from_mapping(SimulateConfig, {"alpah": 0.5}, "simulate")
     with pytest.raises(DraftsimError, match=r"argument --alpha: alpha must lie in \[0, 1\]"):
@@ -156,7 +174,7 @@ def test_no_import_circle():
 
 
 def test_sweep_and_plot_from_python(tmp_path):
-    from draftsim.commands.sweeping import SweepConfig, SweepPlotConfig, sweep, sweep_plot
+    from draftsim.api import SweepConfig, SweepPlotConfig, sweep, sweep_plot
 
     spec = tmp_path / "spec.toml"
     spec.write_text('version = 1\nkind = "simulate"\nmetrics = ["ewif"]\n[base]\npolicy = "fixed:k=3"\ncost = [0.05]\ntokens = 2000\n'
