@@ -4,6 +4,7 @@ the simulator against what the run did."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
@@ -11,6 +12,7 @@ from draftsim.sim.policies import POLICY_HELP
 from draftsim.sim.rules import RULE_HELP
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option
 from ..progress import count_bar
 
 #: Methods of ``draftsim run`` (:data:`draftsim.realrun.methods.METHODS`; listed here so that the
@@ -55,10 +57,30 @@ def register(sub, common) -> None:
     c = sub.add_parser("check-sim", parents=[common], help="replay a run trace in the simulator and compare",
                        description="Replay the acceptance a real run recorded with the same policy in the Monte Carlo engine; "
                        "compare counts (exact for greedy single-drafter runs) and predicted against measured tokens/s.")
-    c.add_argument("trace", nargs="+", help="run trace folder(s) (draftsim run --trace)")
-    c.add_argument("--profile", action="append", default=[], metavar="FILE",
-                   help="price the replay with this draftsim profile (repeatable; default: the run's own calls)")
+    add_options(c, CheckSimConfig)
     c.set_defaults(run=run_check)
+
+
+@dataclass(kw_only=True)
+class CheckSimConfig:
+    """``draftsim check-sim``: run traces replayed in the simulator and compared with the runs."""
+
+    trace: list[str] = option(help="run trace folder(s) (draftsim run --trace)", positional=True, nargs="+")
+    profile: list[str] = option([], "price the replay with this draftsim profile (repeatable; default: the run's own calls)",
+                                append=True, metavar="FILE")
+
+
+def check_sim(config: CheckSimConfig) -> list[dict]:
+    """Each run trace replayed with its policy and compared: counts, predicted against measured
+    tokens/s (:func:`draftsim.analysis.reality.check_run`)."""
+    from draftsim.analysis.reality import check_run
+
+    check(config)
+    twice = sorted({p for p in config.trace if config.trace.count(p) > 1})
+    if twice:
+        raise DraftsimError(f"check-sim: {', '.join(twice)} is given twice; name each run trace once")
+    profiles = _profiles(config.profile)
+    return [check_run(path, profiles=profiles) for path in config.trace]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,13 +184,7 @@ def _print_check(c: dict) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from draftsim.analysis.reality import check_run
-
-    twice = sorted({p for p in args.trace if args.trace.count(p) > 1})
-    if twice:
-        raise DraftsimError(f"check-sim: {', '.join(twice)} is given twice; name each run trace once")
-    profiles = _profiles(args.profile)
-    results = [check_run(path, profiles=profiles) for path in args.trace]
+    results = check_sim(from_namespace(CheckSimConfig, args))
     if args.json:
         a.emit_json(results if len(results) > 1 else results[0])
         return 0
