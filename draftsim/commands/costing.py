@@ -234,26 +234,32 @@ def register(sub, common) -> None:
         "repeats, median and spread) and write a profile file for draftsim cost --profile; --probe also measures this "
         "machine (memory bandwidth, FLOP/s) and writes a local-cpu hardware entry fitted to the profile.",
     )
-    p.add_argument("--model", default="smollm2", help="smollm2 (embedded), distilled (draftsim distill's draft of smollm2), tiny[:SEED], "
-                   "a checkpoint folder or a .gguf file (one model per run: profile the target and each neural drafter, then "
-                   "pass every file to cost --profile or check-sim --profile)")
-    p.add_argument("--out", required=True, metavar="PROFILE.json", help="profile file to write")
-    p.add_argument("--batch", type=_ints("batch", 1), default=[1, 2, 4], help="batch sizes (default 1,2,4)")
-    p.add_argument("--new-tokens", type=_ints("new_tokens", 1), default=[1, 2, 4, 8, 16], help="new tokens per sequence (default 1,2,4,8,16)")
-    p.add_argument("--context", type=_ints("context", 0), default=[128, 512], help="cached tokens (default 128,512)")
-    p.add_argument("--repeats", type=a.count("repeats", 1, 10_000), default=5, help="timed calls per grid point (default 5)")
-    p.add_argument("--warmup", type=a.count("warmup", 0, 10_000), default=1, help="untimed calls first (default 1)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights and activations (default float32)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or auto (default cpu)")
-    p.add_argument("--drafters", default="maxgram,bigram", help="cheap drafters whose proposal time is measured ('' for none)")
-    p.add_argument("--probe", metavar="HW.json", help="also measure this machine and write a local-cpu hardware catalog file")
-    p.add_argument("--threads", type=a.count("threads", 1, 1024), help="torch CPU threads (default torch's; 1 is steadier on a busy machine)")
-    p.add_argument("--path", choices=("model", "server"), default="model",
-                   help="the forward call timed: model = the model's own call (what the single-stream executors make and "
-                   "check-sim prices, default); server = the batched serving loop's (ragged attention mask, per-row positions: "
-                   "what draftsim serve makes and check-serve prices)")
-    p.add_argument("--seed", type=a.count("seed"), default=0)
+    add_options(p, ProfileConfig)
     p.set_defaults(run=run_profile)
+
+
+@dataclass(kw_only=True)
+class ProfileConfig:
+    """``draftsim profile``: a real model's forward times on this machine over a grid of shapes."""
+
+    model: str = option("smollm2", "smollm2 (embedded), distilled (draftsim distill's draft of smollm2), tiny[:SEED], a checkpoint "
+                        "folder or a .gguf file (one model per run: profile the target and each neural drafter, then pass every file "
+                        "to cost --profile or check-sim --profile)")
+    out: str = option(help="profile file to write", required=True, metavar="PROFILE.json")
+    batch: list[int] = option([1, 2, 4], "batch sizes (default 1,2,4)", type=_ints("batch", 1))
+    new_tokens: list[int] = option([1, 2, 4, 8, 16], "new tokens per sequence (default 1,2,4,8,16)", type=_ints("new_tokens", 1))
+    context: list[int] = option([128, 512], "cached tokens (default 128,512)", type=_ints("context", 0))
+    repeats: int = option(5, "timed calls per grid point (default 5)", type=a.count("repeats", 1, 10_000))
+    warmup: int = option(1, "untimed calls first (default 1)", type=a.count("warmup", 0, 10_000))
+    dtype: str = option("float32", "weights and activations (default float32)", choices=("float32", "bfloat16"))
+    device: str = option("cpu", "cpu, cuda or auto (default cpu)")
+    drafters: str = option("maxgram,bigram", "cheap drafters whose proposal time is measured ('' for none)")
+    probe: str | None = option(help="also measure this machine and write a local-cpu hardware catalog file", metavar="HW.json")
+    threads: int | None = option(help="torch CPU threads (default torch's; 1 is steadier on a busy machine)", type=a.count("threads", 1, 1024))
+    path: str = option("model", "the forward call timed: model = the model's own call (what the single-stream executors make and "
+                       "check-sim prices, default); server = the batched serving loop's (ragged attention mask, per-row positions: "
+                       "what draftsim serve makes and check-serve prices)", choices=("model", "server"))
+    seed: int = option(0, type=a.count("seed"))
 
 
 def _print_listing(listing: dict) -> None:
@@ -291,42 +297,44 @@ def run_cost(args: argparse.Namespace) -> int:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    out = a.output_file("--out", args.out, ".json")
-    if args.probe:
-        a.output_file("--probe", args.probe, ".json")
-        a.distinct_outputs(("--out", args.out), ("--probe", args.probe))
-    a.device(args.device)
-    if args.model != "distilled":
-        a.model_name("--model", args.model)
-    drafter_names = [d.strip().lower() for d in args.drafters.split(",") if d.strip()]
+    config = from_namespace(ProfileConfig, args)
+    check(config)
+    out = a.output_file("--out", config.out, ".json")
+    if config.probe:
+        a.output_file("--probe", config.probe, ".json")
+        a.distinct_outputs(("--out", config.out), ("--probe", config.probe))
+    a.device(config.device)
+    if config.model != "distilled":
+        a.model_name("--model", config.model)
+    drafter_names = [d.strip().lower() for d in config.drafters.split(",") if d.strip()]
     bad = [d for d in drafter_names if d not in CHEAP_DRAFTERS]
     if bad:
         raise DraftsimError(f"--drafters knows {', '.join(CHEAP_DRAFTERS)}; got {bad[0]!r}")
     from draftsim.realrun.models import load_model
     from draftsim.realrun.profiling import drafter_seconds, model_spec, probe_hardware, profile_model
 
-    if args.threads:
+    if config.threads:
         import torch
 
-        torch.set_num_threads(args.threads)
-    if args.model == "distilled":  # named as run traces name it, so that check-sim matches it
+        torch.set_num_threads(config.threads)
+    if config.model == "distilled":  # named as run traces name it, so that check-sim matches it
         from draftsim.realrun.distill import load_distilled
 
-        loaded = load_distilled(load_model("smollm2", device=args.device, dtype=args.dtype))
+        loaded = load_distilled(load_model("smollm2", device=config.device, dtype=config.dtype))
     else:
-        loaded = load_model(args.model, device=args.device, dtype=args.dtype)
-    if args.model.startswith("tiny") and args.dtype != "float32":
-        loaded.model.to(getattr(__import__("torch"), args.dtype))
-        loaded.dtype = args.dtype
-    points = len(args.batch) * len(args.new_tokens) * len(args.context)
+        loaded = load_model(config.model, device=config.device, dtype=config.dtype)
+    if config.model.startswith("tiny") and config.dtype != "float32":
+        loaded.model.to(getattr(__import__("torch"), config.dtype))
+        loaded.dtype = config.dtype
+    points = len(config.batch) * len(config.new_tokens) * len(config.context)
     with count_bar(points, f"profiling {loaded.name}") as bar:
-        prof = profile_model(loaded, args.batch, args.new_tokens, args.context, repeats=args.repeats, warmup=args.warmup,
-                             seed=args.seed, progress=bar.update, path=args.path)
+        prof = profile_model(loaded, config.batch, config.new_tokens, config.context, repeats=config.repeats, warmup=config.warmup,
+                             seed=config.seed, progress=bar.update, path=config.path)
     if drafter_names:
         prof.drafters = drafter_seconds(drafter_names, loaded.vocab_size)
-    result = {"profile": args.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "path": args.path, "points": []}
+    result = {"profile": config.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "path": config.path, "points": []}
     comparison = None
-    if args.probe:
+    if config.probe:
         from draftsim.sim.cost.roofline import fit_overhead
 
         hw = probe_hardware(dtypes=("float32", "bfloat16"))
@@ -343,8 +351,8 @@ def run_profile(args: argparse.Namespace) -> int:
         comparison = {"overhead_per_layer_s": per_layer, "mfu": fitted.mfu, "relative_error": err.ravel().tolist(),
                       "median_abs_error": float(np.median(np.abs(err))), "worst_abs_error": float(np.max(np.abs(err))),
                       "roofline_without_fit_median_abs_error": float(np.median(np.abs(roof.shape_time(B, N, C) / prof.seconds - 1)))}
-        write_catalog(args.probe, hardware={"local-cpu": hw})
-        result["probe"] = {"file": args.probe, "measured": hw.measured, "overhead_per_layer_s": per_layer}
+        write_catalog(config.probe, hardware={"local-cpu": hw})
+        result["probe"] = {"file": config.probe, "measured": hw.measured, "overhead_per_layer_s": per_layer}
         result["roofline_vs_profile"] = comparison
     prof.save(out)
     for i, b in enumerate(prof.batch):
@@ -358,7 +366,7 @@ def run_profile(args: argparse.Namespace) -> int:
         a.emit_json(result)
         return 0
     rows = [[p["batch"], p["new_tokens"], p["context"], f"{p['seconds'] * 1e3:.3f}", f"{p['spread'] * 1e3:.3f}"] for p in result["points"]]
-    print(f"{loaded.name} ({loaded.dtype}, {loaded.device}, {args.path} forward path), {args.repeats} repeats after {args.warmup} warm-up; load average "
+    print(f"{loaded.name} ({loaded.dtype}, {loaded.device}, {config.path} forward path), {config.repeats} repeats after {config.warmup} warm-up; load average "
           + " ".join(f"{x:.2f}" for x in result["load_average"]))
     print(format_table(["batch", "new tokens", "context", "median ms", "spread ms"], rows))
     for name, d in prof.drafters.items():
@@ -366,6 +374,6 @@ def run_profile(args: argparse.Namespace) -> int:
     if comparison:
         print(f"roofline (local-cpu; fitted overhead {comparison['overhead_per_layer_s'] * 1e6:.0f} us/layer, MFU {comparison['mfu']:.3f}) "
               f"vs profile: median |error| {comparison['median_abs_error']:.1%}, worst {comparison['worst_abs_error']:.1%} (probe "
-              f"numbers alone: median {comparison['roofline_without_fit_median_abs_error']:.1%}); hardware entry written to {args.probe}")
-    print(f"profile written to {args.out}")
+              f"numbers alone: median {comparison['roofline_without_fit_median_abs_error']:.1%}); hardware entry written to {config.probe}")
+    print(f"profile written to {config.out}")
     return 0
