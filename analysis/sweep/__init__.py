@@ -41,8 +41,10 @@ the spec seed with :class:`numpy.random.SeedSequence` (``spawn_key = (point, rep
 so results do not depend on the number of workers or the order in which tasks run.
 
 A **kind** (:class:`Kind`) says how a point's configuration is validated (before any work
-starts: every point is checked) and run, and which metrics it reports. The registry lives
-with the command line (``draftsim.sweepkinds``); this package is the machinery:
+starts: every point is checked) and run, and which metrics it reports: attribute paths into
+the run's typed result, checked against the result types when the kind is made. The
+registry lives with the commands' configurations (``draftsim.sweepkinds``: a point becomes
+a command's config, its function runs it); this package is the machinery:
 
 - :mod:`.spec`       the spec schema: parsing, axes, points, seeds, checks before any work
 - :mod:`.tasks`      kinds, tasks and running one task (metrics read from its result)
