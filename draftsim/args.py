@@ -29,7 +29,12 @@ def _checked(check: Callable, name: str, **kwargs) -> Callable[[str], object]:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return value.item() if isinstance(value, np.ndarray) else value
 
+    def check_value(value):
+        value = check(name, value, **kwargs)
+        return value.item() if isinstance(value, np.ndarray) else value
+
     parse.__name__ = name
+    parse.check = check_value  # the same check on a Python value (draftsim.config.check)
     return parse
 
 

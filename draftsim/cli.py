@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args: argparse.Namespace) -> str:
-    sub = {"optimize": "target", "trace": "trace_command"}.get(args.command)
+    sub = {"optimize": "what", "trace": "trace_command"}.get(args.command)
     return f"{args.command} {getattr(args, sub)}" if sub else args.command
 
 

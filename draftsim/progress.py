@@ -19,3 +19,14 @@ def count_bar(total: int, desc: str):
     """A progress bar counting work items."""
     with tqdm(total=total, desc=desc, disable=None, leave=False) as bar:
         yield bar
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+@contextmanager
+def null_bar(total: int, desc: str):
+    """No progress bar: the default of library calls (a sweep worker shows none)."""
+    yield _Silent()

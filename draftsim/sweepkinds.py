@@ -1,189 +1,112 @@
 """The sweep kinds: what a point of ``draftsim sweep`` / ``draftsim capacity`` runs.
 
-A point is "a command line as a table": its configuration (option → value, named as the
-command's flags without ``--``) becomes the command's argv and is parsed by the command's
-own argument parser — the same types, ranges and messages as on the command line — and the
-command runs with ``--json``; metrics are paths into that JSON. Adding a kind is one entry
-of :data:`KINDS`: the command, a deeper check of a parsed point (before any work), the
-metric table and which option takes the seed / the request rate.
+A point is a command's configuration as a table: its keys are the command's options (named
+as the flags without ``--``), read into the command's configuration dataclass by
+:func:`draftsim.config.from_mapping` — the same types, ranges and messages as on the command
+line. The point runs as a call of the command's function; its metrics are attribute paths
+into the typed result, checked against the result types when the kind is made
+(:class:`draftsim.analysis.sweep.Kind`). Adding a kind is one :class:`Command` and one entry
+of :data:`KINDS`.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import io
-import json
-from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from draftsim.analysis.sweep import Kind
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import parse_policy
 
-#: Flag-less position of a kind's command in argv: (command, option naming the subcommand).
-COMMANDS = {"simulate": ("simulate", None), "serve": ("serve-sim", None), "optimize": ("optimize", "what"), "replay": ("replay", None)}
+from .commands import optimization, serving, simulation, traces
+from .config import from_mapping
 
 
-class RefusingParser(argparse.ArgumentParser):
-    """An ArgumentParser that raises :class:`DraftsimError` instead of exiting."""
+@dataclass(frozen=True)
+class Command:
+    """A command as sweeps run it: its configuration class (or one per subcommand, chosen by
+    the ``what`` key of a point: ``optimize``), the function from configuration to result, a
+    deeper check of a configuration before any work, and the result types the function returns."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
-        raise DraftsimError(" ".join(message.split()))
+    name: str
+    configs: Mapping[str | None, type]
+    function: Callable
+    check: Callable
+    results: tuple[type, ...]
 
-    def exit(self, status: int = 0, message: str | None = None):
-        raise DraftsimError(" ".join((message or f"exit status {status}").split()))
-
-
-@functools.cache
-def root_parser() -> argparse.ArgumentParser:
-    """Every ``draftsim`` subcommand, registered by its own module, with refusing parsers."""
-    from . import cli
-
-    root = RefusingParser(prog="draftsim", add_help=False)
-    sub = root.add_subparsers(dest="command", parser_class=RefusingParser)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true")
-    for module in cli.COMMANDS:
-        module.register(sub, common)
-    return root
-
-
-def command_parser(command: str, what: str | None = None) -> argparse.ArgumentParser:
-    """The parser of ``draftsim COMMAND [WHAT]``; a DraftsimError if this build lacks it."""
-    subs = [a for a in root_parser()._actions if isinstance(a, argparse._SubParsersAction)][0]
-    if command not in subs.choices:
-        raise DraftsimError(f"draftsim {command} is not available in this build (commands: {', '.join(subs.choices)})")
-    parser = subs.choices[command]
-    if what is None:
-        return parser
-    inner = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0]
-    if what not in inner.choices:
-        raise DraftsimError(f"what = {what!r}: draftsim {command} runs one of {', '.join(inner.choices)}")
-    return inner.choices[what]
+    def config(self, table: dict, seed: int | None = None, seed_option: str | None = None):
+        """The configuration of a point's table (and the derived seed in ``seed_option``)."""
+        table = dict(table)
+        what = None
+        if None not in self.configs:
+            if "what" not in table:
+                raise DraftsimError(f"kind {self.name} needs what = ... in [base] (the subcommand: draftsim {self.name} WHAT)")
+            what = table.pop("what")
+            if not isinstance(what, str):
+                raise DraftsimError(f"what must be a subcommand name; got {what!r}")
+            if what not in self.configs:
+                raise DraftsimError(f"what = {what!r}: draftsim {self.name} runs one of {', '.join(self.configs)}")
+        if seed is not None and seed_option:
+            table[seed_option] = seed
+        return from_mapping(self.configs[what], table, f"{self.name} {what}" if what else self.name)
 
 
-def options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    """The parser's options by canonical name (``--verify-per-token`` → ``verify_per_token``)."""
-    out = {}
-    for action in parser._actions:
-        for flag in action.option_strings:
-            if flag.startswith("--") and flag not in ("--help", "--json"):
-                out[flag[2:].replace("-", "_")] = action
-    return out
+def _check_simulate(config) -> None:
+    _, process, _, _ = simulation.prepare(config)
+    simulation.check_work(config.engine, process, config.tokens)
 
 
-def text(value) -> str:
-    """A TOML value as command-line text (``0.1``, ``7``, ``fixed:k=4``)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return repr(value) if isinstance(value, float) else str(value)
+def _check_optimize(config) -> None:
+    if isinstance(config, optimization.ThresholdConfig):
+        optimization.threshold_problem(config)
 
 
-def argv(kind: str, config: dict) -> tuple[list[str], argparse.ArgumentParser]:
-    """The command line of a configuration, and the parser that reads it."""
-    command, sub_option = COMMANDS[kind]
-    config = dict(config)
-    what = None
-    if sub_option is not None:
-        if sub_option not in config:
-            raise DraftsimError(f"kind {kind} needs {sub_option} = ... in [base] (the subcommand: draftsim {command} WHAT)")
-        what = config.pop(sub_option)
-        if not isinstance(what, str):
-            raise DraftsimError(f"{sub_option} must be a subcommand name; got {what!r}")
-    parser = command_parser(command, what)
-    known = options(parser)
-    out = [command] + ([what] if what else [])
-    head = " ".join(out)
-    for name, value in config.items():
-        if name not in known:
-            raise DraftsimError(f"draftsim {head} has no option --{name.replace('_', '-')}; "
-                                f"its options: {', '.join(sorted(known))}")
-        action, flag = known[name], "--" + name.replace("_", "-")
-        if action.nargs == 0:
-            if not isinstance(value, bool):
-                raise DraftsimError(f"--{name.replace('_', '-')} is a flag: give true or false; got {value!r}")
-            if value:
-                out.append(flag)
-            continue
-        if isinstance(value, bool):
-            raise DraftsimError(f"--{name.replace('_', '-')} takes a value, not {str(value).lower()}")
-        if isinstance(value, list):
-            if not isinstance(action, argparse._AppendAction):
-                raise DraftsimError(f"--{name.replace('_', '-')} takes one value; got the list {value!r} "
-                                    "(to vary it, put it in [grid], [[zip]] or [random])")
-            out.extend(f"{flag}={text(v)}" for v in value)
-        else:
-            out.append(f"{flag}={text(value)}")
-    return out, parser
-
-
-def parse(kind: str, config: dict, seed: int | None = None) -> argparse.Namespace:
-    """A configuration parsed by the command's own parser, as the command would see it."""
-    words, _ = argv(kind, config)
-    seed_option = KINDS[kind].seed_option if kind in KINDS else None
-    if seed is not None and seed_option:
-        words.append(f"--{seed_option.replace('_', '-')}={seed}")
-    words.append("--json")
-    return root_parser().parse_args(words)
-
-
-def run_command(kind: str, config: dict, seed: int | None) -> dict:
-    """Run a configuration as ``draftsim ... --json`` in this process and return its JSON."""
-    args = parse(kind, config, seed)
-    out = io.StringIO()
-    with redirect_stdout(out), redirect_stderr(io.StringIO()):
-        status = args.run(args)
-    if status:
-        raise DraftsimError(f"draftsim {args.command} exited with status {status}")
-    return json.loads(out.getvalue())
-
-
-# --- per-kind checks, before any work --------------------------------------------------------
-
-
-def check_simulate(config: dict) -> None:
-    from .commands import simulation
-
-    args = parse("simulate", config)
-    _, process, _, _ = simulation.prepare(args)
-    simulation.check_work(args.engine, process, args.tokens)
-
-
-def check_optimize(config: dict) -> None:
-    from .commands import optimization
-
-    args = parse("optimize", config)
-    if args.target == "threshold":
-        optimization.threshold_problem(args)
-
-
-def check_replay(config: dict) -> None:
+def _check_replay(config) -> None:
     from draftsim.sim.traces import Trace
 
-    args = parse("replay", config)
-    parse_policy(args.policy)
-    Trace(args.trace)
+    parse_policy(config.policy)
+    Trace(config.trace)
 
 
-def check_serve(config: dict) -> None:
-    from draftsim.sim.controllers import parse_controller
-    from draftsim.sim.serving.workload import parse_arrivals, parse_lengths
-
-    from .commands import costing
-
-    args = parse("serve", config)
-    parse_policy(args.policy)
-    parse_controller(args.controller)
-    parse_arrivals(args.arrivals)
-    parse_lengths(args.prompt_len, "--prompt-len")
-    parse_lengths(args.output_len, "--output-len")
-    costing.build_models(args)
+def _check_serve(config) -> None:
+    serving.serving_config(config)
+    serving.check_workload(config)
 
 
-# --- metric tables ---------------------------------------------------------------------------
+def _optimize(config):
+    functions = {optimization.KMatrixConfig: optimization.optimize_kmatrix, optimization.ThresholdConfig: optimization.optimize_threshold,
+                 optimization.TreeConfig: optimization.optimize_tree}
+    return functions[type(config)](config)
 
-_SIM_METRICS = ("tokens_per_call", "ewif", "swi", "acceptance_rate", "discard_rate", "verification_rate", "latency_per_token",
-                "time_per_token")
+
+COMMANDS: dict[str, Command] = {
+    "simulate": Command("simulate", {None: simulation.SimulateConfig}, simulation.simulate, _check_simulate,
+                        (simulation.SimulateResult,)),
+    "serve": Command("serve-sim", {None: serving.ServeSimConfig}, serving.serve_sim, _check_serve, (serving.ServeSimResult,)),
+    "optimize": Command("optimize", optimization.OPTIMIZE_CONFIGS, _optimize, _check_optimize,
+                        (optimization.KMatrixReport, optimization.ThresholdReport, optimization.TreeReport)),
+    "replay": Command("replay", {None: traces.ReplayConfig}, traces.replay, _check_replay, (traces.ReplayResult,)),
+}
+
+
+def validate_point(kind: str, table: dict) -> None:
+    """Check a point's configuration as the command would, before any work."""
+    command = COMMANDS[kind]
+    command.check(command.config(table))
+
+
+def run_point(kind: str, table: dict, seed: int | None):
+    """Run one point: build its configuration (with the derived seed), call the command's
+    function, return its typed result."""
+    command = COMMANDS[kind]
+    return command.function(command.config(table, seed, KINDS[kind].seed_option))
+
+
+# --- metric tables: name → attribute path in the result -------------------------------------
+
+_MC_METRICS = ("tokens_per_call", "ewif", "swi", "acceptance_rate", "discard_rate", "verification_rate", "latency_per_token")
+_SIM_METRICS = _MC_METRICS + ("time_per_token",)
 SIMULATE_METRICS = {
     **{m: f"metrics.{m}.value" for m in _SIM_METRICS},
     **{f"{m}_se": f"metrics.{m}.se" for m in _SIM_METRICS},
@@ -192,6 +115,15 @@ SIMULATE_METRICS = {
     "n_sequences": "n_sequences",
     **{f"latency_{q}": f"requests.latency_{q}" for q in ("mean", "p50", "p90", "p99")},
     "throughput": "requests.throughput",
+}
+# a replay runs the Monte Carlo engine: no timeline, so no time_per_token (ReplayResult has none)
+REPLAY_METRICS = {
+    **{m: f"metrics.{m}.value" for m in _MC_METRICS},
+    **{f"{m}_se": f"metrics.{m}.se" for m in _MC_METRICS},
+    "tokens": "tokens",
+    "n_sequences": "n_sequences",
+    "oracle_speedup": "oracle.speedup",
+    "oracle_latency": "oracle.latency_per_token",
 }
 OPTIMIZE_METRICS = {
     "optimal": "comparison.optimal",
@@ -210,36 +142,34 @@ OPTIMIZE_METRICS = {
     "chain_tokens_per_time": "best_chain.tokens_per_time",
     "chain_length": "best_chain.length",
 }
-REPLAY_METRICS = {k: v for k, v in SIMULATE_METRICS.items() if not v.startswith(("requests.", "analytic"))}
-REPLAY_METRICS.update(oracle_speedup="oracle.speedup", oracle_latency="oracle.latency_per_token")
 _SERVE_STATS = ("ttft", "tpot", "itl", "e2e", "queue")
 _SERVE_SCALARS = ("throughput", "request_throughput", "goodput", "slo_attainment", "requests", "output_tokens", "steps", "busy",
                   "mean_batch", "max_batch", "kv_utilisation", "kv_utilisation_max", "preemptions")
 SERVE_METRICS = {
-    **{f"{m}_{s}": f"{m}.{s}" for m in _SERVE_STATS for s in ("mean", "p50", "p90", "p99")},
-    **{f"{m}_{s}_ci95": f"ci95.{m}.{s}" for m in _SERVE_STATS for s in ("mean", "p50", "p90", "p99")},
-    **{m: m for m in _SERVE_SCALARS},
-    **{f"{m}_ci95": f"ci95.{m}" for m in _SERVE_SCALARS},
-    **{m: f"spec_decode.{m}" for m in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
-                                       "draft_acceptance_rate")},
+    **{f"{m}_{s}": f"summary.{m}.{s}" for m in _SERVE_STATS for s in ("mean", "p50", "p90", "p99")},
+    **{f"{m}_{s}_ci95": f"summary.ci95.{m}.{s}" for m in _SERVE_STATS for s in ("mean", "p50", "p90", "p99")},
+    **{m: f"summary.{m}" for m in _SERVE_SCALARS},
+    **{f"{m}_ci95": f"summary.ci95.{m}" for m in _SERVE_SCALARS},
+    **{m: f"summary.spec_decode.{m}" for m in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
+                                               "draft_acceptance_rate")},
 }
 
+
+def _kind(name: str, metrics: dict, default_metrics: tuple[str, ...], **kwargs) -> Kind:
+    return Kind(name, functools.partial(validate_point, name), functools.partial(run_point, name), metrics, default_metrics,
+                results=COMMANDS[name].results, **kwargs)
+
+
 KINDS: dict[str, Kind] = {
-    "simulate": Kind(
-        "simulate", check_simulate, functools.partial(run_command, "simulate"), SIMULATE_METRICS,
-        ("ewif", "ewif_se", "tokens_per_call", "acceptance_rate", "latency_per_token", "analytic_ewif"),
-        seed_option="seed", rate_option="rate", forbidden=("timeline", "timeline_png"),
-        help="draftsim simulate: Monte Carlo or discrete-event simulation of a policy"),
-    "serve": Kind(
-        "serve", check_serve, functools.partial(run_command, "serve"), SERVE_METRICS,
-        ("ttft_p99", "tpot_p50", "e2e_p99", "throughput", "goodput", "mean_acceptance_length"), seed_option="seed", rate_option="qps",
-        forbidden=("timeline", "figure", "sweep_qps"),
-        help="draftsim serve-sim: continuous-batching serving simulation"),
-    "optimize": Kind(
-        "optimize", check_optimize, functools.partial(run_command, "optimize"), OPTIMIZE_METRICS, tuple(OPTIMIZE_METRICS),
-        seed_option=None, help="draftsim optimize WHAT (what = kmatrix | threshold | tree in [base])"),
-    "replay": Kind(
-        "replay", check_replay, functools.partial(run_command, "replay"), REPLAY_METRICS,
-        ("ewif", "tokens_per_call", "acceptance_rate", "oracle_speedup"), seed_option="seed",
-        help="draftsim replay: a policy over a recorded trace"),
+    "simulate": _kind("simulate", SIMULATE_METRICS,
+                      ("ewif", "ewif_se", "tokens_per_call", "acceptance_rate", "latency_per_token", "analytic_ewif"),
+                      seed_option="seed", rate_option="rate", forbidden=("timeline", "timeline_png"),
+                      help="draftsim simulate: Monte Carlo or discrete-event simulation of a policy"),
+    "serve": _kind("serve", SERVE_METRICS, ("ttft_p99", "tpot_p50", "e2e_p99", "throughput", "goodput", "mean_acceptance_length"),
+                   seed_option="seed", rate_option="qps", forbidden=("timeline", "figure", "load_figure", "sweep_qps"),
+                   help="draftsim serve-sim: continuous-batching serving simulation"),
+    "optimize": _kind("optimize", OPTIMIZE_METRICS, tuple(OPTIMIZE_METRICS), seed_option=None,
+                      help="draftsim optimize WHAT (what = kmatrix | threshold | tree in [base])"),
+    "replay": _kind("replay", REPLAY_METRICS, ("ewif", "tokens_per_call", "acceptance_rate", "oracle_speedup"), seed_option="seed",
+                    help="draftsim replay: a policy over a recorded trace"),
 }

@@ -270,7 +270,7 @@ CASES = [
     (["record", "--drafter", "maxgram", "--out", "rec", "--top-k", "100"], ["top_k must be an integer in [1, 64]; got 100"]),
     (["record", "--drafter", "maxgram", "--out", "rec", "--split", "dev"], ["invalid choice: 'dev'", "'train'"]),
     # --- distill
-    (["distill", "--model", "nope"], ["unknown --model 'nope'", "tiny[:SEED]"]),
+    (["distill", "--model", "nope"], ["unknown --target 'nope'", "tiny[:SEED]"]),
     (["distill", "--device", "cuda:x"], ["--device must be auto, cpu, cuda or cuda:N; got 'cuda:x'"]),
     (["distill", "--layers", "0"], ["layers must be an integer in [1, 64]; got 0"]),
     (["distill", "--minutes", "0"], ["minutes must be finite and > 0; got 0"]),

@@ -214,6 +214,6 @@ def test_capacity_with_the_serving_simulator(tmp_path, capsys):
         assert r["cost_per_million_tokens"] == pytest.approx(2.0 / (r["throughput_at_capacity"] * 3600) * 1e6)
         above = KINDS["serve"].run({**sw.parse_spec(tomllib.loads(SERVE_SPEC), KINDS).base, "policy": r["policy"],
                                     "qps": r["bracket_high"]}, sw.derive_seed(3, r["point"], 0))
-        assert above["tpot"]["p50"] > 0.008
+        assert above.summary.tpot.p50 > 0.008
     ar, spec_k4 = rows
     assert spec_k4["capacity_qps"] > ar["capacity_qps"]

@@ -169,7 +169,7 @@ def _child(spec_text: str, out: str, workers: int, hook: str | None, count: int)
                     os.kill(os.getpid(), signal.SIGKILL)
             original_replace(src, dst)
 
-        sw.os.replace = replace
+        os.replace = replace
     sw.run_sweep(spec_of(spec_text), KINDS["simulate"], out, workers=workers, resume=True, flush_seconds=0.0)
 
 

@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import dataclass
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option
+
+
+@dataclass(kw_only=True)
+class DistillConfig:
+    """``draftsim distill``: a draft made of the target's first layers, trained to match it."""
+
+    target: str = option("smollm2", "target model (default: the embedded smollm2; --model: the old spelling)", aliases=("--model",))
+    layers: int = option(4, "layers kept from the target (default 4)", type=a.count("layers", 1, 64))
+    minutes: float = option(15.0, "wall-clock budget (default 15)", type=a.positive("minutes"))
+    prompts_per_set: int = option(16, type=a.count("prompts_per_set", 1, 1000))
+    max_new_tokens: int = option(96, type=a.count("max_new_tokens", 1, 2048))
+    lr: float = option(3e-4, type=a.positive("lr"))
+    seed: int = option(0, type=a.count("seed"))
+    device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
 
 
 def register(sub, common) -> None:
@@ -12,38 +29,37 @@ def register(sub, common) -> None:
                        description="Truncate the target to its first --layers layers and train them to match the target's "
                        "next-token distributions on text it generated from the train prompts. Saved to the cache; "
                        "use it with --drafter distilled.")
-    p.add_argument("--model", default="smollm2", help="target model (default: the embedded smollm2)")
-    p.add_argument("--layers", type=a.count("layers", 1, 64), default=4, help="layers kept from the target (default 4)")
-    p.add_argument("--minutes", type=a.positive("minutes"), default=15.0, help="wall-clock budget (default 15)")
-    p.add_argument("--prompts-per-set", type=a.count("prompts_per_set", 1, 1000), default=16)
-    p.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 2048), default=96)
-    p.add_argument("--lr", type=a.positive("lr"), default=3e-4)
-    p.add_argument("--seed", type=a.count("seed"), default=0)
-    p.add_argument("--device", default="auto")
+    add_options(p, DistillConfig)
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    import sys
-
-    from tqdm import tqdm
-
+def distill_draft(config: DistillConfig, progress=None, log=print):
+    """Distil ``config``'s draft into the cache; returns :class:`draftsim.realrun.distill.DistillResult`
+    (``progress(step, loss, elapsed, budget)`` and ``log(message)`` are told as it trains)."""
     from draftsim.realrun.distill import distill
     from draftsim.realrun.models import load_model
 
-    a.model_name("--model", args.model)
-    a.device(args.device)
-    target = load_model(args.model, device=args.device)
+    check(config)
+    a.model_name("--target", config.target)
+    a.device(config.device)
+    target = load_model(config.target, device=config.device)
+    return distill(target, layers=config.layers, minutes=config.minutes, n_per_set=config.prompts_per_set,
+                   max_new_tokens=config.max_new_tokens, lr=config.lr, seed=config.seed, progress=progress, log=log)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    config = from_namespace(DistillConfig, args)
     log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    with tqdm(total=int(args.minutes * 60), desc="distilling", unit="s", disable=None, leave=False) as bar:
+    with tqdm(total=int(config.minutes * 60), desc="distilling", unit="s", disable=None, leave=False) as bar:
 
         def progress(step, loss, elapsed, budget):
             bar.n = min(int(elapsed), bar.total)
             bar.set_postfix(step=step, kl=f"{loss:.3f}")
             bar.refresh()
 
-        result = distill(target, layers=args.layers, minutes=args.minutes, n_per_set=args.prompts_per_set,
-                         max_new_tokens=args.max_new_tokens, lr=args.lr, seed=args.seed, progress=progress, log=log)
+        result = distill_draft(config, progress, log)
     out = {"path": str(result.path), "layers": result.layers, "steps": result.steps, "seconds": result.seconds,
            "train_tokens": result.train_tokens, "before": result.before, "after": result.after}
     if args.json:

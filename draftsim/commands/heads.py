@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 from draftsim.sim.errors import DraftsimError
 
 from .. import args as a
+from ..config import add_options, from_namespace, option
+from ..config import check as check_options
 from ..progress import count_bar
+
+
+@dataclass(kw_only=True)
+class TrainHeadConfig:
+    """``draftsim train-head``: SpecDec++'s acceptance-prediction head for a neural draft."""
+
+    target: str = option("smollm2", "target model (--model: the old spelling)", aliases=("--model",))
+    drafter: str = option("distilled", "the draft model (neural: distilled, a checkpoint folder, tiny[:SEED])")
+    out: str = option(help="folder to write the head to", required=True)
+    depth: int = option(2, "residual blocks D (the head has D + 1 layers)", type=a.count("depth", 0, 16))
+    w_rej: float = option(1.0, "weight of the rejection term of the BCE (w_acc = 1)", type=a.positive("w_rej"))
+    mix: float = option(0.5, "token mixing: share of positions keeping the target's token", type=a.probability("mix"))
+    epochs: int = option(30, type=a.count("epochs", 1, 10_000))
+    lr: float = option(1e-3, type=a.positive("lr"))
+    prompts_per_set: int = option(16, type=a.count("prompts_per_set", 1, 1000))
+    max_new_tokens: int = option(96, type=a.count("max_new_tokens", 1, 2048))
+    seed: int = option(0, type=a.count("seed"))
+    device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
 
 
 def register(sub, common) -> None:
@@ -17,33 +38,23 @@ def register(sub, common) -> None:
                        "Y ~ q labelled min(1, p(Y)/q(Y)), token mixing), train a residual SiLU MLP on the frozen draft's last "
                        "hidden state by weighted BCE, report the binary KL on the test prompts, and save the head. Use it with "
                        "draftsim run --policy threshold:h=0.7 --head PATH.")
-    p.add_argument("--model", default="smollm2", help="target model")
-    p.add_argument("--drafter", default="distilled", help="the draft model (neural: distilled, a checkpoint folder, tiny[:SEED])")
-    p.add_argument("--out", required=True, help="folder to write the head to")
-    p.add_argument("--depth", type=a.count("depth", 0, 16), default=2, help="residual blocks D (the head has D + 1 layers)")
-    p.add_argument("--w-rej", type=a.positive("w_rej"), default=1.0, help="weight of the rejection term of the BCE (w_acc = 1)")
-    p.add_argument("--mix", type=a.probability("mix"), default=0.5, help="token mixing: share of positions keeping the target's token")
-    p.add_argument("--epochs", type=a.count("epochs", 1, 10_000), default=30)
-    p.add_argument("--lr", type=a.positive("lr"), default=1e-3)
-    p.add_argument("--prompts-per-set", type=a.count("prompts_per_set", 1, 1000), default=16)
-    p.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 2048), default=96)
-    p.add_argument("--seed", type=a.count("seed"), default=0)
-    p.add_argument("--device", default="auto")
+    add_options(p, TrainHeadConfig)
     p.set_defaults(run=run)
 
 
-def check(args: argparse.Namespace) -> None:
+def check(config: TrainHeadConfig) -> None:
     """Check every argument before a model loads. ``--out`` is replaced as a whole when the
     head is saved, so it must be new, empty or an earlier head (never a folder of other files)."""
-    a.model_name("--model", args.model)
-    a.drafter_names("--drafter", [args.drafter], neural_only=True)
-    a.device(args.device)
-    out = a.output_folder("--out", args.out)
+    check_options(config)
+    a.model_name("--target", config.target)
+    a.drafter_names("--drafter", [config.drafter], neural_only=True)
+    a.device(config.device)
+    out = a.output_folder("--out", config.out)
     here = Path.cwd().resolve()
     if out.resolve() == here or out.resolve() in here.parents:
-        raise DraftsimError(f"--out {args.out!r} is the current folder or one above it; the head is written as a folder of its own: give a new folder")
+        raise DraftsimError(f"--out {config.out!r} is the current folder or one above it; the head is written as a folder of its own: give a new folder")
     if out.is_dir() and any(out.iterdir()) and not (out / "head.json").is_file():
-        raise DraftsimError(f"--out {args.out!r} is a folder with other files and no head in it; saving replaces the whole folder: "
+        raise DraftsimError(f"--out {config.out!r} is a folder with other files and no head in it; saving replaces the whole folder: "
                             "give a new folder, an empty one or an earlier head")
 
 
@@ -57,32 +68,33 @@ def run(args: argparse.Namespace) -> int:
     from draftsim.realrun.methods import make_drafter
     from draftsim.realrun.models import load_model
 
-    check(args)
-    target = load_model(args.model, device=args.device)
-    drafter = make_drafter(args.drafter, target, Bigram(target.vocab_size))
+    config = from_namespace(TrainHeadConfig, args)
+    check(config)
+    target = load_model(config.target, device=config.device)
+    drafter = make_drafter(config.drafter, target, Bigram(target.vocab_size))
     if not isinstance(drafter, NeuralDraft):
-        raise DraftsimError(f"an acceptance head reads a neural draft's hidden states; {args.drafter} is not a neural model")
-    rng = np.random.default_rng(args.seed)
-    train = target_corpus(target, "train", args.prompts_per_set, args.max_new_tokens)
-    test = target_corpus(target, "test", max(2, args.prompts_per_set // 4), args.max_new_tokens)
+        raise DraftsimError(f"an acceptance head reads a neural draft's hidden states; {config.drafter} is not a neural model")
+    rng = np.random.default_rng(config.seed)
+    train = target_corpus(target, "train", config.prompts_per_set, config.max_new_tokens)
+    test = target_corpus(target, "test", max(2, config.prompts_per_set // 4), config.max_new_tokens)
     with count_bar(len(train) + len(test), "labelling") as bar:
-        data = head_data(target, drafter.loaded, train, args.mix, rng, progress=bar.update)
+        data = head_data(target, drafter.loaded, train, config.mix, rng, progress=bar.update)
         held = head_data(target, drafter.loaded, test, 0.0, rng, progress=bar.update)  # evaluate on draft tokens only
-    with count_bar(args.epochs, "training") as bar:
-        head, history = train_head(data, args.depth, args.w_rej, args.epochs, args.lr, seed=args.seed, progress=bar.update)
+    with count_bar(config.epochs, "training") as bar:
+        head, history = train_head(data, config.depth, config.w_rej, config.epochs, config.lr, seed=config.seed, progress=bar.update)
     pred = head.predict(torch.from_numpy(held.features))
     constant = np.full(len(held), data.labels.mean())
     metrics = {"train_examples": len(data), "test_examples": len(held), "final_loss": history[-1],
                "binary_kl": binary_kl(held.labels, pred), "binary_kl_constant": binary_kl(held.labels, constant),
                "mean_label_test": float(held.labels.mean()), "mean_prediction_test": float(pred.mean())}
-    meta = {"target": target.name, "w_rej": args.w_rej, "mix": args.mix, "epochs": args.epochs, "lr": args.lr,
-            "prompts_per_set": args.prompts_per_set, "max_new_tokens": args.max_new_tokens, "seed": args.seed, "metrics": metrics}
-    path = save_head(args.out, head, drafter.loaded, meta)
-    out = {"path": str(path), "depth": args.depth, "w_rej": args.w_rej, "mix": args.mix, **metrics}
+    meta = {"target": target.name, "w_rej": config.w_rej, "mix": config.mix, "epochs": config.epochs, "lr": config.lr,
+            "prompts_per_set": config.prompts_per_set, "max_new_tokens": config.max_new_tokens, "seed": config.seed, "metrics": metrics}
+    path = save_head(config.out, head, drafter.loaded, meta)
+    out = {"path": str(path), "depth": config.depth, "w_rej": config.w_rej, "mix": config.mix, **metrics}
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"acceptance head for {drafter.name} saved to {path}: D = {args.depth} residual blocks, w_rej = {args.w_rej:g}, mix r = {args.mix:g}")
+    print(f"acceptance head for {drafter.name} saved to {path}: D = {config.depth} residual blocks, w_rej = {config.w_rej:g}, mix r = {config.mix:g}")
     print(f"trained on {len(data)} draft positions ({len(train)} target responses); test: {len(held)} positions")
     print(f"binary KL on the test prompts: {metrics['binary_kl']:.4f} (constant predictor {metrics['binary_kl_constant']:.4f}); "
           f"mean acceptance {metrics['mean_label_test']:.3f}, mean prediction {metrics['mean_prediction_test']:.3f}")

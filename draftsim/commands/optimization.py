@@ -1,10 +1,12 @@
-"""``draftsim optimize kmatrix|threshold|tree``: optima, baselines and bounds."""
+"""``draftsim optimize kmatrix|threshold|tree``: optima, baselines and bounds (a configuration,
+a function and a report per subcommand: :data:`OPTIMIZE_CONFIGS`)."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,91 +15,243 @@ from draftsim.sim import analytic, mdp, optimize
 from draftsim.sim.errors import DraftsimError, as_probability
 
 from .. import args as a
-from ..progress import count_bar
-from . import costing
+from ..config import add_options, as_dict, check, from_namespace, option, typed
+from ..progress import count_bar, null_bar
+from .costing import HARDWARE_TITLES, PricedOptions, describe_coefficients
 from .simulation import float_list, parse_pairs
+
+
+@dataclass(kw_only=True)
+class KMatrixConfig(PricedOptions):
+    """``draftsim optimize kmatrix``: the EWIF-optimal K matrix of Cascade Speculative Drafting."""
+
+    cost: list[float] | None = option(help="cost coefficient of drafter 1, 2, ... (repeat; the last may be Max-Gram, 0; or the "
+                                      "model/hardware options)", type=a.cost("cost"), append=True)
+    alpha: float = option(help="acceptance for every pair not given by --pair", type=a.probability("alpha"), required=True)
+    pair: list[str] = option([], "model M's tokens accepted by V with A (e.g. 3:1=0.55)", append=True, metavar="M:V=A")
+    k_max: int = option(optimize.EXACT_ENTRY_MAX, type=a.count("k_max", 0, optimize.EXACT_ENTRY_MAX))
+
+
+@dataclass(kw_only=True)
+class ThresholdConfig(PricedOptions):
+    """``draftsim optimize threshold``: SpecDec++'s optimal stopping policy, best threshold, best k, oracle."""
+
+    alpha: float | None = option(help="i.i.d. acceptance", type=a.probability("alpha"))
+    markov: str | None = option(help="acceptance per hidden regime (observed by the drafter)", metavar="A1,A2,...")
+    stay: str | None = option(help="probability of staying in each regime (default 0.95)", metavar="P1,P2,...")
+    t_draft: float = option(0.05, "draft time per token (target call = --t-target)", type=a.positive("t_draft"))
+    t_target: float = option(1.0, type=a.positive("t_target"))
+    k_max: int = option(32, type=a.count("k_max", 1, 128))
+    sweep: str = option("0.01,0.5,8", "t_draft/t_target values for the h* table", metavar="LO,HI,N")
+    pred_noise: float | None = option(help="also solve with a noisy predictor (logit noise, 4 bins, k_max <= 10)",
+                                      type=a.positive("pred_noise"))
+
+
+@dataclass(kw_only=True)
+class TreeConfig(PricedOptions):
+    """``draftsim optimize tree``: the token tree maximising accepted tokens per unit time."""
+
+    rank_alphas: str = option(help="P(candidate of rank r accepted | earlier ranks rejected)", required=True, metavar="A1,A2,...")
+    budget: int = option(64, "most drafted tokens in the tree", type=a.count("budget", 1, 4096))
+    verify_cost: str = option("1,0.002", "target time to verify n tokens: t(n) = A + B*n", metavar="A,B")
+    draft_cost: float = option(0.0, "drafter time per tree level", type=a.cost("draft_cost"))
+
+
+@dataclass(frozen=True)
+class KMatrixSearch:
+    """One search's K matrix, its EWIF, how many K matrices it scored, and its seconds."""
+
+    K: list
+    ewif: float
+    evaluations: int
+    method: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SingleDrafter:
+    """The best single drafter (1-based), its best k and EWIF."""
+
+    drafter: int
+    k: int
+    ewif: float
+
+
+@dataclass
+class KMatrixReport:
+    """What ``optimize kmatrix`` reports: the acceptance matrix A, the costs (target first),
+    the exact optimum, the halving grid search and the best single drafter."""
+
+    A: list
+    costs: list[float]
+    exact: KMatrixSearch
+    grid: KMatrixSearch
+    best_single_drafter: SingleDrafter
+    cost_from: dict | None = None  #: hardware-priced costs (not in the JSON document)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in as_dict(self).items() if k != "cost_from"}
+
+
+@dataclass(frozen=True)
+class FixedK:
+    """The best fixed draft length and its latency per token."""
+
+    k: int
+    latency_per_token: float
+
+
+@dataclass(frozen=True)
+class BestThreshold:
+    """The best threshold h on P(at least one rejection) and its latency per token."""
+
+    h: float
+    latency_per_token: float
+
+
+@dataclass(frozen=True)
+class ThresholdComparison:
+    """Latency per token (in target calls) of the MDP optimum, the best fixed k, the best
+    threshold, the oracle (SpecDec++ Theorem 4.1) and autoregressive decoding
+    (:func:`draftsim.sim.mdp.compare_policies`)."""
+
+    optimal: float
+    best_fixed_k: FixedK
+    best_threshold: BestThreshold
+    oracle: float
+    autoregressive: float
+    optimal_threshold_structure: dict
+
+
+@dataclass
+class ThresholdReport:
+    """What ``optimize threshold`` reports: the comparison, h* against t_draft/t_target, the
+    noisy predictor's solve (or None) and the problem solved (regimes, times, hardware costs)."""
+
+    comparison: ThresholdComparison
+    h_star: list[dict]
+    noisy_predictor: dict | None
+    alphas: list[float]
+    t_draft: float
+    t_target: float
+    cost_from: dict | None = None
+
+    def to_dict(self) -> dict:
+        return {"comparison": as_dict(self.comparison), "h_star": self.h_star, "noisy_predictor": self.noisy_predictor}
+
+
+@dataclass(frozen=True)
+class TreeSummary:
+    """The optimal token tree: parent of each node (−1 = root), size, depth, expected accepted
+    tokens per round, verification cost, tokens per unit time, and the DP's seconds."""
+
+    parents: list[int]
+    size: int
+    depth: int
+    expected_accepted: float
+    cost: float
+    tokens_per_time: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ChainSummary:
+    """The best chain of the same budget: length, expected accepted tokens, cost, tokens per time."""
+
+    length: int
+    expected_accepted: float
+    cost: float
+    tokens_per_time: float
+
+
+@dataclass
+class TreeReport:
+    """What ``optimize tree`` reports, and the problem solved (rank acceptance, the verification
+    cost's description, the draft cost per level, nodes per depth)."""
+
+    tree: TreeSummary
+    best_chain: ChainSummary
+    ranks: list[float]
+    verify: str
+    draft_cost: float
+    widths: list[int]
+
+    def to_dict(self) -> dict:
+        return {"tree": as_dict(self.tree), "best_chain": as_dict(self.best_chain)}
+
+
+#: ``optimize``'s subcommands: configuration class of each.
+OPTIMIZE_CONFIGS = {"kmatrix": KMatrixConfig, "threshold": ThresholdConfig, "tree": TreeConfig}
 
 
 def register(sub, common) -> None:
     p = sub.add_parser("optimize", help="find optimal K matrices, stopping thresholds and tree shapes",
                        description="Optimise a policy and compare it with baselines and bounds.")
-    osub = p.add_subparsers(dest="target", metavar="WHAT", required=True)
+    osub = p.add_subparsers(dest="what", metavar="WHAT", required=True)
 
     k = osub.add_parser("kmatrix", parents=[common], help="the EWIF-optimal K matrix of Cascade Speculative Drafting",
                         description="Exact search (n <= 3 drafters, entries <= 20) against the halving grid search.")
-    k.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient of drafter 1, 2, ... (repeat; the last may be Max-Gram, 0; "
-                   "or the model/hardware options)")
-    costing.add_hardware_options(k)
-    k.add_argument("--alpha", type=a.probability("alpha"), required=True, help="acceptance for every pair not given by --pair")
-    k.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="model M's tokens accepted by V with A (e.g. 3:1=0.55)")
-    k.add_argument("--k-max", type=a.count("k_max", 0, optimize.EXACT_ENTRY_MAX), default=optimize.EXACT_ENTRY_MAX)
+    add_options(k, KMatrixConfig, HARDWARE_TITLES)
     k.set_defaults(run=run_kmatrix)
 
     t = osub.add_parser("threshold", parents=[common], help="SpecDec++: the optimal stopping policy, best threshold, best k, oracle",
                         description="Solve the draft-length MDP exactly and compare with the best fixed k, the best "
                         "threshold on P(at least one rejection) and the oracle; sweep t_draft/t_target for h*.")
-    t.add_argument("--alpha", type=a.probability("alpha"), help="i.i.d. acceptance")
-    t.add_argument("--markov", metavar="A1,A2,...", help="acceptance per hidden regime (observed by the drafter)")
-    t.add_argument("--stay", metavar="P1,P2,...", help="probability of staying in each regime (default 0.95)")
-    t.add_argument("--t-draft", type=a.positive("t_draft"), default=0.05, help="draft time per token (target call = --t-target)")
-    t.add_argument("--t-target", type=a.positive("t_target"), default=1.0)
-    t.add_argument("--k-max", type=a.count("k_max", 1, 128), default=32)
-    t.add_argument("--sweep", metavar="LO,HI,N", default="0.01,0.5,8", help="t_draft/t_target values for the h* table")
-    t.add_argument("--pred-noise", type=a.positive("pred_noise"), help="also solve with a noisy predictor (logit noise, 4 bins, k_max <= 10)")
-    costing.add_hardware_options(t)
+    add_options(t, ThresholdConfig, HARDWARE_TITLES)
     t.set_defaults(run=run_threshold)
 
     r = osub.add_parser("tree", parents=[common], help="the token tree maximising accepted tokens per unit time",
                         description="Sequoia-style DP over token trees against the best chain of the same budget.")
-    r.add_argument("--rank-alphas", required=True, metavar="A1,A2,...", help="P(candidate of rank r accepted | earlier ranks rejected)")
-    r.add_argument("--budget", type=a.count("budget", 1, 4096), default=64, help="most drafted tokens in the tree")
-    r.add_argument("--verify-cost", default="1,0.002", metavar="A,B", help="target time to verify n tokens: t(n) = A + B*n")
-    r.add_argument("--draft-cost", type=a.cost("draft_cost"), default=0.0, help="drafter time per tree level")
-    costing.add_hardware_options(r)
+    add_options(r, TreeConfig, HARDWARE_TITLES)
     r.set_defaults(run=run_tree)
 
 
-def _system(args) -> tuple[np.ndarray, list[float]]:
-    costs, args.cost_info = costing.coefficients_or_hardware(args, args.cost)
+def _system(config: KMatrixConfig) -> tuple[np.ndarray, list[float], dict | None]:
+    costs, info, _ = config.coefficients_or_hardware(config.cost)
     size = len(costs) + 1
-    A = np.tril(np.full((size, size), args.alpha), k=-1)
-    for src, dst, val in parse_pairs(args.pair, size):
+    A = np.tril(np.full((size, size), config.alpha), k=-1)
+    for src, dst, val in parse_pairs(config.pair, size):
         A[src, dst] = val
-    return A, costs
+    return A, costs, info
 
 
-def run_kmatrix(args: argparse.Namespace) -> int:
-    A, costs = _system(args)
+def optimize_kmatrix(config: KMatrixConfig, bar=null_bar) -> KMatrixReport:
+    """The exact EWIF-optimal K matrix against the halving grid search and the best single drafter."""
+    check(config)
+    A, costs, info = _system(config)
     n = len(costs)
     if n > 3:
         raise DraftsimError(f"the exact search handles up to 3 drafters; got {n}")
-    lower = (args.k_max + 1) ** (n * (n - 1) // 2)
+    lower = (config.k_max + 1) ** (n * (n - 1) // 2)
     t0 = time.perf_counter()
-    with count_bar(lower, "lower configurations") as bar:
-        exact = optimize.kmatrix_exact(A, costs, args.k_max, progress=bar.update)
+    with bar(lower, "lower configurations") as b:
+        exact = optimize.kmatrix_exact(A, costs, config.k_max, progress=b.update)
     t_exact = time.perf_counter() - t0
     t0 = time.perf_counter()
-    grid = optimize.kmatrix_grid(A, costs, args.k_max)
+    grid = optimize.kmatrix_grid(A, costs, config.k_max)
     t_grid = time.perf_counter() - t0
-    singles = [(j, *analytic.optimal_k(A[j, 0], costs[j - 1], args.k_max)) for j in range(1, n + 1)]
+    singles = [(j, *analytic.optimal_k(A[j, 0], costs[j - 1], config.k_max)) for j in range(1, n + 1)]
     best_single = max(singles, key=lambda s: s[2])
-    out = {
-        "A": A.tolist(),
-        "costs": [1.0] + costs,
-        "exact": {**exact.to_dict(), "seconds": t_exact},
-        "grid": {**grid.to_dict(), "seconds": t_grid},
-        "best_single_drafter": {"drafter": best_single[0], "k": int(best_single[1]), "ewif": float(best_single[2])},
-    }
+    return KMatrixReport(A.tolist(), [1.0] + costs, KMatrixSearch(**exact.to_dict(), seconds=t_exact),
+                         KMatrixSearch(**grid.to_dict(), seconds=t_grid),
+                         SingleDrafter(best_single[0], int(best_single[1]), float(best_single[2])), info)
+
+
+def run_kmatrix(args: argparse.Namespace) -> int:
+    config = from_namespace(KMatrixConfig, args)
+    out = optimize_kmatrix(config, count_bar)
     if args.json:
-        a.emit_json(out)
+        a.emit_json(out.to_dict())
         return 0
-    if args.cost_info:
-        print(costing.describe_coefficients(args.cost_info))
-    print(f"K-matrix optimisation: {n} drafters, costs {costs}, entries 0..{args.k_max}")
+    exact, grid, best = out.exact, out.grid, out.best_single_drafter
+    costs = out.costs[1:]
+    if out.cost_from:
+        print(describe_coefficients(out.cost_from))
+    print(f"K-matrix optimisation: {len(costs)} drafters, costs {costs}, entries 0..{config.k_max}")
     rows = [
-        ["exact search (optimum)", exact.ewif, exact.evaluations, f"{t_exact:.3f}", str(exact.K.tolist())],
-        ["halving grid search (baseline)", grid.ewif, grid.evaluations, f"{t_grid:.3f}", str(grid.K.tolist())],
-        [f"best single drafter (d{best_single[0]}, k={int(best_single[1])})", float(best_single[2]), args.k_max + 1, "-", "-"],
+        ["exact search (optimum)", exact.ewif, exact.evaluations, f"{exact.seconds:.3f}", str(exact.K)],
+        ["halving grid search (baseline)", grid.ewif, grid.evaluations, f"{grid.seconds:.3f}", str(grid.K)],
+        [f"best single drafter (d{best.drafter}, k={best.k})", best.ewif, config.k_max + 1, "-", "-"],
     ]
     print(format_table(["method", "EWIF", "evaluations", "seconds", "K"], rows))
     gap = exact.ewif / grid.ewif - 1
@@ -141,82 +295,95 @@ def parse_sweep(text: str) -> tuple[float, float, int]:
     return lo, hi, int(n)
 
 
-def threshold_problem(args: argparse.Namespace):
-    """The regimes' acceptance, their transition matrix and the h* sweep (LO, HI, N) of a parsed
-    ``optimize threshold`` command line, every option checked (time and memory budget too)
-    before any solve — the checks ``draftsim sweep`` runs on every point up front."""
-    if costing.uses_hardware(args):  # replaces --t-draft/--t-target: one-token calls on the hardware, in seconds
-        (c,), info = costing.hardware_coefficients(args, 1)
-        args.t_target, args.t_draft = info["target_seconds"], c * info["target_seconds"]
-        args.cost_info = info
-    if (args.alpha is None) == (args.markov is None):
+def threshold_problem(config: ThresholdConfig):
+    """The regimes' acceptance, their transition matrix, the h* sweep (LO, HI, N), the draft
+    and target times and the hardware costs' description (or None) of an ``optimize
+    threshold`` configuration, every option checked (time and memory budget too) before any
+    solve — the checks ``draftsim sweep`` runs on every point up front."""
+    check(config)
+    t_draft, t_target, info = config.t_draft, config.t_target, None
+    if config.uses_hardware():  # replaces --t-draft/--t-target: one-token calls on the hardware, in seconds
+        _, info = config.priced(1)
+        t_target = info["target_seconds"]
+        t_draft = info["coefficients"][0] * t_target
+    if (config.alpha is None) == (config.markov is None):
         raise DraftsimError("give exactly one of --alpha or --markov")
-    if args.stay is not None and args.markov is None:
-        raise DraftsimError(f"--stay {args.stay!r} applies to --markov only")
-    if args.markov:
-        alphas = as_probability("--markov", float_list("--markov", args.markov, minimum=2)).tolist()
-        stay = as_probability("--stay", float_list("--stay", args.stay)).tolist() if args.stay is not None else [0.95] * len(alphas)
+    if config.stay is not None and config.markov is None:
+        raise DraftsimError(f"--stay {config.stay!r} applies to --markov only")
+    if config.markov:
+        alphas = as_probability("--markov", float_list("--markov", config.markov, minimum=2)).tolist()
+        stay = as_probability("--stay", float_list("--stay", config.stay)).tolist() if config.stay is not None else [0.95] * len(alphas)
         if len(stay) != len(alphas):
-            raise DraftsimError(f"--stay needs one value per --markov regime ({len(alphas)}); got {len(stay)} in {args.stay!r}")
+            raise DraftsimError(f"--stay needs one value per --markov regime ({len(alphas)}); got {len(stay)} in {config.stay!r}")
         T = [[s if i == j else (1 - s) / (len(alphas) - 1) for j in range(len(alphas))] for i, s in enumerate(stay)]
     else:
-        alphas, T = [args.alpha], [[1.0]]
-    lo, hi, n = parse_sweep(args.sweep)
-    if args.pred_noise is not None:
-        k_noisy = min(args.k_max, NOISY_K_MAX)
+        alphas, T = [config.alpha], [[1.0]]
+    lo, hi, n = parse_sweep(config.sweep)
+    if config.pred_noise is not None:
+        k_noisy = min(config.k_max, NOISY_K_MAX)
         if len(alphas) * NOISY_BINS**k_noisy > NOISY_HISTORIES_MAX:
             fits = max(k for k in range(1, NOISY_K_MAX + 1) if len(alphas) * NOISY_BINS**k <= NOISY_HISTORIES_MAX)
-            raise DraftsimError(f"--pred-noise with {len(alphas)} regimes and --k-max {args.k_max} solves over {len(alphas)} x "
+            raise DraftsimError(f"--pred-noise with {len(alphas)} regimes and --k-max {config.k_max} solves over {len(alphas)} x "
                                 f"{NOISY_BINS}^{k_noisy} symbol histories, more than {NOISY_HISTORIES_MAX:,}: give --k-max {fits} or less")
-    seconds, nbytes = threshold_work(len(alphas), args.k_max, n, args.pred_noise is not None)
-    a.check_budget(f"optimize threshold with {len(alphas)} regime(s), --k-max {args.k_max} and {n:,} sweep points", seconds, nbytes,
+    seconds, nbytes = threshold_work(len(alphas), config.k_max, n, config.pred_noise is not None)
+    a.check_budget(f"optimize threshold with {len(alphas)} regime(s), --k-max {config.k_max} and {n:,} sweep points", seconds, nbytes,
                    "use fewer sweep points, a smaller --k-max or fewer regimes")
-    return alphas, T, (lo, hi, n)
+    return alphas, T, (lo, hi, n), (t_draft, t_target), info
+
+
+def optimize_threshold(config: ThresholdConfig, bar=null_bar) -> ThresholdReport:
+    """The draft-length MDP solved exactly against the best fixed k, the best threshold and the
+    oracle; h* against t_draft/t_target; with --pred-noise the noisy predictor's solve too."""
+    alphas, T, (lo, hi, n), (t_draft, t_target), info = threshold_problem(config)
+    ratios = np.geomspace(lo, hi, n)
+    thresholds = np.linspace(0.0, 1.0, 101)
+    with bar(1 + len(ratios), "solving") as b:
+        cmp = mdp.compare_policies(T, alphas, t_draft, t_target, config.k_max, thresholds)
+        b.update(1)
+        sweep = []
+        for ratio in ratios:
+            sol = mdp.solve_markov(T, alphas, ratio * t_target, t_target, config.k_max)
+            sweep.append({"t_draft/t_target": float(ratio), "latency_per_token": sol.latency_per_token, **sol.threshold})
+            b.update(1)
+    noisy = None
+    if config.pred_noise is not None:
+        E, values = mdp.predictor_emission(T, alphas, config.pred_noise, 4)
+        k_noisy = min(config.k_max, 10)
+        opt = mdp.solve_noisy_markov(T, alphas, E, values, t_draft, t_target, k_noisy)
+        best_h = min((mdp.solve_noisy_markov(T, alphas, E, values, t_draft, t_target, k_noisy, ("threshold", float(h)))
+                      for h in np.linspace(0, 1, 21)), key=lambda s: s.latency_per_token)
+        noisy = {"k_max": k_noisy, "optimal": opt.latency_per_token,
+                 "best_threshold": {"h": float(best_h.policy.split()[1]), "latency_per_token": best_h.latency_per_token},
+                 "threshold_structure": opt.threshold}
+    return ThresholdReport(typed(ThresholdComparison, cmp), sweep, noisy, alphas, t_draft, t_target, info)
 
 
 def run_threshold(args: argparse.Namespace) -> int:
-    alphas, T, (lo, hi, n) = threshold_problem(args)
-    ratios = np.geomspace(lo, hi, n)
-    thresholds = np.linspace(0.0, 1.0, 101)
-    with count_bar(1 + len(ratios), "solving") as bar:
-        cmp = mdp.compare_policies(T, alphas, args.t_draft, args.t_target, args.k_max, thresholds)
-        bar.update(1)
-        sweep = []
-        for ratio in ratios:
-            sol = mdp.solve_markov(T, alphas, ratio * args.t_target, args.t_target, args.k_max)
-            sweep.append({"t_draft/t_target": float(ratio), "latency_per_token": sol.latency_per_token, **sol.threshold})
-            bar.update(1)
-    noisy = None
-    if args.pred_noise is not None:
-        E, values = mdp.predictor_emission(T, alphas, args.pred_noise, 4)
-        k_noisy = min(args.k_max, 10)
-        opt = mdp.solve_noisy_markov(T, alphas, E, values, args.t_draft, args.t_target, k_noisy)
-        best_h = min((mdp.solve_noisy_markov(T, alphas, E, values, args.t_draft, args.t_target, k_noisy, ("threshold", float(h))) for h in np.linspace(0, 1, 21)),
-                     key=lambda s: s.latency_per_token)
-        noisy = {"k_max": k_noisy, "optimal": opt.latency_per_token, "best_threshold": {"h": float(best_h.policy.split()[1]), "latency_per_token": best_h.latency_per_token},
-                 "threshold_structure": opt.threshold}
-    out = {"comparison": cmp, "h_star": sweep, "noisy_predictor": noisy}
+    config = from_namespace(ThresholdConfig, args)
+    out = optimize_threshold(config, count_bar)
     if args.json:
-        a.emit_json(out)
+        a.emit_json(out.to_dict())
         return 0
-    if getattr(args, "cost_info", None):
-        print(costing.describe_coefficients(args.cost_info))
-    print(f"draft-length MDP: regimes alpha={alphas}, t_draft={args.t_draft:g}, t_target={args.t_target:g}, k_max={args.k_max}")
-    ar = cmp["autoregressive"]
+    cmp, noisy, sweep = out.comparison, out.noisy_predictor, out.h_star
+    if out.cost_from:
+        print(describe_coefficients(out.cost_from))
+    print(f"draft-length MDP: regimes alpha={out.alphas}, t_draft={out.t_draft:g}, t_target={out.t_target:g}, k_max={config.k_max}")
+    ar = cmp.autoregressive
     rows = [
-        ["MDP optimum", cmp["optimal"], ar / cmp["optimal"]],
-        [f"best threshold (h={cmp['best_threshold']['h']:.2f})", cmp["best_threshold"]["latency_per_token"], ar / cmp["best_threshold"]["latency_per_token"]],
-        [f"best fixed k (k={cmp['best_fixed_k']['k']})", cmp["best_fixed_k"]["latency_per_token"], ar / cmp["best_fixed_k"]["latency_per_token"]],
-        ["oracle (Theorem 4.1)", cmp["oracle"], ar / cmp["oracle"]],
+        ["MDP optimum", cmp.optimal, ar / cmp.optimal],
+        [f"best threshold (h={cmp.best_threshold.h:.2f})", cmp.best_threshold.latency_per_token, ar / cmp.best_threshold.latency_per_token],
+        [f"best fixed k (k={cmp.best_fixed_k.k})", cmp.best_fixed_k.latency_per_token, ar / cmp.best_fixed_k.latency_per_token],
+        ["oracle (Theorem 4.1)", cmp.oracle, ar / cmp.oracle],
         ["autoregressive", ar, 1.0],
     ]
     if noisy is not None:
         rows[1:1] = [
             [f"MDP optimum, noisy predictor (k_max {noisy['k_max']})", noisy["optimal"], ar / noisy["optimal"]],
-            [f"best threshold, noisy predictor (h={noisy['best_threshold']['h']:.2f})", noisy["best_threshold"]["latency_per_token"], ar / noisy["best_threshold"]["latency_per_token"]],
+            [f"best threshold, noisy predictor (h={noisy['best_threshold']['h']:.2f})", noisy["best_threshold"]["latency_per_token"],
+             ar / noisy["best_threshold"]["latency_per_token"]],
         ]
     print(format_table(["policy", "latency/token", "speedup"], rows))
-    st = cmp["optimal_threshold_structure"]
+    st = cmp.optimal_threshold_structure
     print(f"optimal policy is {'a single' if st['is_threshold'] else 'not a single'} threshold on P(at least one rejection)"
           + ("" if st["is_threshold"] else "; per regime: " + ", ".join(
               f"regime {r}: {'threshold' if v['is_threshold'] else 'not threshold'} h* in ({_h(v['h_low'])}, {_h(v['h_high'])}]"
@@ -237,39 +404,48 @@ def _h(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def run_tree(args: argparse.Namespace) -> int:
-    ranks = as_probability("--rank-alphas", float_list("--rank-alphas", args.rank_alphas)).tolist()
-    va, vb = float_list("--verify-cost", args.verify_cost, count=2)
+def optimize_tree(config: TreeConfig) -> TreeReport:
+    """The token tree maximising tokens per unit time (Sequoia-style DP) against the best chain
+    of the same budget; t(n) typed as A + B·n or, with the model/hardware options, the target's
+    on the hardware in one-token calls (and the drafter's one-token call as the draft cost)."""
+    check(config)
+    ranks = as_probability("--rank-alphas", float_list("--rank-alphas", config.rank_alphas)).tolist()
+    va, vb = float_list("--verify-cost", config.verify_cost, count=2)
     if not (math.isfinite(va) and math.isfinite(vb) and va > 0 and vb >= 0):
-        raise DraftsimError(f"--verify-cost {args.verify_cost!r}: t(n) = A + B*n needs finite A > 0 and B >= 0; got A {va:g}, B {vb:g}")
+        raise DraftsimError(f"--verify-cost {config.verify_cost!r}: t(n) = A + B*n needs finite A > 0 and B >= 0; got A {va:g}, B {vb:g}")
     cost = lambda n: va + vb * n  # noqa: E731
-    if costing.uses_hardware(args):  # replaces --verify-cost/--draft-cost: the target's t(n) on the hardware, in one-token calls
-        target, drafters, info = costing.hardware_times(args, 1)
-        b, ctx = args.cost_batch, args.cost_context
-        unit = float(target.shape_time(b, 1, ctx))
-        cost = lambda n: float(target.shape_time(b, n, ctx)) / unit  # noqa: E731
-        args.draft_cost = float(drafters[0].shape_time(b, 1, ctx)) / unit
+    draft_cost, verify = config.draft_cost, f"t(n) = {va:g} + {vb:g} n"
+    if config.uses_hardware():  # replaces --verify-cost/--draft-cost: the target's t(n) on the hardware, in one-token calls
+        built, _ = config.priced(1)
+        b, ctx = config.cost_batch, config.cost_context
+        unit = float(built.target.shape_time(b, 1, ctx))
+        cost = lambda n: float(built.target.shape_time(b, n, ctx)) / unit  # noqa: E731
+        draft_cost = float(built.drafters[0].shape_time(b, 1, ctx)) / unit
+        verify = "t(n) from the hardware (one-token call = 1)"
     t0 = time.perf_counter()
-    tree = optimize.tree_shape(ranks, args.budget, cost, args.draft_cost)
+    tree = optimize.tree_shape(ranks, config.budget, cost, draft_cost)
     seconds = time.perf_counter() - t0
-    chain = max((optimize.chain_value(ranks, k, cost, args.draft_cost) for k in range(args.budget + 1)), key=lambda s: s.tokens_per_time)
-    out = {
-        "tree": {"parents": list(tree.parents), "size": tree.size, "depth": tree.depth(), "expected_accepted": tree.expected_accepted,
-                 "cost": tree.cost, "tokens_per_time": tree.tokens_per_time, "seconds": seconds},
-        "best_chain": {"length": chain.size, "expected_accepted": chain.expected_accepted, "cost": chain.cost, "tokens_per_time": chain.tokens_per_time},
-    }
+    chain = max((optimize.chain_value(ranks, k, cost, draft_cost) for k in range(config.budget + 1)), key=lambda s: s.tokens_per_time)
+    widths = np.bincount(tree.depths(), minlength=tree.depth() + 1)[1:]
+    return TreeReport(TreeSummary(list(tree.parents), tree.size, tree.depth(), tree.expected_accepted, tree.cost, tree.tokens_per_time,
+                                  seconds),
+                      ChainSummary(chain.size, chain.expected_accepted, chain.cost, chain.tokens_per_time), ranks, verify, draft_cost,
+                      [int(w) for w in widths])
+
+
+def run_tree(args: argparse.Namespace) -> int:
+    config = from_namespace(TreeConfig, args)
+    out = optimize_tree(config)
     if args.json:
-        a.emit_json(out)
+        a.emit_json(out.to_dict())
         return 0
-    verify = "t(n) from the hardware (one-token call = 1)" if costing.uses_hardware(args) else f"t(n) = {va:g} + {vb:g} n"
-    print(f"token-tree shape: rank acceptance {ranks}, budget {args.budget}, {verify}, draft cost per level {args.draft_cost:.4g}")
+    tree, chain = out.tree, out.best_chain
+    print(f"token-tree shape: rank acceptance {out.ranks}, budget {config.budget}, {out.verify}, draft cost per level {out.draft_cost:.4g}")
     rows = [
-        ["optimal tree", tree.size, tree.depth(), tree.expected_accepted, tree.tokens_per_time],
-        ["best chain", chain.size, chain.size, chain.expected_accepted, chain.tokens_per_time],
+        ["optimal tree", tree.size, tree.depth, tree.expected_accepted, tree.tokens_per_time],
+        ["best chain", chain.length, chain.length, chain.expected_accepted, chain.tokens_per_time],
     ]
     print(format_table(["shape", "nodes", "depth", "E[accepted]", "tokens/time"], rows))
-    print(f"tree over chain: {tree.tokens_per_time / chain.tokens_per_time:.3f}x  (DP took {seconds:.3f} s)")
-    widths = np.bincount(tree.depths(), minlength=tree.depth() + 1)[1:]
-    print("nodes per depth:", " ".join(str(int(w)) for w in widths))
+    print(f"tree over chain: {tree.tokens_per_time / chain.tokens_per_time:.3f}x  (DP took {tree.seconds:.3f} s)")
+    print("nodes per depth:", " ".join(str(w) for w in out.widths))
     return 0
-

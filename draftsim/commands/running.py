@@ -4,6 +4,7 @@ the simulator against what the run did."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
@@ -11,11 +12,41 @@ from draftsim.sim.policies import POLICY_HELP
 from draftsim.sim.rules import RULE_HELP
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option
 from ..progress import count_bar
 
 #: Methods of ``draftsim run`` (:data:`draftsim.realrun.methods.METHODS`; listed here so that the
 #: parser is built without importing torch).
 METHODS = ("ar", "sd", "csd", "cascade", "ssd", "tsd", "gsd")
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """``draftsim run``: a method on real models, measured against autoregressive decoding of the
+    same prompts and replayed in the simulator."""
+
+    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
+                         "spelling)", aliases=("--model",))
+    method: str = option("sd", choices=METHODS)
+    drafter: str | None = option(help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade "
+                                 "distilled)")
+    policy: str | None = option(help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
+    rule: str | None = option(help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
+    head: str | None = option(help="SpecDec++ acceptance head (draftsim train-head) for drafter 1; with --policy threshold:h=...")
+    sequential: bool = option(False, "cascade: the sequential token-level cascade ([SC] Algorithm 2; rule chow)", flag=True)
+    prompts: str = option("code", "prompt set(s), comma-separated")
+    split: str = option("test", choices=("train", "test"))
+    n: int = option(5, "prompts per set", type=a.count("n", 1, 10_000))
+    max_new_tokens: int = option(64, type=a.count("max_new_tokens", 1, 4096))
+    temperature: float = option(0.0, "0 = greedy", type=a.cost("temperature"))
+    top_k: int | None = option(type=a.count("top_k", 1, 1_000_000))
+    seed: int = option(0, type=a.count("seed"))
+    trace: str | None = option(help="write the run trace to this folder (default: a temporary one)")
+    resume: bool = option(False, "continue an existing --trace", flag=True)
+    no_check: bool = option(False, "skip the simulator replay", flag=True)
+    device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
+    profile: list[str] = option([], "price the simulator's replay with this draftsim profile (of the target or a drafter; repeatable); "
+                                "default: the run's own calls", append=True, metavar="FILE")
 
 
 def register(sub, common) -> None:
@@ -29,36 +60,36 @@ def register(sub, common) -> None:
                        epilog=POLICY_HELP + "\n\n" + RULE_HELP + "\n\nDrafters: maxgram, bigram, distilled (draftsim distill), "
                        "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--method", choices=list(METHODS), default="sd")
-    p.add_argument("--drafter", help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
-    p.add_argument("--policy", help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
-    p.add_argument("--rule", help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
-    p.add_argument("--head", help="SpecDec++ acceptance head (draftsim train-head) for drafter 1; with --policy threshold:h=...")
-    p.add_argument("--sequential", action="store_true", help="cascade: the sequential token-level cascade ([SC] Algorithm 2; rule chow)")
-    p.add_argument("--prompts", default="code", help="prompt set(s), comma-separated")
-    p.add_argument("--split", choices=["train", "test"], default="test")
-    p.add_argument("--n", type=a.count("n", 1, 10_000), default=5, help="prompts per set")
-    p.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 4096), default=64)
-    p.add_argument("--temperature", type=a.cost("temperature"), default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=a.count("top_k", 1, 1_000_000))
-    p.add_argument("--seed", type=a.count("seed"), default=0)
-    p.add_argument("--trace", help="write the run trace to this folder (default: a temporary one)")
-    p.add_argument("--resume", action="store_true", help="continue an existing --trace")
-    p.add_argument("--no-check", action="store_true", help="skip the simulator replay")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--profile", action="append", default=[], metavar="FILE",
-                   help="price the simulator's replay with this draftsim profile (of the target or a drafter; repeatable); "
-                   "default: the run's own calls")
+    add_options(p, RunConfig)
     p.set_defaults(run=run)
 
     c = sub.add_parser("check-sim", parents=[common], help="replay a run trace in the simulator and compare",
                        description="Replay the acceptance a real run recorded with the same policy in the Monte Carlo engine; "
                        "compare counts (exact for greedy single-drafter runs) and predicted against measured tokens/s.")
-    c.add_argument("trace", nargs="+", help="run trace folder(s) (draftsim run --trace)")
-    c.add_argument("--profile", action="append", default=[], metavar="FILE",
-                   help="price the replay with this draftsim profile (repeatable; default: the run's own calls)")
+    add_options(c, CheckSimConfig)
     c.set_defaults(run=run_check)
+
+
+@dataclass(kw_only=True)
+class CheckSimConfig:
+    """``draftsim check-sim``: run traces replayed in the simulator and compared with the runs."""
+
+    trace: list[str] = option(help="run trace folder(s) (draftsim run --trace)", positional=True, nargs="+")
+    profile: list[str] = option([], "price the replay with this draftsim profile (repeatable; default: the run's own calls)",
+                                append=True, metavar="FILE")
+
+
+def check_sim(config: CheckSimConfig) -> list[dict]:
+    """Each run trace replayed with its policy and compared: counts, predicted against measured
+    tokens/s (:func:`draftsim.analysis.reality.check_run`)."""
+    from draftsim.analysis.reality import check_run
+
+    check(config)
+    twice = sorted({p for p in config.trace if config.trace.count(p) > 1})
+    if twice:
+        raise DraftsimError(f"check-sim: {', '.join(twice)} is given twice; name each run trace once")
+    profiles = _profiles(config.profile)
+    return [check_run(path, profiles=profiles) for path in config.trace]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,36 +101,38 @@ def run(args: argparse.Namespace) -> int:
     from draftsim.realrun.prompts import prompt_set
 
     # Everything is validated before the model is loaded.
-    if args.resume and not args.trace:
+    config = from_namespace(RunConfig, args)
+    check(config)
+    if config.resume and not config.trace:
         raise DraftsimError("--resume needs --trace")
-    if args.top_k is not None and args.temperature == 0:
+    if config.top_k is not None and config.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    check_model_name(args.model, "--model")
-    a.device(args.device)
-    spec = MethodSpec(args.method, args.drafter, args.policy, args.rule, args.sequential, args.head)
-    sets = a.prompt_sets("--prompts", args.prompts)
-    if args.trace is not None:
-        a.trace_folder("--trace", args.trace, args.resume)
-    prompts = [p for s in sets for p in prompt_set(s, args.split, args.n)]
-    sampling = Sampling(args.temperature, args.top_k)
-    profiles = _profiles(args.profile)
-    target = load_model(args.model, device=args.device)
+    check_model_name(config.target, "--target")
+    a.device(config.device)
+    spec = MethodSpec(config.method, config.drafter, config.policy, config.rule, config.sequential, config.head)
+    sets = a.prompt_sets("--prompts", config.prompts)
+    if config.trace is not None:
+        a.trace_folder("--trace", config.trace, config.resume)
+    prompts = [p for s in sets for p in prompt_set(s, config.split, config.n)]
+    sampling = Sampling(config.temperature, config.top_k)
+    profiles = _profiles(config.profile)
+    target = load_model(config.target, device=config.device)
     method = build_method(spec, target)
     with count_bar(len(prompts), "decoding") as bar:
-        m = measure(target, method, prompts, args.max_new_tokens, sampling, args.seed, args.trace, args.resume, progress=bar.update)
-    out = held_to_sim(m, seed=args.seed, check=not args.no_check, profiles=profiles)
+        m = measure(target, method, prompts, config.max_new_tokens, sampling, config.seed, config.trace, config.resume, progress=bar.update)
+    out = held_to_sim(m, seed=config.seed, check=not config.no_check, profiles=profiles)
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"{target.name} on {len(prompts)} {args.split} prompts ({', '.join(sets)}), {args.max_new_tokens} new tokens, "
+    print(f"{target.name} on {len(prompts)} {config.split} prompts ({', '.join(sets)}), {config.max_new_tokens} new tokens, "
           f"{'greedy' if sampling.greedy else out['sampling']}")
     q = out["quality"]
     rows = [["autoregressive", out["autoregressive_tokens_per_second"], 1.0, 1.0, "-", "-"]]
-    if args.method != "ar":
+    if config.method != "ar":
         rows.append([out["label"], out["tokens_per_second"], out["speedup"], out["mean_accepted_length"], f"{out['swi']:.2f}",
                      f"{q['identical_to_target']:.0%}"])
     print(format_table(["method", "tokens/s", "speedup", "tokens/target call", "SWI", "= target output"], rows))
-    if args.method != "ar":
+    if config.method != "ar":
         print("calls per model: " + ", ".join(f"{n} {c}" for n, c in zip(["target"] + out["drafters"], out["calls_per_model"]))
               + "; cost coefficients (measured): " + ", ".join(f"{c:.3f}" for c in out["cost_coefficients"]))
         for lv in out["levels"]:
@@ -162,13 +195,7 @@ def _print_check(c: dict) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from draftsim.analysis.reality import check_run
-
-    twice = sorted({p for p in args.trace if args.trace.count(p) > 1})
-    if twice:
-        raise DraftsimError(f"check-sim: {', '.join(twice)} is given twice; name each run trace once")
-    profiles = _profiles(args.profile)
-    results = [check_run(path, profiles=profiles) for path in args.trace]
+    results = check_sim(from_namespace(CheckSimConfig, args))
     if args.json:
         a.emit_json(results if len(results) > 1 else results[0])
         return 0

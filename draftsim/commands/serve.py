@@ -22,7 +22,7 @@ def register(sub, common) -> None:
                        "metrics; --trace writes a serving trace for draftsim check-serve.",
                        epilog=POLICY_HELP + "\n\nDrafters: maxgram, bigram, distilled, tiny[:SEED], a checkpoint folder, or none "
                        "(autoregressive serving).", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
+    p.add_argument("--target", "--model", dest="model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
     p.add_argument("--drafter", default="maxgram", help="maxgram (default), bigram, distilled, a neural model, or none")
     p.add_argument("--policy", help="sim policy of one drafter (default fixed:k=4; ar without a drafter)")
     p.add_argument("--controller", default="none", help="speculation controller per step (sim.controllers; default none)")
@@ -41,7 +41,7 @@ def register(sub, common) -> None:
     p.add_argument("--top-k", type=a.count("top_k", 1, 1_000_000))
     p.add_argument("--seed", type=a.count("seed"), default=0)
     p.add_argument("--trace", help="write the serving trace to this new folder")
-    p.add_argument("--device", type=a.device, default="auto")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--threads", type=a.count("threads", 1, 1024), help="torch CPU threads (default torch's; 1 is steadier on a busy machine)")
     p.set_defaults(run=run)
@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     # Everything but the model is checked before it loads.
     if args.top_k is not None and args.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    a.model_name("--model", args.model)
+    a.model_name("--target", args.model)
+    a.device(args.device)
     drafter_name = None if args.drafter.strip() == "none" else a.drafter_names("--drafter", [args.drafter])[0]
     policy_spec = args.policy or ("fixed:k=4" if drafter_name else "ar")
     policy = parse_policy(policy_spec)

@@ -1,9 +1,11 @@
 """``draftsim serve-sim``: a serving simulation — continuous batching with speculative decoding
-under a workload, on models priced from hardware (roofline) or measured profiles."""
+under a workload, on models priced from hardware (roofline) or measured profiles
+(:class:`ServeSimConfig` → :func:`serve_sim` → :class:`ServeSimResult`)."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,14 +20,139 @@ from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 from draftsim.sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, parse_lengths
 
 from .. import args as a
-from ..progress import count_bar
-from .costing import add_hardware_options, build_models
-from .simulation import add_acceptance_options, build_process, float_list
+from ..config import add_options, check, from_namespace, option, typed
+from ..progress import count_bar, null_bar
+from .costing import HARDWARE, SHAPES_TITLES, HardwareOptions
+from .simulation import ACCEPTANCE, AcceptanceOptions, build_process, float_list
 
 #: CPU seconds per simulated request (measured by benchmarks/bench_serving.py, upper value).
 SECONDS_PER_REQUEST = 1e-3
 #: Bytes kept per request, plus per output token (its rounds, inter-token gaps and steps).
 BYTES_PER_REQUEST, BYTES_PER_TOKEN = 200.0, 12.0
+
+
+@dataclass(kw_only=True)
+class ServeSimConfig(HardwareOptions, AcceptanceOptions):
+    """``draftsim serve-sim``: a workload served with continuous batching, a paged KV cache and
+    speculative decoding, on models priced from hardware or measured profiles."""
+
+    drafter_model: list[str] | None = option(help="draft model (repeat, in drafter order): catalog name, config.json path, maxgram or "
+                                             "bigram", append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
+    policy: str = option("fixed:k=4", "drafting policy of every request (default fixed:k=4)")
+    controller: str = option("none", "speculation controller per step (default none)")
+    acceptance_trace: str | None = option(help="trace-driven: request i replays recorded sequence i mod n", metavar="TRACE",
+                                          group=ACCEPTANCE)
+    trace_drafter: list[str] | None = option(help="the trace's drafter(s) playing models 1, 2, ...", append=True, metavar="NAME",
+                                             group=ACCEPTANCE)
+    qps: float | None = option(help="mean arrival rate, requests/s (open-loop arrivals)", type=a.positive("qps"), group="workload")
+    duration: float | None = option(help="seconds of arrivals", type=a.positive("duration"), group="workload")
+    requests: int | None = option(help="number of requests", type=a.count("requests", 1, 1 << 24), group="workload")
+    arrivals: str = option("poisson", "arrival process (default poisson; see below)", group="workload")
+    prompt_len: str = option("fixed:512", "prompt length distribution (default fixed:512)", group="workload")
+    output_len: str = option("fixed:256", "output length distribution (default fixed:256)", group="workload")
+    request_trace: str | None = option(help="CSV/JSONL request trace (Azure or Vidur columns)", metavar="FILE", group="workload")
+    priorities: int = option(1, "priority classes drawn uniformly (default 1)", type=a.count("priorities", 1, 1 << 16), group="workload")
+    max_num_seqs: int = option(256, "most running requests (default 256)", type=a.count("max_num_seqs", 1, 1 << 16), group="scheduler")
+    max_num_batched_tokens: int = option(2048, "token budget per step (default 2048)", type=a.count("max_num_batched_tokens", 1, 1 << 24),
+                                         group="scheduler")
+    no_chunked_prefill: bool = option(False, "prefill prompts whole", flag=True, group="scheduler")
+    scheduling: str = option("fcfs", "waiting-queue order (default fcfs)", choices=SCHEDULING_POLICIES, group="scheduler")
+    block_size: int = option(16, "KV block size in tokens (default 16)", type=a.count("block_size", 1, 4096), group="scheduler")
+    kv_tokens: int | None = option(help="KV capacity in tokens per replica (default: from the hardware's memory for roofline models; "
+                                   "unlimited for measured profiles)", type=a.count("kv_tokens", 1), group="scheduler")
+    separate_drafter: bool = option(False, "drafters on a device of their own (not in the target's memory)", flag=True, group="scheduler")
+    replicas: int = option(1, "replicas behind the router (default 1)", type=a.count("replicas", 1, 1024), group="scheduler")
+    router: str = option("round-robin", "routing policy (default round-robin)", choices=tuple(ROUTERS), group="scheduler")
+    slo_ttft: float | None = option(help="TTFT objective for goodput, seconds", type=a.positive("slo_ttft"), group="output")
+    slo_tpot: float | None = option(help="TPOT objective for goodput, seconds", type=a.positive("slo_tpot"), group="output")
+    seed: int = option(0, type=a.count("seed"), group="output")
+    replications: int = option(3, "independent replications (default 3)", type=a.count("replications", 1, 1000), group="output")
+    timeline: str | None = option(help="Chrome trace-event timeline of the first replication (Perfetto)", metavar="OUT.json",
+                                  group="output")
+    figure: str | None = option(help="latency CDFs (or, with --sweep-qps, speedup against load)", metavar="OUT.png", group="output")
+    load_figure: str | None = option(help="batch size, waiting requests and KV use over time (first replication)", metavar="OUT.png",
+                                     group="output")
+    sweep_qps: str | None = option(help="serve at each rate with and without speculation; mark the crossover", metavar="Q1,Q2,...",
+                                   group="output")
+
+
+#: ``--help`` titles of serve-sim's option groups.
+SERVE_TITLES = {**SHAPES_TITLES, ACCEPTANCE: "acceptance (as draftsim simulate; or --acceptance-trace)", "workload": "workload",
+                "scheduler": "scheduler and memory (per replica)", "output": "measurement and output"}
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Mean and percentiles of one latency over the requests, seconds."""
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True)
+class ServeMetrics:
+    """The serving metrics of :func:`draftsim.sim.serving.metrics.summarize_run` (TTFT, TPOT,
+    ITL, E2E and queueing latency; throughput in output tokens/s, request throughput and
+    goodput in requests/s; KV use only where the KV cache is bounded)."""
+
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2e: LatencyStats
+    queue: LatencyStats
+    throughput: float
+    request_throughput: float
+    goodput: float
+    slo_attainment: float
+    requests: float
+    output_tokens: float
+    steps: float
+    busy: float
+    mean_batch: float
+    max_batch: float
+    preemptions: float
+    kv_utilisation: float | None = None
+    kv_utilisation_max: float | None = None
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    """vLLM's spec-decode counters: drafts, draft tokens, accepted tokens, mean acceptance
+    length (1 + accepted / drafts: tokens per verification) and draft acceptance rate."""
+
+    num_drafts: float
+    num_draft_tokens: float
+    num_accepted_tokens: float
+    mean_acceptance_length: float
+    draft_acceptance_rate: float
+
+
+@dataclass(frozen=True)
+class ServeSummary(ServeMetrics):
+    """Means over replications (:func:`draftsim.sim.serving.metrics.combine`), each metric's
+    95% confidence half-width in ``ci95`` (nan for one replication) and the spec-decode counters."""
+
+    spec_decode: SpecDecodeStats | None = None
+    ci95: ServeMetrics | None = None
+    replications: int = 1
+
+
+@dataclass
+class ServeSimResult:
+    """What ``draftsim serve-sim`` reports: the summary typed (None for a --sweep-qps run), the
+    serving configuration it ran, and ``data``, the JSON document (the summary as
+    :mod:`draftsim.sim.serving` reports it, or the load sweep, with the configuration and paths)."""
+
+    serving: ServingConfig
+    summary: ServeSummary | None
+    data: dict
+    load_sweep: list[dict] | None = None  #: per rate: speculation's and autoregressive summaries, speedups
+    crossover_qps: float | None = None
+
+    def to_dict(self) -> dict:
+        return self.data
 
 
 def register(sub, common) -> None:
@@ -38,143 +165,131 @@ def register(sub, common) -> None:
         epilog="\n\n".join([POLICY_HELP, CONTROLLER_HELP, LENGTH_HELP, ARRIVAL_HELP]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_hardware_options(p, drafter_flag="--drafter", shapes=True)
-    p.add_argument("--policy", default="fixed:k=4", help="drafting policy of every request (default fixed:k=4)")
-    p.add_argument("--controller", default="none", help="speculation controller per step (default none)")
-    g = p.add_argument_group("acceptance (as draftsim simulate; or --acceptance-trace)")
-    add_acceptance_options(g)
-    g.add_argument("--acceptance-trace", metavar="TRACE", help="trace-driven: request i replays recorded sequence i mod n")
-    g.add_argument("--trace-drafter", action="append", metavar="NAME", help="the trace's drafter(s) playing models 1, 2, ...")
-    w = p.add_argument_group("workload")
-    w.add_argument("--qps", type=a.positive("qps"), help="mean arrival rate, requests/s (open-loop arrivals)")
-    w.add_argument("--duration", type=a.positive("duration"), help="seconds of arrivals")
-    w.add_argument("--requests", type=a.count("requests", 1, 1 << 24), help="number of requests")
-    w.add_argument("--arrivals", default="poisson", help="arrival process (default poisson; see below)")
-    w.add_argument("--prompt-len", default="fixed:512", help="prompt length distribution (default fixed:512)")
-    w.add_argument("--output-len", default="fixed:256", help="output length distribution (default fixed:256)")
-    w.add_argument("--request-trace", metavar="FILE", help="CSV/JSONL request trace (Azure or Vidur columns)")
-    w.add_argument("--priorities", type=a.count("priorities", 1, 1 << 16), default=1, help="priority classes drawn uniformly (default 1)")
-    s = p.add_argument_group("scheduler and memory (per replica)")
-    s.add_argument("--max-num-seqs", type=a.count("max_num_seqs", 1, 1 << 16), default=256, help="most running requests (default 256)")
-    s.add_argument("--max-num-batched-tokens", type=a.count("max_num_batched_tokens", 1, 1 << 24), default=2048,
-                   help="token budget per step (default 2048)")
-    s.add_argument("--no-chunked-prefill", action="store_true", help="prefill prompts whole")
-    s.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="fcfs", help="waiting-queue order (default fcfs)")
-    s.add_argument("--block-size", type=a.count("block_size", 1, 4096), default=16, help="KV block size in tokens (default 16)")
-    s.add_argument("--kv-tokens", type=a.count("kv_tokens", 1), help="KV capacity in tokens per replica (default: from the hardware's memory for roofline models; "
-                   "unlimited for measured profiles)")
-    s.add_argument("--separate-drafter", action="store_true", help="drafters on a device of their own (not in the target's memory)")
-    s.add_argument("--replicas", type=a.count("replicas", 1, 1024), default=1, help="replicas behind the router (default 1)")
-    s.add_argument("--router", choices=tuple(ROUTERS), default="round-robin", help="routing policy (default round-robin)")
-    o = p.add_argument_group("measurement and output")
-    o.add_argument("--slo-ttft", type=a.positive("slo_ttft"), help="TTFT objective for goodput, seconds")
-    o.add_argument("--slo-tpot", type=a.positive("slo_tpot"), help="TPOT objective for goodput, seconds")
-    o.add_argument("--seed", type=a.count("seed"), default=0)
-    o.add_argument("--replications", type=a.count("replications", 1, 1000), default=3, help="independent replications (default 3)")
-    o.add_argument("--timeline", metavar="OUT.json", help="Chrome trace-event timeline of the first replication (Perfetto)")
-    o.add_argument("--figure", metavar="OUT.png", help="latency CDFs (or, with --sweep-qps, speedup against load)")
-    o.add_argument("--load-figure", metavar="OUT.png", help="batch size, waiting requests and KV use over time (first replication)")
-    o.add_argument("--sweep-qps", metavar="Q1,Q2,...", help="serve at each rate with and without speculation; mark the crossover")
+    add_options(p, ServeSimConfig, SERVE_TITLES)
     p.set_defaults(run=run)
 
 
-def _process(args, n_models: int) -> A.AcceptanceProcess:
-    if args.acceptance_trace is not None:
-        others = [n for n, v in (("--alpha", args.alpha is not None), ("--pair", bool(args.pair)), ("--positional", args.positional),
-                                 ("--markov", args.markov)) if v]
+def _process(config: ServeSimConfig, n_models: int) -> A.AcceptanceProcess:
+    if config.acceptance_trace is not None:
+        others = [n for n, v in (("--alpha", config.alpha is not None), ("--pair", bool(config.pair)), ("--positional", config.positional),
+                                 ("--markov", config.markov)) if v]
         if others:
             raise DraftsimError(f"--acceptance-trace replaces the acceptance process; drop {others[0]}")
-        return A.TraceDriven.from_trace(args.acceptance_trace, drafters=args.trace_drafter)
-    if args.trace_drafter:
+        return A.TraceDriven.from_trace(config.acceptance_trace, drafters=config.trace_drafter)
+    if config.trace_drafter:
         raise DraftsimError("--trace-drafter applies to --acceptance-trace")
-    if args.alpha is None and not args.pair and args.positional is None and args.markov is None:
+    if config.alpha is None and not config.pair and config.positional is None and config.markov is None:
         raise DraftsimError("give an acceptance process: --alpha A (Bernoulli), --positional, --markov or --acceptance-trace")
-    return build_process(args, n_models)
+    return build_process(config, n_models)
 
 
-def _config(args) -> ServingConfig:
-    policy = parse_policy(args.policy)
-    controller = parse_controller(args.controller)
-    process = _process(args, policy.n_models)
-    target, drafters, info = build_models(args)
-    if len(drafters) < policy.n_models - 1:
-        raise DraftsimError(f"policy {args.policy} uses {policy.n_models - 1} drafter(s): give --drafter MODEL for each (got {len(drafters)})")
-    if args.priorities > 1 and args.scheduling != "priority":
-        raise DraftsimError(f"--priorities {args.priorities} needs --scheduling priority")
-    sched = SchedulerConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                            chunked_prefill=not args.no_chunked_prefill, policy=args.scheduling, block_size=args.block_size)
-    slo = SLO(ttft=args.slo_ttft or float("inf"), tpot=args.slo_tpot or float("inf"))
-    return ServingConfig(policy, process, target, drafters, controller=controller, scheduler=sched, kv_tokens=args.kv_tokens,
-                         separate_drafter=args.separate_drafter, replicas=args.replicas, router=args.router, slo=slo)
+def serving_config(config: ServeSimConfig) -> ServingConfig:
+    """The serving simulator's configuration (:class:`draftsim.sim.serving.ServingConfig`) of
+    ``config``: policy, controller, acceptance process, the models assembled on the hardware,
+    scheduler, memory, replicas and SLOs — every option checked."""
+    check(config)
+    policy = parse_policy(config.policy)
+    controller = parse_controller(config.controller)
+    process = _process(config, policy.n_models)
+    built = config.assembly()
+    if len(built.drafters) < policy.n_models - 1:
+        raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s): give --drafter-model MODEL for each "
+                            f"(got {len(built.drafters)})")
+    if config.priorities > 1 and config.scheduling != "priority":
+        raise DraftsimError(f"--priorities {config.priorities} needs --scheduling priority")
+    sched = SchedulerConfig(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                            chunked_prefill=not config.no_chunked_prefill, policy=config.scheduling, block_size=config.block_size)
+    slo = SLO(ttft=config.slo_ttft or float("inf"), tpot=config.slo_tpot or float("inf"))
+    return ServingConfig(policy, process, built.target, built.drafters, controller=controller, scheduler=sched, kv_tokens=config.kv_tokens,
+                         separate_drafter=config.separate_drafter, replicas=config.replicas, router=config.router, slo=slo)
 
 
-def _workload_maker(args, qps=None):
-    arrivals = parse_arrivals(args.arrivals)
-    prompt = parse_lengths(args.prompt_len, "--prompt-len")
-    output = parse_lengths(args.output_len, "--output-len")
-    if args.request_trace is None and args.requests is None and args.duration is None:
+def check_workload(config: ServeSimConfig) -> None:
+    """Check the workload options (arrival process, length distributions, a request count or
+    duration) without drawing any request."""
+    _workload_maker(config)
+
+
+def _workload_maker(config: ServeSimConfig, qps=None):
+    arrivals = parse_arrivals(config.arrivals)
+    prompt = parse_lengths(config.prompt_len, "--prompt-len")
+    output = parse_lengths(config.output_len, "--output-len")
+    if config.request_trace is None and config.requests is None and config.duration is None:
         raise DraftsimError("give --requests N or --duration SECONDS (or a --request-trace)")
 
     def make(rng, q=qps):
-        return make_workload(arrivals=arrivals, qps=q, requests=args.requests, duration=args.duration, prompt=prompt, output=output,
-                             rng=rng, trace=args.request_trace, priorities=args.priorities)
+        return make_workload(arrivals=arrivals, qps=q, requests=config.requests, duration=config.duration, prompt=prompt, output=output,
+                             rng=rng, trace=config.request_trace, priorities=config.priorities)
 
     return arrivals, make
 
 
-def _expected_requests(args, qps) -> int:
-    if args.requests is not None:
-        return int(args.requests)
-    if args.duration is not None and qps is not None:
-        return int(args.duration * qps * 1.05) + 10
+def _expected_requests(config: ServeSimConfig, qps) -> int:
+    if config.requests is not None:
+        return int(config.requests)
+    if config.duration is not None and qps is not None:
+        return int(config.duration * qps * 1.05) + 10
     return 1000
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.timeline is not None:
-        a.output_file("--timeline", args.timeline, suffix=".json")
-    if args.figure is not None:
-        a.output_file("--figure", args.figure, suffix=".png")
-    if args.load_figure is not None:
-        a.output_file("--load-figure", args.load_figure, suffix=".png")
-    a.distinct_outputs(("--timeline", args.timeline), ("--figure", args.figure), ("--load-figure", args.load_figure))
-    config = _config(args)
-    if args.sweep_qps is not None:
-        return _sweep(args, config)
-    arrivals, make = _workload_maker(args, args.qps)
-    total = _expected_requests(args, args.qps)
-    mean_output = parse_lengths(args.output_len, "--output-len").mean
-    a.check_budget(f"{total:,} requests x {args.replications} replications", total * args.replications * SECONDS_PER_REQUEST,
+def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
+    """Serve ``config``'s workload (every replication), or with --sweep-qps each load with and
+    without speculation; write the timeline and figures it names. ``bar(total, desc)`` is a
+    progress-bar context (:func:`draftsim.progress.count_bar`). Everything is checked first."""
+    if config.timeline is not None:
+        a.output_file("--timeline", config.timeline, suffix=".json")
+    if config.figure is not None:
+        a.output_file("--figure", config.figure, suffix=".png")
+    if config.load_figure is not None:
+        a.output_file("--load-figure", config.load_figure, suffix=".png")
+    a.distinct_outputs(("--timeline", config.timeline), ("--figure", config.figure), ("--load-figure", config.load_figure))
+    serving = serving_config(config)
+    if config.sweep_qps is not None:
+        return _sweep(config, serving, bar)
+    arrivals, make = _workload_maker(config, config.qps)
+    total = _expected_requests(config, config.qps)
+    mean_output = parse_lengths(config.output_len, "--output-len").mean
+    a.check_budget(f"{total:,} requests x {config.replications} replications", total * config.replications * SECONDS_PER_REQUEST,
                    total * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output),
                    "give fewer --requests, a shorter --duration or fewer --replications")
     # validate the workload (lengths vs memory, trace columns) before the long part
-    config.check(make(np.random.default_rng(args.seed)))
-    with count_bar(total * args.replications, "serving") as bar:
-        result = run_replications(config, make, seed=args.seed, replications=args.replications,
-                                  arrivals=arrivals if arrivals.closed else None, progress=bar.update, keep_runs=False)
+    serving.check(make(np.random.default_rng(config.seed)))
+    with bar(total * config.replications, "serving") as b:
+        result = run_replications(serving, make, seed=config.seed, replications=config.replications,
+                                  arrivals=arrivals if arrivals.closed else None, progress=b.update, keep_runs=False)
     summary = result.summary
     written = {}
-    if args.timeline:
-        written["timeline"] = write_chrome_trace(args.timeline, result.runs)
-    if args.figure:
+    if config.timeline:
+        written["timeline"] = write_chrome_trace(config.timeline, result.runs)
+    if config.figure:
         from draftsim.analysis.serving import latency_cdfs
 
-        latency_cdfs(args.figure, {args.policy: result.runs[0]})
-        written["figure"] = args.figure
-    if args.load_figure:
+        latency_cdfs(config.figure, {config.policy: result.runs[0]})
+        written["figure"] = config.figure
+    if config.load_figure:
         from draftsim.analysis.serving import load_over_time
 
-        load_over_time(args.load_figure, result.runs[0])
-        written["load_figure"] = args.load_figure
+        load_over_time(config.load_figure, result.runs[0])
+        written["load_figure"] = config.load_figure
+    data = dict(summary)
+    data["config"] = _describe(serving)
+    data.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
+    return ServeSimResult(serving, typed(ServeSummary, summary), data)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = from_namespace(ServeSimConfig, args)
+    result = serve_sim(config, count_bar)
     if args.json:
-        out = dict(summary)
-        out["config"] = _describe(config)
-        out.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
-        a.emit_json(out)
+        a.emit_json(result.to_dict())
         return 0
-    _print_summary(config, summary)
-    for k, v in written.items():
-        print(f"{k} written to {v if isinstance(v, str) else v['path']}")
+    if result.load_sweep is not None:
+        _print_sweep(config, result)
+        return 0
+    _print_summary(result.serving, result.data)
+    for k in ("timeline", "figure", "load_figure"):
+        if f"{k}_path" in result.data:
+            print(f"{k} written to {result.data[f'{k}_path']}")
     return 0
 
 
@@ -222,46 +337,50 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
               + " ".join(f"{x:.3f}" for x in per_pos[:8]))
 
 
-def _sweep(args, config: ServingConfig) -> int:
+def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResult:
     from draftsim.analysis.serving import crossover, speedup_vs_load, sweep_qps
 
-    if args.qps is not None:
+    if config.qps is not None:
         raise DraftsimError("--sweep-qps replaces --qps; drop --qps")
-    for option in ("timeline", "load_figure"):
-        if getattr(args, option) is not None:
-            raise DraftsimError(f"--{option.replace('_', '-')} applies to a single load, not to --sweep-qps")
-    qps = float_list("--sweep-qps", args.sweep_qps)
-    arrivals, make = _workload_maker(args, qps[0])
+    for name in ("timeline", "load_figure"):
+        if getattr(config, name) is not None:
+            raise DraftsimError(f"--{name.replace('_', '-')} applies to a single load, not to --sweep-qps")
+    qps = float_list("--sweep-qps", config.sweep_qps)
+    arrivals, make = _workload_maker(config, qps[0])
     if arrivals.closed:
         raise DraftsimError("--sweep-qps needs open-loop arrivals (poisson, gamma or fixed)")
-    if args.request_trace is not None:
+    if config.request_trace is not None:
         raise DraftsimError("--sweep-qps draws arrivals at each rate; a --request-trace gives only lengths then: drop it or --sweep-qps")
     for q in qps:
         if not (np.isfinite(q) and q > 0):
             raise DraftsimError(f"--sweep-qps rates must be finite and > 0; got {q:g}")
-    total = sum(_expected_requests(args, q) for q in qps) * 2 * args.replications
-    biggest = _expected_requests(args, max(qps))
-    mean_output = parse_lengths(args.output_len, "--output-len").mean
+    total = sum(_expected_requests(config, q) for q in qps) * 2 * config.replications
+    biggest = _expected_requests(config, max(qps))
+    mean_output = parse_lengths(config.output_len, "--output-len").mean
     a.check_budget(f"a sweep of {len(qps)} rates ({total:,} requests)", total * SECONDS_PER_REQUEST,
                    biggest * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output), "give fewer rates, --requests or --replications")
-    config.check(make(np.random.default_rng(args.seed), max(qps)))
-    with count_bar(total, "sweeping") as bar:
-        rows = sweep_qps(config, lambda rng, q: make(rng, q), qps, seed=args.seed, replications=args.replications, progress=bar.update)
+    serving.check(make(np.random.default_rng(config.seed), max(qps)))
+    with bar(total, "sweeping") as b:
+        rows = sweep_qps(serving, lambda rng, q: make(rng, q), qps, seed=config.seed, replications=config.replications, progress=b.update)
     cross = crossover(rows)
-    if args.figure:
-        speedup_vs_load(args.figure, rows, f"{args.policy} on {getattr(config.target, 'name', '')}", cross)
-    if args.json:
-        a.emit_json({"sweep": [{"qps": r["qps"], "speedup": r["speedup"], "tpot_speedup": r["tpot_speedup"],
-                                "throughput_ratio": r["throughput_ratio"], "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode")},
-                                "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")}} for r in rows],
-                     "crossover_qps": cross, "figure_path": args.figure, "config": _describe(config)})
-        return 0
+    if config.figure:
+        speedup_vs_load(config.figure, rows, f"{config.policy} on {getattr(serving.target, 'name', '')}", cross)
+    data = {"sweep": [{"qps": r["qps"], "speedup": r["speedup"], "tpot_speedup": r["tpot_speedup"], "throughput_ratio": r["throughput_ratio"],
+                       "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode")},
+                       "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")}} for r in rows],
+            "crossover_qps": cross, "figure_path": config.figure, "config": _describe(serving)}
+    return ServeSimResult(serving, None, data, load_sweep=rows, crossover_qps=cross)
+
+
+def _print_sweep(config: ServeSimConfig, result: ServeSimResult) -> None:
+    rows, cross, serving = result.load_sweep, result.crossover_qps, result.serving
+    qps = [r["qps"] for r in rows]
     table = []
     for r in rows:
         mark = " <- crossover" if cross is not None and np.isfinite(cross) and r["speedup"] < 1 <= _prev(rows, r) else ""
         table.append([f"{r['qps']:g}", _ms(r["ar"]["e2e"]["mean"]), _ms(r["spec"]["e2e"]["mean"]), f"{r['speedup']:.3f}",
                       f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}", f"{r['spec']['mean_batch']:.1f}" + mark])
-    print(f"{config.policy!r} under {config.process!r} vs autoregressive; controller {config.controller!r}")
+    print(f"{serving.policy!r} under {serving.process!r} vs autoregressive; controller {serving.controller!r}")
     print(format_table(["qps", "E2E AR (ms)", "E2E spec (ms)", "speedup", "TPOT speedup", "throughput ratio", "mean batch"], table))
     if cross is None:
         print(f"speculation pays at every load tested (up to {max(qps):g} requests/s)")
@@ -269,9 +388,8 @@ def _sweep(args, config: ServingConfig) -> int:
         print(f"speculation does not pay even at the lowest load tested ({min(qps):g} requests/s)")
     else:
         print(f"crossover: speculation stops paying at about {cross:.3g} requests/s")
-    if args.figure:
-        print(f"figure written to {args.figure}")
-    return 0
+    if config.figure:
+        print(f"figure written to {config.figure}")
 
 
 def _prev(rows, r) -> float:

@@ -1,23 +1,28 @@
-"""``draftsim simulate``: run a policy under an acceptance process in either engine."""
+"""``draftsim simulate``: run a policy under an acceptance process in either engine
+(:class:`SimulateConfig` → :func:`simulate` → :class:`SimulateResult`)."""
 
 from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
-from draftsim.sim.costs import Costs
+from draftsim.sim.cost import CallCost, Costs
 from draftsim.sim.errors import DraftsimError, as_probability, parse_number, parse_numbers
+from draftsim.sim.metrics import Estimate
 from draftsim.sim.policies import POLICY_HELP, parse_policy
 from draftsim.sim.predict import predicted_ewif
-from draftsim.sim.simulate import ENGINES, simulate
+from draftsim.sim.simulate import ENGINES, SimResult
+from draftsim.sim.simulate import simulate as run_engine
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option, typed
 from ..progress import token_bar
-from . import costing
+from .costing import HARDWARE_TITLES, PricedOptions, describe_coefficients
 
 METRIC_LABELS = {
     "tokens_per_call": "tokens per target call",
@@ -30,18 +35,121 @@ METRIC_LABELS = {
     "time_per_token": "time per token (timeline)",
 }
 
+ACCEPTANCE = "acceptance"
 
-def add_acceptance_options(g) -> None:
-    """The acceptance-process options (read by :func:`build_process`), shared by every
-    command that simulates: ``simulate``, ``serve-sim``."""
-    g.add_argument("--alpha", type=a.probability("alpha"), help="Bernoulli: acceptance of drafter 1 by the target (default for every pair)")
-    g.add_argument("--pair", action="append", default=[], metavar="M:V=A", help="Bernoulli: model M's tokens accepted by V with A (e.g. 2:1=0.6)")
-    g.add_argument("--positional", metavar="A1,A2,...", help="acceptance by draft position")
-    g.add_argument("--markov", metavar="A1,A2,...", help="Markov-modulated: acceptance per hidden regime (each sequence its own path)")
-    g.add_argument("--stay", metavar="P1,P2,...", help="Markov-modulated: probability of staying in each regime (default 0.95)")
-    g.add_argument("--pred-noise", type=a.cost("pred_noise"), default=0.0, help="logit noise of the acceptance predictor")
-    g.add_argument("--conf-noise", type=a.cost("conf_noise"), default=0.0, help="logit noise of the draft confidence")
-    g.add_argument("--rank-alphas", metavar="A1,A2,...", help="tree: acceptance by candidate rank")
+
+@dataclass(kw_only=True)
+class AcceptanceOptions:
+    """The acceptance-process options (read by :func:`build_process`), shared by every command
+    that simulates: ``simulate``, ``serve-sim``."""
+
+    alpha: float | None = option(help="Bernoulli: acceptance of drafter 1 by the target (default for every pair)",
+                                 type=a.probability("alpha"), group=ACCEPTANCE)
+    pair: list[str] = option([], "Bernoulli: model M's tokens accepted by V with A (e.g. 2:1=0.6)", append=True, metavar="M:V=A",
+                             group=ACCEPTANCE)
+    positional: str | None = option(help="acceptance by draft position", metavar="A1,A2,...", group=ACCEPTANCE)
+    markov: str | None = option(help="Markov-modulated: acceptance per hidden regime (each sequence its own path)", metavar="A1,A2,...",
+                                group=ACCEPTANCE)
+    stay: str | None = option(help="Markov-modulated: probability of staying in each regime (default 0.95)", metavar="P1,P2,...",
+                              group=ACCEPTANCE)
+    pred_noise: float = option(0.0, "logit noise of the acceptance predictor", type=a.cost("pred_noise"), group=ACCEPTANCE)
+    conf_noise: float = option(0.0, "logit noise of the draft confidence", type=a.cost("conf_noise"), group=ACCEPTANCE)
+    rank_alphas: str | None = option(help="tree: acceptance by candidate rank", metavar="A1,A2,...", group=ACCEPTANCE)
+
+
+@dataclass(kw_only=True)
+class SimulateConfig(PricedOptions, AcceptanceOptions):
+    """``draftsim simulate``: a drafting policy under an acceptance process and a cost model,
+    in the Monte Carlo engine (``mc``) or on a discrete-event timeline (``des``)."""
+
+    policy: str = option(help="policy in the mini-language below (e.g. fixed:k=5)", required=True)
+    engine: str = option("mc", "mc: vectorised Monte Carlo; des: simpy timeline", choices=ENGINES)
+    tokens: int = option(1_000_000, "tokens to simulate (default 1e6)", type=a.count("tokens", 1, 10**10))
+    seed: int = option(0, type=a.count("seed"))
+    sequences: int | None = option(help="Monte Carlo sequences (default: tokens/256)", type=a.count("sequences", 1, 1 << 20))
+    cost: list[float] | None = option(help="cost coefficient (draft time / target time) of drafter 1, 2, ...: once per drafter of "
+                                      "the policy, required", type=a.cost("cost"), append=True, group="costs")
+    verify_per_token: float = option(0.0, "target time per verified token b in t(n) = 1 + b*n (default 0: constant)",
+                                     type=a.cost("verify_per_token"), group="costs")
+    requests: int = option(1, "concurrent requests sharing the target", type=a.count("requests", 1, 100_000), group="des")
+    rate: float | None = option(help="Poisson arrival rate of requests (default: all at time 0)", type=a.positive("rate"), group="des")
+    separate_drafter: bool = option(False, "drafters run on their own device", flag=True, group="des")
+    timeline: str | None = option(help="write the timeline (JSON)", metavar="OUT.json", group="des")
+    timeline_png: str | None = option(help="plot the start of the timeline", metavar="OUT.png", group="des")
+
+
+#: ``--help`` titles of simulate's option groups.
+SIMULATE_TITLES = {**HARDWARE_TITLES, ACCEPTANCE: "acceptance (pick one process)", "des": "discrete-event engine"}
+
+
+@dataclass(frozen=True)
+class McMetrics:
+    """A simulation's metrics (:func:`draftsim.sim.metrics.summarize`), each a value and its
+    standard error: tokens per target call, EWIF, SWI, acceptance, discard and verification
+    rates (SpecDec++), latency per token in the cost model's unit."""
+
+    tokens_per_call: Estimate
+    ewif: Estimate
+    swi: Estimate
+    acceptance_rate: Estimate
+    discard_rate: Estimate
+    verification_rate: Estimate
+    latency_per_token: Estimate
+
+
+@dataclass(frozen=True)
+class SimMetrics(McMetrics):
+    """:class:`McMetrics` and, on the des engine's timeline only, the time per token with
+    queueing included (None in Monte Carlo)."""
+
+    time_per_token: Estimate | None = None
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """Per-request latency and throughput of a des run (in the cost model's time unit)."""
+
+    n_requests: int
+    latency_mean: float
+    latency_p50: float
+    latency_p90: float
+    latency_p99: float
+    makespan: float
+    throughput: float
+    utilisation: dict  #: device name → busy share of the makespan
+
+
+@dataclass
+class SimulateResult:
+    """What ``draftsim simulate`` reports: the engine's :class:`~draftsim.sim.simulate.SimResult`
+    (``run``), its metrics and request statistics typed, the closed-form EWIF where one exists,
+    and how hardware costs were derived (``cost_from``, None for typed coefficients)."""
+
+    run: SimResult
+    metrics: SimMetrics
+    requests: RequestStats | None
+    analytic_ewif: float | None
+    cost_from: dict | None = None
+    timeline_path: str | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Tokens simulated."""
+        return self.run.tokens
+
+    @property
+    def n_sequences(self) -> int:
+        """Monte Carlo sequences, or des requests."""
+        return self.run.n_sequences
+
+    def to_dict(self) -> dict:
+        out = self.run.to_dict()
+        out["analytic_ewif"] = self.analytic_ewif
+        if self.cost_from:
+            out["cost_from"] = self.cost_from
+        if self.timeline_path:
+            out["timeline_path"] = self.timeline_path
+        return out
 
 
 def register(sub, common) -> None:
@@ -53,23 +161,7 @@ def register(sub, common) -> None:
         epilog=POLICY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--policy", required=True, help="policy in the mini-language below (e.g. fixed:k=5)")
-    p.add_argument("--engine", choices=ENGINES, default="mc", help="mc: vectorised Monte Carlo; des: simpy timeline")
-    p.add_argument("--tokens", type=a.count("tokens", 1, 10**10), default=1_000_000, help="tokens to simulate (default 1e6)")
-    p.add_argument("--seed", type=a.count("seed"), default=0)
-    add_acceptance_options(p.add_argument_group("acceptance (pick one process)"))
-    c = p.add_argument_group("costs")
-    c.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient (draft time / target time) of drafter 1, 2, ...: once per drafter of the policy, required")
-    c.add_argument("--verify-per-token", type=a.cost("verify_per_token"), default=0.0,
-                   help="target time per verified token b in t(n) = 1 + b*n (default 0: constant)")
-    costing.add_hardware_options(p)
-    d = p.add_argument_group("discrete-event engine")
-    d.add_argument("--requests", type=a.count("requests", 1, 100_000), default=1, help="concurrent requests sharing the target")
-    d.add_argument("--rate", type=a.positive("rate"), help="Poisson arrival rate of requests (default: all at time 0)")
-    d.add_argument("--separate-drafter", action="store_true", help="drafters run on their own device")
-    d.add_argument("--timeline", metavar="OUT.json", help="write the timeline (JSON)")
-    d.add_argument("--timeline-png", metavar="OUT.png", help="plot the start of the timeline")
-    p.add_argument("--sequences", type=a.count("sequences", 1, 1 << 20), help="Monte Carlo sequences (default: tokens/256)")
+    add_options(p, SimulateConfig, SIMULATE_TITLES)
     p.set_defaults(run=run)
 
 
@@ -147,81 +239,74 @@ def check_work(engine: str, process, tokens: int) -> None:
                    f"give --tokens {most:,} or fewer" + (" (or --engine mc)" if engine == "des" else ""))
 
 
-def prepare(args: argparse.Namespace):
-    """The policy, acceptance process, costs (and hardware cost details or None) of a parsed
-    ``simulate`` command line, every option checked, before any work — the checks
+def prepare(config: SimulateConfig):
+    """The policy, acceptance process, costs (and hardware cost details or None) of a
+    ``simulate`` configuration, every option checked, before any work — the checks
     ``draftsim sweep`` runs on every point up front."""
-    policy = parse_policy(args.policy)
-    process = build_process(args, policy.n_models)
-    drafter_costs = args.cost or []
+    check(config)
+    policy = parse_policy(config.policy)
+    process = build_process(config, policy.n_models)
+    drafter_costs = config.cost or []
     cost_info = None
-    if costing.uses_hardware(args):  # t(n) = a + b·n per model fitted to its hardware cost model
-        if args.cost or args.verify_per_token:
+    if config.uses_hardware():  # t(n) = a + b·n per model fitted to its hardware cost model
+        if config.cost or config.verify_per_token:
             raise DraftsimError("give either --cost/--verify-per-token or the model/hardware options (--target, --drafter-model, --hardware), not both")
-        costs, cost_info = costing.hardware_costs(args, policy.n_models - 1)
+        built, cost_info = config.priced(policy.n_models - 1)
+        costs = built.costs(config.cost_batch, config.cost_context)
     elif len(drafter_costs) != policy.n_models - 1:
-        raise DraftsimError(f"policy {args.policy} uses {policy.n_models - 1} drafter(s): give --cost (draft time / target time, "
+        raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s): give --cost (draft time / target time, "
                             f"e.g. --cost 0.05) once per drafter; got {len(drafter_costs)} value(s)")
     else:
         costs = Costs.coefficients(drafter_costs)
-    if args.verify_per_token:
-        from draftsim.sim.costs import CallCost
-
-        costs = Costs((CallCost(1.0, args.verify_per_token),) + costs.models[1:])
+    if config.verify_per_token:
+        costs = Costs((CallCost(1.0, config.verify_per_token),) + costs.models[1:])
     costs.require(policy.n_models)
-    if args.engine == "mc":
-        des_only = [("--timeline", args.timeline is not None), ("--timeline-png", args.timeline_png is not None),
-                    ("--rate", args.rate is not None), ("--separate-drafter", args.separate_drafter), ("--requests", args.requests != 1)]
-        for option, given in des_only:
+    if config.engine == "mc":
+        des_only = [("--timeline", config.timeline is not None), ("--timeline-png", config.timeline_png is not None),
+                    ("--rate", config.rate is not None), ("--separate-drafter", config.separate_drafter),
+                    ("--requests", config.requests != 1)]
+        for flag, given in des_only:
             if given:
-                raise DraftsimError(f"{option} applies to the discrete-event engine: add --engine des (the engine is mc)")
-    elif args.sequences is not None:
-        raise DraftsimError(f"--sequences {args.sequences} applies to --engine mc; the des engine simulates --requests")
+                raise DraftsimError(f"{flag} applies to the discrete-event engine: add --engine des (the engine is mc)")
+    elif config.sequences is not None:
+        raise DraftsimError(f"--sequences {config.sequences} applies to --engine mc; the des engine simulates --requests")
     return policy, process, costs, cost_info
 
 
-def run(args: argparse.Namespace) -> int:
-    policy, process, costs, cost_info = prepare(args)
-    if args.timeline is not None:
-        a.output_file("--timeline", args.timeline)
-    if args.timeline_png is not None:
-        a.output_file("--timeline-png", args.timeline_png, suffix=".png")
-    a.distinct_outputs(("--timeline", args.timeline), ("--timeline-png", args.timeline_png))
-    check_work(args.engine, process, args.tokens)
-    with token_bar(args.tokens, "simulating") as bar:
-        result = simulate(
-            policy,
-            process,
-            costs,
-            args.tokens,
-            engine=args.engine,
-            seed=args.seed,
-            n_sequences=args.sequences,
-            requests=args.requests,
-            rate=args.rate,
-            separate_drafter=args.separate_drafter,
-            timeline=bool(args.timeline or args.timeline_png),
-            progress=bar.update,
-        )
-    if args.timeline:
-        result.save_timeline(args.timeline)
-    if args.timeline_png:
+def simulate(config: SimulateConfig, progress=None) -> SimulateResult:
+    """Run the simulation ``config`` describes (``progress(tokens)`` is told as it goes);
+    write the timeline files it names. Everything is checked before any work."""
+    policy, process, costs, cost_info = prepare(config)
+    if config.timeline is not None:
+        a.output_file("--timeline", config.timeline)
+    if config.timeline_png is not None:
+        a.output_file("--timeline-png", config.timeline_png, suffix=".png")
+    a.distinct_outputs(("--timeline", config.timeline), ("--timeline-png", config.timeline_png))
+    check_work(config.engine, process, config.tokens)
+    result = run_engine(policy, process, costs, config.tokens, engine=config.engine, seed=config.seed, n_sequences=config.sequences,
+                        requests=config.requests, rate=config.rate, separate_drafter=config.separate_drafter,
+                        timeline=bool(config.timeline or config.timeline_png), progress=progress)
+    if config.timeline:
+        result.save_timeline(config.timeline)
+    if config.timeline_png:
         from draftsim.analysis.figures import timeline
 
-        timeline(args.timeline_png, result.timeline)
-    predicted = predicted_ewif(policy, process, costs)
+        timeline(config.timeline_png, result.timeline)
+    return SimulateResult(result, typed(SimMetrics, result.metrics), typed(RequestStats, result.requests or None),
+                          predicted_ewif(policy, process, costs), cost_info, config.timeline)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = from_namespace(SimulateConfig, args)
+    with token_bar(config.tokens, "simulating") as bar:
+        out = simulate(config, progress=bar.update)
     if args.json:
-        out = result.to_dict()
-        out["analytic_ewif"] = predicted
-        if cost_info:
-            out["cost_from"] = cost_info
-        if args.timeline:
-            out["timeline_path"] = args.timeline
-        a.emit_json(out)
+        a.emit_json(out.to_dict())
         return 0
+    result, costs, predicted = out.run, out.run.costs, out.analytic_ewif
     print(f"{result.policy!r} under {result.process!r}")
-    if cost_info:
-        print(costing.describe_coefficients(cost_info) + "; t(n) = a + b*n per model: "
+    if out.cost_from:
+        print(describe_coefficients(out.cost_from) + "; t(n) = a + b*n per model: "
               + ", ".join(f"{m.a:.4g} + {m.b:.4g}n" for m in costs.models))
     print(f"engine {result.engine}: {result.tokens:,} tokens in {result.n_sequences:,} "
           f"{'requests' if result.engine == 'des' else 'sequences'}; cost coefficients {costs.coefficient.round(6).tolist()}")
@@ -239,8 +324,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"latency per request p50 {r['latency_p50']:.4g}  p90 {r['latency_p90']:.4g}  p99 {r['latency_p99']:.4g}; "
               f"throughput {r['throughput']:.4g} tokens/unit; utilisation "
               + ", ".join(f"{k} {v:.1%}" for k, v in r["utilisation"].items()))
-    if args.timeline:
-        print(f"timeline written to {args.timeline}")
-    if args.timeline_png:
-        print(f"timeline plot written to {args.timeline_png}")
+    if config.timeline:
+        print(f"timeline written to {config.timeline}")
+    if config.timeline_png:
+        print(f"timeline plot written to {config.timeline_png}")
     return 0

@@ -1,5 +1,6 @@
 """``draftsim sweep``, ``draftsim sweep-plot`` and ``draftsim capacity``: many simulations from
-one TOML spec, in a local process pool or on Ray, stored as Parquet."""
+one TOML spec, in a local process pool or on Ray, stored as Parquet (a configuration, a
+function and a result each)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import os
 import textwrap
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from draftsim.analysis import capacity as cap
 from draftsim.analysis import sweep as sw
@@ -15,6 +17,7 @@ from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option
 from ..sweepkinds import KINDS
 
 SPEC_HELP = """\
@@ -46,24 +49,114 @@ def _spec_help() -> str:
     return SPEC_HELP.format(kinds=", ".join(KINDS), metrics=metrics)
 
 
-def _runner_options(p) -> None:
-    p.add_argument("spec", metavar="SPEC", help="sweep spec (TOML)")
-    p.add_argument("--out", required=True, help="output folder (results/ Parquet shards + manifest.json)")
-    p.add_argument("--workers", type=a.count("workers", 1, 1024), default=None,
-                   help="worker processes (default: the number of CPUs; 1 runs in this process)")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run on Ray: a running cluster's ADDRESS (auto, HOST:PORT, ray://HOST:PORT), or alone to start a "
-                   "local one for the run (give it after SPEC, or as --ray=ADDRESS)")
-    p.add_argument("--resume", action="store_true", help="continue a killed sweep in --out (runs only what is missing)")
-    p.add_argument("--force", action="store_true", help=f"run more than {sw.MAX_TASKS:,} tasks")
-    p.add_argument("--check", action="store_true", help="validate the spec and every point, print the size, run nothing")
+@dataclass(kw_only=True)
+class RunnerOptions:
+    """How a spec runs: where its results go, on how many workers or on Ray, resumed or not."""
+
+    spec: str = option(help="sweep spec (TOML)", positional=True, metavar="SPEC")
+    out: str = option(help="output folder (results/ Parquet shards + manifest.json)", required=True)
+    workers: int | None = option(help="worker processes (default: the number of CPUs; 1 runs in this process)",
+                                 type=a.count("workers", 1, 1024))
+    ray: str | None = option(help="run on Ray: a running cluster's ADDRESS (auto, HOST:PORT, ray://HOST:PORT), or alone to start a "
+                             "local one for the run (give it after SPEC, or as --ray=ADDRESS)", nargs="?", const="", metavar="ADDRESS")
+    resume: bool = option(False, "continue a killed sweep in --out (runs only what is missing)", flag=True)
+    force: bool = option(False, f"run more than {sw.MAX_TASKS:,} tasks", flag=True)
+    check: bool = option(False, "validate the spec and every point, print the size, run nothing", flag=True)
+
+
+@dataclass(kw_only=True)
+class SweepConfig(RunnerOptions):
+    """``draftsim sweep``: every point of a TOML spec, in a process pool or on Ray, into Parquet."""
+
+
+@dataclass(kw_only=True)
+class CapacityConfig(RunnerOptions):
+    """``draftsim capacity``: per configuration, the largest request rate meeting the spec's SLOs."""
+
+    price: float | None = option(help="price of one device-hour (overrides price_per_hour of the spec)", type=a.positive("price"))
+    figure: str | None = option(help="figure path (default: OUT/capacity.png)", metavar="OUT.png")
+
+
+@dataclass(kw_only=True)
+class SweepPlotConfig:
+    """``draftsim sweep-plot``: the mean of a sweep metric over one axis (lines) or two (heat map)."""
+
+    folder: str = option(help="sweep output folder", positional=True, metavar="DIR")
+    x: str = option(help="axis on the horizontal", required=True)
+    y: str | None = option(help="second axis: heat-map rows (or lines with --lines)")
+    metric: str = option(help="metric column", required=True)
+    where: list[str] = option([], "keep only the points with this value of another axis (repeat); the rest are averaged", append=True,
+                              metavar="AXIS=VALUE")
+    lines: bool = option(False, "one line per --y value instead of a heat map", flag=True)
+    out: str = option(help="figure path", required=True, metavar="OUT.png")
+
+
+@dataclass
+class SweepResult:
+    """What ``draftsim sweep`` did: the spec's size and, unless only checked, the run's summary
+    (:class:`draftsim.analysis.sweep.Summary`) and the first distinct errors of failed runs."""
+
+    spec: sw.Spec
+    summary: sw.Summary | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        spec = self.spec
+        if self.summary is None:
+            return {"kind": spec.kind, "points": spec.n_points, "replications": spec.replications, "tasks": spec.n_tasks,
+                    "axes": spec.axes, "metrics": list(spec.metrics), "valid": True}
+        return {**_summary_dict(self.summary, spec), "errors": self.errors}
+
+
+@dataclass
+class CapacityResult:
+    """What ``draftsim capacity`` did: the spec and its SLO settings and, unless only checked,
+    the run's summary, the results table (one row per configuration) and the figure's path."""
+
+    spec: sw.Spec
+    settings: cap.Settings
+    summary: sw.Summary | None = None
+    table: object = None  #: pyarrow.Table of the results
+    figure: str | None = None
+
+    def to_dict(self) -> dict:
+        spec, table = self.spec, self.table
+        if self.summary is None:
+            return {"kind": spec.kind, "configurations": spec.n_points, "replications": spec.replications, "axes": spec.axes,
+                    "slo": self.settings.slo, "valid": True}
+        out = _summary_dict(self.summary, spec)
+        out["figure"] = self.figure
+        out["slo"] = self.settings.slo
+        data = {c: table.column(c).to_pylist() for c in table.column_names}
+        out["configurations"] = [{c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed")}
+                                 for i in range(table.num_rows)]
+        return out
+
+
+@dataclass
+class SweepPlotResult:
+    """What ``draftsim sweep-plot`` drew: the figure, its axes, the fixed and averaged axes, and
+    per group of axis values the metric's mean, standard error and count."""
+
+    figure: str
+    x: str
+    y: str | None
+    metric: str
+    where: dict
+    averaged_over: list[str]
+    groups: dict  #: (x[, y]) → (mean, se, n)
+
+    def to_dict(self) -> dict:
+        return {"figure": self.figure, "x": self.x, "y": self.y, "metric": self.metric, "where": self.where,
+                "averaged_over": self.averaged_over,
+                "values": [{"key": list(k), "mean": m, "se": se, "n": n} for k, (m, se, n) in self.groups.items()]}
 
 
 def register(sub, common) -> None:
     s = sub.add_parser("sweep", parents=[common], help="run a sweep spec (many simulations) into Parquet",
                        description="Run every point of a TOML sweep spec, in a process pool or on Ray.",
                        epilog=_spec_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    _runner_options(s)
+    add_options(s, SweepConfig)
     s.set_defaults(run=run_sweep)
 
     c = sub.add_parser("capacity", parents=[common], help="largest request rate meeting SLOs, per configuration",
@@ -71,22 +164,13 @@ def register(sub, common) -> None:
                        "simulation meets the [capacity] SLOs (mean over replications); a table and a figure.",
                        epilog=cap.__doc__.split("::", 1)[1].split("Each configuration")[0] if cap.__doc__ else None,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    _runner_options(c)
-    c.add_argument("--price", type=a.positive("price"), help="price of one device-hour (overrides price_per_hour of the spec)")
-    c.add_argument("--figure", metavar="OUT.png", help="figure path (default: OUT/capacity.png)")
+    add_options(c, CapacityConfig)
     c.set_defaults(run=run_capacity)
 
     q = sub.add_parser("sweep-plot", parents=[common], help="heat map or lines of a sweep metric over one or two axes",
                        description="Mean of a metric (over replications and any other axes) against --x, and --y as "
                        "rows of a heat map (or one line per --y value with --lines).")
-    q.add_argument("folder", metavar="DIR", help="sweep output folder")
-    q.add_argument("--x", required=True, help="axis on the horizontal")
-    q.add_argument("--y", help="second axis: heat-map rows (or lines with --lines)")
-    q.add_argument("--metric", required=True, help="metric column")
-    q.add_argument("--where", action="append", default=[], metavar="AXIS=VALUE",
-                   help="keep only the points with this value of another axis (repeat); the rest are averaged")
-    q.add_argument("--lines", action="store_true", help="one line per --y value instead of a heat map")
-    q.add_argument("--out", required=True, metavar="OUT.png", help="figure path")
+    add_options(q, SweepPlotConfig)
     q.set_defaults(run=run_plot)
 
 
@@ -112,13 +196,13 @@ def _bar(desc: str):
             state["bar"].close()
 
 
-def _prepare(args, capacity: bool):
-    spec = sw.load_spec(args.spec, KINDS)
+def _prepare(config: RunnerOptions):
+    spec = sw.load_spec(config.spec, KINDS)
     kind = KINDS[spec.kind]
-    a.output_folder("--out", args.out)
-    sw.Store.check(args.out, spec, args.resume)
-    workers = args.workers or os.cpu_count() or 1
-    if args.ray is not None and not sw.ray_available():
+    a.output_folder("--out", config.out)
+    sw.Store.check(config.out, spec, config.resume)
+    workers = config.workers or os.cpu_count() or 1
+    if config.ray is not None and not sw.ray_available():
         raise DraftsimError("--ray needs Ray: pip install 'draftsim[ray]' (or pip install 'ray>=2.9')")
     return spec, kind, workers
 
@@ -135,99 +219,108 @@ def _errors(folder) -> list[str]:
     return list(dict.fromkeys(errors))
 
 
-def run_sweep(args: argparse.Namespace) -> int:
-    spec, kind, workers = _prepare(args, capacity=False)
+def sweep(config: SweepConfig, progress=None) -> SweepResult:
+    """Run (or with ``check``, only validate) every point of the spec into ``config.out``;
+    ``progress(done, failed, total)`` is told after each run."""
+    check(config)
+    spec, kind, workers = _prepare(config)
     if spec.capacity:
         raise DraftsimError("this spec has a [capacity] table: run it with draftsim capacity")
-    sw.check_size(spec, args.force)
-    if args.check:
+    sw.check_size(spec, config.force)
+    if config.check:
         sw.validate_points(spec, kind)
-        out = {"kind": spec.kind, "points": spec.n_points, "replications": spec.replications, "tasks": spec.n_tasks,
-               "axes": spec.axes, "metrics": list(spec.metrics), "valid": True}
-        if args.json:
-            a.emit_json(out)
-        else:
-            print(f"{spec.kind} sweep: {spec.n_points:,} points x {spec.replications} replication(s) = {spec.n_tasks:,} runs over "
-                  f"{', '.join(spec.axes) or 'no axis'}; every point is valid")
-        return 0
+        return SweepResult(spec)
+    summary = sw.run_sweep(spec, kind, config.out, workers=workers, ray=config.ray is not None, ray_address=config.ray or None,
+                           resume=config.resume, force=config.force, progress=progress)
+    return SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [])
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    config = from_namespace(SweepConfig, args)
     with _bar("sweep") as bar:
-        summary = sw.run_sweep(spec, kind, args.out, workers=workers, ray=args.ray is not None, ray_address=args.ray or None,
-                               resume=args.resume, force=args.force, progress=bar)
-    out = _summary_dict(summary, spec)
-    out["errors"] = _errors(args.out)[:5] if summary.failed or summary.already_done else []
+        result = sweep(config, bar)
+    spec, summary = result.spec, result.summary
     if args.json:
-        a.emit_json(out)
+        a.emit_json(result.to_dict())
+        return 0
+    if summary is None:
+        print(f"{spec.kind} sweep: {spec.n_points:,} points x {spec.replications} replication(s) = {spec.n_tasks:,} runs over "
+              f"{', '.join(spec.axes) or 'no axis'}; every point is valid")
         return 0
     print(f"{spec.kind} sweep: {spec.n_points:,} points x {spec.replications} replication(s) = {summary.tasks:,} runs; "
           f"ran {summary.ran:,} ({summary.already_done:,} already done), {summary.failed:,} failed, in {summary.seconds:.1f} s "
-          f"on {summary.backend} with {workers} worker(s)")
-    for e in out["errors"]:
+          f"on {summary.backend} with {summary.workers} worker(s)")
+    for e in result.errors:
         print(f"  failed: {e}")
     print(f"results: {summary.folder / 'results'}  (pandas.read_parquet({str(summary.folder / 'results')!r}))")
     return 0
 
 
-def run_capacity(args: argparse.Namespace) -> int:
-    spec, kind, workers = _prepare(args, capacity=True)
-    if args.price is not None:
-        spec.capacity = {**spec.capacity, "price_per_hour": args.price}
+def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
+    """Search (or with ``check``, only validate) the capacity of every configuration of the
+    spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps."""
+    check(config)
+    spec, kind, workers = _prepare(config)
+    if config.price is not None:
+        spec.capacity = {**spec.capacity, "price_per_hour": config.price}
         spec.raw = {**spec.raw, "capacity": spec.capacity}
     settings = cap.settings(spec, kind)
-    if args.check:
-        sw.check_size(spec, args.force)
+    if config.check:
+        sw.check_size(spec, config.force)
         sw.validate_points(spec, kind, {kind.rate_option: settings.start})
-        out = {"kind": spec.kind, "configurations": spec.n_points, "replications": spec.replications, "axes": spec.axes,
-               "slo": settings.slo, "valid": True}
-        if args.json:
-            a.emit_json(out)
-        else:
-            print(f"{spec.kind} capacity search: {spec.n_points:,} configuration(s) over {', '.join(spec.axes) or 'no axis'}, "
-                  f"{spec.replications} replication(s) per rate; every configuration is valid")
-        return 0
-    figure = args.figure if args.figure is not None else os.path.join(args.out, "capacity.png")
-    if args.figure is not None:
-        a.output_file("--figure", args.figure, suffix=".png")
-    with _bar("capacity") as bar:
-        summary, settings = cap.run_capacity(spec, kind, args.out, workers=workers, ray=args.ray is not None,
-                                             ray_address=args.ray or None, resume=args.resume, force=args.force, progress=bar)
-    table = sw.load(args.out)
-    headers, rows = cap.table_rows(table, spec.axes, settings)
+        return CapacityResult(spec, settings)
+    figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
+    if config.figure is not None:
+        a.output_file("--figure", config.figure, suffix=".png")
+    summary, settings = cap.run_capacity(spec, kind, config.out, workers=workers, ray=config.ray is not None,
+                                         ray_address=config.ray or None, resume=config.resume, force=config.force, progress=progress)
+    table = sw.load(config.out)
     cap.figure(figure, table, spec.axes, settings)
+    return CapacityResult(spec, settings, summary, table, figure)
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    config = from_namespace(CapacityConfig, args)
+    with _bar("capacity") as bar:
+        result = capacity(config, bar)
+    spec, settings, summary = result.spec, result.settings, result.summary
     if args.json:
-        out = _summary_dict(summary, spec)
-        out["figure"] = figure
-        out["slo"] = settings.slo
-        data = {c: table.column(c).to_pylist() for c in table.column_names}
-        out["configurations"] = [{c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed")}
-                                 for i in range(table.num_rows)]
-        a.emit_json(out)
+        a.emit_json(result.to_dict())
         return 0
+    if summary is None:
+        print(f"{spec.kind} capacity search: {spec.n_points:,} configuration(s) over {', '.join(spec.axes) or 'no axis'}, "
+              f"{spec.replications} replication(s) per rate; every configuration is valid")
+        return 0
+    headers, rows = cap.table_rows(result.table, spec.axes, settings)
     slo = ", ".join(f"{m} <= {b:g}" for m, b in settings.slo.items())
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
-          f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {figure}")
+          f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {result.figure}")
     return 0
 
 
-def run_plot(args: argparse.Namespace) -> int:
-    a.output_file("--out", args.out, suffix=".png")
-    info = sw.read_manifest(args.folder)
-    table = sw.load(args.folder)
+def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
+    """The mean of a metric of a stored sweep against ``x`` (and ``y``), the other axes fixed by
+    ``where`` or averaged; drawn as lines or a heat map into ``config.out``."""
+    check(config)
+    a.output_file("--out", config.out, suffix=".png")
+    info = sw.read_manifest(config.folder)
+    table = sw.load(config.folder)
     columns = table.column_names
-    for option, name in (("--x", args.x), ("--y", args.y)):
+    for flag, name in (("--x", config.x), ("--y", config.y)):
         if name is not None and name not in info["axes"]:
-            raise DraftsimError(f"{option} {name!r} is not an axis of the sweep; axes: {', '.join(info['axes']) or 'none'}")
-    if args.metric not in columns or args.metric in sw.LEAD_COLUMNS + sw.STATUS_COLUMNS or args.metric in info["axes"]:
+            raise DraftsimError(f"{flag} {name!r} is not an axis of the sweep; axes: {', '.join(info['axes']) or 'none'}")
+    if config.metric not in columns or config.metric in sw.LEAD_COLUMNS + sw.STATUS_COLUMNS or config.metric in info["axes"]:
         valid = [c for c in columns if c not in sw.LEAD_COLUMNS + sw.STATUS_COLUMNS and c not in info["axes"]]
-        raise DraftsimError(f"--metric {args.metric!r} is not a metric of the sweep; metrics: {', '.join(valid)}")
-    if args.y is not None and args.y == args.x:
-        raise DraftsimError(f"--x and --y name the same axis {args.x!r}; give two different axes")
-    if args.lines and args.y is None:
+        raise DraftsimError(f"--metric {config.metric!r} is not a metric of the sweep; metrics: {', '.join(valid)}")
+    if config.y is not None and config.y == config.x:
+        raise DraftsimError(f"--x and --y name the same axis {config.x!r}; give two different axes")
+    if config.lines and config.y is None:
         raise DraftsimError("--lines draws one line per --y value: give --y")
-    by = [args.x] + ([args.y] if args.y else [])
+    by = [config.x] + ([config.y] if config.y else [])
     fixed = {}
-    for text in args.where:
+    for text in config.where:
         name, sep, value = text.partition("=")
         if not sep or name not in info["axes"] or name in by:
             raise DraftsimError(f"--where {text!r}: give AXIS=VALUE for an axis other than --x/--y; axes: {', '.join(info['axes'])}")
@@ -237,7 +330,7 @@ def run_plot(args: argparse.Namespace) -> int:
             values = ", ".join(sorted({str(v) for v in table.column(name).to_pylist()}))
             raise DraftsimError(f"--where {text!r}: no point has {name} = {value}; its values: {values}")
         table = table.filter(keep)
-    groups = sw.aggregate(table, by, args.metric)
+    groups = sw.aggregate(table, by, config.metric)
     from draftsim.analysis.sweepplot import heatmap, lines
 
     zips = info.get("spec", {}).get("zip", [])
@@ -245,19 +338,26 @@ def run_plot(args: argparse.Namespace) -> int:
     chosen = set(by) | set(fixed)
     tied = {sw.option_name(k) for g in zips if any(sw.option_name(k) in chosen for k in g) for k in g}  # zipped with those
     averaged = [x for x in info["axes"] if x not in by and x not in fixed and x not in tied]
-    if args.y is not None and not args.lines:
-        heatmap(args.out, groups, args.x, args.y, args.metric, averaged, fixed)
+    if config.y is not None and not config.lines:
+        heatmap(config.out, groups, config.x, config.y, config.metric, averaged, fixed)
     else:
-        lines(args.out, groups, args.x, args.y, args.metric, averaged, fixed)
+        lines(config.out, groups, config.x, config.y, config.metric, averaged, fixed)
+    return SweepPlotResult(config.out, config.x, config.y, config.metric, fixed, averaged, groups)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    result = sweep_plot(from_namespace(SweepPlotConfig, args))
     if args.json:
-        a.emit_json({"figure": args.out, "x": args.x, "y": args.y, "metric": args.metric, "where": fixed, "averaged_over": averaged,
-                     "values": [{"key": list(k), "mean": m, "se": se, "n": n} for k, (m, se, n) in groups.items()]})
+        a.emit_json(result.to_dict())
         return 0
-    where = "".join(f", {k} = {v}" for k, v in fixed.items())
-    print(f"{args.metric} against {args.x}{' and ' + args.y if args.y else ''}{where} "
-          f"(mean over replications{', ' + ', '.join(averaged) if averaged else ''}): {args.out}")
-    shown = sorted(groups.items(), key=lambda kv: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in kv[0]))[:40]
-    print(format_table([*by, args.metric, "SE", "runs"], [[*k, m, se if math.isfinite(se) else "-", n] for k, (m, se, n) in shown]))
+    by = [result.x] + ([result.y] if result.y else [])
+    where = "".join(f", {k} = {v}" for k, v in result.where.items())
+    averaged = result.averaged_over
+    print(f"{result.metric} against {result.x}{' and ' + result.y if result.y else ''}{where} "
+          f"(mean over replications{', ' + ', '.join(averaged) if averaged else ''}): {result.figure}")
+    shown = sorted(result.groups.items(), key=lambda kv: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v))
+                                                                for v in kv[0]))[:40]
+    print(format_table([*by, result.metric, "SE", "runs"], [[*k, m, se if math.isfinite(se) else "-", n] for k, (m, se, n) in shown]))
     return 0
 
 

@@ -3,86 +3,166 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.acceptance import TraceDriven
-from draftsim.sim.costs import Costs
+from draftsim.sim.cost import Costs
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.mdp import oracle_latency
 from draftsim.sim.policies import POLICY_HELP, parse_policy
-from draftsim.sim.simulate import simulate
+from draftsim.sim.simulate import SimResult
+from draftsim.sim.simulate import simulate as run_engine
 from draftsim.sim.traces import Trace
 
 from .. import args as a
-from ..progress import count_bar
+from ..config import add_options, as_dict, check, from_namespace, option, typed
+from ..progress import count_bar, null_bar
+from .simulation import McMetrics
+
+
+@dataclass(kw_only=True)
+class RecordConfig:
+    """``draftsim record``: a trace of real drafters against a real target on prompt sets."""
+
+    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
+                         "spelling)", aliases=("--model",))
+    drafter: list[str] = option(help="maxgram, bigram, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters "
+                                "first", append=True, required=True)
+    prompts: str = option("code", "prompt set(s), comma-separated: code, arithmetic, instructions, docstrings")
+    split: str = option("test", choices=("train", "test", "all"))
+    n: int = option(20, "number of prompts (per set)", type=a.count("n", 1, 100_000))
+    max_new_tokens: int = option(128, type=a.count("max_new_tokens", 1, 4096))
+    sample_seed: int | None = option(help="also record a sampled output (temperature 1) with this seed", type=a.count("sample_seed"))
+    top_k: int = option(8, type=a.count("top_k", 1, 64))
+    out: str = option(help="trace folder", required=True)
+    resume: bool = option(False, "continue an interrupted recording", flag=True)
+    device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
+    dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
+
+
+@dataclass(kw_only=True)
+class TraceInfoConfig:
+    """``draftsim trace info``: a trace's summary."""
+
+    path: str = option(help="trace folder", positional=True)
+
+
+@dataclass(kw_only=True)
+class ReplayConfig:
+    """``draftsim replay``: a simulator policy over a recorded trace's acceptance."""
+
+    trace: str = option(help="trace folder (draftsim record)", required=True)
+    policy: str = option(help="policy in the mini-language below (e.g. fixed:k=4)", required=True)
+    trace_drafter: list[str] | None = option(help="the trace's drafter(s) playing models 1, 2, ... (default: the first recorded)",
+                                             append=True, metavar="NAME", aliases=("--drafter",))
+    kind: str = option("flag", "flag: greedy match (greedy decoding); prob: 1 - TV (sampling)", choices=("prob", "flag"))
+    cost: list[float] | None = option(help="cost coefficient per drafter (default: measured in the trace)", type=a.cost("cost"),
+                                      append=True)
+    seed: int = option(0, type=a.count("seed"))
+
+
+@dataclass(frozen=True)
+class OracleStats:
+    """The oracle of SpecDec++ Theorem 4.1 on the trace (every drafted token known to match or
+    not before verification): latency per token in target calls and speedup over autoregressive."""
+
+    latency_per_token: float
+    n_tokens: int
+    n_target: int
+    n_discarded: int
+    speedup: float
+
+
+@dataclass
+class ReplayResult:
+    """What ``draftsim replay`` reports: the Monte Carlo run (``run``) and its metrics typed, the
+    trace's drafters that played models 1, 2, ..., their cost coefficients, and the oracle
+    (flag acceptance only)."""
+
+    run: SimResult
+    metrics: McMetrics
+    drafters: list[str]
+    costs: list[float]
+    oracle: OracleStats | None
+    trace: str
+
+    @property
+    def tokens(self) -> int:
+        """Tokens replayed."""
+        return self.run.tokens
+
+    @property
+    def n_sequences(self) -> int:
+        """Sequences replayed."""
+        return self.run.n_sequences
+
+    def to_dict(self) -> dict:
+        out = self.run.to_dict()
+        out["drafters"] = self.drafters
+        if self.oracle is not None:
+            out["oracle"] = as_dict(self.oracle)
+        return out
 
 
 def register(sub, common) -> None:
     r = sub.add_parser("record", parents=[common], help="record a trace of real drafters against a real target",
                        description="Generate with the target on a prompt set and record, per position, how each drafter agrees with it.")
-    r.add_argument("--model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
-    r.add_argument("--drafter", action="append", required=True,
-                   help="maxgram, bigram, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters first")
-    r.add_argument("--prompts", default="code", help="prompt set(s), comma-separated: code, arithmetic, instructions, docstrings")
-    r.add_argument("--split", default="test", choices=["train", "test", "all"])
-    r.add_argument("--n", type=a.count("n", 1, 100_000), default=20, help="number of prompts (per set)")
-    r.add_argument("--max-new-tokens", type=a.count("max_new_tokens", 1, 4096), default=128)
-    r.add_argument("--sample-seed", type=a.count("sample_seed"), help="also record a sampled output (temperature 1) with this seed")
-    r.add_argument("--top-k", type=a.count("top_k", 1, 64), default=8)
-    r.add_argument("--out", required=True, help="trace folder")
-    r.add_argument("--resume", action="store_true", help="continue an interrupted recording")
-    r.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
-    r.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    add_options(r, RecordConfig)
     r.set_defaults(run=run_record)
 
     t = sub.add_parser("trace", help="inspect traces")
     tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
     i = tsub.add_parser("info", parents=[common], help="summarise a trace: acceptance by drafter and position, timings")
-    i.add_argument("path")
+    add_options(i, TraceInfoConfig)
     i.set_defaults(run=run_info)
 
     p = sub.add_parser("replay", parents=[common], help="run a sim policy over a recorded trace",
                        description="Replay the recorded acceptance under any policy and report the simulator's metrics.",
                        epilog=POLICY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", required=True)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--drafter", action="append", help="trace drafters playing models 1, 2, ... (default: the first recorded)")
-    p.add_argument("--kind", choices=["prob", "flag"], default="flag", help="flag: greedy match (greedy decoding); prob: 1 - TV (sampling)")
-    p.add_argument("--cost", type=a.cost("cost"), action="append", help="cost coefficient per drafter (default: measured in the trace)")
-    p.add_argument("--seed", type=a.count("seed"), default=0)
+    add_options(p, ReplayConfig)
     p.set_defaults(run=run_replay)
 
 
-def run_record(args: argparse.Namespace) -> int:
+def record_trace(config: RecordConfig, bar=null_bar):
+    """Record how ``config``'s drafters agree with its target on the prompts into the trace
+    folder ``config.out``; returns :class:`draftsim.realrun.record.RecordStats`. Every option is
+    checked before the model loads (seconds, and loader noise on stderr); ``bar(total, desc)``
+    is a progress-bar context (:func:`draftsim.progress.count_bar`)."""
     from draftsim.realrun.methods import fit_bigram, make_drafter
     from draftsim.realrun.models import load_model
     from draftsim.realrun.prompts import prompt_set
     from draftsim.realrun.record import record
 
-    # every argument is checked before the model loads (seconds, and loader noise on stderr)
-    a.model_name("--model", args.model)
-    a.drafter_names("--drafter", args.drafter)
-    sets = a.prompt_sets("--prompts", args.prompts)
-    a.device(args.device)
-    a.trace_folder("--out", args.out, args.resume)
-    target = load_model(args.model, device=args.device, dtype=args.dtype)
+    check(config)
+    a.model_name("--target", config.target)
+    a.drafter_names("--drafter", config.drafter)
+    sets = a.prompt_sets("--prompts", config.prompts)
+    a.device(config.device)
+    a.trace_folder("--out", config.out, config.resume)
+    target = load_model(config.target, device=config.device, dtype=config.dtype)
     bigram = fit_bigram(target)
-    drafters = [make_drafter(spec, target, bigram) for spec in args.drafter]
-    prompts = [p for s in sets for p in prompt_set(s, None if args.split == "all" else args.split, args.n)]
-    n_modes = 2 if args.sample_seed is not None else 1
-    with count_bar(len(prompts) * n_modes, "recording") as bar:
-        stats = record(target, drafters, prompts, args.out, prompt_set="+".join(sets), max_new_tokens=args.max_new_tokens,
-                       top_k=args.top_k, sample_seed=args.sample_seed, resume=args.resume, progress=bar.update)
-    out = {"trace": args.out, "recorded": stats.prompts, "skipped (already done)": stats.skipped, "output_tokens": stats.output_tokens,
+    drafters = [make_drafter(spec, target, bigram) for spec in config.drafter]
+    prompts = [p for s in sets for p in prompt_set(s, None if config.split == "all" else config.split, config.n)]
+    n_modes = 2 if config.sample_seed is not None else 1
+    with bar(len(prompts) * n_modes, "recording") as b:
+        return record(target, drafters, prompts, config.out, prompt_set="+".join(sets), max_new_tokens=config.max_new_tokens,
+                      top_k=config.top_k, sample_seed=config.sample_seed, resume=config.resume, progress=b.update)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    config = from_namespace(RecordConfig, args)
+    stats = record_trace(config, count_bar)
+    out = {"trace": config.out, "recorded": stats.prompts, "skipped (already done)": stats.skipped, "output_tokens": stats.output_tokens,
            "seconds": stats.seconds, "tokens_per_second": stats.output_tokens / stats.seconds if stats.seconds else None}
     if args.json:
         a.emit_json(out)
     else:
-        print(f"recorded {stats.prompts} sequences ({stats.skipped} already done) into {args.out}: {stats.output_tokens} tokens "
+        print(f"recorded {stats.prompts} sequences ({stats.skipped} already done) into {config.out}: {stats.output_tokens} tokens "
               f"in {stats.seconds:.1f} s ({out['tokens_per_second'] or 0:.1f} tokens/s)")
-        _print_summary(Trace(args.out).summary())
+        _print_summary(Trace(config.out).summary())
     return 0
 
 
@@ -105,7 +185,7 @@ def _print_summary(s: dict) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    s = Trace(args.path).summary()
+    s = Trace(from_namespace(TraceInfoConfig, args).path).summary()
     if args.json:
         a.emit_json(s)
     else:
@@ -113,34 +193,42 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_replay(args: argparse.Namespace) -> int:
-    trace = Trace(args.trace)
-    policy = parse_policy(args.policy)
-    names = args.drafter or trace.drafters()[: max(policy.n_models - 1, 1)]
+def replay(config: ReplayConfig) -> ReplayResult:
+    """Replay the trace's recorded acceptance under ``config``'s policy in the Monte Carlo engine
+    (costs as given, else as measured in the trace); with flag acceptance, the oracle too."""
+    check(config)
+    trace = Trace(config.trace)
+    policy = parse_policy(config.policy)
+    names = config.trace_drafter or trace.drafters()[: max(policy.n_models - 1, 1)]
     if len(names) != max(policy.n_models - 1, 1):
-        raise DraftsimError(f"policy {args.policy} uses {policy.n_models - 1} drafter(s); --drafter names {len(names)} "
+        raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s); --trace-drafter names {len(names)} "
                             f"({', '.join(names)}); the trace has {', '.join(trace.drafters())}")
     if len(set(names)) != len(names):
-        raise DraftsimError(f"--drafter names a drafter twice ({', '.join(names)}); each model of the policy needs its own")
-    if args.cost is not None and len(args.cost) != len(names):
-        raise DraftsimError(f"give --cost once per drafter ({len(names)}: {', '.join(names)}); got {len(args.cost)} value(s)")
-    process = TraceDriven.from_trace(trace, names, kind=args.kind)
-    costs = args.cost or trace.cost_coefficients(names)
-    result = simulate(policy, process, Costs.coefficients(costs), 1, seed=args.seed)
-    out = result.to_dict()
-    out["drafters"] = names
+        raise DraftsimError(f"--trace-drafter names a drafter twice ({', '.join(names)}); each model of the policy needs its own")
+    if config.cost is not None and len(config.cost) != len(names):
+        raise DraftsimError(f"give --cost once per drafter ({len(names)}: {', '.join(names)}); got {len(config.cost)} value(s)")
+    process = TraceDriven.from_trace(trace, names, kind=config.kind)
+    costs = config.cost or trace.cost_coefficients(names)
+    result = run_engine(policy, process, Costs.coefficients(costs), 1, seed=config.seed)
     oracle = None
-    if args.kind == "flag":
+    if config.kind == "flag":
         flags = [f.astype(int) for f in trace.acceptance(names[0], "target", kind="flag")]
-        oracle = oracle_latency(flags, max(costs[0], 1e-12), 1.0)
-        out["oracle"] = oracle
+        oracle = typed(OracleStats, oracle_latency(flags, max(costs[0], 1e-12), 1.0))
+    return ReplayResult(result, typed(McMetrics, result.metrics), list(names), [float(c) for c in costs], oracle, str(trace.path))
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    config = from_namespace(ReplayConfig, args)
+    out = replay(config)
     if args.json:
-        a.emit_json(out)
+        a.emit_json(out.to_dict())
         return 0
-    print(f"{policy!r} replayed on {trace.path} ({', '.join(names)}; {args.kind}); cost coefficients {np.round(costs, 5).tolist()}")
+    result = out.run
+    print(f"{result.policy!r} replayed on {out.trace} ({', '.join(out.drafters)}; {config.kind}); cost coefficients "
+          f"{np.round(out.costs, 5).tolist()}")
     rows = [[k, v.value, v.se] for k, v in result.metrics.items()]
     print(format_table(["metric", "value", "SE"], rows))
-    if oracle is not None:
-        print(f"oracle (SpecDec++ Theorem 4.1): latency/token {oracle['latency_per_token']:.4f}, speedup {oracle['speedup']:.3f} "
+    if out.oracle is not None:
+        print(f"oracle (SpecDec++ Theorem 4.1): latency/token {out.oracle.latency_per_token:.4f}, speedup {out.oracle.speedup:.3f} "
               f"vs replayed {1.0 / result.metrics['latency_per_token'].value:.3f}")
     return 0

@@ -6,8 +6,10 @@ linear    constant / a + b·n per call (:class:`CallCost`, :class:`Costs`: the p
 profile   measured times on a grid of batch × new tokens × context, interpolated
 roofline  per-operator roofline of a dense decoder LM on catalog hardware, tensor parallel
 catalog   model architectures and hardware specs (data files, user files, HF config.json)
+assembly  a target and its drafters on catalog hardware (or profiles): one cost model each
 """
 
+from .assembly import Assembly, Deployment, assemble
 from .base import BOUNDS, BatchStats, CostModel, coefficient
 from .catalog import Catalog, HardwareSpec, ModelSpec, default_catalog, load_catalog, model_from_hf_config
 from .linear import CallCost, Costs, linear_fit
@@ -15,6 +17,7 @@ from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel, fit_overhead
 
 __all__ = [
+    "Assembly", "Deployment", "assemble",
     "BOUNDS", "BatchStats", "CostModel", "coefficient",
     "Catalog", "HardwareSpec", "ModelSpec", "default_catalog", "load_catalog", "model_from_hf_config",
     "CallCost", "Costs", "linear_fit",

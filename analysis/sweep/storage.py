@@ -1,0 +1,257 @@
+"""The output folder of a sweep: Parquet shards of :class:`SweepRow` rows plus a manifest,
+written atomically and read back (:func:`load`, :func:`aggregate`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import typing
+import uuid
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...sim.errors import DraftsimError, file_mode, folder_mode
+
+if TYPE_CHECKING:
+    from .spec import Point, Spec
+
+#: Version of the output folder's manifest.
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """The bookkeeping columns of a sweep's results row (one per task), defined once: the results schema derives
+    from these fields (:func:`schema_for`). The varied options' columns go between ``seed``
+    and ``status``, the metrics' (float64) after ``cpu_seconds``."""
+
+    task: int  #: point * replications + replication
+    point: int  #: index of the configuration (grid × zip groups × random samples)
+    replication: int
+    seed: int | None  #: the run's derived seed (None for a deterministic kind)
+    status: str  #: "ok" or "failed"
+    error: str | None  #: why the run failed, one line
+    seconds: float  #: wall time of the run
+    cpu_seconds: float  #: CPU time of the run, in its worker
+
+
+#: Columns every results table starts with (before the axes) and the bookkeeping after them.
+LEAD_COLUMNS = tuple(f.name for f in fields(SweepRow))[:4]
+STATUS_COLUMNS = tuple(f.name for f in fields(SweepRow))[4:]
+_ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+
+
+def record_fields() -> dict[str, pa.DataType]:
+    """Column name → Arrow type of every :class:`SweepRow` field (``X | None`` as X, nullable)."""
+    hints = typing.get_type_hints(SweepRow)
+    return {f.name: _ARROW[next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))]
+            for f in fields(SweepRow)}
+
+
+def _arrow_type(values: list) -> pa.DataType:
+    """Column type of an axis: bool, int64, float64 (ints and floats mixed) or string."""
+    if all(isinstance(v, bool) for v in values):
+        return pa.bool_()
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return pa.int64()
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return pa.float64()
+    return pa.string()
+
+
+def cell(value, type_: pa.DataType):
+    """An axis value as stored in its column (lists as comma-joined text)."""
+    if type_ == pa.string():
+        return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+    if type_ == pa.float64():
+        return float(value)
+    return value
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Store:
+    """The output folder of a sweep: Parquet shards under ``results/`` plus ``manifest.json``.
+
+    ``open`` checks the folder (new, empty, or — with ``resume`` — holding this same sweep),
+    removes temporaries of a killed run and reads which tasks the shards already hold.
+    ``add`` buffers rows; ``flush`` commits them as one shard (atomic rename) and rewrites the
+    manifest.
+    """
+
+    def __init__(self, folder, spec: Spec, schema: pa.Schema, tasks: int, extra: dict | None = None):
+        self.folder = Path(folder)
+        self.results = self.folder / "results"
+        self.spec = spec
+        self.schema = schema
+        self.tasks = tasks
+        self.extra = dict(extra or {})
+        self.buffer: list[dict] = []
+        self.shards: list[dict] = []
+        self.done: set[int] = set()
+        self.failed = 0
+
+    @staticmethod
+    def check(folder, spec: Spec, resume: bool) -> Path:
+        """Raise unless ``folder`` can take this sweep (writes nothing)."""
+        p = Path(folder)
+        manifest = p / "manifest.json"
+        if manifest.exists():
+            if not resume:
+                raise DraftsimError(f"--out {str(folder)!r} already holds a sweep; pass --resume to continue it, or choose another folder")
+            info = read_manifest(p)
+            if info["spec_sha256"] != spec.hash:
+                raise DraftsimError(f"--out {str(folder)!r} holds a different sweep (spec hash {info['spec_sha256'][:12]}, this spec "
+                                    f"{spec.hash[:12]}); resume with the same spec, or choose another folder")
+        elif p.is_dir() and any(not _leftover(x) for x in p.iterdir()):
+            raise DraftsimError(f"--out {str(folder)!r} is a folder with other files in it and no sweep; give a new or empty folder")
+        return p
+
+    def open(self) -> Store:
+        self.results.mkdir(parents=True, exist_ok=True, mode=folder_mode())
+        for tmp in self.results.glob(".*.tmp"):
+            tmp.unlink()
+        for shard in sorted(self.results.glob("part-*.parquet")):
+            table = pq.read_table(shard, columns=["task", "status"])
+            ids = table.column("task").to_pylist()
+            overlap = self.done.intersection(ids)
+            if overlap or len(set(ids)) != len(ids):
+                raise DraftsimError(f"{shard}: task {min(overlap or ids)} is stored twice; the folder was altered by hand")
+            failed = sum(1 for s in table.column("status").to_pylist() if s != "ok")
+            self.done.update(ids)
+            self.failed += failed
+            self.shards.append({"file": shard.name, "rows": len(ids), "failed": failed})
+        self.write_manifest(complete=False)
+        return self
+
+    def add(self, row: dict) -> None:
+        self.buffer.append(row)
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        rows, self.buffer = self.buffer, []
+        table = pa.Table.from_pylist(rows, schema=self.schema)
+        name = f"part-{len(self.shards):06d}-{uuid.uuid4().hex[:8]}.parquet"
+        _atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp))
+        failed = sum(1 for r in rows if r["status"] != "ok")
+        self.done.update(r["task"] for r in rows)
+        self.failed += failed
+        self.shards.append({"file": name, "rows": len(rows), "failed": failed})
+        self.write_manifest(complete=False)
+
+    def write_manifest(self, complete: bool) -> None:
+        info = {
+            "schema": MANIFEST_VERSION,
+            "kind": self.spec.kind,
+            "spec_sha256": self.spec.hash,
+            "spec": self.spec.raw,
+            "points": self.spec.n_points,
+            "replications": self.spec.replications,
+            "tasks": self.tasks,
+            "done": len(self.done),
+            "failed": self.failed,
+            "complete": complete,
+            "axes": self.spec.axes,
+            "metrics": list(self.spec.metrics),
+            "columns": {f.name: str(f.type) for f in self.schema},
+            "shards": self.shards,
+            **self.extra,
+        }
+        path = self.folder / "manifest.json"
+        _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1, default=str)))
+
+
+def _leftover(entry: Path) -> bool:
+    """What a sweep killed before its first manifest leaves: an empty ``results`` folder (or one
+    with temporaries only), a temporary manifest, an output-path probe."""
+    if entry.name.startswith((".draftsim-probe-", ".manifest.json.")):
+        return True
+    return entry.name == "results" and entry.is_dir() and not any(entry.glob("part-*.parquet"))
+
+
+def read_manifest(folder) -> dict:
+    """The manifest of a sweep folder, checked (schema version and required keys)."""
+    path = Path(folder) / "manifest.json"
+    if not path.is_file():
+        raise DraftsimError(f"{str(folder)!r} holds no sweep (no manifest.json); give a folder written by draftsim sweep")
+    try:
+        info = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DraftsimError(f"{path}: not a valid manifest ({exc})") from None
+    if not isinstance(info, dict) or info.get("schema") != MANIFEST_VERSION:
+        raise DraftsimError(f"{path}: manifest schema {info.get('schema') if isinstance(info, dict) else None!r} is not supported "
+                            f"(this draftsim reads {MANIFEST_VERSION})")
+    missing = [k for k in ("kind", "spec_sha256", "tasks", "axes", "metrics", "shards") if k not in info]
+    if missing:
+        raise DraftsimError(f"{path}: manifest lacks {', '.join(missing)}")
+    return info
+
+
+def load(folder) -> pa.Table:
+    """Every stored task of a sweep folder as one Arrow table, sorted by task (``.to_pandas()``
+    for a DataFrame). The shards are checked against the manifest's columns."""
+    info = read_manifest(folder)
+    results = Path(folder) / "results"
+    shards = sorted(results.glob("part-*.parquet"))
+    if not shards:
+        raise DraftsimError(f"{str(folder)!r} holds a sweep with no results yet")
+    table = pq.ParquetDataset(results).read()
+    missing = [c for c in info.get("columns", {}) if c not in table.column_names]
+    if missing:
+        raise DraftsimError(f"{results}: shards lack column(s) {', '.join(missing)} of the manifest")
+    return table.sort_by("task")
+
+
+def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str]) -> pa.Schema:
+    """The results schema: :class:`SweepRow`'s columns with the axes between ``seed`` and
+    ``status`` and one float64 column per metric at the end."""
+    record = record_fields()
+    columns = [pa.field(n, record[n]) for n in LEAD_COLUMNS]
+    columns += [pa.field(name, _arrow_type([p.values[name] for p in points])) for name in spec.axes]
+    columns += [pa.field(n, record[n]) for n in STATUS_COLUMNS]
+    columns += [pa.field(m, pa.float64()) for m in metric_columns]
+    return pa.schema(columns)
+
+
+def numeric(table: pa.Table, column: str) -> np.ndarray:
+    """A column as a float array (nulls as NaN)."""
+    return np.asarray(table.column(column).to_numpy(zero_copy_only=False), dtype=float)
+
+
+def aggregate(table: pa.Table, by: Sequence[str], metric: str) -> dict:
+    """Mean, standard error and count of ``metric`` over the ok rows of each group of ``by``
+    columns: {group values: (mean, se, n)}."""
+    ok = [s == "ok" for s in table.column("status").to_pylist()]
+    keys = list(zip(*(table.column(b).to_pylist() for b in by))) if by else [()] * table.num_rows
+    values = numeric(table, metric)
+    groups: dict = {}
+    for key, v, good in zip(keys, values, ok):
+        if good and np.isfinite(v):
+            groups.setdefault(key, []).append(v)
+        else:
+            groups.setdefault(key, [])
+    out = {}
+    for key, vs in groups.items():
+        arr = np.asarray(vs)
+        n = len(arr)
+        out[key] = (float(arr.mean()) if n else float("nan"), float(arr.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"), n)
+    return out

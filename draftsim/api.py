@@ -1,0 +1,58 @@
+"""draftsim's library API: one configuration, one function and one result per command.
+
+Every command of the ``draftsim`` CLI listed here is a typed configuration (a dataclass whose
+fields carry help text and valid ranges, :mod:`draftsim.config`), a function taking it and a
+typed result (``.to_dict()`` is what ``--json`` prints). The CLI's parsers are generated from
+the configurations, and sweeps build them from a spec's points (:mod:`draftsim.sweepkinds`)::
+
+    from draftsim.api import SimulateConfig, simulate
+
+    result = simulate(SimulateConfig(policy="fixed:k=4", alpha=0.8, cost=[0.05], tokens=100_000))
+    result.metrics.ewif.value, result.analytic_ewif
+
+Invalid values raise :class:`draftsim.sim.errors.DraftsimError` naming the option and its
+valid range, as on the command line. A target and its drafters on catalog hardware come from
+:func:`draftsim.sim.cost.assemble` (a :class:`~draftsim.sim.cost.Deployment`).
+"""
+
+from .commands.costing import CostConfig, CostResult, HardwareOptions, PricedOptions, cost
+from .commands.optimization import (
+    KMatrixConfig,
+    KMatrixReport,
+    ThresholdConfig,
+    ThresholdReport,
+    TreeConfig,
+    TreeReport,
+    optimize_kmatrix,
+    optimize_threshold,
+    optimize_tree,
+)
+from .commands.planning import EwifConfig, EwifResult, PlanConfig, PlanResult, ewif, plan
+from .commands.serving import ServeSimConfig, ServeSimResult, serve_sim, serving_config
+from .commands.simulation import AcceptanceOptions, SimulateConfig, SimulateResult, simulate
+from .commands.sweeping import (
+    CapacityConfig,
+    CapacityResult,
+    SweepConfig,
+    SweepPlotConfig,
+    SweepPlotResult,
+    SweepResult,
+    capacity,
+    sweep,
+    sweep_plot,
+)
+from .commands.traces import ReplayConfig, ReplayResult, replay
+from .config import check
+
+__all__ = [
+    "HardwareOptions", "PricedOptions", "AcceptanceOptions", "check",
+    "CostConfig", "CostResult", "cost",
+    "EwifConfig", "EwifResult", "ewif", "PlanConfig", "PlanResult", "plan",
+    "SimulateConfig", "SimulateResult", "simulate",
+    "ServeSimConfig", "ServeSimResult", "serve_sim", "serving_config",
+    "KMatrixConfig", "KMatrixReport", "optimize_kmatrix", "ThresholdConfig", "ThresholdReport", "optimize_threshold",
+    "TreeConfig", "TreeReport", "optimize_tree",
+    "ReplayConfig", "ReplayResult", "replay",
+    "SweepConfig", "SweepResult", "sweep", "CapacityConfig", "CapacityResult", "capacity",
+    "SweepPlotConfig", "SweepPlotResult", "sweep_plot",
+]

@@ -1,0 +1,178 @@
+"""Model-on-hardware assembly: "a target and its drafters on hardware X, TP n, from the catalogs".
+
+A :class:`Deployment` names what to price (catalog names or ``config.json`` paths, a hardware
+entry, parallelism, dtype, measured profiles, utilisation overrides); :func:`assemble` turns it
+into one :class:`~draftsim.sim.cost.base.CostModel` per model — the roofline of the catalog
+model on the catalog hardware (:class:`~draftsim.sim.cost.roofline.RooflineModel`), a measured
+profile (:class:`~draftsim.sim.cost.profile.ProfileCost`) where one names the model, and for the
+statistical drafters (Max-Gram, bigram) a profile's measured proposal time, else nothing.
+
+Everything is checked before any heavy work: names, hardware, that every profile was measured
+on this kind of device for this model in this dtype, and that every profile is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..errors import DraftsimError
+from .base import CostModel
+from .catalog import Catalog, default_catalog
+from .linear import CallCost, Costs
+from .profile import ProfileCost, load_profile
+from .roofline import RooflineModel
+
+__all__ = ["CHEAP_DRAFTERS", "Deployment", "Assembly", "assemble"]
+
+#: Drafters that are not neural models: priced by a profile's proposal timing, else free.
+CHEAP_DRAFTERS = ("maxgram", "bigram")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What to price: a target and its drafters on one hardware entry of the catalogs.
+
+    ``target`` and ``drafters`` are catalog model names (or HF ``config.json`` paths, or for a
+    drafter ``maxgram``/``bigram``); ``hardware`` a catalog hardware name. The target runs on
+    ``tp`` tensor-parallel devices × ``pp`` pipeline stages, each drafter on ``drafter_tp``.
+    ``profiles`` are measured profile files (``draftsim profile``) that replace the roofline
+    of the model they name; ``catalogs`` extra model/hardware catalog files. ``mfu``/``mbu``
+    override the hardware's utilisations (0, 1]; ``overhead`` replaces its per-call and
+    per-layer overhead by fixed seconds per forward call.
+    """
+
+    target: str
+    hardware: str
+    drafters: tuple[str, ...] = ()
+    tp: int = 1
+    pp: int = 1
+    drafter_tp: int = 1
+    dtype: str = "bfloat16"
+    profiles: tuple[str, ...] = ()
+    catalogs: tuple[str, ...] = ()
+    mfu: float | None = None
+    mbu: float | None = None
+    overhead: float | None = None
+
+
+@dataclass
+class Assembly:
+    """The cost models of a :class:`Deployment`: the target's, each drafter's (in order), and
+    ``info`` — hardware, dtype, tp, pp and, per model name, the backend that prices it."""
+
+    target: CostModel
+    drafters: list[CostModel]
+    info: dict = field(default_factory=dict)
+
+    @property
+    def models(self) -> list[CostModel]:
+        """The target, then the drafters."""
+        return [self.target, *self.drafters]
+
+    def check_fits(self, batches, contexts, new_tokens) -> None:
+        """Raise unless every roofline model holds its weights and the KV cache of the largest
+        batch at the longest context plus new tokens in its devices' memory."""
+        for m in self.models:
+            if isinstance(m, RooflineModel):
+                m.check_fits(max(batches), max(contexts) + max(new_tokens))
+
+    def coefficients(self, batch: int = 1, context: int = 512) -> tuple[float, list[float]]:
+        """The target's one-token call in seconds at ``batch`` × ``context``, and each drafter's
+        cost coefficient c: its one-token call over the target's (the papers' c)."""
+        self.check_fits([batch], [context], [1])
+        t0 = float(self.target.shape_time(batch, 1, context))
+        return t0, [float(d.shape_time(batch, 1, context)) / t0 for d in self.drafters]
+
+    def costs(self, batch: int = 1, context: int = 512) -> Costs:
+        """:class:`~draftsim.sim.cost.linear.Costs` in target calls for the simulators: each model's
+        t(n) at ``batch`` × ``context`` fitted as a + b·n (:meth:`Costs.from_models`)."""
+        return Costs.from_models(self.models, batch=batch, context=context)
+
+    def verify_table(self, n_max: int, batch: int = 1, context: int = 512) -> list[float]:
+        """The target's verification cost v(n) = t(n) / t(1), n = 1..``n_max``, at ``batch`` ×
+        ``context`` (:func:`draftsim.sim.analytic.ewif`'s ``verify``); a profile's table stops
+        where its grid of new tokens does."""
+        n = np.arange(1, n_max + 1)
+        if isinstance(self.target, ProfileCost):
+            inside = ~np.asarray(self.target.outside(batch, n, context))
+            n = n[: int(np.argmin(inside)) if not inside.all() else n.size]
+            if n.size == 0:
+                raise DraftsimError(f"the profile of {self.target.model} does not hold batch {batch}, context {context}: "
+                                    "pass --cost-batch/--cost-context inside its grid")
+        t = np.asarray(self.target.shape_time(batch, n, context), dtype=np.float64)
+        return (t / t[0]).tolist()
+
+
+def _same_model(catalog: Catalog, x: str, y: str) -> bool:
+    if x.lower() == y.lower():
+        return True
+    canon = lambda n: catalog.aliases.get(n.lower(), n.lower())  # noqa: E731
+    return canon(x) == canon(y)
+
+
+def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) -> Assembly:
+    """The cost models of ``deployment``, every name, profile and the hardware checked first.
+
+    ``machine`` returns this machine's fingerprint (``cpu``, ``cores``; e.g.
+    :func:`draftsim.realrun.profiling.machine_fingerprint`): a CPU profile must have been
+    measured on it. Without it that check is skipped.
+    """
+    d = deployment
+    if not d.target or not d.hardware:
+        raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
+    catalog = default_catalog(list(d.catalogs))
+    hw = catalog.hardware_spec(d.hardware)
+    profiles = [load_profile(p) for p in d.profiles]
+    used: set[int] = set()
+    info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}}
+
+    def profile_for(name: str):
+        for i, prof in enumerate(profiles):
+            if not _same_model(catalog, prof.model, name):
+                continue
+            if hw.kind != "cpu" or prof.device.split(":")[0] != "cpu":
+                raise DraftsimError(f"the profile {d.profiles[i]} was measured on {prof.device} "
+                                    f"({prof.fingerprint.get('machine', {}).get('cpu', '?')}), not on {hw.name}; use --hardware local-cpu")
+            if machine is not None:
+                here = machine()
+                prof.check_fingerprint(machine={k: here[k] for k in ("cpu", "cores")})
+            try:
+                spec = catalog.model(name)
+            except DraftsimError:
+                spec = None  # a model the catalog does not know (e.g. tiny:SEED): its name must do
+            if spec is not None and prof.fingerprint.get("model", {}).get("architecture") not in (None, spec.architecture):
+                raise DraftsimError(f"the profile {d.profiles[i]} was measured for another model: architecture "
+                                    f"{prof.fingerprint['model']['architecture']}, not {name}'s {spec.architecture}")
+            if prof.dtype and prof.dtype != d.dtype:
+                raise DraftsimError(f"the profile {d.profiles[i]} was measured in {prof.dtype}, not {d.dtype}; pass --dtype {prof.dtype}")
+            used.add(i)
+            return prof
+        return None
+
+    def one(name: str, tp: int, pp: int) -> CostModel:
+        if name.lower() in CHEAP_DRAFTERS:
+            for i, prof in enumerate(profiles):
+                if name.lower() in prof.drafters:
+                    used.add(i)
+                    info["backends"][name] = f"measured proposal time per token ({prof.model} profile)"
+                    return CallCost(0.0, float(prof.drafters[name.lower()]["seconds_per_token"]))
+            info["backends"][name] = "free (no profile with its proposal timing)"
+            return CallCost(0.0)
+        prof = profile_for(name)
+        if prof is not None:
+            info["backends"][name] = f"profile {prof.name}"
+            return prof
+        model = RooflineModel(catalog.model(name), hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
+                              overhead_per_layer=None if d.overhead is None else 0.0)
+        info["backends"][name] = f"roofline: {model.name}"
+        return model
+
+    target = one(d.target, d.tp, d.pp)
+    drafters = [one(name, d.drafter_tp, 1) for name in d.drafters]
+    unused = [i for i in range(len(profiles)) if i not in used]
+    if unused:
+        raise DraftsimError(f"the profile {d.profiles[unused[0]]} is of model {profiles[unused[0]].model!r}, neither the target nor a drafter")
+    return Assembly(target, drafters, info)
