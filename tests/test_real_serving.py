@@ -400,12 +400,22 @@ def test_serve_cli(tmp_path, capsys):
 
     trace = tmp_path / "trace"
     assert main(["serve", "--model", "tiny:1", "--qps", "50", "--requests", "6", "--output-len", "fixed:8", "--max-batch", "3",
-                 "--trace", str(trace), "--json"]) == 0
+                 "--scheduling", "shortest-first", "--trace", str(trace), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["requests"] == 6 and out["output_tokens"] == 48
     for key in ("ttft", "tpot", "itl", "e2e"):
         assert set(out[key]) == {"mean", "p50", "p90", "p99"}
     assert ServeTrace(trace).complete
+    # the queue the server ran is recorded, and check-serve replays with that same scheduler
+    from draftsim.analysis.servecheck import trace_scheduler
+
+    assert ServeTrace(trace).metadata["scheduling"] == "shortest-first"
+    assert trace_scheduler(ServeTrace(trace).metadata, trace).policy == "shortest-first"
+    with pytest.raises(SystemExit) as exit_:  # a usage error: argparse's exit, before any model loads
+        main(["serve", "--model", "tiny:1", "--qps", "50", "--requests", "2", "--scheduling", "lifo"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "lifo" in err and "shortest-first" in err and len(err.strip().splitlines()) == 1
     assert main(["serve", "--model", "tiny:1", "--qps", "50", "--requests", "2", "--trace", str(trace)]) == 2
     assert "not empty" in capsys.readouterr().err
     assert main(["serve", "--model", "tiny:1", "--qps", "50", "--requests", "2", "--prompt-len", "fixed:2000"]) == 2

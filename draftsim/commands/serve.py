@@ -9,6 +9,7 @@ import os
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP
+from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 
 from .. import args as a
 
@@ -37,6 +38,8 @@ def register(sub, common) -> None:
     p.add_argument("--prompts", default="code,instructions,docstrings,arithmetic", help="bundled prompt sets, comma-separated")
     p.add_argument("--eos", action="store_true", help="end a request at EOS (default: at its output length)")
     p.add_argument("--max-batch", type=a.count("max_batch", 1, 4096), default=16, help="most running sequences (default 16)")
+    p.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="fcfs",
+                   help="waiting queue of the scheduler the server runs (the serving simulator's; default fcfs)")
     p.add_argument("--temperature", type=a.cost("temperature"), default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=a.count("top_k", 1, 1_000_000))
     p.add_argument("--seed", type=a.count("seed"), default=0)
@@ -134,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     drafter = make_drafter(drafter_name, target) if drafter_name else None
     requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets))
     check_requests(target, requests)
-    server = Server(target, drafter, policy, controller, sampling, max_batch=args.max_batch, seed=args.seed, stop_at_eos=args.eos)
+    server = Server(target, drafter, policy, controller, sampling, max_batch=args.max_batch, seed=args.seed, stop_at_eos=args.eos,
+                    scheduling=args.scheduling)
     models = [target] + ([drafter.loaded] if drafter is not None and drafter.neural else [])
     check_memory(models, requests, args.max_batch, server.max_draft)
     import torch
@@ -142,12 +146,13 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": args.controller,
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k}, "seed": args.seed, "max_batch": args.max_batch,
+        "scheduling": server.scheduling.policy,
         "eos": args.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens] for r in requests],
         "workload": {"qps": args.qps, "arrivals": args.arrivals, "request_trace": args.request_trace, "duration": args.duration,
                      "prompt_len": args.prompt_len, "output_len": args.output_len, "prompts": sets},
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
         "threads": torch.get_num_threads(), "load_average_start": list(os.getloadavg()),
-        "cache": {"layout": "ragged", "compact_ratio": server.compact_ratio, "compact_min": server.compact_min},
+        "cache": {"layout": "ragged", "compact_ratio": server.layout.compact_ratio, "compact_min": server.layout.compact_min},
     }
     writer = ServeTraceWriter(args.trace, meta) if args.trace else None
     total = sum(r.max_new_tokens for r in requests)
