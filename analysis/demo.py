@@ -83,7 +83,7 @@ def replay_step(trace_path=None, k_max: int = 8) -> dict:
     """Replay the embedded SmolLM2 trace (no torch needed) under several policies, with the
     cost coefficients measured when it was recorded, and the oracle beside them."""
     from ..sim.acceptance import TraceDriven
-    from ..sim.costs import Costs
+    from ..sim.cost.linear import Costs
     from ..sim.mdp import oracle_latency
     from ..sim.policies import ConfidenceStop, FixedK, Heuristic, VerticalCascade
     from ..sim.simulate import simulate

@@ -11,12 +11,15 @@ verify        block verification (sampling and greedy)
 tree          token trees: greedy walk and multi-candidate sampling verification
 exact         exact output distributions by enumeration (toy table models)
 acceptance    acceptance processes for the simulators
+acceptance_rates    per-position acceptance: one convention (cumulative, as vLLM counts it)
+              and conversions to conditional rates, mean acceptance length, draft rate
+acceptance_catalog  published acceptance by method, target and dataset, each entry cited
 params        parameter objects and the spec registries behind the mini-languages
 policies      drafting policies shared by every executor
 controllers   speculation controllers per batch step (shared by the serving simulator and
               the real batched server)
 cost/         cost models of a forward call over a batch: linear, measured profile,
-              roofline; model and hardware catalogs (costs: the linear ones, re-exported)
+              roofline; model and hardware catalogs; model-on-hardware assembly
 montecarlo    vectorised Monte Carlo engine
 des           simpy discrete-event engine (one stream of requests, no batching)
 serving/      discrete-event serving simulator: workloads, paged KV cache, scheduler,

@@ -11,7 +11,7 @@ round is one hold of that device; with ``separate_drafter`` the drafting phase h
 drafter's device and the verification the target's. A request alone in the system needs no
 resource at all (nothing can contend), so it is one timeout per round.
 
-Service times come from :class:`draftsim.sim.costs.Costs` (constant per call, or a + b·n).
+Service times come from :class:`draftsim.sim.cost.linear.Costs` (constant per call, or a + b·n).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from .costs import Costs
+from .cost.linear import Costs
 from .montecarlo import RoundLog
 
 __all__ = ["Timeline", "DesOutcome", "replay"]

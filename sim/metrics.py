@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .costs import Costs
+from .cost.linear import Costs
 
 __all__ = ["Estimate", "ratio", "summarize"]
 

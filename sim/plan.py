@@ -137,7 +137,7 @@ def simulation_setting(strategy: Strategy, drafters: list[Drafter]):
     (and Max-Gram's α by its drafter).
     """
     from .acceptance import Bernoulli
-    from .costs import Costs
+    from .cost.linear import Costs
     from .policies import Autoregressive, FixedK, HorizontalCascade, VerticalCascade
 
     by_name = {d.name: d for d in drafters}

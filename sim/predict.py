@@ -12,7 +12,7 @@ import numpy as np
 
 from . import analytic
 from .acceptance import AcceptanceProcess, Bernoulli, Positional
-from .costs import Costs
+from .cost.linear import Costs
 from .policies import Autoregressive, FixedK, HorizontalCascade, Policy, VerticalCascade
 
 __all__ = ["predicted_ewif"]

@@ -25,7 +25,7 @@ import numpy as np
 
 from .acceptance import TraceDriven
 from .cost import ProfileCost
-from .costs import CallCost, Costs
+from .cost.linear import CallCost, Costs
 from .errors import DraftsimError
 from .policies import Autoregressive, Policy, parse_policy
 from .traces import RunTrace

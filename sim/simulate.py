@@ -18,7 +18,7 @@ import numpy as np
 
 from . import des, montecarlo
 from .acceptance import AcceptanceProcess
-from .costs import Costs
+from .cost.linear import Costs
 from .errors import DraftsimError, as_count, as_positive, file_mode
 from .metrics import ratio, summarize
 from .policies import Policy
@@ -119,7 +119,7 @@ def simulate(
     ----------
     policy : :class:`draftsim.sim.policies.Policy`
     process : :class:`draftsim.sim.acceptance.AcceptanceProcess` (a trace replays its own sequences)
-    costs : :class:`draftsim.sim.costs.Costs`, or drafter cost coefficient(s) with the target at 1
+    costs : :class:`draftsim.sim.cost.linear.Costs`, or drafter cost coefficient(s) with the target at 1
     n_tokens : total tokens (split over sequences or requests)
     engine : "mc" (vectorised Monte Carlo) or "des" (simpy timeline)
     seed : int or numpy.random.Generator; the same seed gives the same result, bit for bit

@@ -70,9 +70,16 @@ def test_bad_shapes_are_refused(shape):
 
 # -- linear: the old CallCost/Costs numbers ------------------------------------------------------
 
-def test_sim_costs_is_the_same_code():
-    import draftsim.sim.costs
-    assert draftsim.sim.costs.CallCost is CallCost and draftsim.sim.costs.Costs is Costs
+def test_linear_costs_have_one_home():
+    """The linear costs live in sim.cost.linear alone (the old sim.costs shim is gone) and sim.cost
+    exports the same classes."""
+    import importlib
+
+    import draftsim.sim.cost as cost
+
+    assert cost.CallCost is CallCost and cost.Costs is Costs
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("draftsim.sim.costs")
 
 
 @given(a=st.floats(0, 10), b=st.floats(0, 10), n=st.lists(st.integers(0, 50), min_size=1, max_size=6))

@@ -179,7 +179,7 @@ def test_des_timeline_and_concurrency(tmp_path):
 
 
 def test_linear_cost_model_changes_ewif_not_swi():
-    from draftsim.sim.costs import CallCost, Costs
+    from draftsim.sim.cost.linear import CallCost, Costs
 
     costs = Costs((CallCost(1.0, 0.05), CallCost(0.05)))
     r = simulate(P.FixedK(8), A.Bernoulli(0.8), costs, 100_000, seed=1)
