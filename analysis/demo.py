@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..sim import mdp, optimize
-from ..sim.plan import Drafter, Strategy, plan, simulation_setting
+from ..sim.plan import PlannedDrafter, Strategy, plan, simulation_setting
 from ..sim.predict import predicted_ewif
 from ..sim.simulate import simulate
 from . import figures
@@ -19,21 +19,21 @@ class Setting:
     """A named what-if question: drafters (α by the target, cost c) and Max-Gram's α."""
 
     name: str
-    drafters: tuple[Drafter, ...]
+    drafters: tuple[PlannedDrafter, ...]
     mag_alpha: float | None = None
 
 
 #: Reference settings: orders of magnitude seen in the papers (a 1/10- to 1/100-size draft
 #: with α ≈ 0.6–0.85; Max-Gram at zero cost accepted ≈ 0.4–0.7 of the time by a drafter).
 REFERENCE_SETTINGS = (
-    Setting("cheap draft", (Drafter("small", 0.75, 0.05),)),
-    Setting("expensive draft", (Drafter("medium", 0.85, 0.4),)),
+    Setting("cheap draft", (PlannedDrafter("small", 0.75, 0.05),)),
+    Setting("expensive draft", (PlannedDrafter("medium", 0.85, 0.4),)),
     Setting(
         "two drafters + Max-Gram",
-        (Drafter("medium", 0.85, 0.15), Drafter("small", 0.65, 0.02)),
+        (PlannedDrafter("medium", 0.85, 0.15), PlannedDrafter("small", 0.65, 0.02)),
         mag_alpha=0.55,
     ),
-    Setting("code, Max-Gram friendly", (Drafter("small", 0.8, 0.08),), mag_alpha=0.75),
+    Setting("code, Max-Gram friendly", (PlannedDrafter("small", 0.8, 0.08),), mag_alpha=0.75),
 )
 
 
@@ -161,7 +161,7 @@ def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = 200_000, real: bo
     optimisation = optimisation_step(out_dir)
     replay = replay_step()
     written.append(optimisation["figure"])
-    from .serving import serving_study
+    from .loadstudy import serving_study
 
     serving = serving_study(out_dir)
     written.append(Path(serving["figure"]))

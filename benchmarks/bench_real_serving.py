@@ -184,7 +184,7 @@ def main() -> int:
     prof = load_profile(a.profile, extrapolate="clamp")
 
     # 2. plan
-    from draftsim.sim.plan import Drafter, plan
+    from draftsim.sim.plan import PlannedDrafter, plan
     from draftsim.sim.traces import EMBEDDED_TRACE, Trace
 
     pairs = {(x["proposer"], x["verifier"]): x for x in Trace(EMBEDDED_TRACE).summary()["pairs"]}
@@ -195,7 +195,7 @@ def main() -> int:
     n = np.arange(1, min(17, max(prof.new_tokens)) + 1)
     t = prof.shape_time(1, n, 128)
     verify = (t / t[0]).tolist()
-    best = [s for s in plan([Drafter("maxgram", alpha, c)], k_max=16, verify=verify) if s.kind in ("sd", "autoregressive")][0]
+    best = [s for s in plan([PlannedDrafter("maxgram", alpha, c)], k_max=16, verify=verify) if s.kind in ("sd", "autoregressive")][0]
     k = a.k or int(best.params["k"])
     policy = f"fixed:k={k}"
     results["plan"] = {"alpha": alpha, "c": c, "verify": verify, "k": k, "ewif": best.ewif}

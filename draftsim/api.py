@@ -28,7 +28,7 @@ from .commands.optimization import (
     optimize_tree,
 )
 from .commands.planning import EwifConfig, EwifResult, PlanConfig, PlanResult, ewif, plan
-from .commands.serving import ServeSimConfig, ServeSimResult, serve_sim, serving_config
+from .commands.servesim import ServeSimConfig, ServeSimResult, serve_sim, serving_config
 from .commands.simulation import AcceptanceOptions, SimulateConfig, SimulateResult, simulate
 from .commands.sweeping import (
     CapacityConfig,

@@ -19,7 +19,7 @@ from draftsim.analysis.sweep import Kind
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import parse_policy
 
-from .commands import optimization, serving, simulation, traces
+from .commands import optimization, servesim, simulation, traces
 from .config import from_mapping
 
 
@@ -70,8 +70,8 @@ def _check_replay(config) -> None:
 
 
 def _check_serve(config) -> None:
-    serving.serving_config(config)
-    serving.check_workload(config)
+    servesim.serving_config(config)
+    servesim.check_workload(config)
 
 
 def _optimize(config):
@@ -83,7 +83,7 @@ def _optimize(config):
 COMMANDS: dict[str, Command] = {
     "simulate": Command("simulate", {None: simulation.SimulateConfig}, simulation.simulate, _check_simulate,
                         (simulation.SimulateResult,)),
-    "serve": Command("serve-sim", {None: serving.ServeSimConfig}, serving.serve_sim, _check_serve, (serving.ServeSimResult,)),
+    "serve": Command("serve-sim", {None: servesim.ServeSimConfig}, servesim.serve_sim, _check_serve, (servesim.ServeSimResult,)),
     "optimize": Command("optimize", optimization.OPTIMIZE_CONFIGS, _optimize, _check_optimize,
                         (optimization.KMatrixReport, optimization.ThresholdReport, optimization.TreeReport)),
     "replay": Command("replay", {None: traces.ReplayConfig}, traces.replay, _check_replay, (traces.ReplayResult,)),

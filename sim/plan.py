@@ -22,14 +22,15 @@ import numpy as np
 from . import analytic
 from .errors import DraftsimError, as_cost, as_probability, parse_number
 
-__all__ = ["Drafter", "Strategy", "plan"]
+__all__ = ["PlannedDrafter", "Strategy", "plan"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
 @dataclass(frozen=True)
-class Drafter:
-    """A draft model: its name, acceptance rate by the target and cost coefficient."""
+class PlannedDrafter:
+    """A drafter as the planner sees it: its name, acceptance rate by the target and cost
+    coefficient (the real proposer of tokens is :class:`draftsim.realrun.drafters.Drafter`)."""
 
     name: str
     alpha: float
@@ -45,7 +46,7 @@ class Drafter:
         object.__setattr__(self, "cost", float(as_cost(f"cost of drafter {self.name}", self.cost)))
 
     @classmethod
-    def parse(cls, spec: str) -> "Drafter":
+    def parse(cls, spec: str) -> "PlannedDrafter":
         """Parse ``NAME:ALPHA:COST`` (e.g. ``small:0.75:0.05``)."""
         parts = spec.split(":")
         if len(parts) != 3:
@@ -75,13 +76,13 @@ class Strategy:
 
 
 def plan(
-    drafters: list[Drafter], mag_alpha: float | None = None, k_max: int = 32, mag_cost: float = 0.0, verify=None
+    drafters: list[PlannedDrafter], mag_alpha: float | None = None, k_max: int = 32, mag_cost: float = 0.0, verify=None
 ) -> list[Strategy]:
     """Score every strategy the drafters allow and return them ranked by EWIF (best first).
 
     Parameters
     ----------
-    drafters : list of :class:`Drafter` (at least one, distinct names)
+    drafters : list of :class:`PlannedDrafter` (at least one, distinct names)
     mag_alpha : float in [0, 1], optional
         Acceptance of Max-Gram's tokens by each drafter; adds vertical cascades.
     mag_cost : float >= 0
@@ -129,7 +130,7 @@ def plan(
     return sorted(strategies, key=lambda s: -s.ewif)
 
 
-def simulation_setting(strategy: Strategy, drafters: list[Drafter]):
+def simulation_setting(strategy: Strategy, drafters: list[PlannedDrafter]):
     """The (policy, acceptance process, costs) that simulate a planned strategy.
 
     Drafters are renumbered in the order the strategy uses them (model 1, 2, …); Max-Gram

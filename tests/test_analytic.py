@@ -343,9 +343,9 @@ def test_priced_horizontal_cascade_is_exhaustively_optimal(drafters, steps):
 
 
 def test_planner_prices_the_verification():
-    from draftsim.sim.plan import Drafter, plan
+    from draftsim.sim.plan import PlannedDrafter, plan
 
-    d = [Drafter("maxgram", 0.3, 0.0)]
+    d = [PlannedDrafter("maxgram", 0.3, 0.0)]
     free = [s for s in plan(d, k_max=16) if s.kind == "sd"][0]
     assert free.params["k"] == 16  # a free drafter and a free verification: draft as far as allowed
     v = 1.0 + 0.12 * np.arange(17)  # verifying n tokens costs 1 + 0.12 (n - 1) one-token calls

@@ -10,7 +10,7 @@ import numpy as np
 from draftsim.analysis.table import format_table
 from draftsim.sim import analytic
 from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError
-from draftsim.sim.plan import Drafter, Strategy
+from draftsim.sim.plan import PlannedDrafter, Strategy
 from draftsim.sim.plan import plan as rank_strategies
 
 from .. import args as a
@@ -87,7 +87,7 @@ class PlanConfig(PricedOptions):
 class PlanResult:
     """What ``draftsim plan`` reports: the drafters, the search's settings and the strategies, best first."""
 
-    drafters: list[Drafter]
+    drafters: list[PlannedDrafter]
     mag_alpha: float | None
     mag_cost: float
     k_max: int
@@ -206,7 +206,7 @@ def plan(config: PlanConfig) -> PlanResult:
     the tokens it verifies when the drafters are priced from hardware)."""
     check(config)
     specs, cost_info, verify = _priced_specs(config) if config.uses_hardware() else (config.drafter, None, None)
-    drafters = [Drafter.parse(spec) for spec in specs]
+    drafters = [PlannedDrafter.parse(spec) for spec in specs]
     strategies = rank_strategies(drafters, mag_alpha=config.mag_alpha, k_max=config.k_max, mag_cost=config.mag_cost, verify=verify)
     return PlanResult(drafters, config.mag_alpha, config.mag_cost, config.k_max, cost_info, strategies)
 

@@ -1,4 +1,4 @@
-"""analysis.serving: speculation against load, the crossover and the serving figures.
+"""analysis.loadstudy: speculation against load, the crossover and the serving figures.
 
 The ``serve-sim --sweep-qps`` command (JSON and the marked crossover) is tested in
 tests/test_serving_cli.py; this file tests the functions directly.
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pngcheck import png_size
 
-from draftsim.analysis.serving import crossover, latency_cdfs, load_over_time, speedup_vs_load, sweep_qps
+from draftsim.analysis.loadstudy import crossover, latency_cdfs, load_over_time, speedup_vs_load, sweep_qps
 from draftsim.sim import acceptance, policies
 from draftsim.sim.cost import CallCost
 from draftsim.sim.errors import DraftsimError

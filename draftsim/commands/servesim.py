@@ -262,12 +262,12 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
     if config.timeline:
         written["timeline"] = write_chrome_trace(config.timeline, result.runs)
     if config.figure:
-        from draftsim.analysis.serving import latency_cdfs
+        from draftsim.analysis.loadstudy import latency_cdfs
 
         latency_cdfs(config.figure, {config.policy: result.runs[0]})
         written["figure"] = config.figure
     if config.load_figure:
-        from draftsim.analysis.serving import load_over_time
+        from draftsim.analysis.loadstudy import load_over_time
 
         load_over_time(config.load_figure, result.runs[0])
         written["load_figure"] = config.load_figure
@@ -338,7 +338,7 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
 
 
 def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResult:
-    from draftsim.analysis.serving import crossover, speedup_vs_load, sweep_qps
+    from draftsim.analysis.loadstudy import crossover, speedup_vs_load, sweep_qps
 
     if config.qps is not None:
         raise DraftsimError("--sweep-qps replaces --qps; drop --qps")
