@@ -10,7 +10,6 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -191,14 +190,14 @@ def check_budget(what: str, seconds: float, nbytes: float, hint: str) -> None:
 
 # --- real-model arguments, checked before any model loads ------------------------------------
 
-_DEVICE = re.compile(r"auto|cpu|cuda(?::[0-9]+)?")
 
 
 def device(text: str) -> str:
-    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether CUDA is present is checked at load)."""
-    if not _DEVICE.fullmatch(text):
-        raise DraftsimError(f"--device must be auto, cpu, cuda or cuda:N; got {text!r}")
-    return text
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (whether CUDA is present is checked at load):
+    :func:`draftsim.realrun.models.check_device`, which needs no torch."""
+    from draftsim.realrun.models import check_device
+
+    return check_device(text)
 
 
 def model_name(option: str, text: str) -> str:

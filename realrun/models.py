@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import shutil
 import string
 import tempfile
@@ -110,15 +111,25 @@ def sync(device: str) -> None:
         _torch().cuda.synchronize(device)
 
 
+_DEVICE = re.compile(r"auto|cpu|cuda(?::[0-9]+)?")
+
+
+def check_device(device: str, option: str = "--device") -> str:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``, checked without torch (whether CUDA is
+    present is :func:`pick_device`'s question, at load)."""
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
+        raise DraftsimError(f"{option} must be auto, cpu, cuda or cuda:N; got {device!r}")
+    return device
+
+
 def pick_device(device: str = "auto") -> str:
     """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``."""
+    check_device(device)
     torch = _torch()
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DraftsimError(f"device {device!r} requested but CUDA is not available; use --device cpu")
-    if device not in ("cpu",) and not device.startswith("cuda"):
-        raise DraftsimError(f"device must be auto, cpu or cuda[:N]; got {device!r}")
+        raise DraftsimError(f"--device {device!r} requested but CUDA is not available; use --device cpu")
     return device
 
 
