@@ -1,0 +1,424 @@
+"""A window of a replica's steps, computed at once.
+
+Between scheduling events nothing about the batch changes but its contexts, so a replica
+(:mod:`draftsim.sim.serving.replica`) computes a *window* of consecutive steps at once,
+vectorised over (steps, lanes) with numpy: the first step may carry prefill chunks, the others
+are decodes. A window ends before the first step that starts at or after the next known arrival
+(a new request joins the batch at the first step boundary after it arrives), before the KV pool
+would overflow, when a request runs out of drawn rounds, and — when a finish can change what
+comes next (requests waiting, a batch-dependent controller, closed-loop clients) — after the
+first step in which a request finishes. The result is the same as stepping one iteration at a
+time (``window_max = 1``; ``tests/test_serving_replica.py`` holds the two equal).
+
+The window is computed along four seams:
+
+* **lanes** (:func:`lanes`): the requests that decode — the plan's decodes from step 0, then the
+  prefills that complete in step 0 from step 1 — with their tokens and drawn rounds;
+* **rounds** (:func:`draw`, :func:`cap`, :func:`progress`): each lane's round in each step from
+  the round book (:mod:`draftsim.sim.serving.rounds`), capped by the speculation controller
+  (:mod:`draftsim.sim.controllers`), and how many tokens the lanes have out step by step (a
+  lane stops when its tokens are out);
+* **cuts** (:func:`cut`): where the window must end;
+* **pricing** (:func:`price`): each step's forward calls — the drafters' calls (drafter m's
+  t-th call batches the lanes that make at least t + 1 calls), then the target's verification
+  of Σ(k_i + 1) tokens and the prefill chunks — priced by the cost models
+  (:mod:`draftsim.sim.cost`).
+
+Every sum a cost model reads (:class:`~draftsim.sim.cost.base.BatchStats`) is a sum of
+integers, computed in integers and exact in float64: the order of summation cannot change a
+step's time.
+
+Glossary of a window's arrays: W steps × B lanes; ``valid`` (a drawn round is there),
+``active`` (the lane decodes in the step: a valid round and tokens left), ``cum`` (tokens of
+the lane's rounds up to and including the step, not cut at the request's end), ``before``
+(the same, before the step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..controllers import NO_CAP, Controller
+from ..cost.base import BatchStats
+
+__all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
+           "step_stats", "compute"]
+
+
+# ------------------------------------------------------------------------------------- records
+
+@dataclass(slots=True)
+class Prefills:
+    """The prefill chunks of a window's first step, in the plan's order.
+
+    rid, chunk, done : request, tokens of the chunk, tokens prefilled before it
+    completes        : whether the chunk ends the request's prefill (its first token comes out)
+    join, join_cached: the completing requests that go on decoding (lanes from step 1), and the
+                       tokens their cache holds after the chunk
+    finishing        : a completing chunk emits its request's last token
+    sums             : (sequences, tokens, cached, pairs) of the chunks as :class:`BatchStats`
+                       counts them, added to the first step's call; None without chunks
+    """
+
+    rid: list
+    chunk: list
+    done: list
+    completes: list
+    join: list
+    join_cached: list
+    finishing: bool
+    sums: tuple | None
+
+    @property
+    def partial(self) -> bool:
+        """A chunk leaves its prefill unfinished (the next step depends on the scheduler)."""
+        return not all(self.completes)
+
+
+@dataclass(slots=True)
+class Lanes:
+    """The requests that decode in a window, one lane each ((B,) arrays): the plan's decodes,
+    then the prefills completing in step 0. Every lane has tokens left (``remaining`` ≥ 1).
+
+    rid       : request ids
+    first     : the first step the lane decodes in (0; 1 for a completing prefill)
+    generated : output tokens out before its first step
+    remaining : tokens it has still to emit
+    context   : prompt + generated (its cache before its first step)
+    base      : round-book index of its round in step w is ``base + w``
+    reach     : the step after its last drawn round (first + rounds left)
+    """
+
+    rid: np.ndarray
+    first: np.ndarray
+    generated: np.ndarray
+    remaining: np.ndarray
+    context: np.ndarray
+    base: np.ndarray
+    reach: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rid)
+
+
+@dataclass(slots=True)
+class Window:
+    """W steps over B lanes: their rounds ((W, B) arrays, see the module's glossary), what each
+    step costs and holds ((W,) arrays), and what committing its first n steps needs.
+
+    drafted, accepted : tokens of each lane's round (after the controller's cap; meaningless
+                        where not ``active``)
+    emitted           : tokens each round emits (capped, 0 where not valid)
+    finish            : (B,) the step a lane emits its last token in (−1: not in the window)
+    time, draft_time  : seconds of each step, and of its drafters' calls
+    batch             : sequences in each step (lanes with a round and prefill chunks)
+    tokens            : new tokens of the target's call in each step
+    kv                : KV blocks held in each step (None: unlimited pool)
+    layout            : the ragged cache's state after each step (None: priced as paged)
+    """
+
+    W: int
+    prefills: Prefills
+    lanes: Lanes
+    valid: np.ndarray
+    active: np.ndarray
+    drafted: np.ndarray
+    accepted: np.ndarray
+    emitted: np.ndarray
+    cum: np.ndarray
+    before: np.ndarray
+    finish: np.ndarray
+    batch: np.ndarray
+    index: np.ndarray
+    drafted_raw: np.ndarray
+    caps: np.ndarray | None = None
+    time: np.ndarray | None = None
+    draft_time: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+    kv: np.ndarray | None = None
+    layout: list | None = None
+
+    def truncate(self, W: int) -> None:
+        """Keep the first W steps."""
+        self.W = W
+        for name in ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "batch", "index", "drafted_raw"):
+            setattr(self, name, getattr(self, name)[:W])
+        if self.caps is not None:
+            self.caps = self.caps[:W]
+        if self.kv is not None:
+            self.kv = self.kv[:W]
+        self.finish = np.where(self.finish < W, self.finish, -1)
+
+
+# ----------------------------------------------------------------------------------- the seams
+
+def prefills(plan, table) -> Prefills:
+    """The plan's prefill chunks (a few per step: plain Python)."""
+    rid, chunk, done, completes, join, join_cached = [], [], [], [], [], []
+    finishing = False
+    tokens = cached = pairs = 0
+    for r, c, d in plan.prefill:
+        comp = bool(d + c >= table.need[r])
+        rid.append(r)
+        chunk.append(c)
+        done.append(d)
+        completes.append(comp)
+        if comp:
+            if table.generated[r] + 1 >= table.output[r]:  # the prefill's token is the last
+                finishing = True
+            else:
+                join.append(r)
+                join_cached.append(d + c)
+        tokens += c
+        cached += d
+        pairs += c * (2 * d + c + 1) // 2  # Σ n (c + (n + 1) / 2) over the chunk's tokens
+    sums = (len(rid), float(tokens), float(cached), float(pairs)) if rid else None
+    return Prefills(rid, chunk, done, completes, join, join_cached, finishing, sums)
+
+
+def lanes(plan, pre: Prefills, table, book) -> Lanes:
+    """The window's lanes; a lane that has spent its drawn rounds (a capped request) gets more
+    from the round book."""
+    for r in pre.join:
+        book.ensure(r)
+    rid = np.array(plan.decode + pre.join, dtype=np.int64)
+    first = np.zeros(len(rid), dtype=np.int64)
+    first[len(plan.decode):] = 1
+    generated = table.generated[rid] + first
+    remaining = table.output[rid] - generated
+    used = table.rounds[rid]
+    left = book.count[rid] - used
+    if len(rid) and left.min() <= 0:
+        for j in np.flatnonzero(left <= 0).tolist():
+            book.extend(int(rid[j]), int(remaining[j]))
+        left = book.count[rid] - used
+    return Lanes(rid, first, generated, remaining, table.prompt[rid] + generated, book.start[rid] + used - first, first + left)
+
+
+def span(ln: Lanes, pre: Prefills, plan, *, waiting: bool, cut_at_finish: bool, now: float, next_arrival: float,
+         step_guess: float, window_max: int) -> int:
+    """How many steps to compute: one when the next step depends on the scheduler (a partial
+    prefill, a queue blocked by the token budget, no lane); else until the first lane finishes
+    (``cut_at_finish``) or the last, a quarter beyond the next arrival at the last window's
+    mean step time, and at most ``window_max`` and the lanes' drawn rounds."""
+    if (pre.rid and pre.partial) or (waiting and plan.blocked == "budget") or not len(ln):
+        return 1
+    ends = ln.remaining + ln.first
+    W = int(ends.min() if cut_at_finish else ends.max())
+    if np.isfinite(next_arrival):
+        W = min(W, int((next_arrival - now) / max(step_guess, 1e-9) * 1.25) + 2)
+    return max(1, min(W, window_max, int(ln.reach.max())))
+
+
+def draw(ln: Lanes, W: int, book, pre: Prefills) -> Window:
+    """Each lane's round in each of W steps, from the round book."""
+    w = np.arange(W)[:, None]
+    index = ln.base + w  # clipped into the book by take: meaningless where not valid
+    valid = (w >= ln.first) & (w < ln.reach)
+    drafted = book.drafted.take(index, mode="clip")
+    batch = valid.sum(axis=1)
+    batch[0] += len(pre.rid)
+    return Window(W=W, prefills=pre, lanes=ln, valid=valid, active=valid, drafted=drafted, accepted=book.accepted.take(index, mode="clip"),
+                  emitted=book.emitted.take(index, mode="clip"), cum=None, before=None, finish=None, batch=batch, index=index,
+                  drafted_raw=drafted)
+
+
+def cap(win: Window, controller: Controller, tree_nodes: np.ndarray | None) -> None:
+    """The controller's cap per step (from its batch size and the lanes' mean context): a flat
+    draft stops at the cap and its accepted prefix is cut there; a tree is cut to the cap's
+    depth (it verifies the nodes of the kept levels)."""
+    if type(controller).caps is Controller.caps:
+        return
+    ctx_mean = float(win.lanes.context.mean()) if len(win.lanes) else 0.0
+    caps = controller.caps(win.batch, np.full(win.W, ctx_mean))[:, None]
+    if not (caps < NO_CAP).any():
+        return
+    win.caps = caps
+    if tree_nodes is not None:
+        depth = len(tree_nodes) - 1
+        win.drafted = np.where(caps < depth, tree_nodes[np.minimum(caps, depth)], win.drafted_raw)
+    else:
+        win.drafted = np.minimum(win.drafted_raw, caps)
+    win.accepted = np.minimum(win.accepted, caps)
+    win.emitted = np.minimum(win.emitted, win.accepted + 1)
+
+
+def progress(win: Window) -> None:
+    """Tokens out step by step; a lane decodes while it has tokens left, and finishes in the
+    first step its rounds reach its remaining tokens."""
+    rem = win.lanes.remaining
+    e = np.where(win.valid, win.emitted, 0)
+    win.emitted = e
+    win.cum = e.cumsum(axis=0)
+    win.before = win.cum - e
+    win.active = win.valid & (win.before < rem)
+    win.finish = (win.cum < rem).sum(axis=0)  # the finishing step (W: none in the window)
+    win.finish = np.where(win.finish < win.W, win.finish, -1)
+
+
+def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_elsewhere: int) -> int:
+    """The steps the window keeps: up to a lane's last drawn round unless it finishes first,
+    after the first finish when ``cut_at_finish``, and before the first step whose KV blocks
+    exceed the pool (``held_elsewhere``: the step-0 blocks of running requests that are not
+    lanes). Fills ``win.kv``."""
+    ln, W = win.lanes, win.W
+    keep = W
+    if len(ln):
+        unfinished = win.finish < 0
+        keep = min(keep, int(np.where(unfinished, ln.reach, W).min()))
+        if cut_at_finish:
+            if win.prefills.finishing:
+                keep = 1
+            elif not unfinished.all():
+                keep = min(keep, int(win.finish[~unfinished].min()) + 1)
+    elif cut_at_finish and win.prefills.finishing:
+        keep = 1
+    if kv is not None:
+        bs = kv.block_size
+        blocks = (ln.context + win.before + (lookahead + bs - 1)) // bs  # ⌈(context + lookahead) / block⌉
+        held = np.where(win.active, blocks, 0).sum(axis=1)
+        held[0] += held_elsewhere
+        over = np.flatnonzero(held[1:] > kv.blocks)
+        if over.size:
+            keep = min(keep, int(over[0]) + 1)
+        win.kv = held
+    return max(keep, 1)
+
+
+def price(win: Window, engine, book, layout_state) -> None:
+    """Seconds of each step: the drafters' calls, then the target's (see the module docstring).
+    Fills ``time``, ``draft_time``, ``tokens`` and ``layout``."""
+    W, ln, pre = win.W, win.lanes, win.prefills
+    active = win.active
+    n_t = np.where(active, win.drafted + 1, 0)  # verified tokens: the drafts and the bonus
+    c_t = ln.context + win.before - 1  # what the lane's cache holds before the step, but its newest token
+    width = None
+    if engine.layout is not None:
+        joined = np.full(len(ln), np.nan)
+        joined[len(ln) - len(pre.join):] = pre.join_cached
+        e_eff = np.where(active, np.minimum(win.emitted, ln.remaining - win.before), 0)
+        width, _, win.layout = engine.layout.steps(layout_state, ln.rid, active, n_t, e_eff, c_t, joined, win.finish)
+    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width)
+    time = engine.target.stats_time(target).astype(np.float64)
+    draft_time = np.zeros(W)
+    draft_pre = pre.sums if engine.max_draft > 0 else None  # a drafter that may draft prefills with the target
+    for m, model in enumerate(engine.drafters[: book.D]):
+        calls = _draft_calls(win, book, m, engine.tree_nodes is not None)
+        T = max(int(calls.max(initial=0)), 1 if draft_pre is not None else 0)
+        if T == 0:
+            continue
+        # all of this drafter's calls of the window in one cost-model call: rows (t, w)
+        if book.flat[m]:
+            stats = _flat_draft_stats(calls, c_t, T, draft_pre)
+        else:
+            per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
+            k = np.arange(T)[:, None, None]
+            n_k = np.where(calls[None] > k, per_call[None], 0).reshape(T * W, len(ln))
+            c_k = (c_t[None] + k * per_call[None]).reshape(T * W, len(ln))
+            stats = step_stats(n_k, c_k, draft_pre)
+        draft_time += model.stats_time(stats).reshape(T, W).sum(axis=0)
+    win.time = time + draft_time
+    win.draft_time = draft_time
+    win.tokens = target.tokens.astype(np.int64)  # exact: sums of integers, the prefill chunks' in step 0
+
+
+def _raw_calls(win: Window, book, m: int) -> np.ndarray:
+    return book.calls[:, m].take(win.index, mode="clip")
+
+
+def _draft_calls(win: Window, book, m: int, tree: bool) -> np.ndarray:
+    """Drafter m's forward calls per (step, lane): the drawn round's, scaled down for a capped
+    round (a capped tree: one call per kept level; a capped chain: the kept fraction)."""
+    calls = _raw_calls(win, book, m)
+    if win.caps is not None and tree:
+        calls = np.minimum(calls, win.caps)
+    elif win.caps is not None:
+        d_raw = win.drafted_raw
+        calls = np.where(d_raw > 0, -(-calls * win.drafted // np.maximum(d_raw, 1)), 0)
+    return np.where(win.active, calls, 0)
+
+
+def _flat_draft_stats(calls: np.ndarray, c: np.ndarray, T: int, pre: tuple | None) -> BatchStats:
+    """BatchStats of a flat drafter's calls (one token each) over rows (t, w): call t of step w
+    batches the lanes making more than t calls, lane j at context c[w, j] + t."""
+    t = np.arange(T)[:, None]
+    on = calls[None] > t[..., None]  # (T, W, B)
+    sums = np.empty((3,) + on.shape[:2], dtype=np.int64)
+    on.sum(axis=-1, out=sums[0])
+    np.multiply(on, c, dtype=np.int64).sum(axis=-1, out=sums[1])
+    sums[1] += t * sums[0]  # cached: Σ (c + t)
+    np.add(sums[1], sums[0], out=sums[2])  # pairs: Σ (c + t + 1) for one new token
+    f = sums.reshape(3, -1).astype(np.float64)
+    return _batch_stats(f[0], f[0].copy(), f[1], f[2], pre)
+
+
+def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bool = False,
+               width: np.ndarray | None = None) -> BatchStats:
+    """BatchStats over the last axis of new tokens ``n`` and contexts ``c`` (integer arrays; no
+    checks: the replica builds valid ones); ``pre`` = (sequences, tokens, cached, pairs) of
+    prefill chunks added to the first row. Logit rows: one per verified token, one per prefill
+    chunk. With ``shape``, also the step's make-up (``padded``, ``prefill``); ``width``: the
+    cache width the padded batch attends over (default: its longest context)."""
+    act = n > 0
+    cached = c * act
+    sums = np.empty((4,) + n.shape[:-1], dtype=np.int64)
+    act.sum(axis=-1, out=sums[0])
+    n.sum(axis=-1, out=sums[1])
+    cached.sum(axis=-1, out=sums[2])
+    (n * (2 * c + n + 1)).sum(axis=-1, out=sums[3])  # twice Σ n (c + (n + 1) / 2)
+    f = sums.astype(np.float64)
+    f[3] *= 0.5
+    padded = prefill = None
+    if shape:
+        longest = cached.max(axis=-1, initial=0).astype(np.float64) if width is None else width
+        padded = np.stack([f[0], n.max(axis=-1, initial=0).astype(np.float64), longest], axis=-1)
+        prefill = np.zeros(f[0].shape + (2,))
+        if pre is not None:
+            prefill[0] = pre[0], pre[1]
+    return _batch_stats(f[0], f[1], f[2], f[3], pre, padded, prefill)
+
+
+def _batch_stats(sequences, tokens, cached, pairs, pre, padded=None, prefill=None) -> BatchStats:
+    """The record, with the prefill chunks' sums ``pre`` added to the first row (they keep one
+    logit row each)."""
+    rows = tokens.copy()
+    if pre is not None:
+        sequences[0] += pre[0]
+        tokens[0] += pre[1]
+        cached[0] += pre[2]
+        pairs[0] += pre[3]
+        rows[0] += pre[0]
+    return BatchStats(sequences, tokens, cached, pairs, rows=rows, padded=padded, prefill=prefill)
+
+
+# ------------------------------------------------------------------------------------ a window
+
+def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state) -> Window:
+    """The window that starts with ``plan`` at ``now`` (``step_guess``: the last window's mean
+    step time, to stop near the next arrival)."""
+    table, book = engine.table, engine.book
+    pre = prefills(plan, table)
+    ln = lanes(plan, pre, table, book)
+    waiting = bool(scheduler.waiting)
+    cut_at_finish = waiting or engine.controller.batch_dependent or engine.closed_loop
+    nxt = engine.next_arrival() if engine.next_arrival is not None else np.inf
+    W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=nxt, step_guess=step_guess,
+             window_max=engine.window_max)
+    win = draw(ln, W, book, pre)
+    cap(win, engine.controller, engine.tree_nodes)
+    progress(win)
+    held = 0
+    kv = scheduler.kv
+    if kv is not None:
+        if len(scheduler.running) > len(ln):
+            in_lanes = set(ln.rid.tolist())
+            held += scheduler.held_blocks([r for r in scheduler.running if r not in in_lanes])
+        bs = kv.block_size
+        held += sum((t + engine.lookahead + bs - 1) // bs for t in pre.join_cached)  # the joiners' prefill blocks
+    keep = cut(win, cut_at_finish=cut_at_finish, kv=kv, lookahead=engine.lookahead, held_elsewhere=held)
+    if keep < W:
+        win.truncate(keep)
+    price(win, engine, book, layout_state)
+    return win
