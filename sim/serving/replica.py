@@ -99,7 +99,7 @@ class Replica:
         done = 0
         if self._pending is not None:
             start, ends, finish, n = self._pending
-            done = int((start + ends[finish[(finish >= 0) & (finish < n)]] <= self.engine.env.now).sum())
+            done = np.count_nonzero(start + ends[finish[finish < n]] <= self.engine.env.now)
         return len(self.scheduler.running) + len(self.scheduler.waiting) - done
 
     # -- the step loop --------------------------------------------------------------------------
@@ -118,10 +118,12 @@ class Replica:
                     eng.table.admitted[rid] = now
             win = compute(eng, sched, plan, now, self._step_guess, self._layout)
             waiting = len(sched.waiting)  # during the window (arrivals join at its end)
-            ends = win.time.cumsum()
-            starts = np.concatenate([[0.0], ends[:-1]])
+            ends = np.add.accumulate(win.time)
+            starts = np.empty(win.W)
+            starts[0] = 0.0
+            starts[1:] = ends[:-1]
             nxt = eng.next_arrival() if eng.next_arrival is not None else np.inf
-            n = min(max(1, int(np.searchsorted(now + starts, nxt, side="left"))), win.W)
+            n = max(1, np.count_nonzero(now + starts < nxt))  # the steps that start before the next arrival
             self._pending = (now, ends, win.finish, n)
             planned = now + ends[n - 1]
             if not eng.closed_loop:  # open loop: every arrival is foreseen (the window stops at it)
@@ -130,7 +132,7 @@ class Replica:
                 self._wake = env.event()
                 yield env.timeout(ends[n - 1]) | self._wake
             if env.now < planned:  # woken by an arrival nobody foresaw
-                n = max(1, int(np.searchsorted(now + starts[:n], env.now, side="left")))
+                n = max(1, np.count_nonzero(now + starts[:n] < env.now))
                 self._pending = (now, ends, win.finish, n)
                 self._wake = None
                 rest = now + ends[n - 1] - env.now
@@ -183,7 +185,7 @@ class Replica:
         consecutive steps from its first (its active steps)."""
         t, rec, ln = self.engine.table, self.engine.recorder, win.lanes
         act = win.active[:n]
-        used = act.sum(axis=0)
+        used = np.add.reduce(act, axis=0)
         t.rounds[ln.rid] += used
         t.generated[ln.rid] = ln.generated + np.minimum(win.cum[n - 1], ln.remaining)
         # inter-token latencies, lane by lane: the gap from its last token (a joining lane's
@@ -195,7 +197,7 @@ class Replica:
         rec.itl((out - prev)[act.T])
         t.last_emit[ln.rid] = out[ln.first + used - 1]  # a lane that joins after step n - 1: step 0's prefill token
         finished = []
-        for j in np.flatnonzero((win.finish >= 0) & (win.finish < n)).tolist():
+        for j in (win.finish < n).nonzero()[0].tolist():
             rid = int(ln.rid[j])
             t.finish[rid] = now + ends[win.finish[j]]
             finished.append(rid)

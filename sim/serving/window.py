@@ -31,7 +31,8 @@ step's time.
 Glossary of a window's arrays: W steps × B lanes; ``valid`` (a drawn round is there),
 ``active`` (the lane decodes in the step: a valid round and tokens left), ``cum`` (tokens of
 the lane's rounds up to and including the step, not cut at the request's end), ``before``
-(the same, before the step).
+(the same, before the step), ``finish`` (the step a lane emits its last token in; W or more: not
+in the window).
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ class Window:
     drafted, accepted : tokens of each lane's round (after the controller's cap; meaningless
                         where not ``active``)
     emitted           : tokens each round emits (capped, 0 where not valid)
-    finish            : (B,) the step a lane emits its last token in (−1: not in the window)
+    finish            : (B,) the step a lane emits its last token in (≥ W: not in the window)
+    context           : each lane's cache before each step (its prompt and the tokens out)
     time, draft_time  : seconds of each step, and of its drafters' calls
     batch             : sequences in each step (lanes with a round and prefill chunks)
     tokens            : new tokens of the target's call in each step
@@ -130,6 +132,7 @@ class Window:
     cum: np.ndarray
     before: np.ndarray
     finish: np.ndarray
+    context: np.ndarray
     batch: np.ndarray
     index: np.ndarray
     drafted_raw: np.ndarray
@@ -143,13 +146,12 @@ class Window:
     def truncate(self, W: int) -> None:
         """Keep the first W steps."""
         self.W = W
-        for name in ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "batch", "index", "drafted_raw"):
+        for name in ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "context", "batch", "index", "drafted_raw"):
             setattr(self, name, getattr(self, name)[:W])
         if self.caps is not None:
             self.caps = self.caps[:W]
         if self.kv is not None:
             self.kv = self.kv[:W]
-        self.finish = np.where(self.finish < W, self.finish, -1)
 
 
 # ----------------------------------------------------------------------------------- the seams
@@ -190,8 +192,8 @@ def lanes(plan, pre: Prefills, table, book) -> Lanes:
     remaining = table.output[rid] - generated
     used = table.rounds[rid]
     left = book.count[rid] - used
-    if len(rid) and left.min() <= 0:
-        for j in np.flatnonzero(left <= 0).tolist():
+    if np.count_nonzero(left <= 0):
+        for j in (left <= 0).nonzero()[0].tolist():
             book.extend(int(rid[j]), int(remaining[j]))
         left = book.count[rid] - used
     return Lanes(rid, first, generated, remaining, table.prompt[rid] + generated, book.start[rid] + used - first, first + left)
@@ -218,11 +220,11 @@ def draw(ln: Lanes, W: int, book, pre: Prefills) -> Window:
     index = ln.base + w  # clipped into the book by take: meaningless where not valid
     valid = (w >= ln.first) & (w < ln.reach)
     drafted = book.drafted.take(index, mode="clip")
-    batch = valid.sum(axis=1)
+    batch = np.add.reduce(valid, axis=1)
     batch[0] += len(pre.rid)
     return Window(W=W, prefills=pre, lanes=ln, valid=valid, active=valid, drafted=drafted, accepted=book.accepted.take(index, mode="clip"),
-                  emitted=book.emitted.take(index, mode="clip"), cum=None, before=None, finish=None, batch=batch, index=index,
-                  drafted_raw=drafted)
+                  emitted=book.emitted.take(index, mode="clip"), cum=None, before=None, finish=None, context=None, batch=batch,
+                  index=index, drafted_raw=drafted)
 
 
 def cap(win: Window, controller: Controller, tree_nodes: np.ndarray | None) -> None:
@@ -249,13 +251,13 @@ def progress(win: Window) -> None:
     """Tokens out step by step; a lane decodes while it has tokens left, and finishes in the
     first step its rounds reach its remaining tokens."""
     rem = win.lanes.remaining
-    e = np.where(win.valid, win.emitted, 0)
+    e = win.emitted * win.valid
     win.emitted = e
-    win.cum = e.cumsum(axis=0)
+    win.cum = np.add.accumulate(e, axis=0)
     win.before = win.cum - e
+    win.context = win.lanes.context + win.before
     win.active = win.valid & (win.before < rem)
-    win.finish = (win.cum < rem).sum(axis=0)  # the finishing step (W: none in the window)
-    win.finish = np.where(win.finish < win.W, win.finish, -1)
+    win.finish = np.add.reduce(win.cum < rem, axis=0)
 
 
 def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_elsewhere: int) -> int:
@@ -266,23 +268,20 @@ def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_elsewhere:
     ln, W = win.lanes, win.W
     keep = W
     if len(ln):
-        unfinished = win.finish < 0
-        keep = min(keep, int(np.where(unfinished, ln.reach, W).min()))
+        if int(ln.reach.min()) < W:  # a lane that does not finish stops at its last drawn round
+            keep = int(np.where(win.finish >= W, ln.reach, W).min())
         if cut_at_finish:
-            if win.prefills.finishing:
-                keep = 1
-            elif not unfinished.all():
-                keep = min(keep, int(win.finish[~unfinished].min()) + 1)
-    elif cut_at_finish and win.prefills.finishing:
+            keep = min(keep, int(win.finish.min()) + 1)
+    if cut_at_finish and win.prefills.finishing:
         keep = 1
     if kv is not None:
         bs = kv.block_size
-        blocks = (ln.context + win.before + (lookahead + bs - 1)) // bs  # ⌈(context + lookahead) / block⌉
-        held = np.where(win.active, blocks, 0).sum(axis=1)
+        blocks = (win.context + (lookahead + bs - 1)) // bs  # ⌈(context + lookahead) / block⌉
+        held = np.add.reduce(blocks * win.active, axis=1)
         held[0] += held_elsewhere
-        over = np.flatnonzero(held[1:] > kv.blocks)
-        if over.size:
-            keep = min(keep, int(over[0]) + 1)
+        over = held[1:] > kv.blocks
+        if np.count_nonzero(over):
+            keep = min(keep, int(over.argmax()) + 1)
         win.kv = held
     return max(keep, 1)
 
@@ -292,8 +291,8 @@ def price(win: Window, engine, book, layout_state) -> None:
     Fills ``time``, ``draft_time``, ``tokens`` and ``layout``."""
     W, ln, pre = win.W, win.lanes, win.prefills
     active = win.active
-    n_t = np.where(active, win.drafted + 1, 0)  # verified tokens: the drafts and the bonus
-    c_t = ln.context + win.before - 1  # what the lane's cache holds before the step, but its newest token
+    n_t = (win.drafted + 1) * active  # verified tokens: the drafts and the bonus
+    c_t = win.context - 1  # what the lane's cache holds before the step, but its newest token
     width = None
     if engine.layout is not None:
         joined = np.full(len(ln), np.nan)
@@ -302,23 +301,27 @@ def price(win: Window, engine, book, layout_state) -> None:
         width, _, win.layout = engine.layout.steps(layout_state, ln.rid, active, n_t, e_eff, c_t, joined, win.finish)
     target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width)
     time = engine.target.stats_time(target).astype(np.float64)
-    draft_time = np.zeros(W)
+    draft_time = None
     draft_pre = pre.sums if engine.max_draft > 0 else None  # a drafter that may draft prefills with the target
     for m, model in enumerate(engine.drafters[: book.D]):
         calls = _draft_calls(win, book, m, engine.tree_nodes is not None)
         T = max(int(calls.max(initial=0)), 1 if draft_pre is not None else 0)
         if T == 0:
             continue
-        # all of this drafter's calls of the window in one cost-model call: rows (t, w)
-        if book.flat[m]:
-            stats = _flat_draft_stats(calls, c_t, T, draft_pre)
+        # all of this drafter's calls of the window in one cost-model call: rows (t, w); call t of
+        # step w batches the lanes making more than t calls, each at its context + the tokens before
+        k = np.arange(T)[:, None, None]
+        on = calls > k
+        if book.flat[m]:  # one token per call
+            n_k, c_k = on, c_t + k
         else:
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
-            k = np.arange(T)[:, None, None]
-            n_k = np.where(calls[None] > k, per_call[None], 0).reshape(T * W, len(ln))
-            c_k = (c_t[None] + k * per_call[None]).reshape(T * W, len(ln))
-            stats = step_stats(n_k, c_k, draft_pre)
-        draft_time += model.stats_time(stats).reshape(T, W).sum(axis=0)
+            n_k, c_k = on * per_call, c_t + k * per_call
+        stats = step_stats(n_k.reshape(T * W, len(ln)), c_k.reshape(T * W, len(ln)), draft_pre)
+        calls_time = np.add.reduce(model.stats_time(stats).reshape(T, W), axis=0)
+        draft_time = calls_time if draft_time is None else draft_time + calls_time
+    if draft_time is None:
+        draft_time = np.zeros(W)
     win.time = time + draft_time
     win.draft_time = draft_time
     win.tokens = target.tokens.astype(np.int64)  # exact: sums of integers, the prefill chunks' in step 0
@@ -337,60 +340,46 @@ def _draft_calls(win: Window, book, m: int, tree: bool) -> np.ndarray:
     elif win.caps is not None:
         d_raw = win.drafted_raw
         calls = np.where(d_raw > 0, -(-calls * win.drafted // np.maximum(d_raw, 1)), 0)
-    return np.where(win.active, calls, 0)
-
-
-def _flat_draft_stats(calls: np.ndarray, c: np.ndarray, T: int, pre: tuple | None) -> BatchStats:
-    """BatchStats of a flat drafter's calls (one token each) over rows (t, w): call t of step w
-    batches the lanes making more than t calls, lane j at context c[w, j] + t."""
-    t = np.arange(T)[:, None]
-    on = calls[None] > t[..., None]  # (T, W, B)
-    sums = np.empty((3,) + on.shape[:2], dtype=np.int64)
-    on.sum(axis=-1, out=sums[0])
-    np.multiply(on, c, dtype=np.int64).sum(axis=-1, out=sums[1])
-    sums[1] += t * sums[0]  # cached: Σ (c + t)
-    np.add(sums[1], sums[0], out=sums[2])  # pairs: Σ (c + t + 1) for one new token
-    f = sums.reshape(3, -1).astype(np.float64)
-    return _batch_stats(f[0], f[0].copy(), f[1], f[2], pre)
+    return calls * win.active
 
 
 def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bool = False,
                width: np.ndarray | None = None) -> BatchStats:
-    """BatchStats over the last axis of new tokens ``n`` and contexts ``c`` (integer arrays; no
-    checks: the replica builds valid ones); ``pre`` = (sequences, tokens, cached, pairs) of
-    prefill chunks added to the first row. Logit rows: one per verified token, one per prefill
-    chunk. With ``shape``, also the step's make-up (``padded``, ``prefill``); ``width``: the
-    cache width the padded batch attends over (default: its longest context)."""
-    act = n > 0
-    cached = c * act
-    sums = np.empty((4,) + n.shape[:-1], dtype=np.int64)
-    act.sum(axis=-1, out=sums[0])
-    n.sum(axis=-1, out=sums[1])
-    cached.sum(axis=-1, out=sums[2])
-    (n * (2 * c + n + 1)).sum(axis=-1, out=sums[3])  # twice Σ n (c + (n + 1) / 2)
-    f = sums.astype(np.float64)
-    f[3] *= 0.5
+    """BatchStats of calls (rows) over sequences (columns) with new tokens ``n`` and contexts
+    ``c`` ((R, B) arrays of integers; no checks: the replica builds valid ones); ``pre`` =
+    (sequences, tokens, cached, pairs) of prefill chunks added to the first row. Logit rows: one
+    per verified token, one per prefill chunk. With ``shape``, also the step's make-up
+    (``padded``, ``prefill``); ``width``: the cache width the padded batch attends over
+    (default: its longest context).
+
+    The sums are of integers below 2**53, exact in float64 in any order: matrix-vector
+    products with ones compute them."""
+    n = np.asarray(n, dtype=np.float64)
+    c = np.asarray(c, dtype=np.float64)
+    active = (n > 0.0).astype(np.float64)
+    cached = c * active
+    pairs = c * 2.0  # twice n (c + (n + 1) / 2)
+    pairs += n
+    pairs += 1.0
+    pairs *= n
+    one = np.ones(n.shape[-1])
+    sequences, tokens, cached_sum, pairs = active @ one, n @ one, cached @ one, pairs @ one
+    pairs *= 0.5
+    rows = tokens.copy()
     padded = prefill = None
     if shape:
-        longest = cached.max(axis=-1, initial=0).astype(np.float64) if width is None else width
-        padded = np.stack([f[0], n.max(axis=-1, initial=0).astype(np.float64), longest], axis=-1)
-        prefill = np.zeros(f[0].shape + (2,))
+        longest = cached.max(axis=-1, initial=0.0) if width is None else width
+        padded = np.stack([sequences, n.max(axis=-1, initial=0.0), longest], axis=-1)
+        prefill = np.zeros((len(n), 2))
         if pre is not None:
             prefill[0] = pre[0], pre[1]
-    return _batch_stats(f[0], f[1], f[2], f[3], pre, padded, prefill)
-
-
-def _batch_stats(sequences, tokens, cached, pairs, pre, padded=None, prefill=None) -> BatchStats:
-    """The record, with the prefill chunks' sums ``pre`` added to the first row (they keep one
-    logit row each)."""
-    rows = tokens.copy()
     if pre is not None:
         sequences[0] += pre[0]
         tokens[0] += pre[1]
-        cached[0] += pre[2]
+        cached_sum[0] += pre[2]
         pairs[0] += pre[3]
         rows[0] += pre[0]
-    return BatchStats(sequences, tokens, cached, pairs, rows=rows, padded=padded, prefill=prefill)
+    return BatchStats(sequences, tokens, cached_sum, pairs, rows=rows, padded=padded, prefill=prefill)
 
 
 # ------------------------------------------------------------------------------------ a window
