@@ -6,8 +6,8 @@ vectorised over (steps, lanes) with numpy: the first step may carry prefill chun
 are decodes. A window ends before the first step that starts at or after the next known arrival
 (a new request joins the batch at the first step boundary after it arrives), before the KV pool
 would overflow, when a request runs out of drawn rounds, and — when a finish can change what
-comes next (requests waiting, a batch-dependent controller, closed-loop clients) — after the
-first step in which a request finishes. The result is the same as stepping one iteration at a
+comes next (requests waiting, a running prefill waiting for blocks, a batch-dependent
+controller, closed-loop clients) — after the first step in which a request finishes. The result is the same as stepping one iteration at a
 time (``window_max = 1``; ``tests/test_serving_replica.py`` holds the two equal).
 
 The window is computed along four seams:
@@ -115,7 +115,7 @@ class Window:
     finish            : (B,) the step a lane emits its last token in (≥ W: not in the window)
     context           : each lane's cache before each step (its prompt and the tokens out)
     time, draft_time  : seconds of each step, and of its drafters' calls
-    batch             : sequences in each step (lanes with a round and prefill chunks)
+    batch             : sequences in each step (decoding lanes and prefill chunks)
     tokens            : new tokens of the target's call in each step
     kv                : KV blocks held in each step (None: unlimited pool)
     layout            : the ragged cache's state after each step (None: priced as paged)
@@ -202,10 +202,11 @@ def lanes(plan, pre: Prefills, table, book) -> Lanes:
 def span(ln: Lanes, pre: Prefills, plan, *, waiting: bool, cut_at_finish: bool, now: float, next_arrival: float,
          step_guess: float, window_max: int) -> int:
     """How many steps to compute: one when the next step depends on the scheduler (a partial
-    prefill, a queue blocked by the token budget, no lane); else until the first lane finishes
-    (``cut_at_finish``) or the last, a quarter beyond the next arrival at the last window's
-    mean step time, and at most ``window_max`` and the lanes' drawn rounds."""
-    if (pre.rid and pre.partial) or (waiting and plan.blocked == "budget") or not len(ln):
+    prefill; a waiting queue blocked by the token budget, or by a preemption, after which the
+    scheduler admits again; no lane); else until the first lane finishes (``cut_at_finish``) or
+    the last, a quarter beyond the next arrival at the last window's mean step time, and at most
+    ``window_max`` and the lanes' drawn rounds."""
+    if (pre.rid and pre.partial) or (waiting and (plan.blocked == "budget" or plan.preempted)) or not len(ln):
         return 1
     ends = ln.remaining + ln.first
     W = int(ends.min() if cut_at_finish else ends.max())
@@ -220,10 +221,8 @@ def draw(ln: Lanes, W: int, book, pre: Prefills) -> Window:
     index = ln.base + w  # clipped into the book by take: meaningless where not valid
     valid = (w >= ln.first) & (w < ln.reach)
     drafted = book.drafted.take(index, mode="clip")
-    batch = np.add.reduce(valid, axis=1)
-    batch[0] += len(pre.rid)
     return Window(W=W, prefills=pre, lanes=ln, valid=valid, active=valid, drafted=drafted, accepted=book.accepted.take(index, mode="clip"),
-                  emitted=book.emitted.take(index, mode="clip"), cum=None, before=None, finish=None, context=None, batch=batch,
+                  emitted=book.emitted.take(index, mode="clip"), cum=None, before=None, finish=None, context=None, batch=None,
                   index=index, drafted_raw=drafted)
 
 
@@ -234,7 +233,9 @@ def cap(win: Window, controller: Controller, tree_nodes: np.ndarray | None) -> N
     if type(controller).caps is Controller.caps:
         return
     ctx_mean = float(win.lanes.context.mean()) if len(win.lanes) else 0.0
-    caps = controller.caps(win.batch, np.full(win.W, ctx_mean))[:, None]
+    batch = np.add.reduce(win.valid, axis=1)  # a capping controller cuts the window at the first finish
+    batch[0] += len(win.prefills.rid)
+    caps = controller.caps(batch, np.full(win.W, ctx_mean))[:, None]
     if not (caps < NO_CAP).any():
         return
     win.caps = caps
@@ -258,13 +259,16 @@ def progress(win: Window) -> None:
     win.context = win.lanes.context + win.before
     win.active = win.valid & (win.before < rem)
     win.finish = np.add.reduce(win.cum < rem, axis=0)
+    win.batch = np.add.reduce(win.active, axis=1)
+    win.batch[0] += len(win.prefills.rid)
 
 
-def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_elsewhere: int) -> int:
+def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_first: int, held_throughout: int) -> int:
     """The steps the window keeps: up to a lane's last drawn round unless it finishes first,
     after the first finish when ``cut_at_finish``, and before the first step whose KV blocks
-    exceed the pool (``held_elsewhere``: the step-0 blocks of running requests that are not
-    lanes). Fills ``win.kv``."""
+    exceed the pool. Besides the lanes', blocks are held by running requests that are not lanes:
+    in step 0 (``held_first``) the prefill chunks that complete in it, in every step
+    (``held_throughout``) the prefills waiting for their next chunk. Fills ``win.kv``."""
     ln, W = win.lanes, win.W
     keep = W
     if len(ln):
@@ -278,7 +282,9 @@ def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_elsewhere:
         bs = kv.block_size
         blocks = (win.context + (lookahead + bs - 1)) // bs  # ⌈(context + lookahead) / block⌉
         held = np.add.reduce(blocks * win.active, axis=1)
-        held[0] += held_elsewhere
+        if held_throughout:
+            held += held_throughout
+        held[0] += held_first
         over = held[1:] > kv.blocks
         if np.count_nonzero(over):
             keep = min(keep, int(over.argmax()) + 1)
@@ -391,22 +397,26 @@ def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state
     pre = prefills(plan, table)
     ln = lanes(plan, pre, table, book)
     waiting = bool(scheduler.waiting)
-    cut_at_finish = waiting or engine.controller.batch_dependent or engine.closed_loop
+    stalled = len(scheduler.running) > len(plan.decode) + len(plan.prefill)  # a prefill waits for blocks
+    cut_at_finish = waiting or stalled or engine.controller.batch_dependent or engine.closed_loop
     nxt = engine.next_arrival() if engine.next_arrival is not None else np.inf
     W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=nxt, step_guess=step_guess,
              window_max=engine.window_max)
     win = draw(ln, W, book, pre)
     cap(win, engine.controller, engine.tree_nodes)
     progress(win)
-    held = 0
+    first = throughout = 0
     kv = scheduler.kv
     if kv is not None:
         if len(scheduler.running) > len(ln):
-            in_lanes = set(ln.rid.tolist())
-            held += scheduler.held_blocks([r for r in scheduler.running if r not in in_lanes])
+            in_lanes = set(ln.rid.tolist()) | set(pre.join)
+            chunked = set(pre.rid)
+            others = [r for r in scheduler.running if r not in in_lanes]
+            first = scheduler.held_blocks([r for r in others if r in chunked])
+            throughout = scheduler.held_blocks([r for r in others if r not in chunked])
         bs = kv.block_size
-        held += sum((t + engine.lookahead + bs - 1) // bs for t in pre.join_cached)  # the joiners' prefill blocks
-    keep = cut(win, cut_at_finish=cut_at_finish, kv=kv, lookahead=engine.lookahead, held_elsewhere=held)
+        first += sum((t + engine.lookahead + bs - 1) // bs for t in pre.join_cached)  # the joiners' prefill blocks
+    keep = cut(win, cut_at_finish=cut_at_finish, kv=kv, lookahead=engine.lookahead, held_first=first, held_throughout=throughout)
     if keep < W:
         win.truncate(keep)
     price(win, engine, book, layout_state)
