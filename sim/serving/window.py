@@ -45,7 +45,7 @@ from ..controllers import NO_CAP, Controller
 from ..cost.base import BatchStats
 
 __all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
-           "step_stats", "compute"]
+           "step_stats", "unit_stats", "compute"]
 
 
 # ------------------------------------------------------------------------------------- records
@@ -318,12 +318,12 @@ def price(win: Window, engine, book, layout_state) -> None:
         # step w batches the lanes making more than t calls, each at its context + the tokens before
         k = np.arange(T)[:, None, None]
         on = calls > k
+        B = len(ln.rid)
         if book.flat[m]:  # one token per call
-            n_k, c_k = on, c_t + k
+            stats = unit_stats(on.reshape(T * W, B), (c_t + k).reshape(T * W, B), draft_pre)
         else:
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
-            n_k, c_k = on * per_call, c_t + k * per_call
-        stats = step_stats(n_k.reshape(T * W, len(ln)), c_k.reshape(T * W, len(ln)), draft_pre)
+            stats = step_stats((on * per_call).reshape(T * W, B), (c_t + k * per_call).reshape(T * W, B), draft_pre)
         calls_time = np.add.reduce(model.stats_time(stats).reshape(T, W), axis=0)
         draft_time = calls_time if draft_time is None else draft_time + calls_time
     if draft_time is None:
@@ -358,34 +358,52 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     (``padded``, ``prefill``); ``width``: the cache width the padded batch attends over
     (default: its longest context).
 
-    The sums are of integers below 2**53, exact in float64 in any order: matrix-vector
-    products with ones compute them."""
-    n = np.asarray(n, dtype=np.float64)
+    The sums are of integers below 2**53, exact in float64 in any order: one matrix-vector
+    product with ones computes them all."""
+    R, B = n.shape
+    buf = np.empty((4, R, B))
+    nf = buf[1]
+    nf[...] = n  # tokens
+    active = buf[0]
+    np.greater(nf, 0.0, out=active)  # sequences
     c = np.asarray(c, dtype=np.float64)
-    active = (n > 0.0).astype(np.float64)
-    cached = c * active
-    pairs = c * 2.0  # twice n (c + (n + 1) / 2)
-    pairs += n
+    cached = np.multiply(c, active, out=buf[2])
+    pairs = np.multiply(c, 2.0, out=buf[3])  # twice n (c + (n + 1) / 2)
+    pairs += nf
     pairs += 1.0
-    pairs *= n
-    one = np.ones(n.shape[-1])
-    sequences, tokens, cached_sum, pairs = active @ one, n @ one, cached @ one, pairs @ one
-    pairs *= 0.5
-    rows = tokens.copy()
+    pairs *= nf
+    sums = (buf.reshape(4 * R, B) @ np.ones(B)).reshape(4, R)
+    sums[3] *= 0.5
     padded = prefill = None
     if shape:
         longest = cached.max(axis=-1, initial=0.0) if width is None else width
-        padded = np.stack([sequences, n.max(axis=-1, initial=0.0), longest], axis=-1)
-        prefill = np.zeros((len(n), 2))
+        padded = np.stack([sums[0], nf.max(axis=-1, initial=0.0), longest], axis=-1)
+        prefill = np.zeros((R, 2))
         if pre is not None:
             prefill[0] = pre[0], pre[1]
+    return _with_prefill(sums[0], sums[1], sums[2], sums[3], sums[1].copy(), pre, padded, prefill)
+
+
+def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> BatchStats:
+    """:func:`step_stats` of calls of one new token per sequence: ``on`` (R, B) whether
+    sequence j is in call i, at context ``c``. Pairs are then Σ (c + 1)."""
+    R, B = on.shape
+    buf = np.empty((2, R, B))
+    buf[0] = on
+    np.multiply(c, buf[0], out=buf[1])
+    sequences, cached = (buf.reshape(2 * R, B) @ np.ones(B)).reshape(2, R)
+    return _with_prefill(sequences, sequences.copy(), cached, cached + sequences, sequences.copy(), pre)
+
+
+def _with_prefill(sequences, tokens, cached, pairs, rows, pre, padded=None, prefill=None) -> BatchStats:
+    """The record, the prefill chunks' sums ``pre`` added to the first row (one logit row each)."""
     if pre is not None:
         sequences[0] += pre[0]
         tokens[0] += pre[1]
-        cached_sum[0] += pre[2]
+        cached[0] += pre[2]
         pairs[0] += pre[3]
         rows[0] += pre[0]
-    return BatchStats(sequences, tokens, cached_sum, pairs, rows=rows, padded=padded, prefill=prefill)
+    return BatchStats(sequences, tokens, cached, pairs, rows=rows, padded=padded, prefill=prefill)
 
 
 # ------------------------------------------------------------------------------------ a window
