@@ -15,7 +15,12 @@ slowly with the batch (the arrays get wider).
 Times are CPU seconds of this process (``time.process_time``: the machine may be shared);
 wall seconds are printed beside them.
 
-    python benchmarks/bench_serving.py [--quick]
+    python benchmarks/bench_serving.py [--quick] [--against COMMIT]
+
+``--against COMMIT`` also runs the reference with the simulator of an earlier commit (its
+``sim/`` folder, from ``git archive``; a commit with the ``draftsim.sim`` namespace, 664b25e or
+later), alternately with this one, and prints both CPU times, their ratio and whether the runs
+are bit-identical.
 """
 
 from __future__ import annotations
@@ -23,12 +28,19 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import importlib
 import io
 import pstats
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
+import draftsim.sim
 from draftsim.sim import acceptance, policies
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.serving import ServingConfig, make_workload, serve, summarize_run
@@ -41,6 +53,49 @@ def config() -> ServingConfig:
     target = RooflineModel(cat.model("llama-2-7b"), hw)
     drafter = RooflineModel(cat.model("smollm2-135m"), hw)
     return ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), target, [drafter])
+
+
+def sim_at(commit: str):
+    """The ``sim`` package of ``commit``, importable beside this one (as ``draftsim_at.sim``)."""
+    root = Path(__file__).resolve().parent.parent
+    tar = subprocess.run(["git", "-C", str(root), "archive", commit, "sim"], check=True, capture_output=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix="draftsim-at-"))
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(folder / "draftsim_at", filter="data")
+    (folder / "draftsim_at" / "__init__.py").write_text("")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("draftsim_at.sim")
+
+
+def reference_run(sim, hour: float):
+    """The reference run with the simulator package ``sim``: its record and CPU seconds."""
+    names = ("acceptance", "policies", "cost", "serving", "serving.workload")
+    acc, pol, cost, srv, wlm = (importlib.import_module(f"{sim.__name__}.{n}") for n in names)
+    cat = cost.default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    cfg = srv.ServingConfig(pol.FixedK(4), acc.Bernoulli(0.8), cost.RooflineModel(cat.model("llama-2-7b"), hw),
+                            [cost.RooflineModel(cat.model("smollm2-135m"), hw)])
+    wl = srv.make_workload(arrivals=wlm.Poisson(), qps=10.0, requests=None, duration=hour, prompt=wlm.Fixed(512),
+                           output=wlm.Fixed(256), rng=np.random.default_rng(0))
+    c0 = time.process_time()
+    run = srv.serve(cfg, wl, seed=0)
+    return run, time.process_time() - c0
+
+
+def against(commit: str, hour: float, repeats: int = 3) -> None:
+    """The reference run then (``commit``) and now, alternately; the best CPU time of each."""
+    then = sim_at(commit)
+    best = {"then": np.inf, "now": np.inf}
+    runs = {}
+    for _ in range(repeats):
+        for label, sim in (("then", then), ("now", draftsim.sim)):
+            runs[label], cpu = reference_run(sim, hour)
+            best[label] = min(best[label], cpu)
+    same = all(np.array_equal(getattr(runs["then"], f), getattr(runs["now"], f)) for f in ("finish", "first_token", "rounds", "itl"))
+    tokens = int(runs["now"].output.sum())
+    print(f"against {commit} (best of {repeats}, alternately): then {best['then']:.2f} s ({tokens / best['then']:,.0f} tokens/s), "
+          f"now {best['now']:.2f} s ({tokens / best['now']:,.0f} tokens/s): {best['then'] / best['now']:.2f}x; "
+          f"runs bit-identical: {same}\n")
 
 
 def timed(cfg, wl, arrivals=None, seed=0):
@@ -57,9 +112,12 @@ def open_loop(qps: float, duration: float, seed: int = 0):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a simulated quarter hour instead of an hour")
+    ap.add_argument("--against", metavar="COMMIT", help="also time the reference run at COMMIT (see the module docstring)")
     args = ap.parse_args()
     cfg = config()
     hour = 900.0 if args.quick else 3600.0
+    if args.against:
+        against(args.against, hour)
     wl = open_loop(10.0, hour)
     run, cpu, wall = timed(cfg, wl)
     s = summarize_run(run)

@@ -109,8 +109,10 @@ class Window:
     """W steps over B lanes: their rounds ((W, B) arrays, see the module's glossary), what each
     step costs and holds ((W,) arrays), and what committing its first n steps needs.
 
+    index             : the round book's index of each lane's round (meaningless where not valid)
     drafted, accepted : tokens of each lane's round (after the controller's cap; meaningless
-                        where not ``active``)
+                        where not ``active``); ``drafted_raw`` before the cap
+    caps              : (W, 1) the controller's cap per step (None: no cap in the window)
     emitted           : tokens each round emits (capped, 0 where not valid)
     finish            : (B,) the step a lane emits its last token in (≥ W: not in the window)
     context           : each lane's cache before each step (its prompt and the tokens out)
