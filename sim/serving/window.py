@@ -374,7 +374,7 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     pairs += nf
     pairs += 1.0
     pairs *= nf
-    sums = (buf.reshape(4 * R, B) @ np.ones(B)).reshape(4, R)
+    sums = (buf.reshape(4 * R, B) @ _ones(B)).reshape(4, R)
     sums[3] *= 0.5
     padded = prefill = None
     if shape:
@@ -393,8 +393,21 @@ def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> Batch
     buf = np.empty((2, R, B))
     buf[0] = on
     np.multiply(c, buf[0], out=buf[1])
-    sequences, cached = (buf.reshape(2 * R, B) @ np.ones(B)).reshape(2, R)
+    sequences, cached = (buf.reshape(2 * R, B) @ _ones(B)).reshape(2, R)
     return _with_prefill(sequences, sequences.copy(), cached, cached + sequences, sequences.copy(), pre)
+
+
+_ONES = np.ones(1024)
+_ONES.flags.writeable = False
+
+
+def _ones(n: int) -> np.ndarray:
+    """A vector of n ones (a view of a shared one; read only)."""
+    global _ONES
+    if n > len(_ONES):
+        _ONES = np.ones(max(n, 2 * len(_ONES)))
+        _ONES.flags.writeable = False
+    return _ONES[:n]
 
 
 def _with_prefill(sequences, tokens, cached, pairs, rows, pre, padded=None, prefill=None) -> BatchStats:
