@@ -158,6 +158,10 @@ class Window:
 
 # ----------------------------------------------------------------------------------- the seams
 
+#: the ufuncs' reductions (what ndarray.min and ndarray.max call, without their wrappers)
+_min, _max = np.minimum.reduce, np.maximum.reduce
+
+
 def prefills(plan, table) -> Prefills:
     """The plan's prefill chunks (a few per step: plain Python)."""
     rid, chunk, done, completes, join, join_cached = [], [], [], [], [], []
@@ -211,10 +215,10 @@ def span(ln: Lanes, pre: Prefills, plan, *, waiting: bool, cut_at_finish: bool, 
     if (pre.rid and pre.partial) or (waiting and (plan.blocked == "budget" or plan.preempted)) or not len(ln):
         return 1
     ends = ln.remaining + ln.first
-    W = int(ends.min() if cut_at_finish else ends.max())
+    W = int(_min(ends) if cut_at_finish else _max(ends))
     if np.isfinite(next_arrival):
         W = min(W, int((next_arrival - now) / max(step_guess, 1e-9) * 1.25) + 2)
-    return max(1, min(W, window_max, int(ln.reach.max())))
+    return max(1, min(W, window_max, int(_max(ln.reach))))
 
 
 def draw(ln: Lanes, W: int, book, pre: Prefills) -> Window:
@@ -274,10 +278,10 @@ def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_first: int
     ln, W = win.lanes, win.W
     keep = W
     if len(ln):
-        if int(ln.reach.min()) < W:  # a lane that does not finish stops at its last drawn round
-            keep = int(np.where(win.finish >= W, ln.reach, W).min())
+        if int(_min(ln.reach)) < W:  # a lane that does not finish stops at its last drawn round
+            keep = int(_min(np.where(win.finish >= W, ln.reach, W)))
         if cut_at_finish:
-            keep = min(keep, int(win.finish.min()) + 1)
+            keep = min(keep, int(_min(win.finish)) + 1)
     if cut_at_finish and win.prefills.finishing:
         keep = 1
     if kv is not None:
@@ -313,7 +317,7 @@ def price(win: Window, engine, book, layout_state) -> None:
     draft_pre = pre.sums if engine.max_draft > 0 else None  # a drafter that may draft prefills with the target
     for m, model in enumerate(engine.drafters[: book.D]):
         calls = _draft_calls(win, book, m, engine.tree_nodes is not None)
-        T = max(int(calls.max(initial=0)), 1 if draft_pre is not None else 0)
+        T = max(int(_max(calls, axis=None, initial=0)), 1 if draft_pre is not None else 0)
         if T == 0:
             continue
         # all of this drafter's calls of the window in one cost-model call: rows (t, w); call t of
@@ -378,8 +382,8 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     sums[3] *= 0.5
     padded = prefill = None
     if shape:
-        longest = cached.max(axis=-1, initial=0.0) if width is None else width
-        padded = np.stack([sums[0], nf.max(axis=-1, initial=0.0), longest], axis=-1)
+        longest = _max(cached, axis=-1, initial=0.0) if width is None else width
+        padded = np.stack([sums[0], _max(nf, axis=-1, initial=0.0), longest], axis=-1)
         prefill = np.zeros((R, 2))
         if pre is not None:
             prefill[0] = pre[0], pre[1]
