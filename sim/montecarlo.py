@@ -9,7 +9,8 @@ Heuristic) the round's accepted length is sampled directly as min(Geometric, k).
 The result holds per-sequence counts (tokens, rounds, forward calls and the tokens they
 processed per model, drafted and accepted tokens per model), acceptance by draft position,
 and optionally every round (for the discrete-event engine, which replays them on a
-timeline).
+timeline). :func:`rounds` gives every round alone, flat (for the serving simulator's round
+book).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .acceptance import AcceptanceProcess, Track
 from .errors import DraftsimError
 from .policies import Block, Policy, plan_bound
 
-__all__ = ["Counts", "RoundLog", "run"]
+__all__ = ["Counts", "RoundLog", "Rounds", "run", "rounds"]
 
 
 @dataclass
@@ -58,6 +59,25 @@ class RoundLog:
     calls: list = field(default_factory=list)
     call_tokens: list = field(default_factory=list)
     emitted: list = field(default_factory=list)
+
+
+@dataclass
+class Rounds:
+    """Every round of every sequence, flat, sequence by sequence (each one's rounds in order):
+    sequence s ran rounds ``bounds[s]:bounds[s + 1]``. Per round: ``emitted`` tokens, and per
+    model (model 0 the target) ``calls`` forward calls and ``call_tokens`` tokens they processed."""
+
+    bounds: np.ndarray  # (S + 1,)
+    emitted: np.ndarray  # (N,)
+    calls: np.ndarray  # (N, M)
+    call_tokens: np.ndarray  # (N, M)
+
+    def take(self, seqs: np.ndarray) -> "Rounds":
+        """The rounds of sequences ``seqs``, in that order."""
+        n = np.diff(self.bounds)[seqs]
+        bounds = np.concatenate([[0], np.cumsum(n)])
+        idx = np.arange(bounds[-1]) + np.repeat(self.bounds[seqs] - bounds[:-1], n)
+        return Rounds(bounds, self.emitted[idx], self.calls[idx], self.call_tokens[idx])
 
 
 class _Engine:
@@ -249,6 +269,31 @@ def run(
     there are few sequences, rounds are drawn in large independent batches and dealt out
     to the sequences in order, instead of one round per sequence per iteration.
     """
+    quota, width, iid = _quota(policy, process, n_sequences, tokens_per_sequence)
+    if iid:
+        return _run_iid(policy, process, quota, rng, log, progress)
+    return _run_rounds(policy, process, quota, width, rng, log, progress)
+
+
+def rounds(
+    policy: Policy, process: AcceptanceProcess, n_sequences: int, tokens_per_sequence: int | None, rng: np.random.Generator
+) -> Rounds:
+    """Every round of :func:`run` (the same draws from ``rng``), flat: see :class:`Rounds`."""
+    quota, width, iid = _quota(policy, process, n_sequences, tokens_per_sequence)
+    if iid:
+        pool, bounds = _deal(policy, process, quota, rng)
+        used = bounds[-1]
+        return Rounds(bounds, pool.tokens[:used], pool.calls[:used], pool.call_tokens[:used])
+    _, log = _run_rounds(policy, process, quota, width, rng, True, None)
+    live = np.stack(log.live)
+    s_idx, r_idx = np.nonzero(live.T)  # sequence-major, rounds in order
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(s_idx, minlength=len(quota)))])
+    return Rounds(bounds, np.stack(log.emitted)[r_idx, s_idx], np.stack(log.calls)[r_idx, s_idx],
+                  np.stack(log.call_tokens)[r_idx, s_idx])
+
+
+def _quota(policy: Policy, process: AcceptanceProcess, n_sequences: int, tokens_per_sequence: int | None):
+    """Each sequence's tokens, the track's width, and whether rounds are drawn i.i.d. (see :func:`run`)."""
     if process.n_models is not None and policy.n_models > process.n_models:
         raise DraftsimError(
             f"the policy uses {policy.n_models} models but the acceptance process describes {process.n_models}"
@@ -263,8 +308,13 @@ def run(
             raise DraftsimError(f"tokens_per_sequence must be >= 1; got {tokens_per_sequence!r}")
         quota = np.full(n_sequences, int(tokens_per_sequence), dtype=np.int64)
         width = int(tokens_per_sequence) + max(policy.max_draft, 1) * 2 + 2
-    if policy.memoryless and process.stationary_rounds and not finite and n_sequences < _IID_BELOW:
-        return _run_iid(policy, process, quota, rng, log, progress)
+    iid = policy.memoryless and process.stationary_rounds and not finite and n_sequences < _IID_BELOW
+    return quota, width, iid
+
+
+def _run_rounds(policy, process, quota, width, rng, log, progress):
+    """One round per live sequence per iteration."""
+    n_sequences = len(quota)
     track = process.start(n_sequences, width, rng)
     engine = _Engine(policy, process, track, n_sequences, rng)
     pos = np.zeros(n_sequences, dtype=np.int64)
@@ -292,8 +342,9 @@ _IID_BELOW = 1024
 _POOL_MAX = 1 << 18
 
 
-def _run_iid(policy, process, quota, rng, log, progress):
-    """Draw i.i.d. rounds in pools (one engine lane per round) and deal them out in order."""
+def _deal(policy, process, quota, rng):
+    """Draw i.i.d. rounds in pools (one engine lane per round) and deal them out in order:
+    the pool's counts per round and each sequence's bounds (see :class:`Rounds`)."""
     S = len(quota)
     lanes: list[Counts] = []
     needed = int(quota.sum())
@@ -304,12 +355,23 @@ def _run_iid(policy, process, quota, rng, log, progress):
         emitted = engine.round(np.ones(size, dtype=bool), np.zeros(size, dtype=np.int64))
         lanes.append(engine.counts)
         produced += int(emitted.sum())
-    pool = Counts(*(np.concatenate([getattr(c, f) for c in lanes]) for f in ("tokens", "rounds", "calls", "call_tokens", "drafted", "accepted", "top_drafted", "top_accepted")), lanes[0].pos_drafted, lanes[0].pos_accepted)
+    if len(lanes) == 1:
+        pool = lanes[0]
+    else:
+        fields = ("tokens", "rounds", "calls", "call_tokens", "drafted", "accepted", "top_drafted", "top_accepted")
+        pool = Counts(*(np.concatenate([getattr(c, f) for c in lanes]) for f in fields), lanes[0].pos_drafted, lanes[0].pos_accepted)
     # Sequence s takes the rounds [start_s, end_s): the first that bring it to its quota.
     cum = np.concatenate([[0], np.cumsum(pool.tokens)])
     bounds = np.zeros(S + 1, dtype=np.int64)
     for s in range(S):
         bounds[s + 1] = np.searchsorted(cum, cum[bounds[s]] + quota[s], side="left")
+    return pool, bounds
+
+
+def _run_iid(policy, process, quota, rng, log, progress):
+    """:func:`run` by :func:`_deal`."""
+    S = len(quota)
+    pool, bounds = _deal(policy, process, quota, rng)
     used = slice(0, bounds[-1])
     starts = bounds[:-1]
     sums = lambda a: np.add.reduceat(a[used], starts, axis=0)  # noqa: E731

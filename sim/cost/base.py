@@ -168,9 +168,9 @@ class CostModel:
     # -- shared plumbing -----------------------------------------------------------------------
     def stats_time(self, stats: BatchStats) -> np.ndarray:
         t = np.asarray(self._time(stats), dtype=np.float64)
-        empty = stats.sequences <= 0
-        if empty.any():
-            t = np.where(empty, 0.0, t)
+        sequences = stats.sequences
+        if np.count_nonzero(sequences > 0) < np.size(sequences):  # empty calls take 0 s
+            t = np.where(sequences <= 0, 0.0, t)
         return t[()]
 
     def stats_bound(self, stats: BatchStats) -> np.ndarray:

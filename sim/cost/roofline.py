@@ -113,6 +113,19 @@ class RooflineModel(CostModel):
         if self.pp > 1:
             self._comm_fixed += (self.pp - 1) * lat
             self._comm_per_token += (self.pp - 1) * h * w / bw
+        # what a call's time needs, fixed per model: the dense operators' curve and attention's factors
+        P = self.peak * self.mfu
+        B = self.hardware.memory_bandwidth * self.mbu
+        a, b, c = [], [], []  # dense operator j takes max(a_j + b_j·N, c_j·N) seconds
+        for weights, flops_tok, act_tok, mult in self._dense:
+            a.extend(weights * mult / B)
+            b.extend(act_tok * mult / B)
+            c.extend(flops_tok * mult / P)
+        linear = self._comm_per_token + self._embed_bytes / B  # embedding rows and collectives, per new token
+        self._curve = _DenseCurve(np.array(a), np.array(b), np.array(c), linear, self._fixed + self._comm_fixed)
+        self._kv_per_cached = self._kv_bytes / B
+        self._kv_per_token = (self._kv_bytes + self._q_bytes) / B
+        self._flops_per_pair = self._pair_flops / P
 
     # -- the cost interface ----------------------------------------------------------------------
     def _parts(self, stats: BatchStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -137,19 +150,12 @@ class RooflineModel(CostModel):
     def _time(self, stats: BatchStats) -> np.ndarray:
         # Same sum as _parts, faster: the dense operators' max(memory, compute) terms depend on
         # N only and sum to a convex piecewise-linear function of N, evaluated by np.interp at
-        # its breakpoints; attention adds max(KV bytes / bandwidth, pair FLOPs / peak).
-        P = self.peak * self.mfu
-        B = self.hardware.memory_bandwidth * self.mbu
+        # its breakpoints (:class:`_DenseCurve`); attention adds max(KV bytes / bandwidth, pair FLOPs / peak).
         N = stats.tokens
-        n_max = float(N.max()) if N.size else 0.0
-        knots = self._knots(P, B, n_max)
-        # the terms linear in N (embedding rows, collectives) and the constants join the table
-        linear = self._comm_per_token + self._embed_bytes / B
-        values = self._dense_sum(knots, P, B) + knots * linear + (self._fixed + self._comm_fixed)
-        out = np.interp(N, knots, values)
-        kv = stats.cached * (self._kv_bytes / B)
-        kv += N * ((self._kv_bytes + self._q_bytes) / B)
-        flops = stats.pairs * (self._pair_flops / P)
+        out = self._curve(N)
+        kv = stats.cached * self._kv_per_cached
+        kv += N * self._kv_per_token
+        flops = stats.pairs * self._flops_per_pair
         if np.ndim(kv):
             np.maximum(kv, flops, out=kv)
         else:
@@ -168,9 +174,7 @@ class RooflineModel(CostModel):
         P = self.peak * self.mfu
         B = self.hardware.memory_bandwidth * self.mbu
         N = np.multiply(b, n, dtype=np.float64)
-        knots = self._knots(P, B, float(N.max()) if N.size else 0.0)
-        values = self._dense_sum(knots, P, B) + knots * (self._comm_per_token + self._embed_bytes / B) + (self._fixed + self._comm_fixed)
-        out = np.interp(N, knots, values)
+        out = self._curve(N)
         # attention: max(KV bytes, pair FLOPs) over KV entries b·c + N and pairs N·(c + (n + 1)/2)
         flops = np.add(n, 1.0, dtype=np.float64)
         flops *= 0.5
@@ -184,27 +188,6 @@ class RooflineModel(CostModel):
         np.maximum(kv, flops, out=kv)
         out += kv
         return out.reshape(shape)[()]
-
-    def _dense_terms(self, P: float, B: float):
-        """(a_j, b_j, c_j) with dense operator j taking max(a_j + b_j·N, c_j·N) seconds."""
-        a, b, c = [], [], []
-        for weights, flops_tok, act_tok, mult in self._dense:
-            a.extend(weights * mult / B)
-            b.extend(act_tok * mult / B)
-            c.extend(flops_tok * mult / P)
-        return np.array(a), np.array(b), np.array(c)
-
-    def _knots(self, P: float, B: float, n_max: float) -> np.ndarray:
-        a, b, c = self._dense_terms(P, B)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cross = np.where(c > b, a / (c - b), np.inf)
-        inner = cross[np.isfinite(cross) & (cross < n_max)]
-        return np.unique(np.concatenate([[0.0], inner, [max(n_max, 1.0)]]))
-
-    def _dense_sum(self, N: np.ndarray, P: float, B: float) -> np.ndarray:
-        a, b, c = self._dense_terms(P, B)
-        N = np.asarray(N, dtype=np.float64)[..., None]
-        return np.maximum(a + b * N, c * N).sum(axis=-1)
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         mem, cmp, fixed = self._parts(stats)
@@ -242,6 +225,47 @@ class RooflineModel(CostModel):
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False)
+
+
+class _DenseCurve:
+    """Seconds of a call's dense operators and fixed costs as a function of its new tokens N:
+    Σ_j max(a_j + b_j·N, c_j·N) + linear·N + const, a convex piecewise-linear function whose
+    knots are 0, the operators' crossings a_j / (c_j − b_j) below the calls' largest N, and that
+    largest N (at least 1). ``__call__`` interpolates at those knots; the knots and their values
+    are kept per largest N (a serving run asks for few distinct ones)."""
+
+    #: Most tables kept (the cache is emptied when full).
+    CACHE = 4096
+
+    def __init__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, linear: float, const: float):
+        self.a, self.b, self.c, self.linear, self.const = a, b, c, linear, const
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = np.where(c > b, a / (c - b), np.inf)
+        cross = np.unique(cross[np.isfinite(cross) & (cross > 0.0)])  # 0 is a knot anyway
+        self._cross = cross
+        self._cross_values = self.values(np.concatenate([[0.0], cross]))
+        self._tables: dict = {}
+
+    def values(self, N: np.ndarray) -> np.ndarray:
+        """The curve at the points ``N`` (1-D), summed operator by operator."""
+        return np.maximum(self.a + self.b * N[:, None], self.c * N[:, None]).sum(axis=-1) + N * self.linear + self.const
+
+    def table(self, n_max: float) -> tuple[np.ndarray, np.ndarray]:
+        """Knots and values for calls of at most ``n_max`` new tokens."""
+        got = self._tables.get(n_max)
+        if got is None:
+            k = int(np.searchsorted(self._cross, n_max, side="left"))  # crossings below n_max
+            last = np.array([max(n_max, 1.0)])
+            got = (np.concatenate([[0.0], self._cross[:k], last]),
+                   np.concatenate([self._cross_values[: k + 1], self.values(last)]))
+            if len(self._tables) >= self.CACHE:
+                self._tables.clear()
+            self._tables[n_max] = got
+        return got
+
+    def __call__(self, N: np.ndarray) -> np.ndarray:
+        knots, values = self.table(float(N.max()) if N.size else 0.0)
+        return np.interp(N, knots, values)
 
 
 def _accumulate(mem: np.ndarray, cmp: np.ndarray, tm, tc) -> None:

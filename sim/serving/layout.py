@@ -55,7 +55,7 @@ class RaggedLayout:
                           emits and its live context before the step (what its row holds)
         joined          : (B,) the tokens a lane's prefill in step 0 left in the cache (it is
                           merged in at that step's end); NaN for lanes already in the cache
-        leaves          : (B,) the step a lane finishes in (−1: none in the window)
+        leaves          : (B,) the step a lane finishes in (−1 or ≥ W: none in the window)
 
         Returns the width each step's forward attends over (W,) (0 where nothing decodes),
         whether the step compacted (W,), and the state after each step (W snapshots, for

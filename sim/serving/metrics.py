@@ -60,7 +60,7 @@ class Recorder:
         self.P = max(max_draft, 1)
         self._spec: list = []
         self._itl: list = []
-        self._steps: dict = {k: [] for k in ("replica", "start", "duration", "draft", "batch", "tokens", "kv", "waiting")}
+        self._windows: list = []  # per window: the arguments of steps()
 
     def itl(self, gaps: np.ndarray) -> None:
         self._itl.append(np.asarray(gaps, dtype=np.float64))
@@ -90,19 +90,28 @@ class Recorder:
         }
 
     def steps(self, replica, start, duration, draft, batch, tokens, kv, waiting) -> None:
-        n = len(start)
-        s = self._steps
-        s["replica"].append(np.full(n, replica, dtype=np.int32))
-        s["start"].append(np.asarray(start, dtype=np.float64))
-        s["duration"].append(np.asarray(duration, dtype=np.float64))
-        s["draft"].append(np.asarray(draft, dtype=np.float64))
-        s["batch"].append(np.asarray(batch, dtype=np.int32))
-        s["tokens"].append(np.asarray(tokens, dtype=np.int64))
-        s["kv"].append(np.full(n, -1, dtype=np.int64) if kv is None else np.asarray(kv, dtype=np.int64))
-        s["waiting"].append(np.full(n, waiting, dtype=np.int32))
+        """A window's steps on replica ``replica`` ((n,) arrays; ``kv`` None: unlimited pool) with
+        ``waiting`` requests queued (put together by :meth:`step_arrays`)."""
+        self._windows.append((replica, start, duration, draft, batch, tokens, kv, waiting))
 
     def step_arrays(self) -> dict:
-        return {k: (np.concatenate(v) if v else np.zeros(0)) for k, v in self._steps.items()}
+        """Every recorded step: replica, start, duration, draft (seconds of the drafters' calls),
+        batch, tokens, kv (blocks held; -1: unlimited pool), waiting."""
+        if not self._windows:
+            return {k: np.zeros(0) for k in ("replica", "start", "duration", "draft", "batch", "tokens", "kv", "waiting")}
+        replica, start, duration, draft, batch, tokens, kv, waiting = zip(*self._windows)
+        n = np.array([len(x) for x in start])
+        col = lambda chunks, dtype: np.concatenate(chunks).astype(dtype, copy=False)  # noqa: E731
+        return {
+            "replica": np.repeat(np.array(replica, dtype=np.int32), n),
+            "start": col(start, np.float64),
+            "duration": col(duration, np.float64),
+            "draft": col(draft, np.float64),
+            "batch": col(batch, np.int32),
+            "tokens": col(tokens, np.int64),
+            "kv": col([np.full(m, -1) if k is None else k for m, k in zip(n, kv)], np.int64),
+            "waiting": np.repeat(np.array(waiting, dtype=np.int32), n),
+        }
 
     def itl_values(self) -> np.ndarray:
         return np.concatenate(self._itl) if self._itl else np.zeros(0)

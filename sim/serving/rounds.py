@@ -121,33 +121,25 @@ class RoundBook:
         order = order[self.quota[order] > 0]
         for g in range(0, len(order), _GROUP):
             group = order[g: g + _GROUP]
-            self._store(group, *self._run(self.process, len(group), int(self.quota[group].max()), rng))
+            self._store(group, montecarlo.rounds(self.policy, self.process, len(group), int(self.quota[group].max()), rng))
 
-    def _run(self, process, n: int, tokens: int | None, rng):
-        """Rounds of ``n`` sequences as (R, n) arrays: live, drafted, accepted, emitted, calls, call_tokens."""
-        _, log = montecarlo.run(self.policy, process, n, tokens, rng, log=True)
-        live = np.stack(log.live)
-        emitted = np.stack(log.emitted) * live
-        calls = np.stack(log.calls)
-        ct = np.stack(log.call_tokens)
-        drafted = np.maximum(ct[:, :, 0] - live, 0)
-        accepted = np.minimum(np.maximum(emitted - 1, 0), drafted)
-        return live, drafted, accepted, emitted, calls[:, :, 1:], ct[:, :, 1:]
-
-    def _store(self, ids, live, drafted, accepted, emitted, calls, ct, append_to=None) -> None:
-        quota = self.quota[ids] if append_to is None else append_to[1]
-        cum = np.cumsum(emitted, axis=0)
-        keep = live & (cum - emitted < quota[None, :])
-        s_idx, r_idx = np.nonzero(keep.T)  # request-major, rounds in order
-        start = self._append(drafted[r_idx, s_idx], accepted[r_idx, s_idx], emitted[r_idx, s_idx], calls[r_idx, s_idx], ct[r_idx, s_idx])
-        counts = np.bincount(s_idx, minlength=len(ids))
-        if append_to is None:
-            self.start[ids] = start + np.concatenate([[0], np.cumsum(counts)[:-1]])
-            self.count[ids] = counts
-        else:
-            rid, _ = append_to
-            self.start[rid] = start
-            self.count[rid] = counts[0]
+    def _store(self, ids, drawn: montecarlo.Rounds) -> None:
+        """Store request ``ids[s]``'s rounds from sequence s of ``drawn``: those that start before
+        its quota is out."""
+        quota = self.quota[ids]
+        n = np.diff(drawn.bounds)
+        seq = np.repeat(np.arange(len(ids)), n)
+        e = drawn.emitted
+        out = np.concatenate([[0], np.cumsum(e)])  # tokens out before each round, over all sequences
+        keep = out[:-1] - out[drawn.bounds[seq]] < quota[seq]
+        ct = drawn.call_tokens[keep]
+        d = np.maximum(ct[:, 0] - 1, 0)
+        e = e[keep]
+        a = np.minimum(np.maximum(e - 1, 0), d)
+        start = self._append(d, a, e, drawn.calls[keep, 1:], ct[:, 1:])
+        counts = np.bincount(seq[keep], minlength=len(ids))
+        self.start[ids] = start + np.concatenate([[0], np.cumsum(counts)[:-1]])
+        self.count[ids] = counts
 
     def _draw_trace(self, ids) -> None:
         n_rec = self.process.n_sequences
@@ -155,11 +147,9 @@ class RoundBook:
             p = int(p)
             if p not in self._passes:
                 rng = round_stream(self.seed, self.replication, (1 << 20) + p)
-                self._passes[p] = self._run(self.process, n_rec, None, rng)
-            live, d, a, e, c, ct = self._passes[p]
+                self._passes[p] = montecarlo.rounds(self.policy, self.process, n_rec, None, rng)
             mine = ids[ids // n_rec == p]
-            cols = mine % n_rec
-            self._store(mine, live[:, cols], d[:, cols], a[:, cols], e[:, cols], c[:, cols], ct[:, cols])
+            self._store(mine, self._passes[p].take(mine % n_rec))
 
     def extend(self, rid: int, tokens: int) -> None:
         """Draw rounds emitting at least ``tokens`` more tokens for ``rid`` after its unused ones
@@ -170,12 +160,14 @@ class RoundBook:
         process = self.process
         if process.finite:
             process = Bernoulli(process.stationary_alpha())
-        live, d, a, e, c, ct = self._run(process, 1, int(max(tokens, 1)), self._extra_rng)
-        keep = live[:, 0]
+        drawn = montecarlo.rounds(self.policy, process, 1, int(max(tokens, 1)), self._extra_rng)
+        ct = drawn.call_tokens
+        d = np.maximum(ct[:, 0] - 1, 0)
+        a = np.minimum(np.maximum(drawn.emitted - 1, 0), d)
         start = self._append(old[0], old[1], old[2], old[3], old[4])
-        self._append(d[keep, 0], a[keep, 0], e[keep, 0], c[keep, 0], ct[keep, 0])
+        self._append(d, a, drawn.emitted, drawn.calls[:, 1:], ct[:, 1:])
         self.start[rid] = start
-        self.count[rid] = len(old[0]) + int(keep.sum())
+        self.count[rid] = len(old[0]) + len(d)
 
     @property
     def rounds(self) -> int:

@@ -1,0 +1,142 @@
+"""A replica's windows (sim.serving.replica, sim.serving.window): computing a window of steps at
+once equals stepping one iteration at a time (``window_max = 1``), whatever the policy, the
+acceptance process, the controller, the scheduler's limits, the KV pool, the cache layout and
+the arrivals; the batch sums a window prices are exact; the reference run of
+``benchmarks/bench_serving.py`` keeps its numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftsim.sim import acceptance, policies
+from draftsim.sim.controllers import parse_controller
+from draftsim.sim.cost import BatchStats, CallCost, RooflineModel, default_catalog
+from draftsim.sim.serving import SchedulerConfig, ServingConfig, make_workload, serve
+from draftsim.sim.serving.layout import RaggedLayout
+from draftsim.sim.serving.window import step_stats
+from draftsim.sim.serving.workload import ClosedLoop, Fixed, Poisson, parse_lengths
+
+TARGET = CallCost(0.02, 1e-4)
+DRAFTER = CallCost(0.002)
+#: request fields that are counts (equal exactly) and times (equal up to the rounding of a sum of
+#: step times taken in another order: a window adds its steps' times, one step at a time adds each)
+COUNTS = ("prompt", "output", "preemptions", "rounds", "prefills")
+TIMES = ("arrival", "admitted", "first_token", "finish")
+STEP_COUNTS = ("replica", "batch", "tokens", "kv", "waiting")
+STEP_TIMES = ("start", "duration", "draft")
+
+
+def assert_same_run(a, b):
+    """Equal requests, steps (each replica's in order) and counters; the inter-token latencies
+    as a set (replicas commit theirs in another order)."""
+    for name in COUNTS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    for name in TIMES:
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-11, atol=1e-12, err_msg=name)
+    order_a, order_b = (np.argsort(x.steps["replica"], kind="stable") for x in (a, b))
+    for name in STEP_COUNTS:
+        np.testing.assert_array_equal(a.steps[name][order_a], b.steps[name][order_b], err_msg=name)
+    for name in STEP_TIMES:
+        np.testing.assert_allclose(a.steps[name][order_a], b.steps[name][order_b], rtol=1e-11, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(np.sort(a.itl), np.sort(b.itl), rtol=1e-9, atol=1e-12)
+    for key, value in a.spec.items():
+        np.testing.assert_array_equal(value, b.spec[key], err_msg=key)
+
+
+POLICIES = {
+    "ar": (policies.Autoregressive(), acceptance.Bernoulli(0.8)),
+    "fixed": (policies.FixedK(3), acceptance.Bernoulli(0.7)),
+    "threshold": (policies.Threshold(0.5, k_max=6), acceptance.MarkovModulated([[0.9, 0.1], [0.3, 0.7]], [0.9, 0.4], pred_noise=0.3)),
+    "heuristic": (policies.Heuristic(2, 8), acceptance.Positional([0.9, 0.8, 0.6])),
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), policy=st.sampled_from(sorted(POLICIES)),
+       controller=st.sampled_from(["none", "disable:above=3", "table:k=1-2:3,3-:1"]),
+       seqs=st.integers(1, 24), budget=st.integers(256, 4096), chunked=st.booleans(), priority=st.booleans(),
+       kv=st.sampled_from([None, 1500, 6000]), layout=st.sampled_from([None, (0.5, 64), (0.2, 8)]),
+       arrivals=st.sampled_from(["poisson", "closed", "closed-think"]), qps=st.floats(2.0, 120.0), replicas=st.integers(1, 2))
+def test_a_window_equals_stepping_one_step_at_a_time(seed, policy, controller, seqs, budget, chunked, priority, kv, layout, arrivals,
+                                                     qps, replicas):
+    """The same requests, rounds and steps whether a replica computes windows of steps or one
+    step per scheduling event: preemptions, admissions, caps, KV cuts and finishes land in the
+    same steps."""
+    pol, process = POLICIES[policy]
+    if policy == "ar" and controller != "none":
+        controller = "none"
+    prompt_max = 600 if chunked else min(600, budget - 120)  # a whole prefill (prompt + output) fits the budget
+    cfg = ServingConfig(pol, process, TARGET, [DRAFTER] * (pol.n_models - 1), kv_tokens=kv or 1 << 20,
+                        controller=parse_controller(controller), replicas=replicas, router="least-outstanding",
+                        layout=RaggedLayout(*layout) if layout else None,
+                        scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
+                                                  policy="priority" if priority else "fcfs"))
+    arr = {"poisson": Poisson(), "closed": ClosedLoop(4), "closed-think": ClosedLoop(6, 0.05)}[arrivals]
+    wl = make_workload(arrivals=arr, qps=None if arrivals != "poisson" else qps, requests=30, duration=None,
+                       prompt=parse_lengths(f"uniform:1,{prompt_max}"), output=parse_lengths("uniform:1,120"),
+                       rng=np.random.default_rng(seed), priorities=3 if priority else 1)
+    closed = arr if arrivals != "poisson" else None
+    windows = serve(cfg, wl, seed=seed, arrivals=closed)
+    steps = serve(dataclasses.replace(cfg, window_max=1), wl, seed=seed, arrivals=closed)
+    assert len(steps.steps["start"]) > 0
+    assert_same_run(windows, steps)
+
+
+def test_a_window_equals_stepping_on_a_roofline():
+    """The reference models (a roofline target and drafter) under load, with a small KV pool:
+    windows of many steps, preemptions and KV cuts."""
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), RooflineModel(cat.model("llama-2-7b"), hw),
+                        [RooflineModel(cat.model("smollm2-135m"), hw)], kv_tokens=5000)
+    wl = make_workload(arrivals=Poisson(), qps=30.0, requests=120, duration=None, prompt=parse_lengths("uniform:16,600"),
+                       output=parse_lengths("uniform:1,300"), rng=np.random.default_rng(4))
+    windows = serve(cfg, wl, seed=4)
+    assert windows.preemptions.sum() > 0
+    assert_same_run(windows, serve(dataclasses.replace(cfg, window_max=1), wl, seed=4))
+
+
+def test_step_stats_are_the_batch_sums():
+    """The sums a window prices equal BatchStats.of_batch's over the same batch, exactly; the
+    prefill chunks join the first row, with one logit row each."""
+    rng = np.random.default_rng(0)
+    n = rng.integers(0, 6, (9, 7)) * (rng.random((9, 7)) < 0.7)
+    c = rng.integers(0, 5000, (9, 7))
+    ref = BatchStats.of_batch(n, c)
+    got = step_stats(n, c)
+    for name in ("sequences", "tokens", "cached", "pairs"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name))
+    np.testing.assert_array_equal(got.rows, ref.tokens)
+    pre = (2, 300.0, 64.0, 300 * (64 + 301 / 2))
+    with_pre = step_stats(n, c, pre)
+    assert with_pre.sequences[0] == ref.sequences[0] + 2 and with_pre.tokens[0] == ref.tokens[0] + 300
+    assert with_pre.pairs[0] == ref.pairs[0] + pre[3] and with_pre.rows[0] == ref.tokens[0] + 2
+    np.testing.assert_array_equal(with_pre.tokens[1:], ref.tokens[1:])
+
+
+def test_the_reference_run_keeps_its_numbers():
+    """Two simulated minutes of benchmarks/bench_serving.py's reference run (10 req/s, 512/256
+    tokens, fixed k = 4, Llama-2-7B + SmolLM2-135M on an H100 roofline). The counts are the
+    code's before its serving loop was made faster; the times agree to rounding (a change of
+    the numbers here is a change of the simulator's results: say why, then update them)."""
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), RooflineModel(cat.model("llama-2-7b"), hw),
+                        [RooflineModel(cat.model("smollm2-135m"), hw)])
+    wl = make_workload(arrivals=Poisson(), qps=10.0, requests=None, duration=120.0, prompt=Fixed(512), output=Fixed(256),
+                       rng=np.random.default_rng(0))
+    run = serve(cfg, wl, seed=0)
+    assert (len(run.output), int(run.rounds.sum()), len(run.steps["start"])) == REFERENCE_COUNTS
+    assert float(run.finish.sum()) == pytest.approx(REFERENCE_FINISH_SUM, rel=1e-12)
+    assert float(run.itl.sum()) == pytest.approx(REFERENCE_ITL_SUM, rel=1e-12)
+
+
+#: requests, rounds, steps; Σ finish times and Σ inter-token latencies (s), from main at 664b25e
+REFERENCE_COUNTS = (1165, 89019, 15697)
+REFERENCE_FINISH_SUM = 72257.42124795914
+REFERENCE_ITL_SUM = 700.6666081100201
