@@ -640,8 +640,8 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
     assert both.stats_time(st)[0] == pytest.approx(verify + float(longer.shape_time(1, 64, 0, rows=1)) + 0.002 + 3 * 0.0005)
     assert float(longer.shape_time(1, 64, 0, rows=1)) == pytest.approx(0.4 + 0.64)
     # the serving simulator's steps carry that description
-    from draftsim.sim.serving.replica import _stats
+    from draftsim.sim.serving.window import step_stats
 
     assert cost.step_shape and not prof.step_shape
-    s = _stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0), shape=True)
+    s = step_stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0), shape=True)
     assert s.padded.tolist() == [[2.0, 5.0, 300.0]] and s.prefill.tolist() == [[1.0, 64.0]] and s.rows.tolist() == [9.0]
