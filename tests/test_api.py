@@ -14,12 +14,15 @@ import pytest
 
 from draftsim.analysis.sweep import Kind, resolve_path
 from draftsim.api import (
+    CheckServeConfig,
     CostConfig,
+    DemoConfig,
     EwifConfig,
     KMatrixConfig,
     PlanConfig,
     ReplayConfig,
     ReplayResult,
+    ServeConfig,
     ServeSimConfig,
     SimulateConfig,
     SimulateResult,
@@ -32,10 +35,11 @@ from draftsim.api import (
     optimize_tree,
     plan,
     replay,
+    serve,
     serve_sim,
     simulate,
 )
-from draftsim.config import add_options, check, from_mapping, from_namespace
+from draftsim.config import add_options, check, flag_of, from_mapping, from_namespace, options
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.traces import EMBEDDED_TRACE
 from draftsim.sweepkinds import COMMANDS, KINDS, run_point
@@ -122,6 +126,62 @@ def test_parsers_are_generated_from_the_configs():
         from_mapping(SimulateConfig, {"alpah": 0.5}, "simulate")
     with pytest.raises(DraftsimError, match=r"argument --alpha: alpha must lie in \[0, 1\]"):
         from_mapping(SimulateConfig, {"alpha": 2}, "simulate")
+
+
+@pytest.mark.parametrize("command,config", [("serve", ServeConfig), ("check-serve", CheckServeConfig), ("demo", DemoConfig)])
+def test_real_model_commands_parse_from_their_configs(command, config, capsys):
+    """serve, check-serve and demo: each option of the config is on the command's --help, and
+    the parsed command line is the config (defaults included)."""
+    from draftsim.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([command, "--help"])
+    assert exit_.value.code == 0
+    shown = capsys.readouterr().out
+    for name, (_, opt) in options(config).items():
+        assert (name if opt.positional else flag_of(name)) in shown, name
+    args = ["some/trace"] if command == "check-serve" else []
+    assert from_namespace(config, build_parser().parse_args([command, *args])) == config(**({"trace": args[0]} if args else {}))
+
+
+def test_real_model_configs_are_checked_before_any_model_loads(tmp_path):
+    from draftsim.api import check_serve, demo
+
+    assert from_mapping(ServeConfig, {"model": "some/folder"}, "serve").target == "some/folder"  # --model: the old spelling of --target
+    for config, message in [
+        (ServeConfig(qps=10.0, requests=2, max_batch=0), r"max_batch must be an integer in \[1, 4096\]; got 0"),
+        (ServeConfig(qps=-1.0, requests=2), "qps must be finite and > 0; got -1"),
+        (ServeConfig(qps=10.0, requests=2, scheduling="lifo"), "--scheduling must be one of fcfs"),
+        (ServeConfig(qps=10.0, requests=2, dtype="int4"), "--dtype must be one of float32, bfloat16, float16"),
+    ]:
+        with pytest.raises(DraftsimError, match=message):
+            check(config)
+        with pytest.raises(DraftsimError, match=message):
+            serve(config)
+    with pytest.raises(DraftsimError, match="give --qps"):
+        serve(ServeConfig(requests=2))  # the workload is checked before SmolLM2 loads
+    with pytest.raises(DraftsimError, match="--trace is required"):
+        check_serve(CheckServeConfig())
+    with pytest.raises(DraftsimError, match="no trace at"):
+        check_serve(CheckServeConfig(trace=str(tmp_path / "nothing")))
+    with pytest.raises(DraftsimError, match="--out needs a folder path; got ''"):
+        demo(DemoConfig(out=""))
+    with pytest.raises(DraftsimError, match="is a flag"):
+        demo(DemoConfig(out=str(tmp_path), no_real="yes"))
+
+
+def test_serve_and_check_serve_from_python(tmp_path):
+    """A tiny model served from Python, its trace checked from Python: the replay serves the
+    same requests and tokens."""
+    from draftsim.api import check_serve
+
+    pytest.importorskip("transformers")
+    trace = tmp_path / "trace"
+    served = serve(ServeConfig(target="tiny:1", qps=50.0, requests=4, output_len="fixed:6", max_batch=2, trace=str(trace)))
+    assert served["requests"] == 4 and served["output_tokens"] == 24 and served["trace"] == str(trace)
+    out = check_serve(CheckServeConfig(trace=str(trace)))
+    assert out["predicted"]["output_tokens"] == out["measured"]["output_tokens"] == 24
+    assert out["target"] == served["target"] and {r["metric"] for r in out["metrics"]} >= {"throughput"}
 
 
 # --- sweep kinds: metrics checked at registration, every one resolving on a real run ---------------

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from draftsim.analysis.demo import run_demo
 from draftsim.analysis.table import format_table
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option
 from .planning import format_plan
+
+
+@dataclass(kw_only=True)
+class DemoConfig:
+    """``draftsim demo``: analytic plans for reference settings, their Monte Carlo check, the
+    optimisers, a replay, a serving study and a short real run, with the planner's figures."""
+
+    out: str = option("figures", "folder for the figures (default: figures)")
+    no_real: bool = option(False, "skip the short real run on the embedded model", flag=True)
 
 
 def register(sub, common) -> None:
@@ -19,14 +30,20 @@ def register(sub, common) -> None:
         description="An analytic plan for a few reference settings, printed as tables, and the "
         "figures EWIF-against-k and optimal-k map written as PNG files.",
     )
-    p.add_argument("--out", default="figures", help="folder for the figures (default: figures)")
-    p.add_argument("--no-real", action="store_true", help="skip the short real run on the embedded model")
+    add_options(p, DemoConfig)
     p.set_defaults(run=run)
 
 
+def demo(config: DemoConfig) -> dict:
+    """The demo run end to end (:func:`draftsim.analysis.demo.run_demo`): its plans, simulations,
+    optimisation, replay, serving study, real run and the figures written under ``config.out``."""
+    check(config)
+    out = a.output_folder("--out", config.out)  # before any work: a bad folder costs nothing and leaves nothing
+    return run_demo(out, real=not config.no_real)
+
+
 def run(args: argparse.Namespace) -> int:
-    out = a.output_folder("--out", args.out)  # before any work: a bad folder costs nothing and leaves nothing
-    result = run_demo(out, real=not args.no_real)
+    result = demo(from_namespace(DemoConfig, args))
     if args.json:
         a.emit_json(
             {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
@@ -12,6 +13,56 @@ from draftsim.sim.policies import POLICY_HELP
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 
 from .. import args as a
+from ..config import add_options, check, from_namespace, option
+from ..progress import count_bar, null_bar
+
+
+@dataclass(kw_only=True)
+class ServeConfig:
+    """``draftsim serve``: a workload of real prompts served with continuous batching and
+    speculative decoding on real models."""
+
+    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file",
+                         aliases=("--model",))
+    drafter: str = option("maxgram", "maxgram (default), bigram, distilled, a neural model, or none")
+    policy: str | None = option(help="sim policy of one drafter (default fixed:k=4; ar without a drafter)")
+    controller: str = option("none", "speculation controller per step (sim.controllers; default none)")
+    qps: float | None = option(help="mean arrival rate, requests/s", type=a.positive("qps"))
+    arrivals: str = option("poisson", "arrival process: poisson (default), gamma:cv=C, fixed")
+    request_trace: str | None = option(help="CSV/JSONL request trace (arrival time, prompt and output tokens)")
+    duration: float | None = option(help="seconds of arrivals", type=a.positive("duration"))
+    requests: int | None = option(help="number of requests", type=a.count("requests", 1, 1_000_000))
+    prompt_len: str = option("bundled", "prompt lengths: bundled (the prompts as they are) or a distribution "
+                             "(fixed:N, uniform:LO,HI, lognormal:..., zipf:...)")
+    output_len: str = option("fixed:64", "output lengths (default fixed:64)")
+    prompts: str = option("code,instructions,docstrings,arithmetic", "bundled prompt sets, comma-separated")
+    eos: bool = option(False, "end a request at EOS (default: at its output length)", flag=True)
+    max_batch: int = option(16, "most running sequences (default 16)", type=a.count("max_batch", 1, 4096))
+    scheduling: str = option("fcfs", "waiting queue of the scheduler the server runs (the serving simulator's; default fcfs)",
+                             choices=SCHEDULING_POLICIES)
+    temperature: float = option(0.0, "0 = greedy", type=a.cost("temperature"))
+    top_k: int | None = option(type=a.count("top_k", 1, 1_000_000))
+    seed: int = option(0, type=a.count("seed"))
+    trace: str | None = option(help="write the serving trace to this new folder")
+    device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
+    dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
+    threads: int | None = option(help="torch CPU threads (default torch's; 1 is steadier on a busy machine)",
+                                 type=a.count("threads", 1, 1024))
+
+
+@dataclass(kw_only=True)
+class CheckServeConfig:
+    """``draftsim check-serve``: a serving trace replayed in the serving simulator and compared
+    with the run."""
+
+    trace: str = option(help="serving trace folder (draftsim serve --trace)", positional=True, required=True)
+    profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
+    prefill_profile: str | None = option(help="a second profile that prices the joiners' prefills (batch 1, new tokens up to the "
+                                         "longest prompt, its last-row table): the step grid then needs no long calls "
+                                         "(default: --profile prices both)", metavar="FILE")
+    costs_from: str | None = option(help="fit the target's costs to another serving trace of the same model and machine (a "
+                                    "calibration run); default, without --profile: fitted to TRACE itself (in-sample)",
+                                    metavar="TRACE")
 
 
 def register(sub, common) -> None:
@@ -23,30 +74,7 @@ def register(sub, common) -> None:
                        "metrics; --trace writes a serving trace for draftsim check-serve.",
                        epilog=POLICY_HELP + "\n\nDrafters: maxgram, bigram, distilled, tiny[:SEED], a checkpoint folder, or none "
                        "(autoregressive serving).", formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", "--model", dest="model", default="smollm2", help="target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file")
-    p.add_argument("--drafter", default="maxgram", help="maxgram (default), bigram, distilled, a neural model, or none")
-    p.add_argument("--policy", help="sim policy of one drafter (default fixed:k=4; ar without a drafter)")
-    p.add_argument("--controller", default="none", help="speculation controller per step (sim.controllers; default none)")
-    p.add_argument("--qps", type=a.positive("qps"), help="mean arrival rate, requests/s")
-    p.add_argument("--arrivals", default="poisson", help="arrival process: poisson (default), gamma:cv=C, fixed")
-    p.add_argument("--request-trace", help="CSV/JSONL request trace (arrival time, prompt and output tokens)")
-    p.add_argument("--duration", type=a.positive("duration"), help="seconds of arrivals")
-    p.add_argument("--requests", type=a.count("requests", 1, 1_000_000), help="number of requests")
-    p.add_argument("--prompt-len", default="bundled", help="prompt lengths: bundled (the prompts as they are) or a distribution "
-                   "(fixed:N, uniform:LO,HI, lognormal:..., zipf:...)")
-    p.add_argument("--output-len", default="fixed:64", help="output lengths (default fixed:64)")
-    p.add_argument("--prompts", default="code,instructions,docstrings,arithmetic", help="bundled prompt sets, comma-separated")
-    p.add_argument("--eos", action="store_true", help="end a request at EOS (default: at its output length)")
-    p.add_argument("--max-batch", type=a.count("max_batch", 1, 4096), default=16, help="most running sequences (default 16)")
-    p.add_argument("--scheduling", choices=SCHEDULING_POLICIES, default="fcfs",
-                   help="waiting queue of the scheduler the server runs (the serving simulator's; default fcfs)")
-    p.add_argument("--temperature", type=a.cost("temperature"), default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=a.count("top_k", 1, 1_000_000))
-    p.add_argument("--seed", type=a.count("seed"), default=0)
-    p.add_argument("--trace", help="write the serving trace to this new folder")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    p.add_argument("--threads", type=a.count("threads", 1, 1024), help="torch CPU threads (default torch's; 1 is steadier on a busy machine)")
+    add_options(p, ServeConfig)
     p.set_defaults(run=run)
 
     c = sub.add_parser("check-serve", parents=[common], help="replay a serving trace in the serving simulator and compare",
@@ -54,13 +82,7 @@ def register(sub, common) -> None:
                        "arrivals and lengths, each request's realised acceptance, step costs from a draftsim profile of the same "
                        "model and machine and the measured per-step overhead. Reports predicted against measured TTFT, TPOT, "
                        "end-to-end latency (p50, p90) and throughput with relative errors.")
-    c.add_argument("trace", help="serving trace folder (draftsim serve --trace)")
-    c.add_argument("--profile", help="cost profile of the target on this machine (draftsim profile --path server)")
-    c.add_argument("--prefill-profile", metavar="FILE", help="a second profile that prices the joiners' prefills (batch 1, new "
-                   "tokens up to the longest prompt, its last-row table): the step grid then needs no long calls "
-                   "(default: --profile prices both)")
-    c.add_argument("--costs-from", metavar="TRACE", help="fit the target's costs to another serving trace of the same model and "
-                   "machine (a calibration run); default, without --profile: fitted to TRACE itself (in-sample)")
+    add_options(c, CheckServeConfig)
     c.set_defaults(run=run_check)
 
 
@@ -78,27 +100,32 @@ def _controller(spec: str, policy, max_batch: int):
     return controller
 
 
-def _workload(args):
+def _workload(config: ServeConfig):
     import numpy as np
 
     from draftsim.sim.serving.workload import make_workload, parse_arrivals, parse_lengths
 
-    if args.request_trace is None and args.qps is None:
+    if config.request_trace is None and config.qps is None:
         raise DraftsimError("give --qps (with --requests or --duration) or --request-trace")
-    rng = np.random.default_rng(args.seed)
-    arrivals = parse_arrivals(args.arrivals)
+    rng = np.random.default_rng(config.seed)
+    arrivals = parse_arrivals(config.arrivals)
     if arrivals.closed:
         raise DraftsimError("draftsim serve takes open-loop arrivals (poisson, gamma:cv=C, fixed); closed loops are simulated only")
-    bundled = args.prompt_len.strip() == "bundled"
-    prompt = parse_lengths("fixed:1" if bundled else args.prompt_len, "--prompt-len")
-    output = parse_lengths(args.output_len, "--output-len")
-    w = make_workload(arrivals=arrivals, qps=args.qps, requests=args.requests, duration=args.duration, prompt=prompt, output=output,
-                      rng=rng, trace=args.request_trace)
-    prompt_tokens = np.zeros(len(w), dtype=np.int64) if bundled and args.request_trace is None else w.prompt
+    bundled = config.prompt_len.strip() == "bundled"
+    prompt = parse_lengths("fixed:1" if bundled else config.prompt_len, "--prompt-len")
+    output = parse_lengths(config.output_len, "--output-len")
+    w = make_workload(arrivals=arrivals, qps=config.qps, requests=config.requests, duration=config.duration, prompt=prompt,
+                      output=output, rng=rng, trace=config.request_trace)
+    prompt_tokens = np.zeros(len(w), dtype=np.int64) if bundled and config.request_trace is None else w.prompt
     return w.arrival, prompt_tokens, w.output
 
 
-def run(args: argparse.Namespace) -> int:
+def serve(config: ServeConfig, bar=null_bar) -> dict:
+    """Serve ``config``'s workload with real models; the serving metrics (TTFT, TPOT, ITL, E2E,
+    throughput, vLLM's spec-decode counts: :func:`draftsim.realrun.servetrace.serving_metrics`)
+    with the run's setting, and the serving trace written where ``config.trace`` says.
+    ``bar(total, desc)`` is a progress-bar context. Everything but the model is checked before
+    it loads."""
     import numpy as np
 
     from draftsim.realrun.executor import Sampling
@@ -109,57 +136,56 @@ def run(args: argparse.Namespace) -> int:
     from draftsim.realrun.serving import Server, check_memory, check_requests, prompt_pool, requests_from
     from draftsim.sim.policies import parse_policy
 
-    from ..progress import count_bar
-
-    # Everything but the model is checked before it loads.
-    if args.top_k is not None and args.temperature == 0:
+    check(config)
+    if config.top_k is not None and config.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    a.model_name("--target", args.model)
-    a.device(args.device)
-    drafter_name = None if args.drafter.strip() == "none" else a.drafter_names("--drafter", [args.drafter])[0]
-    policy_spec = args.policy or ("fixed:k=4" if drafter_name else "ar")
+    a.model_name("--target", config.target)
+    a.device(config.device)
+    drafter_name = None if config.drafter.strip() == "none" else a.drafter_names("--drafter", [config.drafter])[0]
+    policy_spec = config.policy or ("fixed:k=4" if drafter_name else "ar")
     policy = parse_policy(policy_spec)
-    controller = _controller(args.controller, policy, args.max_batch)
-    sets = a.prompt_sets("--prompts", args.prompts)
-    if args.trace is not None:
-        trace = a.output_folder("--trace", args.trace)
+    controller = _controller(config.controller, policy, config.max_batch)
+    sets = a.prompt_sets("--prompts", config.prompts)
+    if config.trace is not None:
+        trace = a.output_folder("--trace", config.trace)
         if trace.exists() and any(trace.iterdir()):
-            raise DraftsimError(f"--trace {args.trace!r} is not empty; serving traces are written to a new folder (a run's clock cannot be resumed)")
-    arrival, prompt_tokens, output_tokens = _workload(args)
+            raise DraftsimError(f"--trace {config.trace!r} is not empty; serving traces are written to a new folder (a run's clock "
+                                "cannot be resumed)")
+    arrival, prompt_tokens, output_tokens = _workload(config)
     if not np.all(np.isfinite(arrival)):
         raise DraftsimError("the workload has no arrival times; give --qps or a request trace with a time column")
-    sampling = Sampling(args.temperature, args.top_k)
-    if args.threads:
+    sampling = Sampling(config.temperature, config.top_k)
+    if config.threads:
         import torch
 
-        torch.set_num_threads(args.threads)
-    target = load_model(args.model, device=args.device, dtype=args.dtype)
+        torch.set_num_threads(config.threads)
+    target = load_model(config.target, device=config.device, dtype=config.dtype)
     drafter = make_drafter(drafter_name, target) if drafter_name else None
     requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets))
     check_requests(target, requests)
-    server = Server(target, drafter, policy, controller, sampling, max_batch=args.max_batch, seed=args.seed, stop_at_eos=args.eos,
-                    scheduling=args.scheduling)
+    server = Server(target, drafter, policy, controller, sampling, max_batch=config.max_batch, seed=config.seed,
+                    stop_at_eos=config.eos, scheduling=config.scheduling)
     models = [target] + ([drafter.loaded] if drafter is not None and drafter.neural else [])
-    check_memory(models, requests, args.max_batch, server.max_draft)
+    check_memory(models, requests, config.max_batch, server.max_draft)
     import torch
 
     meta = {
-        "target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": args.controller,
-        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k}, "seed": args.seed, "max_batch": args.max_batch,
+        "target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
+        "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k}, "seed": config.seed, "max_batch": config.max_batch,
         "scheduling": server.scheduling.policy,
-        "eos": args.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens] for r in requests],
-        "workload": {"qps": args.qps, "arrivals": args.arrivals, "request_trace": args.request_trace, "duration": args.duration,
-                     "prompt_len": args.prompt_len, "output_len": args.output_len, "prompts": sets},
+        "eos": config.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens] for r in requests],
+        "workload": {"qps": config.qps, "arrivals": config.arrivals, "request_trace": config.request_trace, "duration": config.duration,
+                     "prompt_len": config.prompt_len, "output_len": config.output_len, "prompts": sets},
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
         "threads": torch.get_num_threads(), "load_average_start": list(os.getloadavg()),
         "cache": {"layout": "ragged", "compact_ratio": server.layout.compact_ratio, "compact_min": server.layout.compact_min},
     }
-    writer = ServeTraceWriter(args.trace, meta) if args.trace else None
+    writer = ServeTraceWriter(config.trace, meta) if config.trace else None
     total = sum(r.max_new_tokens for r in requests)
-    with count_bar(len(requests), "serving") as bar:
+    with bar(len(requests), "serving") as b:
         def on_step(log, finished):
             if finished:
-                bar.update(len(finished))
+                b.update(len(finished))
             if writer is not None:
                 writer.add(log, finished)
 
@@ -171,17 +197,22 @@ def run(args: argparse.Namespace) -> int:
     m["load_average_end"] = list(os.getloadavg())
     if writer is not None:
         writer.close(log, seconds=log.seconds, load_average_end=m["load_average_end"])
-    out = {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": args.controller,
-           "max_batch": args.max_batch, "qps": args.qps, "requests_planned": len(requests), "planned_tokens": total,
-           "trace": str(args.trace) if args.trace else None, **m}
+    return {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
+            "max_batch": config.max_batch, "qps": config.qps, "requests_planned": len(requests), "planned_tokens": total,
+            "trace": str(config.trace) if config.trace else None, **m}
+
+
+def run(args: argparse.Namespace) -> int:
+    out = serve(from_namespace(ServeConfig, args), count_bar)
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"{target.name} + {drafter_name or 'no drafter'} ({policy_spec}, controller {args.controller}), max batch {args.max_batch}: "
-          f"{m['requests']} requests, {m['output_tokens']} tokens in {log.seconds:.2f} s, mean batch {m['mean_batch']:.2f}")
-    _print_metrics(m)
-    if args.trace:
-        print(f"serving trace: {args.trace}")
+    print(f"{out['target']} + {out['drafter'] or 'no drafter'} ({out['policy']}, controller {out['controller']}), max batch "
+          f"{out['max_batch']}: {out['requests']} requests, {out['output_tokens']} tokens in {out['seconds']:.2f} s, mean batch "
+          f"{out['mean_batch']:.2f}")
+    _print_metrics(out)
+    if out["trace"]:
+        print(f"serving trace: {out['trace']}")
     return 0
 
 
@@ -194,10 +225,18 @@ def _print_metrics(m: dict) -> None:
           f"{s['mean_acceptance_length']:.2f}")
 
 
-def run_check(args: argparse.Namespace) -> int:
-    from draftsim.analysis.servecheck import check_serve
+def check_serve(config: CheckServeConfig) -> dict:
+    """The serving trace replayed in the serving simulator and compared with the run: predicted
+    against measured TTFT, TPOT, E2E and throughput with relative errors
+    (:func:`draftsim.analysis.servecheck.check_serve`)."""
+    from draftsim.analysis.servecheck import check_serve as compare
 
-    out = check_serve(args.trace, args.profile, costs_from=args.costs_from, prefill_profile=args.prefill_profile)
+    check(config)
+    return compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    out = check_serve(from_namespace(CheckServeConfig, args))
     if args.json:
         a.emit_json(out["metrics"])
         return 0
