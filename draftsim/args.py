@@ -233,8 +233,8 @@ def drafter_names(option: str, names: list[str], neural_only: bool = False) -> l
 
 
 def prompt_sets(option: str, text: str) -> list[str]:
-    """Comma-separated prompt set names (:data:`draftsim.realrun.prompts.SETS`), each once."""
-    from draftsim.realrun.prompts import SETS
+    """Comma-separated prompt set names (:data:`draftsim.realrun.prompts.ALL_SETS`), each once."""
+    from draftsim.realrun.prompts import ALL_SETS as SETS
 
     names = [s.strip() for s in text.split(",")]
     valid = ", ".join(SETS)
