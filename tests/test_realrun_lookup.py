@@ -209,3 +209,129 @@ def test_the_exact_check_catches_a_verifier_that_accepts_every_lookup():
     prefix = (0, 1, 0, 1, 0)
     for process in (AcceptsEveryLookup(target, NGram(3, 1, 3), 2), AcceptsEveryLookup(target, Suffix(3, min_prob=0.0), 2)):
         assert max_abs_difference(process.distribution(3, prefix), autoregressive(target, 3, prefix)) > 1e-2
+
+
+# ---------------------------------------------------------------- on tiny models: the executor, traces, replay
+
+REPEATING = "ab ab ab cd ab cd ab ab cd"
+
+
+@pytest.fixture(scope="module")
+def target():
+    from draftsim.realrun.models import load_model
+
+    return load_model("tiny:1")
+
+
+def own_greedy(target, prompt, n):
+    """The target's own greedy continuation past EOS: the autoregressive executor (which
+    test_executor holds to transformers' generate)."""
+    from draftsim.realrun.executor import generate
+
+    return generate(target, prompt, n, stop_at_eos=False).output
+
+
+@pytest.mark.parametrize("make", [lambda v: NGram(v, 1, 3), lambda v: NGram(v), lambda v: Suffix(v)], ids=["ngram1-3", "ngram2-4", "suffix"])
+@pytest.mark.parametrize("policy", ["fixed:k=1", "fixed:k=4", "confidence:tau=0.5,kmax=6"])
+def test_greedy_lookup_reproduces_the_target_and_logs_empty_proposals(target, make, policy):
+    from draftsim.realrun.executor import generate
+    from draftsim.sim.policies import parse_policy
+
+    prompt = target.tokenizer(REPEATING)["input_ids"]
+    drafter = make(target.vocab_size)
+    log = generate(target, prompt, 30, parse_policy(policy), drafter, stop_at_eos=False)
+    assert log.output == own_greedy(target, prompt, 30)
+    drafted = [r.drafted for r in log.rounds]
+    assert 0 in drafted and max(drafted) > 0  # some rounds proposed nothing, some proposed
+    # One draft event per proposed token, none for an empty proposal; the round's count says so.
+    per_round = defaultdict(int)
+    for d in log.drafts:
+        per_round[d.round] += 1
+    assert all(per_round[r.round] >= r.drafted for r in log.rounds)
+    assert all(per_round[r.round] == 0 for r in log.rounds if r.drafted == 0 and r.start + 1 < log.tokens)
+    assert log.target_calls == len(log.rounds) and log.tokens == sum(r.emitted for r in log.rounds)
+
+
+def test_run_traces_with_empty_proposals_replay(tmp_path, target):
+    """A run trace of n-gram drafting keeps its empty rounds (drafted 0) and replays in the
+    simulator: the same tokens and target calls; the simulator's chain policy drafts its k in
+    every round, so it counts more drafted tokens than were proposed (it cannot yet draft none)."""
+    from draftsim.analysis.reality import check_run, held_to_sim
+    from draftsim.realrun.compare import measure
+    from draftsim.realrun.methods import method_from
+    from draftsim.realrun.prompts import prompt_set
+    from draftsim.sim.traces import RunTrace
+
+    m = method_from("sd", target, "ngram", "fixed:k=3")
+    out = held_to_sim(measure(target, m, prompt_set("extract", "test", 2) + prompt_set("edit", "test", 1), 24, trace_dir=tmp_path / "run"))
+    trace = RunTrace(tmp_path / "run")
+    drafted = trace.rounds["drafted"].to_pylist()
+    assert 0 in drafted and sum(drafted) == sum(lv["drafted"] for lv in out["levels"]) > 0
+    assert out["quality"]["identical_to_target"] == 1.0
+    check = check_run(trace)
+    assert check["replayable"] and check["sim"]["tokens"] == check["real"]["tokens"]
+    assert check["sim"]["target_calls"] == check["real"]["target_calls"]
+    assert check["sim"]["accepted"] == check["real"]["accepted"]
+    assert check["sim"]["drafted"] >= check["real"]["drafted"]
+
+
+def test_sampling_with_lookup_follows_the_targets_exact_distribution(target):
+    """Two tokens sampled (temperature 1, top-k 4) through n-gram and suffix drafts on a
+    repeating prompt: chi-square against the target's exact two-token distribution."""
+    import torch
+    from scipy import stats
+
+    from draftsim.realrun.executor import Sampling, generate
+    from draftsim.sim.distributions import warp
+    from draftsim.sim.policies import FixedK
+
+    prompt = target.tokenizer("ab ab a")["input_ids"]
+
+    def row(ids):
+        with torch.inference_mode():
+            return warp(torch.softmax(target.model(torch.tensor([ids])).logits[0, -1].double(), -1).numpy(), 1.0, 4)
+
+    first = row(prompt)
+    exact = {(int(x), int(y)): first[x] * py for x in np.flatnonzero(first > 0) for y, py in enumerate(row(prompt + [int(x)])) if py > 0}
+    for drafter in (NGram(target.vocab_size, 1, 3), Suffix(target.vocab_size, min_prob=0.0)):
+        rng = np.random.default_rng(1)
+        counts: dict = {}
+        n, proposed = 1500, 0
+        for _ in range(n):
+            log = generate(target, prompt, 2, FixedK(2), drafter, sampling=Sampling(1.0, 4), rng=rng, stop_at_eos=False)
+            counts[tuple(log.output)] = counts.get(tuple(log.output), 0) + 1
+            proposed += log.drafted
+        assert proposed > n // 2  # the drafts were exercised
+        assert set(counts) <= set(exact)
+        keys = sorted(exact)
+        obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
+        exp = np.array([exact[k] for k in keys]) * n
+        keep = exp >= 5
+        obs, exp = np.append(obs[keep], obs[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
+        if exp[-1] == 0:
+            obs, exp = obs[:-1], exp[:-1]
+        assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3, drafter.name
+
+
+def test_record_and_replay_a_lookup_drafter(tmp_path, target, capsys):
+    """``draftsim record --drafter ngram`` marks positions without a proposal (draft −1, never
+    accepted) and ``draftsim replay`` of that trace runs; ``draftsim run --drafter suffix`` too."""
+    import json
+
+    from draftsim.cli import main
+    from draftsim.sim.traces import Trace
+
+    assert main(["record", "--model", "tiny:1", "--drafter", "ngram", "--drafter", "suffix", "--prompts", "extract", "--n", "2",
+                 "--max-new-tokens", "16", "--out", str(tmp_path / "rec")]) == 0
+    pos = Trace(tmp_path / "rec").positions.to_pydict()
+    none = [i for i, t in enumerate(pos["draft_token"]) if t == -1]
+    assert none and all(pos["accept_prob"][i] == 0.0 and not pos["greedy_match"][i] for i in none)
+    assert {pos["proposer"][i] for i in none} <= {"ngram", "suffix"}
+    capsys.readouterr()
+    for name in ("ngram", "suffix"):
+        assert main(["replay", "--trace", str(tmp_path / "rec"), "--drafter", name, "--policy", "fixed:k=3", "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["drafters"] == [name] and data["oracle"]["n_tokens"] > 0
+    assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "suffix", "--prompts", "extract", "--n", "1",
+                 "--max-new-tokens", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["quality"]["identical_to_target"] == 1.0
