@@ -335,3 +335,41 @@ def test_record_and_replay_a_lookup_drafter(tmp_path, target, capsys):
     assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "suffix", "--prompts", "extract", "--n", "1",
                  "--max-new-tokens", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["quality"]["identical_to_target"] == 1.0
+
+
+@pytest.mark.parametrize("name,k", [("ngram", 3), ("suffix", 4)])
+def test_the_planners_rounds_are_the_runs_rounds(target, name, k):
+    """Walking a lookup drafter along the target's greedy text gives exactly the rounds the
+    executor makes (proposed, accepted, emitted), EOS and budget included — what lets the
+    planner predict a run from a pilot text."""
+    from draftsim.analysis.lookup import lookup_rounds
+    from draftsim.realrun.executor import generate
+    from draftsim.realrun.methods import make_drafter
+    from draftsim.sim.policies import FixedK
+
+    for text, budget in ((REPEATING, 30), ("ab ab", 7), ("cd cd cd cd", 40)):
+        prompt = target.tokenizer(text)["input_ids"]
+        own = generate(target, prompt, budget).output
+        log = generate(target, prompt, budget, FixedK(k), make_drafter(name, target))
+        assert log.output == own
+        rounds, seconds = lookup_rounds(make_drafter(name, target), prompt, own, k)
+        assert rounds == [(r.drafted, r.accepted, r.emitted) for r in log.rounds] and seconds >= 0
+
+
+def test_plan_lookup_ranks_choices_by_predicted_speedup(target):
+    from draftsim.analysis.lookup import plan_lookup, price_rounds, run_pilot, why
+    from draftsim.realrun.prompts import prompt_set
+
+    pilot = run_pilot(target, prompt_set("edit", "train", 2), 16, 3, repeats=2)
+    assert len(pilot.verify) == 4 and all(v > 0 for v in pilot.verify) and len(pilot.texts) == 2
+    plan = plan_lookup(target, pilot, ks=(1, 3))
+    speeds = [c.speedup for c in plan.choices]
+    assert speeds == sorted(speeds, reverse=True) and {(c.drafter, c.k) for c in plan.choices} == {(d, k) for d in ("ngram", "suffix") for k in (1, 3)}
+    for c in plan.choices:
+        assert c.tokens == sum(map(len, pilot.texts)) and c.accepted <= c.proposed
+        assert c.autoregressive_seconds == pytest.approx(pilot.prefill + pilot.step(0) * c.tokens)
+    assert price_rounds(pilot, [(0, 0, 1)] * 3) == pytest.approx(3 * pilot.step(0))
+    with pytest.raises(DraftsimError, match="covers drafts of up to 3"):
+        pilot.step(4)
+    lines = why({"target_calls": 10, "mean_accepted_length": 1.1, "speedup": 0.9, "proposing_rounds": 2}, 1.2, plan.best, pilot)
+    assert any("does not pay" in line for line in lines)
