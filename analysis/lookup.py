@@ -171,7 +171,8 @@ def why(measured: dict, predicted_on_run: float, choice: LookupChoice, pilot: Pi
     speed = measured["speedup"]
     if predicted_on_run > 0:
         lines.append(f"priced with the same profile, this run's own rounds predict {predicted_on_run:.2f}x; "
-                     f"measured {speed:.2f}x ({speed / predicted_on_run - 1:+.0%}: the machine's speed during the run)")
+                     f"measured {speed:.2f}x ({speed / predicted_on_run - 1:+.0%}: what the profile does not price — the machine's "
+                     "speed during the run, the run's own contexts)")
     if speed < 1.0:
         proposing = measured.get("proposing_rounds")
         if tpc < pilot.verify[choice.k] / pilot.verify[0]:

@@ -183,7 +183,7 @@ _INSTRUCTIONS = [
 def _edit_prompts():
     """A function's whole source (short ones: at most 24 lines) and one edit to make."""
     out = []
-    for module, attr, fn, source in _functions():
+    for _module, _attr, fn, source in _functions():
         lines = source.splitlines()
         params = [p for p in inspect.signature(fn).parameters if p not in ("self", "cls")]
         if not 4 <= len(lines) <= 24 or not params:
