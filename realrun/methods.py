@@ -103,7 +103,10 @@ class MethodSpec:
             raise DraftsimError(f"--drafter names a drafter twice ({', '.join(names)}); each level needs its own")
         for name in names:
             if name not in (*STATISTICAL_DRAFTERS, "distilled"):
-                check_model_name(name, "drafter")
+                try:
+                    check_model_name(name, "drafter")
+                except DraftsimError as exc:
+                    raise DraftsimError(f"{exc}; or a drafter without a model: {', '.join(STATISTICAL_DRAFTERS)}, distilled") from None
         if self.kind in ("sd", "csd", *TREE_METHODS) and not rule.lossless:
             raise DraftsimError(f"method {self.kind} is lossless; rule {self.rule_spec} is lossy — use --method cascade")
         if self.kind in TREE_METHODS:

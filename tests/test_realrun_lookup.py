@@ -366,3 +366,13 @@ def test_plan_lookup_ranks_choices_by_predicted_speedup(target):
         pilot.step(4)
     lines = why({"target_calls": 10, "mean_accepted_length": 1.1, "speedup": 0.9, "proposing_rounds": 2}, 1.2, plan.best, pilot)
     assert any("does not pay" in line for line in lines)
+
+
+def test_bad_drafter_names_get_one_line(capsys):
+    from draftsim.cli import main
+
+    assert main(["run", "--model", "tiny:1", "--method", "sd", "--drafter", "ngrm", "--n", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'ngrm'" in err and "ngram, suffix" in err and "Traceback" not in err
+    assert main(["run", "--model", "tiny:1", "--prompts", "edits"]) == 2
+    assert "edit, extract" in capsys.readouterr().err
