@@ -144,7 +144,7 @@ def real_step(n: int = 2, max_new_tokens: int = 48, prompts: str = "edit", k_max
     from ..realrun.methods import method_from
     from ..realrun.models import load_model
     from ..realrun.prompts import prompt_set
-    from .lookup import plan_lookup, price_rounds, run_pilot, why
+    from .lookup import plan_lookup, predict_run, run_pilot, why
     from .reality import held_to_sim
 
     target = load_model("smollm2", device="cpu")
@@ -153,13 +153,8 @@ def real_step(n: int = 2, max_new_tokens: int = 48, prompts: str = "edit", k_max
     best = plan.best
     m = measure(target, method_from("sd", target, best.drafter, f"fixed:k={best.k}", None), prompt_set(prompts, "test", n), max_new_tokens)
     out = held_to_sim(m)
+    predicted_on_run = predict_run(pilot, m.trace)
     rounds = m.trace.rounds.to_pydict()
-    calls = m.trace.calls.to_pydict()
-    prefill = sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k == "prefill")
-    lookup = sum(s for model, s in zip(calls["model"], calls["seconds"]) if model == 1)
-    run_rounds = list(zip(rounds["drafted"], rounds["accepted"], rounds["emitted"]))
-    autoregressive = prefill + pilot.step(0) * sum(rounds["emitted"])
-    predicted_on_run = autoregressive / (prefill + price_rounds(pilot, run_rounds, lookup))
     out.update({"prompt_set": prompts, "plan": plan.to_dict(), "predicted_speedup": best.speedup,
                 "predicted_speedup_on_run": predicted_on_run, "proposing_rounds": sum(1 for d in rounds["drafted"] if d)})
     out["why"] = why(out, predicted_on_run, best, pilot)

@@ -26,7 +26,7 @@ from ..realrun.methods import make_drafter
 from ..realrun.prompts import Prompt, format_prompt
 from ..sim.errors import DraftsimError
 
-__all__ = ["lookup_rounds", "Pilot", "LookupChoice", "LookupPlan", "plan_lookup", "price_rounds", "why"]
+__all__ = ["lookup_rounds", "Pilot", "LookupChoice", "LookupPlan", "run_pilot", "plan_lookup", "price_rounds", "predict_run", "why"]
 
 
 def lookup_rounds(drafter: Drafter, prompt: list[int], text: list[int], k: int) -> tuple[list[tuple[int, int, int]], float]:
@@ -139,6 +139,18 @@ def run_pilot(target, prompts: list[Prompt], max_new_tokens: int, k_max: int, re
 def price_rounds(pilot: Pilot, rounds: list[tuple[int, int, int]], lookup_seconds: float = 0.0) -> float:
     """Predicted seconds of ``rounds`` (proposed, accepted, emitted) on this machine."""
     return float(sum(pilot.step(d) for d, _, _ in rounds) + lookup_seconds)
+
+
+def predict_run(pilot: Pilot, trace) -> float:
+    """The speedup the pilot's profile predicts for a measured run's own rounds (a
+    :class:`draftsim.sim.traces.RunTrace`): its prefill and lookups as measured, its target calls
+    priced by the profile, against autoregressive decoding of the same tokens."""
+    rounds = trace.rounds.to_pydict()
+    calls = trace.calls.to_pydict()
+    prefill = sum(s for k, s in zip(calls["kind"], calls["seconds"]) if k == "prefill")
+    lookup = sum(s for model, s in zip(calls["model"], calls["seconds"]) if model == 1)
+    autoregressive = prefill + pilot.step(0) * sum(rounds["emitted"])
+    return autoregressive / (prefill + price_rounds(pilot, list(zip(rounds["drafted"], rounds["accepted"], rounds["emitted"])), lookup))
 
 
 def plan_lookup(target, pilot: Pilot, drafters=("ngram", "suffix"), ks=range(1, 7)) -> LookupPlan:
