@@ -117,10 +117,20 @@ def replay_step(trace_path=None, k_max: int = 8) -> dict:
     return {"trace": str(trace.path), "sequences": s["sequences"], "tokens": s["output_tokens"], "rows": rows}
 
 
-def real_step(n: int = 2, max_new_tokens: int = 32) -> dict:
-    """A short real run on the embedded model — speculative decoding with Max-Gram against
-    autoregressive decoding, replayed in the simulator — when torch, transformers and the
-    SmolLM2 wheel are installed (``make test`` installs them); otherwise why not."""
+def real_step(n: int = 2, max_new_tokens: int = 48, prompts: str = "edit", k_max: int = 6) -> dict:
+    """A short real run on the embedded model, of a case the planner predicts to pay, when
+    torch, transformers and the SmolLM2 wheel are installed (``make test`` installs them);
+    otherwise why not.
+
+    Lookup drafting (vLLM's ``ngram``, suffix decoding) costs next to nothing, so it is what can
+    pay on a CPU, where verifying k + 1 tokens costs more than a one-token step. The planner
+    (:func:`draftsim.analysis.lookup.plan_lookup`) walks each lookup drafter along the target's
+    greedy texts on ``n`` *train* prompts of ``prompts`` (code editing: answers that copy their
+    prompt), prices the rounds with a profile of the target's calls on this machine, and picks
+    the (drafter, k) with the best predicted speedup; that method is then measured against
+    autoregressive decoding on ``n`` *test* prompts and replayed in the simulator. The result
+    holds the measurement (:func:`draftsim.analysis.reality.held_to_sim`), the plan, the
+    prediction for the run's own rounds and the reasons (:func:`draftsim.analysis.lookup.why`)."""
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -134,11 +144,21 @@ def real_step(n: int = 2, max_new_tokens: int = 32) -> dict:
     from ..realrun.methods import method_from
     from ..realrun.models import load_model
     from ..realrun.prompts import prompt_set
+    from .lookup import plan_lookup, predict_run, run_pilot, why
     from .reality import held_to_sim
 
     target = load_model("smollm2", device="cpu")
-    method = method_from("sd", target, "maxgram", "fixed:k=4", None)
-    return held_to_sim(measure(target, method, prompt_set("code", "test", n), max_new_tokens))
+    pilot = run_pilot(target, prompt_set(prompts, "train", n), max_new_tokens, k_max)
+    plan = plan_lookup(target, pilot, ks=range(1, k_max + 1))
+    best = plan.best
+    m = measure(target, method_from("sd", target, best.drafter, f"fixed:k={best.k}", None), prompt_set(prompts, "test", n), max_new_tokens)
+    out = held_to_sim(m)
+    predicted_on_run = predict_run(pilot, m.trace)
+    rounds = m.trace.rounds.to_pydict()
+    out.update({"prompt_set": prompts, "plan": plan.to_dict(), "predicted_speedup": best.speedup,
+                "predicted_speedup_on_run": predicted_on_run, "proposing_rounds": sum(1 for d in rounds["drafted"] if d)})
+    out["why"] = why(out, predicted_on_run, best, pilot)
+    return out
 
 
 def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = 200_000, real: bool = True) -> dict:

@@ -211,13 +211,13 @@ def model_name(option: str, text: str) -> str:
 
 
 def drafter_names(option: str, names: list[str], neural_only: bool = False) -> list[str]:
-    """Drafter names (maxgram, bigram, distilled or a loadable model), each once."""
+    """Drafter names (maxgram, bigram, ngram, suffix, distilled or a loadable model), each once."""
     from draftsim.realrun.methods import STATISTICAL_DRAFTERS
 
     seen = set()
     for name in names:
         if not name.strip():
-            raise DraftsimError(f"{option} needs a drafter: maxgram, bigram, distilled, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
+            raise DraftsimError(f"{option} needs a drafter: maxgram, bigram, ngram, suffix, distilled, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
         if name in seen:
             raise DraftsimError(f"{option} {name} is given twice; name each drafter once")
         seen.add(name)
@@ -226,15 +226,15 @@ def drafter_names(option: str, names: list[str], neural_only: bool = False) -> l
                 raise DraftsimError(f"{option} {name} is not a neural model; give distilled, tiny[:SEED], a checkpoint folder or a .gguf file")
         elif name != "distilled":
             if not (name == "tiny" or name.startswith("tiny:") or name == "smollm2" or Path(name).expanduser().exists()):
-                raise DraftsimError(f"{option} {name!r}: unknown drafter; use maxgram, bigram, distilled (draftsim distill), "
+                raise DraftsimError(f"{option} {name!r}: unknown drafter; use maxgram, bigram, ngram, suffix, distilled (draftsim distill), "
                                     "tiny[:SEED], a checkpoint folder or a .gguf file")
             model_name(option, name)
     return names
 
 
 def prompt_sets(option: str, text: str) -> list[str]:
-    """Comma-separated prompt set names (:data:`draftsim.realrun.prompts.SETS`), each once."""
-    from draftsim.realrun.prompts import SETS
+    """Comma-separated prompt set names (:data:`draftsim.realrun.prompts.ALL_SETS`), each once."""
+    from draftsim.realrun.prompts import ALL_SETS as SETS
 
     names = [s.strip() for s in text.split(",")]
     valid = ", ".join(SETS)

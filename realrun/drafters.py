@@ -1,20 +1,28 @@
-"""Drafters: one interface for Max-Gram, bigram tables and neural draft models.
+"""Drafters: one interface for Max-Gram, bigram tables, n-gram and suffix lookup, and neural draft models.
 
 In the spirit of transformers' ``CandidateGenerator``, a drafter
 
 * ``propose(context, k, prompt_len)`` → up to k draft tokens and the distributions they came
   from (with the drafter's confidence in each, where it is not the token's probability);
 * ``feedback(n_accepted)`` → learns from the verification (a no-op here);
+* ``finish(prompt, output)`` → a request is over (suffix decoding keeps its output for later ones);
 * ``predict_along(ids, start)`` → its next-token distribution at every position t ≥ start of
   a given text, conditioned on ``ids[:t]`` (teacher forcing; what traces record).
 
 Distributions are :class:`Rows`: dense (a numpy array over the vocabulary, neural drafters)
-or sparse (a few ids with probabilities, Max-Gram and bigram tables).
+or sparse (a few ids with probabilities, Max-Gram and bigram tables; an empty row where a
+lookup drafter proposes nothing).
+
+The lookup drafters :class:`NGram` and :class:`Suffix` propose *up to* k tokens and often
+none: with no match in the context they propose nothing, and the round is a plain decoding
+step (the target verifies zero draft tokens). Their rows are one-hot — a deterministic draft —
+so speculative sampling accepts a proposed token x with probability p(x) and otherwise
+samples the residual p without x, renormalised: the target's distribution exactly.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,7 +30,7 @@ import numpy as np
 
 from ..sim.errors import DraftsimError
 
-__all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NeuralDraft", "accept_prob"]
+__all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NGram", "Suffix", "NeuralDraft", "accept_prob", "one_hot_rows"]
 
 
 @dataclass
@@ -82,11 +90,15 @@ class Rows:
 
 def accept_prob(p: np.ndarray, q: Rows) -> np.ndarray:
     """1 − TV(p, q) per position, over the full vocabulary: the exact probability that
-    speculative sampling accepts a token drafted from q against target p."""
+    speculative sampling accepts a token drafted from q against target p (0 where q is an
+    empty row: nothing was proposed)."""
     if q.dense is not None:
         return 1.0 - 0.5 * np.abs(p - q.dense).sum(axis=1)
     out = np.empty(len(q))
     for i, (ids, pr) in enumerate(q.sparse):
+        if not len(ids):  # nothing proposed here (a lookup drafter without a match): nothing to accept
+            out[i] = 0.0
+            continue
         on = p[i, ids]
         # TV = ½(Σ_supp |p − q| + mass of p off the support)
         out[i] = 1.0 - 0.5 * (np.abs(on - pr).sum() + max(0.0, 1.0 - on.sum()))
@@ -124,6 +136,16 @@ class Drafter:
 
     def feedback(self, n_accepted: int) -> None:
         return None
+
+    def finish(self, prompt: Sequence[int], output: Sequence[int]) -> None:
+        """A request with this ``prompt`` generated ``output`` (a no-op but for :class:`Suffix`)."""
+        return None
+
+
+def one_hot_rows(vocab: int, tokens: Sequence[int], conf=None) -> Rows:
+    """Sparse one-hot rows for a deterministic drafter's ``tokens`` (none: an empty proposal)."""
+    rows = [(np.array([t], dtype=np.int64), np.array([1.0])) for t in tokens]
+    return Rows(vocab, sparse=rows, conf=None if conf is None else np.asarray(conf, dtype=np.float64))
 
 
 class Bigram(Drafter):
@@ -256,6 +278,167 @@ class MaxGram(Drafter):
             conf.append(0.0)
         rows = [(np.array([t], dtype=np.int64), np.array([1.0])) for t in out]
         return out, Rows(self.vocab, sparse=rows, conf=np.array(conf))
+
+
+class NGram(Drafter):
+    """vLLM's ``ngram`` proposer (prompt lookup; vLLM v1 ``NgramProposer``,
+    ``vllm/v1/spec_decode/ngram_proposer.py``): the longest n-gram with ``min_n`` ≤ n ≤
+    ``max_n`` (vLLM's ``prompt_lookup_min`` / ``prompt_lookup_max``) that ends the context and
+    occurred earlier in it — prompt and generated text alike, an occurrence may overlap the
+    suffix itself; of several, the earliest — and the up to k tokens that followed it (fewer
+    where the context ends). **No match: no proposal** — the round is a plain decoding step.
+    Deterministic (one-hot rows, confidence 1); cost ≈ 0 (one scan of the context).
+    """
+
+    name = "ngram"
+
+    def __init__(self, vocab: int, min_n: int = 2, max_n: int = 4):
+        if not (isinstance(min_n, int) and isinstance(max_n, int) and 1 <= min_n <= max_n):
+            raise DraftsimError(f"ngram needs 1 <= prompt_lookup_min <= prompt_lookup_max; got {min_n}, {max_n}")
+        self.vocab = vocab
+        self.min_n, self.max_n = min_n, max_n
+
+    def match(self, ids: np.ndarray, length: int | None = None) -> tuple[int, int] | None:
+        """(j, n) for the context ``ids[:length]`` (L tokens): the longest n in [min_n, max_n]
+        with ``ids[j − n : j] == ids[L − n : L]`` for some j < L, and the smallest such j — the
+        position the proposal starts at; None without one."""
+        L = len(ids) if length is None else length
+        if L < 2:
+            return None
+        j = np.flatnonzero(ids[: L - 1] == ids[L - 1]) + 1  # occurrences of the last token, ending before L
+        if not j.size:
+            return None
+        best = (int(j[0]), 1)
+        for n in range(2, min(self.max_n, L - 1) + 1):
+            j = j[j >= n]
+            j = j[ids[j - n] == ids[L - n]]
+            if not j.size:
+                break
+            best = (int(j[0]), n)
+        return best if best[1] >= self.min_n else None
+
+    def _proposal(self, ids: np.ndarray, L: int, k: int) -> list[int]:
+        hit = self.match(ids, L)
+        return [] if hit is None else ids[hit[0] : min(hit[0] + k, L)].tolist()
+
+    def propose(self, context, k, prompt_len=None):
+        ids = np.asarray(context, dtype=np.int64)
+        out = self._proposal(ids, len(ids), k)
+        return out, one_hot_rows(self.vocab, out)
+
+    def predict_along(self, ids, start):
+        """The token it would propose first at each position (an empty row where it proposes none)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return one_hot_rows_or_empty(self.vocab, [self._proposal(ids, t, 1) for t in range(start, len(ids))])
+
+
+class Suffix(Drafter):
+    """Suffix decoding (SuffixDecoding, Oliaro et al., arXiv 2411.04975; vLLM's ``suffix`` method,
+    which runs Arctic Inference's implementation). Two sources of text, as the paper's two
+    suffix trees: the request's own text (prompt and output so far, the per-request tree) and
+    the outputs of up to ``max_cached`` earlier requests (the global tree; :meth:`finish` adds
+    one, oldest evicted first). A suffix tree of depth ``max_depth`` counts how often each
+    token followed each pattern; the same counts come here from the pattern's occurrences in
+    the text, found by a scan instead of stored in a tree (only earlier occurrences: the
+    pattern's own place at the end of the context is not counted).
+
+    For each pattern length m = 1, 2, … (the context's last m tokens, while they occur), the
+    proposal follows the most frequent continuation (ties: the smaller id): a token's
+    estimated probability is its count over the occurrences that reached it, the path's the
+    product; the walk stops before the path's probability falls below ``min_prob`` or at
+    min(k, ⌊``spec_factor`` · m⌋, ``max_depth`` − m) tokens. Of all pattern lengths and both
+    sources the path with the highest score — Σ of its probabilities, the expected number of
+    accepted tokens — is proposed; it may be empty. Defaults are vLLM's
+    (``suffix_decoding_max_tree_depth`` 24, ``_max_cached_requests`` 10000,
+    ``_max_spec_factor`` 1.0, ``_min_token_prob`` 0.1). Confidence (:attr:`Rows.conf`): the
+    path's probability at each token. Deterministic: one-hot rows.
+    """
+
+    name = "suffix"
+
+    def __init__(self, vocab: int, max_depth: int = 24, spec_factor: float = 1.0, min_prob: float = 0.1,
+                 max_cached: int = 10000):
+        if max_depth < 2 or spec_factor <= 0 or not 0.0 <= min_prob <= 1.0 or max_cached < 0:
+            raise DraftsimError("suffix needs max_depth >= 2, spec_factor > 0, 0 <= min_prob <= 1 and max_cached >= 0; "
+                                f"got {max_depth}, {spec_factor}, {min_prob}, {max_cached}")
+        self.vocab = vocab
+        self.max_depth, self.spec_factor, self.min_prob = max_depth, spec_factor, min_prob
+        self.cached: deque = deque(maxlen=max_cached) if max_cached else deque(maxlen=0)
+
+    def finish(self, prompt, output):
+        if len(output) and self.cached.maxlen:
+            self.cached.append(np.asarray(output, dtype=np.int64))
+
+    def _walk(self, texts: list, ends: list, limit: int) -> tuple[list[int], list[float]]:
+        """Follow the most frequent continuation from the occurrences ``ends`` (per text, the
+        positions just after each occurrence) for at most ``limit`` tokens."""
+        out, probs, prob = [], [], 1.0
+        while len(out) < limit:
+            total = sum(len(e) for e in ends)
+            nxt = [t[e[e < len(t)]] for t, e in zip(texts, ends)]
+            seen = np.concatenate(nxt) if nxt else np.zeros(0, dtype=np.int64)
+            if not total or not seen.size:
+                break
+            ids, counts = np.unique(seen, return_counts=True)
+            best = int(np.argmax(counts))
+            p = prob * counts[best] / total
+            if p < self.min_prob:
+                break
+            tok = int(ids[best])
+            out.append(tok)
+            probs.append(float(p))
+            prob = p
+            ends = [e[e < len(t)][t[e[e < len(t)]] == tok] + 1 for t, e in zip(texts, ends)]
+        return out, probs
+
+    def _best(self, ctx: np.ndarray, texts: list, k: int) -> tuple[list[int], list[float], float]:
+        """The best-scoring path over ``texts`` (the first may be the context itself, whose
+        final position is the pattern's own place and not an occurrence)."""
+        L = len(ctx)
+        best: tuple[list[int], list[float], float] = ([], [], 0.0)
+        if L < 1 or not texts:
+            return best
+        # Occurrence ends of the length-1 pattern, per text.
+        ends = []
+        for t in texts:
+            e = np.flatnonzero(t == ctx[-1]) + 1
+            ends.append(e[e < L] if t is ctx else e)
+        for m in range(1, min(self.max_depth - 1, L) + 1):
+            if m > 1:
+                ends = [e[e >= m] for e in ends]
+                ends = [e[t[e - m] == ctx[L - m]] for t, e in zip(texts, ends)]
+            if not any(len(e) for e in ends):
+                break
+            limit = min(k, int(self.spec_factor * m + 1e-6), self.max_depth - m)
+            if limit < 1:
+                continue
+            toks, probs = self._walk(texts, ends, limit)
+            score = float(sum(probs))
+            if score > best[2]:
+                best = (toks, probs, score)
+        return best
+
+    def _proposal(self, ctx: np.ndarray, k: int) -> tuple[list[int], list[float]]:
+        own = self._best(ctx, [ctx], k)
+        earlier = self._best(ctx, list(self.cached), k)
+        toks, probs, _ = own if own[2] >= earlier[2] else earlier
+        return toks, probs
+
+    def propose(self, context, k, prompt_len=None):
+        toks, probs = self._proposal(np.asarray(context, dtype=np.int64), k)
+        return toks, one_hot_rows(self.vocab, toks, probs)
+
+    def predict_along(self, ids, start):
+        """The token it would propose with a budget of one at each position (an empty row
+        where it proposes none), from the requests :meth:`finish` has seen so far."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return one_hot_rows_or_empty(self.vocab, [self._proposal(ids[:t], 1)[0] for t in range(start, len(ids))])
+
+
+def one_hot_rows_or_empty(vocab: int, firsts: list[list[int]]) -> Rows:
+    """Per position a one-hot row for the first proposed token, or an empty row for none."""
+    rows = [(np.array(f[:1], dtype=np.int64), np.ones(len(f[:1]))) for f in firsts]
+    return Rows(vocab, sparse=rows)
 
 
 class NeuralDraft(Drafter):

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..sim.errors import DraftsimError
 from ..sim.policies import Autoregressive, Policy, Threshold, parse_policy
 from ..sim.rules import SD, Rule, parse_rule
-from .drafters import Bigram, Drafter, MaxGram, NeuralDraft
+from .drafters import Bigram, Drafter, MaxGram, NeuralDraft, NGram, Suffix
 from .executor import RunLog, Sampling, generate, token_cascade
 from .models import EMBEDDED, LoadedModel, load_model, same_tokenizer
 
@@ -40,8 +40,12 @@ DEFAULTS = {
 }
 METHODS = tuple(DEFAULTS)
 TREE_METHODS = ("ssd", "tsd", "gsd")
-#: Drafters that are statistics of the text, not neural models.
-STATISTICAL_DRAFTERS = ("maxgram", "bigram")
+#: Drafters that are statistics of the text, not neural models: Max-Gram and bigram tables
+#: always propose; the lookup drafters ``ngram`` and ``suffix`` (vLLM's and SGLang's names)
+#: propose nothing where the context has no match.
+STATISTICAL_DRAFTERS = ("maxgram", "bigram", "ngram", "suffix")
+#: The statistical drafters that read the bundled bigram table.
+BIGRAM_DRAFTERS = ("maxgram", "bigram")
 #: Methods with one drafter (csd takes several).
 SINGLE_DRAFTER = ("sd", "cascade", *TREE_METHODS)
 
@@ -99,7 +103,10 @@ class MethodSpec:
             raise DraftsimError(f"--drafter names a drafter twice ({', '.join(names)}); each level needs its own")
         for name in names:
             if name not in (*STATISTICAL_DRAFTERS, "distilled"):
-                check_model_name(name, "drafter")
+                try:
+                    check_model_name(name, "drafter")
+                except DraftsimError as exc:
+                    raise DraftsimError(f"{exc}; or a drafter without a model: {', '.join(STATISTICAL_DRAFTERS)}, distilled") from None
         if self.kind in ("sd", "csd", *TREE_METHODS) and not rule.lossless:
             raise DraftsimError(f"method {self.kind} is lossless; rule {self.rule_spec} is lossy — use --method cascade")
         if self.kind in TREE_METHODS:
@@ -189,7 +196,10 @@ class Method:
             from .trees import generate_tree
 
             return generate_tree(target, ids, max_new_tokens, self.policy, self.drafters[0], sampling, rng, stats=self.tree_stats)
-        return generate(target, ids, max_new_tokens, self.policy, sampling=sampling, rule=self.rule, rng=rng, drafters=self.drafters)
+        log = generate(target, ids, max_new_tokens, self.policy, sampling=sampling, rule=self.rule, rng=rng, drafters=self.drafters)
+        for d in self.drafters:  # suffix decoding keeps the output for later requests
+            d.finish(ids, log.output)
+        return log
 
 
 def fit_bigram(target: LoadedModel) -> Bigram:
@@ -202,8 +212,13 @@ def fit_bigram(target: LoadedModel) -> Bigram:
 
 def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None) -> Drafter:
     """A drafter for ``target`` by name: ``maxgram`` (with the bigram fallback of [CSD]),
-    ``bigram``, ``distilled`` (``draftsim distill``'s cached draft), or a neural model
+    ``bigram``, ``ngram`` (vLLM's prompt lookup, n from 2 to 4), ``suffix`` (suffix decoding
+    with vLLM's defaults), ``distilled`` (``draftsim distill``'s cached draft), or a neural model
     :func:`draftsim.realrun.models.load_model` can load (it must share the target's tokenizer)."""
+    if name == "ngram":
+        return NGram(target.vocab_size)
+    if name == "suffix":
+        return Suffix(target.vocab_size)
     if name in STATISTICAL_DRAFTERS:
         bigram = bigram if bigram is not None else fit_bigram(target)
         return MaxGram(target.vocab_size, fallback=bigram) if name == "maxgram" else bigram
@@ -220,7 +235,7 @@ def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None) -
 def build_method(spec: MethodSpec, target: LoadedModel) -> Method:
     """Load ``spec``'s drafters (and head) for ``target`` and return the runnable method."""
     names = spec.drafter_names
-    bigram = fit_bigram(target) if any(n in STATISTICAL_DRAFTERS for n in names) else None
+    bigram = fit_bigram(target) if any(n in BIGRAM_DRAFTERS for n in names) else None
     drafters = [make_drafter(n, target, bigram) for n in names]
     if spec.head is not None:
         from .head import load_head

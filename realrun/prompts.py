@@ -4,7 +4,16 @@
   standard library (read with :mod:`inspect` from this interpreter's own sources);
 * ``arithmetic`` — templated word problems with their exact answers;
 * ``instructions`` — short hand-written instructions;
-* ``docstrings`` — "summarise this" over standard-library docstrings.
+* ``docstrings`` — "summarise this" over standard-library docstrings;
+* ``edit`` — code editing: a standard-library function's source with a small change to make
+  (rename a parameter, add type hints), to be returned whole — an answer that mostly copies
+  its prompt, the case n-gram and suffix lookup drafting is for;
+* ``extract`` — extraction: templated records of people (name, city, age, job) in prose, to be
+  listed line by line in a fixed format — again mostly text of the prompt.
+
+:data:`SETS` are the sets drafters are trained and bigram tables fitted on (``draftsim distill``,
+Max-Gram's fallback); :data:`LOOKUP_SETS` (``edit``, ``extract``) are for measuring lookup
+drafting and are not trained on; :data:`ALL_SETS` is every set.
 
 Every prompt has a stable id and a fixed train/test split (a hash of its text, 80/20), so
 the same prompt is always on the same side.
@@ -20,9 +29,11 @@ from dataclasses import dataclass
 
 from ..sim.errors import DraftsimError
 
-__all__ = ["Prompt", "SETS", "prompt_set", "format_prompt"]
+__all__ = ["Prompt", "SETS", "LOOKUP_SETS", "ALL_SETS", "prompt_set", "format_prompt"]
 
 SETS = ("code", "arithmetic", "instructions", "docstrings")
+LOOKUP_SETS = ("edit", "extract")
+ALL_SETS = SETS + LOOKUP_SETS
 
 _STDLIB_MODULES = (
     "textwrap", "string", "shlex", "fnmatch", "posixpath", "bisect", "heapq", "calendar", "colorsys",
@@ -169,6 +180,38 @@ _INSTRUCTIONS = [
 ]
 
 
+def _edit_prompts():
+    """A function's whole source (short ones: at most 24 lines) and one edit to make."""
+    out = []
+    for _module, _attr, fn, source in _functions():
+        lines = source.splitlines()
+        params = [p for p in inspect.signature(fn).parameters if p not in ("self", "cls")]
+        if not 4 <= len(lines) <= 24 or not params:
+            continue
+        if len(out) % 2 == 0:
+            task = f"Rename the parameter `{params[0]}` to `{params[0]}_value` everywhere in this function"
+        else:
+            task = "Add type hints to the signature of this function, changing nothing else"
+        out.append(f"{task}, and return the whole function in one code block.\n\n```python\n{source.rstrip()}\n```")
+    return out
+
+
+_CITIES = ["Lisbon", "Oslo", "Nairobi", "Lima", "Osaka", "Perth", "Quebec", "Tunis", "Vienna", "Quito", "Hanoi", "Turin"]
+_JOBS = ["nurse", "baker", "pilot", "teacher", "plumber", "chemist", "librarian", "architect", "farmer", "translator"]
+
+
+def _extract_prompts(n: int = 120):
+    """Three to six people described in prose, to be listed as ``name | city | age | job``."""
+    rng = random.Random(20261124)
+    out = []
+    for _ in range(n):
+        people = rng.sample(_NAMES, rng.randint(3, 6))
+        prose = " ".join(f"{name} is a {rng.choice(_JOBS)} from {rng.choice(_CITIES)} who is {rng.randint(19, 78)} years old."
+                         for name in people)
+        out.append(f"{prose}\n\nList every person on a line of their own as `name | city | age | job`, in the order above.")
+    return out
+
+
 def _build(name: str) -> list[Prompt]:
     if name == "code":
         texts = [(t, None) for t in _code_prompts()]
@@ -178,8 +221,12 @@ def _build(name: str) -> list[Prompt]:
         texts = [(t, None) for t in _INSTRUCTIONS]
     elif name == "docstrings":
         texts = [(t, None) for t in _docstring_prompts()]
+    elif name == "edit":
+        texts = [(t, None) for t in _edit_prompts()]
+    elif name == "extract":
+        texts = [(t, None) for t in _extract_prompts()]
     else:
-        raise DraftsimError(f"unknown prompt set {name!r}; known: {', '.join(SETS)}")
+        raise DraftsimError(f"unknown prompt set {name!r}; known: {', '.join(ALL_SETS)}")
     seen, out = set(), []
     for text, answer in texts:
         if text in seen:

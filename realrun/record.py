@@ -53,9 +53,11 @@ def _generate(target: LoadedModel, ids: list[int], max_new_tokens: int, seed: in
 
 
 def _pair_rows(prompt_id, mode, output, proposer, verifier, p: Rows, q: Rows, top_k) -> dict:
-    """One (proposer, verifier) pair along the output: p is the verifier's dense view."""
+    """One (proposer, verifier) pair along the output: p is the verifier's dense view. Where
+    the proposer proposes nothing the draft token is −1, with p, q, acceptance and match 0."""
     p_rows = p.dense
-    draft = q.argmax()
+    draft = q.argmax()  # -1 where the drafter proposes nothing (n-gram / suffix lookup without a match)
+    none = draft < 0
     v_top_ids, v_top_pr = p.top(top_k)
     d_top_ids, d_top_pr = q.top(top_k)
     n = len(output)
@@ -68,10 +70,10 @@ def _pair_rows(prompt_id, mode, output, proposer, verifier, p: Rows, q: Rows, to
         "proposer": [proposer] * n,
         "verifier": [verifier] * n,
         "draft_token": draft.tolist(),
-        "p_draft": p_rows[np.arange(n), draft].tolist(),
+        "p_draft": np.where(none, 0.0, p_rows[np.arange(n), np.maximum(draft, 0)]).tolist(),
         "q_draft": q.prob(draft).tolist(),
         "accept_prob": np.clip(accept_prob(p_rows, q), 0.0, 1.0).tolist(),
-        "greedy_match": (draft == np.asarray(target_argmax)).tolist(),
+        "greedy_match": ((draft == np.asarray(target_argmax)) & ~none).tolist(),
         "draft_top_ids": d_top_ids,
         "draft_top_probs": d_top_pr,
         "verifier_top_ids": v_top_ids,

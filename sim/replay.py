@@ -6,7 +6,10 @@ For each run trace (:class:`draftsim.sim.traces.RunTrace`):
 - :func:`replay_process` — per (proposer, verifier) pair and output position, whether the
   token proposed there was accepted (the realised flag), and the drafter's confidence in it,
   as a :class:`draftsim.sim.acceptance.TraceDriven` process;
-- :func:`run_policy` — the *same policy* the run used, parsed from its metadata;
+- :func:`run_policy` — the *same policy* the run used, parsed from its metadata; for a
+  drafter whose proposals vary in length with the text (the lookup drafters ``ngram`` and
+  ``suffix``, which propose nothing where the context has no match), :class:`RecordedLengths`
+  — the lengths it proposed, round by round, as the trace recorded them;
 - :func:`run_pricing` — per model a measured cost table (a profile of the model, or the
   run's own calls: mean seconds per tokens fed) and the executor's overhead per round;
   :func:`fit_costs` — per-call costs t(n) = a + b·n fitted to the run's forward calls (the
@@ -27,21 +30,70 @@ from .acceptance import TraceDriven
 from .cost import ProfileCost
 from .cost.linear import CallCost, Costs
 from .errors import DraftsimError
-from .policies import Autoregressive, Policy, parse_policy
+from .policies import Autoregressive, Block, Policy, parse_policy
 from .traces import RunTrace
 
-__all__ = ["fit_costs", "replay_process", "run_policy", "RunPricing", "run_pricing", "run_context", "isotonic"]
+__all__ = ["fit_costs", "replay_process", "run_policy", "RecordedLengths", "VARIABLE_PROPOSALS", "RunPricing", "run_pricing",
+           "run_context", "isotonic"]
+
+#: Drafters whose proposal length is decided by the text, not by a policy: realrun's lookup
+#: drafters (vLLM's ``ngram``, suffix decoding), which propose up to k tokens and none where
+#: the context has no match.
+VARIABLE_PROPOSALS = ("ngram", "suffix")
+
+
+class RecordedLengths(Policy):
+    """A run's own draft lengths: drafter 1 drafts, per sequence and round, as many tokens as
+    the run's drafter proposed at that output position (``lengths[sequence][start]``; 0 where
+    it proposed nothing). What a lookup drafter proposes is a property of the text — no sim
+    policy decides it — so its run is replayed with the lengths it recorded, as its acceptance
+    is replayed with the flags it recorded. ``spec`` is the run's own policy (its k)."""
+
+    memoryless = False
+
+    def __init__(self, lengths: list[dict[int, int]], spec: str):
+        self.spec = spec
+        self._lengths = lengths
+        self._max = max((max(d.values(), default=0) for d in lengths), default=0)
+
+    @classmethod
+    def from_trace(cls, trace: RunTrace) -> "RecordedLengths":
+        lengths = []
+        for entry in trace.entries:
+            r = entry["rounds"].select(["start", "drafted"]).to_pydict()
+            lengths.append({int(s): int(d) for s, d in zip(r["start"], r["drafted"])})
+        return cls(lengths, trace.metadata["policy"])
+
+    def init(self, n: int) -> dict:
+        return {"pos": np.zeros(n, dtype=np.int64)}
+
+    def begin_round(self, state):
+        pos = state["pos"]
+        steps = np.array([self._lengths[i].get(int(p), 0) if i < len(self._lengths) else 0 for i, p in enumerate(pos)], dtype=np.int64)
+        return (Block(1, steps),)
+
+    def end_round(self, state, drafted, accepted):
+        state["pos"] = state["pos"] + np.asarray(accepted, dtype=np.int64) + 1
+
+    @property
+    def max_draft(self) -> int:
+        return self._max
 
 
 def run_policy(trace: RunTrace) -> Policy | None:
     """The policy ``trace`` was run with (None for the sequential token cascade, which has no
-    simulator policy)."""
+    simulator policy); for a lookup drafter (:data:`VARIABLE_PROPOSALS`) the lengths it
+    proposed (:class:`RecordedLengths`)."""
     meta = trace.metadata
     if meta.get("method") == "ar":
         return Autoregressive()
     if meta.get("sequential"):
         return None
-    return parse_policy(meta["policy"])
+    policy = parse_policy(meta["policy"])
+    drafters = meta.get("drafters") or []
+    if policy.kind == "chain" and len(drafters) == 1 and drafters[0] in VARIABLE_PROPOSALS:
+        return RecordedLengths.from_trace(trace)
+    return policy
 
 
 def fit_costs(trace: RunTrace, n_models: int) -> Costs:

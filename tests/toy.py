@@ -64,3 +64,19 @@ def write_hand_trace(path) -> None:
                           "draft_top_ids": [[0]] * n, "draft_top_probs": [[1.0]] * n, "verifier_top_ids": [[0]] * n, "verifier_top_probs": [[1.0]] * n},
             "calls": {"prompt_id": [pid], "mode": ["greedy"], "model": ["target"], "kind": ["forward"], "n_tokens": [n], "seconds": [0.1]},
         })
+
+
+def chi_square_pvalue(counts: dict, exact: dict) -> float:
+    """p-value of the chi-square test of sampled outcome ``counts`` against the ``exact``
+    distribution (outcome -> probability): cells expected fewer than 5 times pooled into one."""
+    from scipy import stats
+
+    n = sum(counts.values())
+    keys = sorted(exact)
+    obs = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    exp = np.array([exact[k] for k in keys]) * n
+    keep = exp >= 5
+    obs, exp = np.append(obs[keep], obs[~keep].sum()), np.append(exp[keep], exp[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)

@@ -128,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"Real run on SmolLM2: skipped ({rr['skipped']}; `make demo` installs torch and the model)")
     else:
         c = rr["sim_check"]
-        print(f"Real run on SmolLM2 ({rr['prompts']} code prompts, {rr['max_new_tokens']} new tokens, greedy):")
+        b = rr["plan"]["choices"][0]
+        print(f"Real run on SmolLM2 ({rr['prompts']} {rr['prompt_set']} prompts, {rr['max_new_tokens']} new tokens, greedy): the planner "
+              f"picked {b['drafter']} k={b['k']} on {rr['plan']['pilot_prompts']} train prompts, predicting {b['speedup']:.2f}x")
         print(format_table(
             ["method", "tokens/s", "speedup", "tokens/target call", "= target output"],
             [["autoregressive", rr["autoregressive_tokens_per_second"], 1.0, 1.0, "-"],
@@ -137,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"simulator replay of the run: counts {'identical' if c['counts_equal'] else 'differ'}, "
               f"tokens/s predicted {c['predicted_tokens_per_second']:.1f} vs measured {c['measured_tokens_per_second']:.1f} "
               f"({c['tokens_per_second_error']:+.1%})")
+        print(f"speedup measured {rr['speedup']:.2f}x, predicted {rr['predicted_speedup']:.2f}x; why: " + "; ".join(rr["why"]))
     print()
     print("figures:")
     for path in result["figures"]:

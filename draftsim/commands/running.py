@@ -28,13 +28,13 @@ class RunConfig:
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
     method: str = option("sd", choices=METHODS)
-    drafter: str | None = option(help="drafter(s), comma-separated (default per method: sd maxgram, csd distilled,maxgram, cascade "
-                                 "distilled)")
+    drafter: str | None = option(help="drafter(s), comma-separated: maxgram, bigram, ngram, suffix, distilled or a model (default "
+                                 "per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
     policy: str | None = option(help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
     rule: str | None = option(help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
     head: str | None = option(help="SpecDec++ acceptance head (draftsim train-head) for drafter 1; with --policy threshold:h=...")
     sequential: bool = option(False, "cascade: the sequential token-level cascade ([SC] Algorithm 2; rule chow)", flag=True)
-    prompts: str = option("code", "prompt set(s), comma-separated")
+    prompts: str = option("code", "prompt set(s), comma-separated: code, arithmetic, instructions, docstrings, edit, extract")
     split: str = option("test", choices=("train", "test"))
     n: int = option(5, "prompts per set", type=a.count("n", 1, 10_000))
     max_new_tokens: int = option(64, type=a.count("max_new_tokens", 1, 4096))
@@ -57,8 +57,11 @@ def register(sub, common) -> None:
                        "cascade (speculative cascades with a deferral rule; --sequential for the token-level cascade), "
                        "ssd / tsd / gsd (chain, token tree, token graph with merged m-grams; GSD). "
                        "Every run writes a run trace and is replayed in the simulator (counts and tokens/s compared).",
-                       epilog=POLICY_HELP + "\n\n" + RULE_HELP + "\n\nDrafters: maxgram, bigram, distilled (draftsim distill), "
-                       "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first.",
+                       epilog=POLICY_HELP + "\n\n" + RULE_HELP + "\n\nDrafters: maxgram, bigram, ngram (vLLM's prompt lookup, "
+                       "n-grams of 2 to 4 tokens), suffix (suffix decoding, vLLM's defaults), distilled (draftsim distill), "
+                       "a checkpoint folder or tiny[:SEED]; several for csd, comma-separated, largest first. ngram and suffix propose "
+                       "nothing where the context has no match (that round is a plain decoding step); prompt sets edit and "
+                       "extract have answers that copy their prompt.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p, RunConfig)
     p.set_defaults(run=run)

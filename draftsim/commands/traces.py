@@ -29,9 +29,9 @@ class RecordConfig:
 
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
-    drafter: list[str] = option(help="maxgram, bigram, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters "
+    drafter: list[str] = option(help="maxgram, bigram, ngram, suffix, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters "
                                 "first", append=True, required=True)
-    prompts: str = option("code", "prompt set(s), comma-separated: code, arithmetic, instructions, docstrings")
+    prompts: str = option("code", "prompt set(s), comma-separated: code, arithmetic, instructions, docstrings, edit, extract")
     split: str = option("test", choices=("train", "test", "all"))
     n: int = option(20, "number of prompts (per set)", type=a.count("n", 1, 100_000))
     max_new_tokens: int = option(128, type=a.count("max_new_tokens", 1, 4096))
