@@ -385,7 +385,7 @@ def acceptance_entry(name: str, path=None) -> AcceptanceEntry:
         return catalog[name]
     words = [w for w in re.split(r"[-.]", str(name).lower()) if w]
     close = [n for n in catalog if words and all(w in n for w in words[:2])][:5]
-    hint = f"; close: {', '.join(close)}" if close else f"; {len(catalog)} entries (list them with list_entries())"
+    hint = f"; close: {', '.join(close)}" if close else f"; {len(catalog)} entries (draftsim acceptance lists them)"
     raise DraftsimError(f"no acceptance entry {name!r}{hint}")
 
 

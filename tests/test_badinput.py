@@ -329,6 +329,9 @@ CASES = [
     (["check-serve", "{W}/nothing"], ["no trace at", "nothing (not a folder)"]),
     (["check-serve", "{E}"], ["not a draftsim.serve trace", "use draftsim replay"]),
     (["check-serve", "{W}/list"], ["manifest.json holds a JSON list"]),
+    (["acceptance", "no-such-entry"], ["no acceptance entry 'no-such-entry'", "draftsim acceptance lists them"]),
+    (["acceptance", "--method", "lookahead"], ["--method", "'lookahead'"]),
+    (["simulate", "--policy", "fixed:k=4", "--positional", "0.9,0.8", "--cost", "0.1"], ["gives 2 position(s)", "drafts up to 4"]),
     (["sweep-plot", "{W}/nothing", "--out", "plot.png", "--x", "a", "--metric", "b"], ["holds no sweep", "draftsim sweep"]),
     (["sweep-plot", "{W}/emptydir", "--out", "/proc/plot.png", "--x", "a", "--metric", "b"], ["--out '/proc/plot.png'", "cannot create files"]),
     # --- demo

@@ -169,18 +169,18 @@ def register(sub, common) -> None:
     p.set_defaults(run=run)
 
 
-def _process(config: ServeSimConfig, n_models: int) -> A.AcceptanceProcess:
+def _process(config: ServeSimConfig, n_models: int, max_draft: int | None = None) -> A.AcceptanceProcess:
     if config.acceptance_trace is not None:
         others = [n for n, v in (("--alpha", config.alpha is not None), ("--pair", bool(config.pair)), ("--positional", config.positional),
-                                 ("--markov", config.markov)) if v]
+                                 ("--markov", config.markov), ("--acceptance", config.acceptance)) if v]
         if others:
             raise DraftsimError(f"--acceptance-trace replaces the acceptance process; drop {others[0]}")
         return A.TraceDriven.from_trace(config.acceptance_trace, drafters=config.trace_drafter)
     if config.trace_drafter:
         raise DraftsimError("--trace-drafter applies to --acceptance-trace")
-    if config.alpha is None and not config.pair and config.positional is None and config.markov is None:
-        raise DraftsimError("give an acceptance process: --alpha A (Bernoulli), --positional, --markov or --acceptance-trace")
-    return build_process(config, n_models)
+    if config.alpha is None and not config.pair and config.positional is None and config.markov is None and config.acceptance is None:
+        raise DraftsimError("give an acceptance process: --alpha A (Bernoulli), --positional, --markov, --acceptance NAME or --acceptance-trace")
+    return build_process(config, n_models, max_draft, config.target)
 
 
 def serving_config(config: ServeSimConfig) -> ServingConfig:
@@ -190,7 +190,7 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
     check(config)
     policy = parse_policy(config.policy)
     controller = parse_controller(config.controller)
-    process = _process(config, policy.n_models)
+    process = _process(config, policy.n_models, policy.max_draft)
     built = config.assembly()
     if len(built.drafters) < policy.n_models - 1:
         raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s): give --drafter-model MODEL for each "

@@ -11,8 +11,10 @@ import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
+from draftsim.sim.acceptance_catalog import acceptance_entry, check_target
+from draftsim.sim.acceptance_rates import conditional_from_cumulative
 from draftsim.sim.cost import CallCost, Costs
-from draftsim.sim.errors import DraftsimError, as_probability, parse_number, parse_numbers
+from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError, as_probability, parse_number, parse_numbers
 from draftsim.sim.metrics import Estimate
 from draftsim.sim.policies import POLICY_HELP, parse_policy
 from draftsim.sim.predict import predicted_ewif
@@ -47,7 +49,14 @@ class AcceptanceOptions:
                                  type=a.probability("alpha"), group=ACCEPTANCE)
     pair: list[str] = option([], "Bernoulli: model M's tokens accepted by V with A (e.g. 2:1=0.6)", append=True, metavar="M:V=A",
                              group=ACCEPTANCE)
-    positional: str | None = option(help="acceptance by draft position", metavar="A1,A2,...", group=ACCEPTANCE)
+    positional: str | None = option(help="per-position acceptance a_i = P(draft tokens 1..i all accepted), one value per position "
+                                    "up to the policy's longest draft, non-increasing: vLLM's per-position rate (accepted at i / "
+                                    "drafts) and what the output line 'acceptance by position' prints", metavar="A1,A2,...",
+                                    group=ACCEPTANCE)
+    conditional: bool = option(False, "read --positional as conditional rates c_i = P(token i accepted | 1..i-1 accepted) "
+                               "(the EAGLE papers' n-alpha; a_i = c_1...c_i)", flag=True, group=ACCEPTANCE)
+    acceptance: str | None = option(help="a published acceptance entry, cited (draftsim acceptance lists them; its rates for the "
+                                    "policy's k)", metavar="NAME", group=ACCEPTANCE)
     markov: str | None = option(help="Markov-modulated: acceptance per hidden regime (each sequence its own path)", metavar="A1,A2,...",
                                 group=ACCEPTANCE)
     stay: str | None = option(help="Markov-modulated: probability of staying in each regime (default 0.95)", metavar="P1,P2,...",
@@ -170,19 +179,43 @@ def float_list(name: str, text: str, count: int | None = None, minimum: int = 1)
     return parse_numbers(name, text, count, minimum)
 
 
-def build_process(args, n_models: int) -> A.AcceptanceProcess:
+def build_process(args, n_models: int, max_draft: int | None = None, target: str | None = None) -> A.AcceptanceProcess:
+    """The acceptance process the options name, checked. ``max_draft`` is the policy's longest
+    draft: per-position rates (``--positional``, ``--acceptance``) must cover it; ``target`` the
+    target model, when one is given: an ``--acceptance`` entry measured on another model is refused.
+
+    Per-position rates follow :mod:`draftsim.sim.acceptance_rates`: ``--positional`` reads
+    cumulative rates (vLLM's), or conditional ones with ``--conditional``."""
     noise = {"pred_noise": args.pred_noise, "conf_noise": args.conf_noise}
     if args.rank_alphas is not None:
         noise["rank_alphas"] = as_probability("--rank-alphas", float_list("--rank-alphas", args.rank_alphas)).tolist()
     given = {"--alpha/--pair": args.alpha is not None or bool(args.pair), "--positional": args.positional is not None,
-             "--markov": args.markov is not None}
+             "--markov": args.markov is not None, "--acceptance": args.acceptance is not None}
     if sum(given.values()) != 1:
         named = ", ".join(n for n, v in given.items() if v) or "none"
-        raise DraftsimError(f"give exactly one acceptance process: --alpha (with optional --pair), --positional or --markov; got {named}")
+        raise DraftsimError("give exactly one acceptance process: --alpha (with optional --pair), --positional, --markov or "
+                            f"--acceptance NAME; got {named}")
     if args.stay is not None and args.markov is None:
         raise DraftsimError(f"--stay {args.stay!r} applies to --markov only")
+    if args.conditional and args.positional is None:
+        raise DraftsimError("--conditional says how to read --positional; give --positional A1,A2,... with it")
+    if args.acceptance is not None:
+        entry = acceptance_entry(args.acceptance)
+        if target:
+            check_target(entry, target)
+        return entry.process(_draft_positions("--acceptance", max_draft), **noise)
     if args.positional is not None:
-        return A.Positional(as_probability("--positional", float_list("--positional", args.positional)), **noise)
+        values = as_probability("--positional", float_list("--positional", args.positional))
+        if max_draft is not None and values.size < max_draft:
+            raise DraftsimError(f"--positional {args.positional!r} gives {values.size} position(s); the policy drafts up to "
+                                f"{max_draft}: give one rate per position (values are never padded)")
+        if args.conditional:
+            return A.Positional(values, **noise)
+        try:
+            return A.Positional(conditional_from_cumulative(values), **noise)
+        except DraftsimError as e:
+            raise DraftsimError(f"--positional {args.positional!r}: {e} (cumulative rates a_i never increase; "
+                                "add --conditional for conditional rates)") from None
     if args.markov is not None:
         alphas = as_probability("--markov", float_list("--markov", args.markov, minimum=2)).tolist()
         stay = as_probability("--stay", float_list("--stay", args.stay)).tolist() if args.stay is not None else [0.95] * len(alphas)
@@ -198,6 +231,13 @@ def build_process(args, n_models: int) -> A.AcceptanceProcess:
     for src, dst, val in parse_pairs(args.pair, size):
         matrix[src, dst] = val
     return A.Bernoulli(matrix, **noise)
+
+
+def _draft_positions(flag: str, max_draft: int | None) -> int:
+    """The chain length per-position rates must cover: the policy's longest draft."""
+    if max_draft is None or not 1 <= max_draft <= K_MAX_LIMIT:
+        raise DraftsimError(f"{flag} needs a policy with a bounded draft length (1..{K_MAX_LIMIT}); got {max_draft}")
+    return int(max_draft)
 
 
 def parse_pairs(specs, size: int) -> list[tuple[int, int, float]]:
@@ -245,7 +285,7 @@ def prepare(config: SimulateConfig):
     ``draftsim sweep`` runs on every point up front."""
     check(config)
     policy = parse_policy(config.policy)
-    process = build_process(config, policy.n_models)
+    process = build_process(config, policy.n_models, policy.max_draft, config.target)
     drafter_costs = config.cost or []
     cost_info = None
     if config.uses_hardware():  # t(n) = a + b·n per model fitted to its hardware cost model
