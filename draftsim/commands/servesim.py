@@ -172,15 +172,18 @@ def register(sub, common) -> None:
 def _process(config: ServeSimConfig, n_models: int, max_draft: int | None = None) -> A.AcceptanceProcess:
     if config.acceptance_trace is not None:
         others = [n for n, v in (("--alpha", config.alpha is not None), ("--pair", bool(config.pair)), ("--positional", config.positional),
-                                 ("--markov", config.markov), ("--acceptance", config.acceptance)) if v]
+                                 ("--markov", config.markov), ("--acceptance", config.acceptance),
+                                 ("--acceptance-file", config.acceptance_file)) if v]
         if others:
             raise DraftsimError(f"--acceptance-trace replaces the acceptance process; drop {others[0]}")
         return A.TraceDriven.from_trace(config.acceptance_trace, drafters=config.trace_drafter)
     if config.trace_drafter:
         raise DraftsimError("--trace-drafter applies to --acceptance-trace")
-    if config.alpha is None and not config.pair and config.positional is None and config.markov is None and config.acceptance is None:
-        raise DraftsimError("give an acceptance process: --alpha A (Bernoulli), --positional, --markov, --acceptance NAME or --acceptance-trace")
-    return build_process(config, n_models, max_draft, config.target)
+    if (config.alpha is None and not config.pair and config.positional is None and config.markov is None and config.acceptance is None
+            and config.acceptance_file is None):
+        raise DraftsimError("give an acceptance process: --alpha A (Bernoulli), --positional, --markov, --acceptance NAME, "
+                            "--acceptance-file FILE or --acceptance-trace")
+    return build_process(config, n_models, max_draft, config.target, per_request=True)
 
 
 def serving_config(config: ServeSimConfig) -> ServingConfig:

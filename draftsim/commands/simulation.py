@@ -12,6 +12,7 @@ import numpy as np
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
 from draftsim.sim.acceptance_catalog import acceptance_entry, check_target
+from draftsim.sim.acceptance_import import StepLengths, load_acceptance_file
 from draftsim.sim.acceptance_rates import conditional_from_cumulative
 from draftsim.sim.cost import CallCost, Costs
 from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError, as_probability, parse_number, parse_numbers
@@ -63,6 +64,9 @@ class AcceptanceOptions:
                               group=ACCEPTANCE)
     pred_noise: float = option(0.0, "logit noise of the acceptance predictor", type=a.cost("pred_noise"), group=ACCEPTANCE)
     conf_noise: float = option(0.0, "logit noise of the draft confidence", type=a.cost("conf_noise"), group=ACCEPTANCE)
+    acceptance_file: str | None = option(help="acceptance measured elsewhere: a vLLM Prometheus scrape (spec-decode counters: "
+                                         "per-position rates) or per-request accepted lengths per step (JSONL; serve-sim replays "
+                                         "each request's steps, simulate pools them)", metavar="FILE", group=ACCEPTANCE)
     rank_alphas: str | None = option(help="tree: acceptance by candidate rank", metavar="A1,A2,...", group=ACCEPTANCE)
 
 
@@ -179,26 +183,39 @@ def float_list(name: str, text: str, count: int | None = None, minimum: int = 1)
     return parse_numbers(name, text, count, minimum)
 
 
-def build_process(args, n_models: int, max_draft: int | None = None, target: str | None = None) -> A.AcceptanceProcess:
+def build_process(args, n_models: int, max_draft: int | None = None, target: str | None = None,
+                  per_request: bool = False) -> A.AcceptanceProcess:
     """The acceptance process the options name, checked. ``max_draft`` is the policy's longest
     draft: per-position rates (``--positional``, ``--acceptance``) must cover it; ``target`` the
     target model, when one is given: an ``--acceptance`` entry measured on another model is refused.
 
     Per-position rates follow :mod:`draftsim.sim.acceptance_rates`: ``--positional`` reads
-    cumulative rates (vLLM's), or conditional ones with ``--conditional``."""
+    cumulative rates (vLLM's), or conditional ones with ``--conditional``. ``--acceptance-file``
+    (:mod:`draftsim.sim.acceptance_import`): counters give per-position rates; accepted lengths
+    per request are replayed request by request when ``per_request``, else pooled."""
     noise = {"pred_noise": args.pred_noise, "conf_noise": args.conf_noise}
     if args.rank_alphas is not None:
         noise["rank_alphas"] = as_probability("--rank-alphas", float_list("--rank-alphas", args.rank_alphas)).tolist()
     given = {"--alpha/--pair": args.alpha is not None or bool(args.pair), "--positional": args.positional is not None,
-             "--markov": args.markov is not None, "--acceptance": args.acceptance is not None}
+             "--markov": args.markov is not None, "--acceptance": args.acceptance is not None,
+             "--acceptance-file": args.acceptance_file is not None}
     if sum(given.values()) != 1:
         named = ", ".join(n for n, v in given.items() if v) or "none"
-        raise DraftsimError("give exactly one acceptance process: --alpha (with optional --pair), --positional, --markov or "
-                            f"--acceptance NAME; got {named}")
+        raise DraftsimError("give exactly one acceptance process: --alpha (with optional --pair), --positional, --markov, "
+                            f"--acceptance NAME or --acceptance-file FILE; got {named}")
     if args.stay is not None and args.markov is None:
         raise DraftsimError(f"--stay {args.stay!r} applies to --markov only")
     if args.conditional and args.positional is None:
         raise DraftsimError("--conditional says how to read --positional; give --positional A1,A2,... with it")
+    if args.acceptance_file is not None:
+        measured = load_acceptance_file(args.acceptance_file)
+        k = _draft_positions("--acceptance-file", max_draft)
+        if k > measured.k:
+            raise DraftsimError(f"--acceptance-file {args.acceptance_file}: measured at k={measured.k}; the policy drafts up to {k} "
+                                "(positions never measured)")
+        if isinstance(measured, StepLengths):
+            return measured.process(**noise) if per_request else measured.pooled(k, **noise)
+        return measured.process(k, **noise)
     if args.acceptance is not None:
         entry = acceptance_entry(args.acceptance)
         if target:
