@@ -52,10 +52,14 @@ class Track:
 class AcceptanceProcess:
     """Base class. Subclasses implement :meth:`start` (and :meth:`constant` when they can)."""
 
-    def __init__(self, pred_noise: float = 0.0, conf_noise: float = 0.0, rank_alphas: Sequence[float] | None = None):
+    def __init__(self, pred_noise: float = 0.0, conf_noise: float = 0.0, rank_alphas: Sequence[float] | None = None, match: float = 1.0):
         self.pred_noise = float(as_cost("pred_noise", pred_noise))
         self.conf_noise = float(as_cost("conf_noise", conf_noise))
         self.rank_alphas = None if rank_alphas is None else tuple(as_probability("rank_alphas", rank_alphas).tolist())
+        #: probability that a round's drafter proposes anything at all: a lookup drafter (n-gram,
+        #: suffix) finds no match otherwise, and the round is a plain decode step — no draft call,
+        #: no draft token verified, one token out. Acceptance applies given a proposal.
+        self.match = float(as_probability("match", match))
 
     #: Largest model index the process describes (drafters 1..n_models-1); None: any.
     n_models: int | None = None
@@ -109,6 +113,7 @@ class AcceptanceProcess:
             f"{k}={show(v)!r}"
             for k, v in vars(self).items()
             if not k.startswith("_") and k not in skip and v is not None and not (isinstance(v, float) and v == 0.0)
+            and not (k == "match" and v == 1.0)
         )
         return f"{type(self).__name__}({params})"
 

@@ -36,6 +36,7 @@ __all__ = [
     "as_verify",
     "verify_cost",
     "ewif_positional",
+    "ewif_match",
     "ewif_horizontal",
     "ewif_vertical",
     "optimal_k",
@@ -180,6 +181,22 @@ def _drafter_arrays(drafters) -> tuple[list[np.ndarray], list[np.ndarray]]:
     alphas = [as_probability(f"drafters[{i}] alpha", a) for i, (a, _) in enumerate(pairs)]
     costs = [as_cost(f"drafters[{i}] cost", c) for i, (_, c) in enumerate(pairs)]
     return alphas, costs
+
+
+def ewif_match(alphas, costs, match):
+    """EWIF of a chain drafter that proposes only in a share ``match`` of rounds (a lookup
+    drafter — n-gram, suffix — finds no match in the others; then the round is a plain decode
+    step: no draft call, no draft token verified, one token out).
+
+    EWIF = (m · T + 1 − m) / (1 + m · Σ c_i), T = Σ_{i=0}^{k} Π_{j≤i} α_j the tokens of a round
+    with a proposal (:func:`ewif_positional`'s numerator); ``match`` = 1 gives
+    :func:`ewif_positional`. Target calls cost 1 whatever they verify, as there.
+    """
+    m = as_probability("match", match)
+    ewif_positional(alphas, costs)  # the same checks
+    alphas, costs = np.broadcast_arrays(as_probability("alphas", alphas), as_cost("costs", costs))
+    tokens = 1.0 + np.cumprod(alphas, axis=-1).sum(axis=-1)
+    return ((m * tokens + 1.0 - m) / (1.0 + m * costs.sum(axis=-1)))[()]
 
 
 def ewif_horizontal(drafters, counts, verify=None):

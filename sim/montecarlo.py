@@ -97,20 +97,24 @@ class _Engine:
     def round(self, live: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Run one round for the ``live`` sequences at text positions ``pos``; return tokens emitted."""
         c = self.counts
+        # Rounds whose drafter proposes nothing (a lookup without a match) draft nothing: the
+        # target's step verifies no draft token and emits one. Drawn only when it can happen,
+        # so processes that always propose keep their random stream.
+        drafting = live & (self.rng.random(self.S) < self.process.match) if self.process.match < 1.0 else live
         if self.policy.kind == "tree":
-            drafted, n_acc = self._tree_round(live)
+            drafted, n_acc = self._tree_round(drafting)
         else:
             plan = self.policy.begin_round(self.state)
             if not plan:  # autoregressive step
                 drafted = np.zeros(self.S, dtype=np.int64)
                 n_acc = drafted
             elif self._fast(plan):
-                drafted, n_acc = self._fast_round(plan[0], live)
+                drafted, n_acc = self._fast_round(plan[0], drafting)
             else:
                 # A recorded text ends: no top-level draft runs past it (as in the real executor).
                 cap = np.maximum(self.track.lengths - pos, 0) if self.finite else None
-                prob, proposer, drafted = self._draft(0, plan, pos, live, top=True, cap=cap)
-                n_acc = self._verify(prob, drafted, proposer, live)
+                prob, proposer, drafted = self._draft(0, plan, pos, drafting, top=True, cap=cap)
+                n_acc = self._verify(prob, drafted, proposer, drafting)
             self.policy.end_round(self.state, drafted, n_acc)
         live_i = live.astype(np.int64)
         c.calls[:, 0] += live_i

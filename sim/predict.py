@@ -25,6 +25,12 @@ def predicted_ewif(policy: Policy, process: AcceptanceProcess, costs: Costs) -> 
     c = costs.coefficient
     if isinstance(policy, Autoregressive):
         return 1.0
+    if process.match < 1.0:
+        if not isinstance(policy, FixedK) or not isinstance(process, (Positional, Bernoulli)):
+            return None
+        alphas = process.alphas if isinstance(process, Positional) else np.array([process.constant(1, 0)])
+        alphas = alphas[np.minimum(np.arange(policy.k), len(alphas) - 1)]
+        return float(analytic.ewif_match(alphas, np.full(policy.k, c[1]), process.match))
     if isinstance(process, Positional) and isinstance(policy, FixedK):
         alphas = process.alphas[np.minimum(np.arange(policy.k), len(process.alphas) - 1)]
         return float(analytic.ewif_positional(alphas, np.full(policy.k, c[1])))

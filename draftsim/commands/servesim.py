@@ -174,6 +174,8 @@ def _process(config: ServeSimConfig, n_models: int, max_draft: int | None = None
         others = [n for n, v in (("--alpha", config.alpha is not None), ("--pair", bool(config.pair)), ("--positional", config.positional),
                                  ("--markov", config.markov), ("--acceptance", config.acceptance),
                                  ("--acceptance-file", config.acceptance_file)) if v]
+        if config.match != 1.0:
+            others.append("--match")
         if others:
             raise DraftsimError(f"--acceptance-trace replaces the acceptance process; drop {others[0]}")
         return A.TraceDriven.from_trace(config.acceptance_trace, drafters=config.trace_drafter)

@@ -67,6 +67,9 @@ class AcceptanceOptions:
     acceptance_file: str | None = option(help="acceptance measured elsewhere: a vLLM Prometheus scrape (spec-decode counters: "
                                          "per-position rates) or per-request accepted lengths per step (JSONL; serve-sim replays "
                                          "each request's steps, simulate pools them)", metavar="FILE", group=ACCEPTANCE)
+    match: float = option(1.0, "share of rounds in which the drafter proposes anything (a lookup drafter - ngram, suffix - "
+                          "finds no match in the others: a plain decode step, nothing verified); acceptance applies given a "
+                          "proposal (default 1)", type=a.probability("match"), group=ACCEPTANCE)
     rank_alphas: str | None = option(help="tree: acceptance by candidate rank", metavar="A1,A2,...", group=ACCEPTANCE)
 
 
@@ -193,7 +196,7 @@ def build_process(args, n_models: int, max_draft: int | None = None, target: str
     cumulative rates (vLLM's), or conditional ones with ``--conditional``. ``--acceptance-file``
     (:mod:`draftsim.sim.acceptance_import`): counters give per-position rates; accepted lengths
     per request are replayed request by request when ``per_request``, else pooled."""
-    noise = {"pred_noise": args.pred_noise, "conf_noise": args.conf_noise}
+    noise = {"pred_noise": args.pred_noise, "conf_noise": args.conf_noise, "match": args.match}
     if args.rank_alphas is not None:
         noise["rank_alphas"] = as_probability("--rank-alphas", float_list("--rank-alphas", args.rank_alphas)).tolist()
     given = {"--alpha/--pair": args.alpha is not None or bool(args.pair), "--positional": args.positional is not None,
