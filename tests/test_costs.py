@@ -502,8 +502,14 @@ def test_ewif_from_hardware_uses_the_roofline_coefficient(capsys):
     status, out, err = run(capsys, "ewif", "--alpha", "0.8", *HW, "--drafter-model", "llama-2-7b", "--cost-context", "256", "--json")
     assert status == 0, err
     data = json.loads(out)
-    c = coefficient(roofline("llama-2-7b", "a100-80g"), roofline("llama-2-70b", "a100-80g", tp=2), context=256)
+    # the draft model runs at the target's TP by default (as vLLM runs it) ...
+    c = coefficient(roofline("llama-2-7b", "a100-80g", tp=2), roofline("llama-2-70b", "a100-80g", tp=2), context=256)
     assert data["cost"] == pytest.approx(float(c)) and data["cost_from"]["hardware"] == "a100-80g"
+    # ... and on its own devices when told
+    status, out, err = run(capsys, "ewif", "--alpha", "0.8", *HW, "--drafter-model", "llama-2-7b", "--drafter-tp", "1", "--cost-context", "256",
+                           "--json")
+    c = coefficient(roofline("llama-2-7b", "a100-80g"), roofline("llama-2-70b", "a100-80g", tp=2), context=256)
+    assert status == 0 and json.loads(out)["cost"] == pytest.approx(float(c))
     status, out, err = run(capsys, "ewif", "--alpha", "0.8", "--cost", "0.1", *HW, "--drafter-model", "llama-2-7b")
     assert status == 2 and "not both" in err
 

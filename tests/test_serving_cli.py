@@ -35,12 +35,12 @@ def test_json_keys_and_outputs(capsys, tmp_path):
 
 def test_sweep_marks_the_crossover(capsys, tmp_path):
     fig = tmp_path / "sweep.png"
-    status, out, err = run(capsys, "serve-sim", "--target", "llama-2-70b", "--tp", "4", "--drafter", "llama-2-7b", "--hardware", "h100-sxm",
+    status, out, err = run(capsys, "serve-sim", "--target", "llama-2-70b", "--tp", "4", "--drafter", "llama-2-7b", "--drafter-tp", "1", "--hardware", "h100-sxm",
                            "--alpha", "0.8", "--requests", "60", "--output-len", "fixed:128", "--sweep-qps", "0.5,2,8,32",
                            "--replications", "1", "--figure", str(fig))
     assert status == 0, err
     assert "crossover" in out and fig.exists()
-    status, out, _ = run(capsys, "serve-sim", "--target", "llama-2-70b", "--tp", "4", "--drafter", "llama-2-7b", "--hardware", "h100-sxm",
+    status, out, _ = run(capsys, "serve-sim", "--target", "llama-2-70b", "--tp", "4", "--drafter", "llama-2-7b", "--drafter-tp", "1", "--hardware", "h100-sxm",
                          "--alpha", "0.8", "--requests", "60", "--output-len", "fixed:128", "--sweep-qps", "0.5,2,8,32",
                          "--replications", "1", "--json")
     data = json.loads(out)

@@ -50,12 +50,15 @@ class HardwareOptions:
 
     target: str | None = option(help="target model: a catalog name (draftsim cost --list) or a config.json path", metavar="MODEL",
                                 group=HARDWARE)
-    drafter_model: list[str] | None = option(help="draft model (repeat, in drafter order): catalog name, config.json path, maxgram or bigram",
+    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path (draft_model:NAME), eagle, "
+                                              "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram "
+                                              "(draftsim.sim.cost.methods says how each is priced, with sources)",
                                              append=True, metavar="MODEL", group=HARDWARE)
     hardware: str | None = option(help="hardware from the catalog (draftsim cost --list)", metavar="HW", group=HARDWARE)
     tp: int = option(1, "tensor-parallel devices for the target (default 1)", type=a.count("tp", 1, 1024), group=HARDWARE)
     pp: int = option(1, "pipeline stages for the target (default 1)", type=a.count("pp", 1, 1024), group=HARDWARE)
-    drafter_tp: int = option(1, "tensor-parallel devices per drafter (default 1)", type=a.count("drafter_tp", 1, 1024), group=HARDWARE)
+    drafter_tp: int | None = option(help="tensor-parallel devices per draft model (default: the target's --tp, as vLLM runs it)",
+                                    type=a.count("drafter_tp", 1, 1024), group=HARDWARE)
     dtype: str = option("bfloat16", "weights/activations dtype (default bfloat16)", choices=tuple(DTYPE_BYTES), group=HARDWARE)
     profile: list[str] = option([], "measured profile (draftsim profile) for a model it names", append=True, metavar="FILE",
                                 group=HARDWARE)
@@ -145,8 +148,8 @@ def describe_coefficients(info: dict) -> str:
 class CostConfig(HardwareOptions):
     """``draftsim cost``: forward times of a target and its drafters over a grid of shapes."""
 
-    drafter_model: list[str] | None = option(help="draft model (repeat, in drafter order): catalog name, config.json path, maxgram or "
-                                             "bigram", append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
+    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path, eagle, "
+                                             "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram", append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
     batch: list[int] = option([1], "batch sizes, comma-separated (default 1)", type=_ints("batch", 1))
     new_tokens: list[int] = option([1], "new tokens per sequence, comma-separated (default 1)", type=_ints("new_tokens", 1))
     context: list[int] = option([512], "cached tokens per sequence, comma-separated (default 512)", type=_ints("context", 0))

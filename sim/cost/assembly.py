@@ -22,13 +22,14 @@ from ..errors import DraftsimError
 from .base import CostModel
 from .catalog import Catalog, default_catalog
 from .linear import CallCost, Costs
+from .methods import HEADS, LOOKUPS, HeadCost, head_cost, parse_drafter
 from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel
 
 __all__ = ["CHEAP_DRAFTERS", "Deployment", "Assembly", "assemble"]
 
 #: Drafters that are not neural models: priced by a profile's proposal timing, else free.
-CHEAP_DRAFTERS = ("maxgram", "bigram")
+CHEAP_DRAFTERS = LOOKUPS
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,9 @@ class Deployment:
 
     ``target`` and ``drafters`` are catalog model names (or HF ``config.json`` paths, or for a
     drafter ``maxgram``/``bigram``); ``hardware`` a catalog hardware name. The target runs on
-    ``tp`` tensor-parallel devices × ``pp`` pipeline stages, each drafter on ``drafter_tp``.
+    ``tp`` tensor-parallel devices × ``pp`` pipeline stages, each draft model on ``drafter_tp``
+    (default: the target's ``tp``); heads (eagle, eagle3, medusa, mtp, selfspec) share the
+    target's devices (:mod:`draftsim.sim.cost.methods`).
     ``profiles`` are measured profile files (``draftsim profile``) that replace the roofline
     of the model they name; ``catalogs`` extra model/hardware catalog files. ``mfu``/``mbu``
     override the hardware's utilisations (0, 1]; ``overhead`` replaces its per-call and
@@ -49,7 +52,7 @@ class Deployment:
     drafters: tuple[str, ...] = ()
     tp: int = 1
     pp: int = 1
-    drafter_tp: int = 1
+    drafter_tp: int | None = None  # None: the target's tp (as vLLM runs a draft model)
     dtype: str = "bfloat16"
     profiles: tuple[str, ...] = ()
     catalogs: tuple[str, ...] = ()
@@ -75,9 +78,15 @@ class Assembly:
     def check_fits(self, batches, contexts, new_tokens) -> None:
         """Raise unless every roofline model holds its weights and the KV cache of the largest
         batch at the longest context plus new tokens in its devices' memory."""
+        heads = [m for m in self.drafters if isinstance(m, HeadCost)]
+        extra_w = sum(h.weight_bytes() for h in heads)
+        extra_kv = sum(h.kv_bytes_per_token() for h in heads)
         for m in self.models:
             if isinstance(m, RooflineModel):
-                m.check_fits(max(batches), max(contexts) + max(new_tokens))
+                if m is self.target:
+                    m.check_fits(max(batches), max(contexts) + max(new_tokens), extra_w, extra_kv)
+                else:
+                    m.check_fits(max(batches), max(contexts) + max(new_tokens))
 
     def coefficients(self, batch: int = 1, context: int = 512) -> tuple[float, list[float]]:
         """The target's one-token call in seconds at ``batch`` × ``context``, and each drafter's
@@ -152,7 +161,9 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
             return prof
         return None
 
-    def one(name: str, tp: int, pp: int) -> CostModel:
+    heads: list = []
+
+    def one(name: str, tp: int, pp: int, drafter: bool = False) -> CostModel:
         if name.lower() in CHEAP_DRAFTERS:
             for i, prof in enumerate(profiles):
                 if name.lower() in prof.drafters:
@@ -161,6 +172,14 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
                     return CallCost(0.0, float(prof.drafters[name.lower()]["seconds_per_token"]))
             info["backends"][name] = "free (no profile with its proposal timing)"
             return CallCost(0.0)
+        spec = parse_drafter(name) if drafter else None
+        if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
+            model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead)
+            info["backends"][name] = f"{spec.method} on the target's devices: {model.name}"
+            heads.append(model)
+            return model
+        if spec is not None:
+            name = spec.model
         prof = profile_for(name)
         if prof is not None:
             info["backends"][name] = f"profile {prof.name}"
@@ -171,7 +190,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         return model
 
     target = one(d.target, d.tp, d.pp)
-    drafters = [one(name, d.drafter_tp, 1) for name in d.drafters]
+    drafters = [one(name, d.tp if d.drafter_tp is None else d.drafter_tp, 1, drafter=True) for name in d.drafters]
     unused = [i for i in range(len(profiles)) if i not in used]
     if unused:
         raise DraftsimError(f"the profile {d.profiles[unused[0]]} is of model {profiles[unused[0]].model!r}, neither the target nor a drafter")

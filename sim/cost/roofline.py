@@ -203,13 +203,14 @@ class RooflineModel(CostModel):
         per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
         return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token
 
-    def check_fits(self, batch, context) -> None:
+    def check_fits(self, batch, context, extra_weights: float = 0.0, extra_kv_per_token: float = 0.0) -> None:
         """Raise unless weights plus the KV cache of ``batch`` sequences of ``context`` tokens
-        fit in the usable memory of each device (say by how much they do not)."""
+        fit in the usable memory of each device (say by how much they do not). ``extra_*``:
+        what drafting heads on the same devices add (bytes per device; per cached token)."""
         hw = self.hardware
         cap = hw.memory * hw.usable_memory
-        weights = self.weight_bytes_per_device()
-        kv = float(np.max(self.kv_bytes_per_device(batch, context)))
+        weights = self.weight_bytes_per_device() + extra_weights
+        kv = float(np.max(self.kv_bytes_per_device(batch, context) + extra_kv_per_token * np.asarray(batch) * np.asarray(context)))
         if weights + kv > cap:
             what = f"{weights / 1e9:.1f} GB of weights" + (f" + {kv / 1e9:.1f} GB of KV cache (batch {int(np.max(batch))} x context "
                                                             f"{int(np.max(context))})" if kv > 0 else "")

@@ -1,0 +1,229 @@
+"""Drafting methods as engines deploy them, priced from the target's architecture.
+
+A drafter is named as vLLM and SGLang name the method (``--drafter-model``):
+
+``draft_model:NAME`` (or a bare catalog name / ``config.json`` path)
+    a separate small model, priced by its own roofline; it runs at the target's tensor
+    parallelism unless ``--drafter-tp`` says otherwise (vLLM runs a draft model at the target's TP).
+``eagle``
+    EAGLE (Li et al. 2024, arXiv 2401.15077): one decoder layer at the target's width, fed the
+    target's top-layer feature concatenated with the next token's embedding through an FC layer
+    (2h → h), and the target's LM head (vocabulary V). Head config: ``yuhuili/EAGLE-llama2-chat-7B``
+    config.json (one layer, the target's intermediate size and heads; docs/research/moe.json).
+``eagle3``
+    EAGLE-3 (Li et al. 2025, arXiv 2503.01840 §3.1): one decoder layer whose QKV projection takes
+    the token embedding and the feature concatenated (2h inputs: vLLM/SGLang ``LlamaDecoderLayer``
+    of ``llama_eagle3`` override ``qkv_proj`` with ``2 * hidden_size`` inputs), an LM head over a
+    reduced draft vocabulary (``draft_vocab_size`` 32000 for Llama-3.1-8B, SpecForge
+    ``configs/llama3-8B-eagle3.json``; ``eagle3:draft_vocab=N`` overrides). Not priced: the FC that
+    fuses three target layers' features (3h → h) once per verified token — 50M weights for
+    Llama-3.1-8B, about 0.6% of the target's own step.
+``medusa``
+    Medusa (Cai et al. 2024, arXiv 2401.10774): heads on the target's last hidden state of the same
+    forward, each a residual block (h × h, SiLU) and its own LM head (h × V)
+    (``FasterDecoding/Medusa`` ``medusa_model.py``); no attention, no KV cache. Draft token i is
+    head i's output, so a round of k draft tokens prices k heads: one "call" = one head.
+``mtp``
+    multi-token prediction modules (DeepSeek-V3 §2.2: projection 2h → h of the embedding and the
+    previous depth's feature, one transformer block, the shared LM head), run in sequence: one call
+    per draft token. Only for a target whose catalog entry declares MTP modules (``mtp_layers``);
+    refused otherwise. The block is priced as one of the target's dense layers.
+``ngram``, ``suffix`` (and draftsim's ``maxgram``, ``bigram``)
+    lookups on the CPU: priced by a measured profile's proposal time per token
+    (``draftsim profile``) when one is given, else free, and said so.
+``selfspec:window=B``
+    self-speculation with a capped KV cache (MagicDec, arXiv 2408.11049; TriForce, arXiv 2404.11912):
+    the target drafts for itself attending to at most B cached tokens (StreamingLLM-style window).
+    Priced as the target's forward with every sequence's context capped at B (from the batch's
+    mean context: a batch's per-sequence contexts are not kept in its statistics).
+
+The heads share the target's devices (they are priced at the target's tensor parallelism) and
+:meth:`HeadCost.weight_bytes` and :meth:`HeadCost.kv_bytes_per_token` say what they add to the
+target's memory (:meth:`draftsim.sim.cost.assembly.Assembly.check_fits`). Norms, activations and
+biases are neglected, as in :mod:`~draftsim.sim.cost.roofline`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DraftsimError, as_count
+from .base import BatchStats, CostModel
+from .catalog import HardwareSpec, ModelSpec
+from .roofline import RooflineModel
+
+__all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "Matmul", "CappedContext", "head_cost",
+           "EAGLE3_DRAFT_VOCAB"]
+
+#: Drafting methods by the names engines use (``draft_model`` is any catalog model).
+METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix", "selfspec")
+#: Drafters that look tokens up on the CPU instead of running a model.
+LOOKUPS = ("ngram", "suffix", "maxgram", "bigram")
+#: Heads that run on the target's devices from its hidden states.
+HEADS = ("eagle", "eagle3", "medusa", "mtp")
+#: EAGLE-3's reduced draft vocabulary for Llama-3.1-8B (SpecForge configs/llama3-8B-eagle3.json,
+#: ``draft_vocab_size``); used for any target unless ``eagle3:draft_vocab=N`` is given.
+EAGLE3_DRAFT_VOCAB = 32000
+_OPTIONS = {"eagle3": {"draft_vocab"}, "selfspec": {"window"}, "eagle": set(), "medusa": set(), "mtp": set()}
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """A parsed ``--drafter-model`` value: the method, its options, and for a draft model its name."""
+
+    method: str
+    options: tuple = ()
+    model: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.method == "draft_model":
+            return str(self.model)
+        opts = ",".join(f"{k}={v}" for k, v in self.options)
+        return self.method + (f":{opts}" if opts else "")
+
+
+def parse_drafter(text: str) -> DrafterSpec:
+    """``eagle3``, ``eagle3:draft_vocab=32000``, ``medusa``, ``mtp``, ``selfspec:window=2048``,
+    ``ngram``, ``suffix``, ``maxgram``, ``bigram``, ``draft_model:NAME`` or a model name/path."""
+    raw = str(text).strip()
+    head, _, rest = raw.partition(":")
+    method = head.lower()
+    if method == "draft_model":
+        if not rest:
+            raise DraftsimError(f"drafter {raw!r}: draft_model needs a model (draft_model:NAME, a catalog name or config.json path)")
+        return DrafterSpec("draft_model", (), rest)
+    if method in LOOKUPS:
+        if rest:
+            raise DraftsimError(f"drafter {raw!r}: {method} takes no options")
+        return DrafterSpec(method)
+    if method not in _OPTIONS:
+        return DrafterSpec("draft_model", (), raw)  # a catalog name or a config.json path: checked by the catalog
+    opts = {}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq or key not in _OPTIONS[method]:
+            valid = ", ".join(sorted(_OPTIONS[method])) or "none"
+            raise DraftsimError(f"drafter {raw!r}: unknown option {part!r} for {method} (valid: {valid})")
+        if not re.fullmatch(r"[0-9]+", value.strip()):
+            raise DraftsimError(f"drafter {raw!r}: {key} must be a whole number; got {value!r}")
+        opts[key] = int(as_count(f"{method} {key}", int(value), minimum=1, maximum=10**7))
+    if method == "selfspec" and "window" not in opts:
+        raise DraftsimError(f"drafter {raw!r}: selfspec needs window=B (the KV tokens the drafting pass attends to, e.g. selfspec:window=2048)")
+    return DrafterSpec(method, tuple(sorted(opts.items())))
+
+
+class Matmul(CostModel):
+    """One weight matrix (``inputs`` × ``outputs``, columns split over ``tp`` devices) applied to
+    every new token: max(bytes / bandwidth, FLOPs / peak), the roofline of one operator."""
+
+    def __init__(self, name: str, inputs: int, outputs: int, hardware: HardwareSpec, dtype_bytes: float, peak: float, mfu: float,
+                 mbu: float, tp: int = 1):
+        self.name = name
+        self.inputs, self.outputs = int(inputs), int(outputs) / tp
+        self.weights = self.inputs * self.outputs
+        self._bytes = dtype_bytes
+        self._P = peak * mfu
+        self._B = hardware.memory_bandwidth * mbu
+
+    def flops(self, tokens) -> np.ndarray:
+        return 2.0 * self.weights * np.asarray(tokens, dtype=np.float64)
+
+    def bytes(self, tokens) -> np.ndarray:
+        return (self.weights + (self.inputs + self.outputs) * np.asarray(tokens, dtype=np.float64)) * self._bytes
+
+    def _time(self, stats: BatchStats) -> np.ndarray:
+        return np.maximum(self.bytes(stats.tokens) / self._B, self.flops(stats.tokens) / self._P)
+
+    def _bound(self, stats: BatchStats) -> np.ndarray:
+        return np.where(self.bytes(stats.tokens) / self._B >= self.flops(stats.tokens) / self._P, 2, 3)
+
+
+class HeadCost(CostModel):
+    """A drafting head: the sum of its parts' times per call (each part a roofline)."""
+
+    def __init__(self, name: str, parts: list[CostModel], weights: float, kv_per_token: float):
+        self.name, self.parts = name, parts
+        self._weights, self._kv = float(weights), float(kv_per_token)
+
+    def weight_bytes(self) -> float:
+        """Bytes of the head's weights per device (what it adds to the target's memory)."""
+        return self._weights
+
+    def kv_bytes_per_token(self) -> float:
+        """Bytes of the head's KV cache per cached token per device (0: no attention)."""
+        return self._kv
+
+    def _time(self, stats: BatchStats) -> np.ndarray:
+        return sum(np.asarray(p.stats_time(stats), dtype=np.float64) for p in self.parts)
+
+    def _bound(self, stats: BatchStats) -> np.ndarray:
+        return self.parts[0]._bound(stats)
+
+
+class CappedContext(CostModel):
+    """``inner`` with every sequence's cached context capped at ``window`` tokens (the mean
+    context of a batch is capped: per-sequence contexts are not in the batch's statistics)."""
+
+    def __init__(self, inner: CostModel, window: int):
+        self.inner, self.window = inner, int(window)
+        self.name = f"{inner.name}, KV window {self.window}"
+
+    def _capped(self, stats: BatchStats) -> BatchStats:
+        seqs = np.maximum(stats.sequences, 1)
+        mean = stats.cached / seqs
+        cut = np.maximum(mean - self.window, 0.0)
+        return BatchStats(stats.sequences, stats.tokens, stats.cached - cut * stats.sequences, stats.pairs - cut * stats.tokens)
+
+    def _time(self, stats):
+        return self.inner.stats_time(self._capped(stats))
+
+    def _bound(self, stats):
+        return self.inner._bound(self._capped(stats))
+
+
+def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtype: str, tp: int, *, mfu=None, mbu=None,
+              overhead=None) -> HeadCost | CappedContext:
+    """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring)."""
+    layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=1)
+    kw = dict(mfu=mfu, mbu=mbu, check_memory=False)
+    if spec.method == "selfspec":
+        return CappedContext(RooflineModel(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead,
+                                           overhead_per_layer=None if overhead is None else 0.0), dict(spec.options)["window"])
+    probe = RooflineModel(layer, hardware, dtype, tp, **kw)
+    mm = lambda what, i, o: Matmul(f"{what} ({i}x{o})", i, o, hardware, probe.bytes, probe.peak, probe.mfu, probe.mbu, tp)  # noqa: E731
+    h = target.hidden
+    # heads run inside the engine's step: no launch overhead of their own beyond the hardware's per-call one
+    if spec.method == "medusa":
+        parts = [mm("residual block", h, h), mm("LM head", h, target.vocab)]
+        return HeadCost(f"medusa head of {target.name}", parts, sum(p.weights for p in parts) * probe.bytes, 0.0)
+    if spec.method == "mtp":
+        if getattr(target, "mtp_layers", 0) < 1:
+            raise DraftsimError(f"drafter mtp needs a target with multi-token-prediction modules; {target.name} declares none "
+                                "(its catalog entry or config.json has no mtp_layers / num_nextn_predict_layers)")
+        block = RooflineModel(layer, hardware, dtype, tp, **kw)
+        parts = [block, mm("projection", 2 * h, h)]
+    elif spec.method == "eagle":
+        block = RooflineModel(layer, hardware, dtype, tp, **kw)
+        parts = [block, mm("fc", 2 * h, h)]
+    elif spec.method == "eagle3":
+        vocab = dict(spec.options).get("draft_vocab", EAGLE3_DRAFT_VOCAB)
+        if vocab > target.vocab:
+            raise DraftsimError(f"drafter {spec.label}: draft_vocab {vocab} exceeds {target.name}'s vocabulary {target.vocab}")
+        block = RooflineModel(dataclasses.replace(layer, vocab=vocab), hardware, dtype, tp, **kw)
+        kv_heads = float(np.ceil(target.kv_heads / tp))
+        qkv_out = (target.heads / tp + 2 * kv_heads) * target.head_dim
+        parts = [block, mm("QKV's embedding half", h, qkv_out * tp)]
+    else:  # pragma: no cover - parse_drafter only yields the methods above
+        raise DraftsimError(f"no head {spec.method!r}")
+    # the block's parameters count an embedding table and an LM head (one matrix when tied): the
+    # embedding is the target's; so is the LM head of eagle and mtp; eagle3's (draft vocabulary) is its own
+    matrix = block.model.vocab * h / tp * probe.bytes
+    shared = (1 if block.model.tied_embeddings else 2) if spec.method in ("eagle", "mtp") else (0 if block.model.tied_embeddings else 1)
+    weights = block.weight_bytes_per_device() - shared * matrix + sum(p.weights for p in parts[1:]) * probe.bytes
+    kv = float(block.kv_bytes_per_device(1, 1))
+    return HeadCost(f"{spec.label} head of {target.name}", parts, max(weights, 0.0), kv)
