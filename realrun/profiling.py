@@ -224,9 +224,9 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
 
 
 def drafter_seconds(names: Sequence[str], vocab: int, context: int = 512, k: int = 8, repeats: int = 20, seed: int = 0) -> dict:
-    """Median seconds per proposed token of the cheap drafters (``maxgram``, ``bigram``) on a
-    random-but-repetitive text of ``context`` tokens (so Max-Gram finds matches)."""
-    from .drafters import Bigram, MaxGram
+    """Median seconds per proposed token of the lookup drafters (``maxgram``, ``bigram``, ``ngram``,
+    ``suffix``) on a random-but-repetitive text of ``context`` tokens (so lookups find matches)."""
+    from .drafters import Bigram, MaxGram, NGram, Suffix
 
     rng = np.random.default_rng(seed)
     motif = rng.integers(vocab, size=max(8, context // 8))
@@ -238,8 +238,12 @@ def drafter_seconds(names: Sequence[str], vocab: int, context: int = 512, k: int
             drafter = MaxGram(vocab, fallback=bigram)
         elif name == "bigram":
             drafter = bigram
+        elif name == "ngram":
+            drafter = NGram(vocab)
+        elif name == "suffix":
+            drafter = Suffix(vocab)
         else:
-            raise DraftsimError(f"proposal timing knows maxgram and bigram; got {name!r}")
+            raise DraftsimError(f"proposal timing knows maxgram, bigram, ngram and suffix; got {name!r}")
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()

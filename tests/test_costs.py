@@ -443,7 +443,7 @@ def test_profile_command_on_a_tiny_model(capsys, tmp_path):
                            "--repeats", "2", "--out", str(out_path), "--json")
     assert status == 0, err
     data = json.loads(out)
-    assert len(data["points"]) == 8 and set(data["drafters"]) == {"maxgram", "bigram"}
+    assert len(data["points"]) == 8 and set(data["drafters"]) == {"maxgram", "bigram", "ngram", "suffix"}
     prof = load_profile(out_path)
     assert prof.model == "tiny:1" and prof.fingerprint["model"]["architecture"].startswith("2x64")
     mono = prof.seconds

@@ -256,7 +256,7 @@ class ProfileConfig:
     warmup: int = option(1, "untimed calls first (default 1)", type=a.count("warmup", 0, 10_000))
     dtype: str = option("float32", "weights and activations (default float32)", choices=("float32", "bfloat16"))
     device: str = option("cpu", "cpu, cuda or auto (default cpu)")
-    drafters: str = option("maxgram,bigram", "cheap drafters whose proposal time is measured ('' for none)")
+    drafters: str = option("maxgram,bigram,ngram,suffix", "lookup drafters whose proposal time is measured ('' for none)")
     probe: str | None = option(help="also measure this machine and write a local-cpu hardware catalog file", metavar="HW.json")
     threads: int | None = option(help="torch CPU threads (default torch's; 1 is steadier on a busy machine)", type=a.count("threads", 1, 1024))
     path: str = option("model", "the forward call timed: model = the model's own call (what the single-stream executors make and "
