@@ -21,6 +21,7 @@ import numpy as np
 
 from .acceptance import AcceptanceProcess, Track
 from .errors import DraftsimError
+from .budget_tree import budget_tree
 from .policies import Block, Policy, plan_bound
 
 __all__ = ["Counts", "RoundLog", "Rounds", "run", "rounds"]
@@ -163,8 +164,12 @@ class _Engine:
         return np.minimum(g, cap).astype(np.int64)
 
     def _tree_round(self, live: np.ndarray):
-        """A full tree of width w and depth d: a level is passed with 1 − Π_r (1 − α_r)."""
+        """A full tree of width w and depth d: a level is passed with 1 − Π_r (1 − α_r). Under a
+        node budget smaller than the full tree, the budget's most valuable nodes
+        (:mod:`draftsim.sim.budget_tree`, EAGLE-2's reranking)."""
         tree = self.policy
+        if tree.max_nodes < tree.nodes:
+            return self._budget_round(live)
         ranks = np.array([self.process.rank_prob(r) for r in range(1, tree.width + 1)])
         level = 1.0 - np.prod(1.0 - ranks)
         n_acc = self._run_length(level, np.full(self.S, tree.depth, dtype=np.int64)) * live
@@ -176,6 +181,21 @@ class _Engine:
         c.accepted[:, 1] += n_acc
         nodes = np.full(self.S, tree.nodes, dtype=np.int64) * live_i
         return nodes, n_acc
+
+    def _budget_round(self, live: np.ndarray):
+        tree = self.policy
+        if getattr(self, "_budget", None) is None:
+            self._budget = budget_tree(self.process.rank_prob, tree.width, tree.depth, tree.max_nodes)
+        bt = self._budget
+        n_acc = bt.sample(self.S, self.rng) * live
+        live_i = live.astype(np.int64)
+        c = self.counts
+        levels = int(np.count_nonzero(bt.per_level[1:]))
+        c.calls[:, 1] += levels * live_i  # one drafter pass per level over the previous level's kept nodes
+        c.call_tokens[:, 1] += int(bt.per_level[:levels].sum()) * live_i
+        c.drafted[:, 1] += bt.nodes * live_i
+        c.accepted[:, 1] += n_acc
+        return np.full(self.S, bt.nodes, dtype=np.int64) * live_i, n_acc
 
     # ------------------------------------------------------------ drafting and verification
 

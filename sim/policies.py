@@ -275,9 +275,12 @@ class Tree(Policy):
     ends drafting once every new node's probability is below it, ``merge`` = m ≥ 1 turns a
     node that ends an m-gram already present elsewhere in the graph into a leaf pointing at
     the first occurrence (a DAG; 0 = a plain tree), and ``max_nodes`` caps the drafted nodes.
-    The simulators draft the full ``width``/``depth`` tree and accept candidate r at a node
-    with the process's per-rank acceptance (:meth:`draftsim.sim.acceptance.AcceptanceProcess.rank_prob`);
-    the effect of pruning and merging reaches them through traces of real runs.
+    The simulators draft the ``width``/``depth`` tree and accept candidate r at a node with the
+    process's per-rank acceptance (:meth:`draftsim.sim.acceptance.AcceptanceProcess.rank_prob`);
+    under ``max_nodes`` smaller than the full tree they keep its ``max_nodes`` most valuable nodes,
+    as EAGLE-2 reranks and SGLang's ``speculative_num_draft_tokens`` caps
+    (:mod:`draftsim.sim.budget_tree`), and verify those. The effect of pruning and merging
+    reaches them through traces of real runs.
     """
 
     kind = "tree"
@@ -352,6 +355,8 @@ POLICIES = Registry("policy", plural="policies", entries=[
                           Param("sib", _float, "theta_sib"), Param("exit", _float, "theta_exit"), Param("merge", _int),
                           Param("nodes", _int, "max_nodes")),
           (("tree:width=2,depth=4", "token tree, candidates accepted by per-rank rates"),
+           ("tree:width=4,depth=5,nodes=8", "EAGLE-2 dynamic tree: top-4 per node, 5 steps, the 8 most\n"
+            "likely nodes verified (SGLang's eagle_topk, num_steps, num_draft_tokens)"),
            ("tree:width=3,depth=5,prob=0.05,sib=0.1,exit=0.02,merge=2,nodes=48",
             "GSD graph drafting on real models: pruning, early exit,\nmerging of repeated m-grams (merge=0: a tree)"))),
 ])

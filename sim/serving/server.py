@@ -26,6 +26,7 @@ import numpy as np
 import simpy
 
 from ..acceptance import AcceptanceProcess
+from ..budget_tree import budget_tree
 from ..controllers import Controller, NoControl
 from ..errors import DraftsimError, as_count
 from ..policies import Policy
@@ -166,7 +167,7 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed,
                     next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max,
-                    tree_nodes=_tree_nodes(policy), layout=config.layout)
+                    tree_nodes=_tree_nodes(policy, config.process), layout=config.layout)
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv)) for r in range(config.replicas)]
     router = make_router(config.router)
 
@@ -214,9 +215,15 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
                      replicas=config.replicas, meta=meta)
 
 
-def _tree_nodes(policy: Policy) -> np.ndarray | None:
+def _tree_nodes(policy: Policy, process=None) -> np.ndarray | None:
+    """Nodes a tree round verifies when capped at depth 0, 1, …, depth: a full tree's, or under a
+    node budget the kept nodes of the levels up to that depth (:mod:`draftsim.sim.budget_tree`)."""
     if policy.kind != "tree":
         return None
+    if policy.max_nodes < policy.nodes and process is not None:
+        per_level = budget_tree(process.rank_prob, policy.width, policy.depth, policy.max_nodes).per_level
+        per_level = np.concatenate([per_level, np.zeros(policy.depth + 1 - len(per_level), dtype=np.int64)])
+        return np.concatenate([[0], np.cumsum(per_level[1:])]).astype(np.int64)
     return np.array([sum(policy.width**i for i in range(1, c + 1)) for c in range(policy.depth + 1)], dtype=np.int64)
 
 
