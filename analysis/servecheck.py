@@ -49,6 +49,7 @@ from ..sim.acceptance import TraceDriven
 from ..sim.controllers import parse_controller
 from ..sim.cost.base import BatchStats, CostModel
 from ..sim.cost.linear import CallCost
+from ..sim.cost.methods import LOOKUPS
 from ..sim.cost.profile import ProfileCost, load_profile
 from ..sim.errors import DraftsimError
 from ..sim.policies import parse_policy
@@ -311,7 +312,7 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
         base, what = AffineCost.fit(S, N, P, T), "affine fit to this run's forward calls (in-sample)"
     # the server's own time per step (Max-Gram's proposals included, and the time between
     # this step and the next that was not spent waiting for an arrival), a + b·B
-    statistical = meta.get("drafter") in ("maxgram", "bigram")
+    statistical = meta.get("drafter") in LOOKUPS
     B = np.array([s.batch + s.prefills for s in steps], dtype=np.float64)
     own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps]) + busy_gaps(steps, requests)
     a, b = robust_nnls(np.column_stack([np.ones(len(B)), B]), own)
@@ -319,9 +320,9 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
 
 
 def _drafter_cost(meta: dict, steps: list) -> CostModel:
-    """Statistical drafters cost nothing here (their time is in the step overhead); a neural
+    """Lookup drafters (maxgram, bigram, ngram, suffix) cost nothing here (their time is in the step overhead); a neural
     drafter costs its measured seconds per batched call (one call per draft position)."""
-    if meta.get("drafter") in (None, "maxgram", "bigram"):
+    if meta.get("drafter") is None or meta.get("drafter") in LOOKUPS:
         return CallCost(0.0)
     calls = sum(s.k_cap for s in steps if s.k_cap > 0)
     secs = sum(s.draft_seconds for s in steps)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 PUBLISHED = {  # EAGLE-3 paper Table 3, speedup by batch size (docs/research/README.md)
     "eagle": [1.40, 1.38, 1.23, 1.02, 0.93, 0.94, 0.88, 0.99, 0.99],

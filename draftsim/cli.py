@@ -13,7 +13,21 @@ import sys
 from draftsim.sim.errors import DraftsimError
 
 from . import __version__
-from .commands import acceptance, costing, demo, distillation, heads, optimization, planning, running, serve, servesim, simulation, sweeping, traces
+from .commands import (
+    acceptance,
+    costing,
+    demo,
+    distillation,
+    heads,
+    optimization,
+    planning,
+    running,
+    serve,
+    servesim,
+    simulation,
+    sweeping,
+    traces,
+)
 
 COMMANDS = (planning, simulation, acceptance, optimization, costing, traces, distillation, heads, running, serve, servesim, sweeping, demo)
 

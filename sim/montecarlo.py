@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .acceptance import AcceptanceProcess, Track
-from .errors import DraftsimError
 from .budget_tree import budget_tree
+from .errors import DraftsimError
 from .policies import Block, Policy, plan_bound
 
 __all__ = ["Counts", "RoundLog", "Rounds", "run", "rounds"]

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from clirun import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clirun import run
 from draftsim.commands.simulation import SimulateConfig, build_process
 from draftsim.sim.acceptance import Positional
 from draftsim.sim.acceptance_catalog import acceptance_entry

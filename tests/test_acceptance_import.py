@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from clirun import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clirun import run
 from draftsim.sim import acceptance_rates as R
 from draftsim.sim.acceptance_import import SpecDecodeCounters, StepLengths, load_acceptance_file, read_counters, read_step_lengths
 from draftsim.sim.errors import DraftsimError

@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from clirun import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clirun import run
 from draftsim.sim import montecarlo
 from draftsim.sim.acceptance import Bernoulli
 from draftsim.sim.budget_tree import budget_tree
