@@ -205,7 +205,7 @@ def _stored(out: Path) -> int:
 def test_sigkill_at_random_times_with_two_workers_loses_and_repeats_nothing(tmp_path):
     """Kill the sweep (and its workers) three times at random points: once a random number of
     further tasks is stored, after a random extra delay — mid-task, mid-commit, anywhere."""
-    text = KILL_SPEC.replace("num = 10", "num = 6").format(tokens=3000000)  # 24 tasks of ~0.1 s: the kills land mid-sweep
+    text = KILL_SPEC.replace("num = 10", "num = 6").format(tokens=20000000)  # 24 tasks of ~0.3 s: the kills land mid-sweep
     out = tmp_path / "out"
     rng = random.Random(1234)
     # spawn: a forked child would inherit this process's forkserver (started by earlier tests)
