@@ -31,12 +31,14 @@ __all__ = ["BudgetTree", "budget_tree"]
 class BudgetTree:
     """The kept nodes: ``child[n, r]`` is the node reached from node n (0 = the root) by rank
     r + 1, −1 where not kept; ``per_level[d]`` the kept nodes at depth d (d = 0: the root);
-    ``value[n]`` node n's probability of being on the accepted path."""
+    ``value[n]`` node n's probability of being on the accepted path (nodes in the order kept,
+    not by level: ``level[n]`` is node n's depth)."""
 
     child: np.ndarray
     per_level: np.ndarray
     value: np.ndarray
     rank_probs: np.ndarray  #: π_r, r = 1..width: the target's token is rank r
+    level: np.ndarray  #: depth of each node (0: the root)
 
     @property
     def nodes(self) -> int:
@@ -94,4 +96,4 @@ def budget_tree(rank_alphas, width: int, depth: int, budget: int) -> BudgetTree:
             for r2 in range(width):
                 heapq.heappush(heap, (neg * pi[r2], d + 1, r2, node))
     per_level = np.bincount(np.asarray(level), minlength=1)
-    return BudgetTree(np.asarray(child, dtype=np.int64), per_level.astype(np.int64), np.asarray(value), pi)
+    return BudgetTree(np.asarray(child, dtype=np.int64), per_level.astype(np.int64), np.asarray(value), pi, np.asarray(level, dtype=np.int64))

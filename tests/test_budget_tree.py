@@ -56,8 +56,13 @@ def test_sampled_rounds_accept_the_expected_tokens(case, seed):
     n = 20_000
     got = bt.sample(n, np.random.default_rng(seed))
     assert got.max(initial=0) <= depth
-    se = max(got.std(), 1e-3) / np.sqrt(n)
-    assert abs(got.mean() - bt.expected_accepted()) < 5 * se + 1e-9
+    # exact moments: P(X >= d) is the kept value at depth d (a level's nodes are exclusive)
+    at_least = np.bincount(bt.level, weights=bt.value, minlength=len(bt.per_level))[1:]
+    d = np.arange(1, len(at_least) + 1)
+    mean, second = at_least.sum(), ((2 * d - 1) * at_least).sum()
+    assert mean == pytest.approx(bt.expected_accepted())
+    se = np.sqrt(max(second - mean**2, 0.0) / n)
+    assert abs(got.mean() - mean) <= 5 * se + 1e-12
 
 
 def test_monte_carlo_rounds_verify_the_budget_and_call_the_drafter_once_per_level():
