@@ -248,10 +248,11 @@ class Scheduler:
         rids = self.running if rids is None else rids
         if not rids:
             return 0
-        t, r = self.table, np.asarray(rids)
-        dec = t.decoding[r]
-        tokens = np.where(dec, t.prompt[r] + t.generated[r] + self.kv.lookahead, t.prefilled[r])
-        return int(blocks_for(tokens, self.kv.block_size).sum())
+        t, r, kv = self.table, np.asarray(rids), self.kv
+        tokens = np.where(t.decoding[r], t.prompt[r] + t.generated[r] + kv.lookahead, t.prefilled[r])
+        tokens += kv.block_size - 1  # ⌈tokens / block⌉ (blocks_for, in one less pass)
+        tokens //= kv.block_size
+        return int(np.add.reduce(tokens))
 
     def _preempt(self, index: int, plan: StepPlan) -> None:
         t = self.table
@@ -352,4 +353,5 @@ class Scheduler:
             return 0
         done = int(t.prefilled[rid])
         after = done + chunk + (kv.lookahead if done + chunk >= t.need[rid] else 0)
-        return int(blocks_for(after, kv.block_size) - blocks_for(done, kv.block_size))
+        bs = kv.block_size
+        return -(-after // bs) + (-done // bs)  # ⌈after / bs⌉ − ⌈done / bs⌉, in Python ints

@@ -45,7 +45,7 @@ from ..controllers import NO_CAP, Controller
 from ..cost.base import BatchStats
 
 __all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
-           "step_stats", "unit_stats", "compute"]
+           "step_stats", "unit_stats", "uniform_unit_stats", "compute"]
 
 
 # ------------------------------------------------------------------------------------- records
@@ -311,8 +311,9 @@ def price(win: Window, engine, book, layout_state) -> None:
         joined[len(ln) - len(pre.join):] = pre.join_cached
         e_eff = np.where(active, np.minimum(win.emitted, ln.remaining - win.before), 0)
         width, _, win.layout = engine.layout.steps(layout_state, ln.rid, active, n_t, e_eff, c_t, joined, win.finish)
-    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width)
-    time = engine.target.stats_time(target).astype(np.float64)
+    lane_sums = []  # (sequences, cached) of the decoding lanes per step, kept for the drafters
+    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums)
+    time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
     draft_pre = pre.sums if engine.max_draft > 0 else None  # a drafter that may draft prefills with the target
     for m, model in enumerate(engine.drafters[: book.D]):
@@ -323,11 +324,17 @@ def price(win: Window, engine, book, layout_state) -> None:
         # all of this drafter's calls of the window in one cost-model call: rows (t, w); call t of
         # step w batches the lanes making more than t calls, each at its context + the tokens before
         k = np.arange(T)[:, None, None]
-        on = calls > k
         B = len(ln.rid)
-        if book.flat[m]:  # one token per call
+        if book.flat[m] and not np.count_nonzero(calls != T * active):
+            # every decoding lane makes all T calls: call t's sums are the lanes' (the target's
+            # before its prefill chunks) with t more cached tokens each — integers, exact
+            seqs, cached = lane_sums
+            stats = uniform_unit_stats(seqs, cached, T, draft_pre)
+        elif book.flat[m]:  # one token per call
+            on = calls > k
             stats = unit_stats(on.reshape(T * W, B), (c_t + k).reshape(T * W, B), draft_pre)
         else:
+            on = calls > k
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
             stats = step_stats((on * per_call).reshape(T * W, B), (c_t + k * per_call).reshape(T * W, B), draft_pre)
         calls_time = np.add.reduce(model.stats_time(stats).reshape(T, W), axis=0)
@@ -356,13 +363,14 @@ def _draft_calls(win: Window, book, m: int, tree: bool) -> np.ndarray:
 
 
 def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bool = False,
-               width: np.ndarray | None = None) -> BatchStats:
+               width: np.ndarray | None = None, lane_sums: list | None = None) -> BatchStats:
     """BatchStats of calls (rows) over sequences (columns) with new tokens ``n`` and contexts
     ``c`` ((R, B) arrays of integers; no checks: the replica builds valid ones); ``pre`` =
     (sequences, tokens, cached, pairs) of prefill chunks added to the first row. Logit rows: one
     per verified token, one per prefill chunk. With ``shape``, also the step's make-up
     (``padded``, ``prefill``); ``width``: the cache width the padded batch attends over
-    (default: its longest context).
+    (default: its longest context). ``lane_sums``, a list, receives copies of the rows'
+    sequences and cached tokens before the prefill chunks are added.
 
     The sums are of integers below 2**53, exact in float64 in any order: one matrix-vector
     product with ones computes them all."""
@@ -370,9 +378,7 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     buf = np.empty((4, R, B))
     nf = buf[1]
     nf[...] = n  # tokens
-    active = buf[0]
-    np.greater(nf, 0.0, out=active)  # sequences
-    c = np.asarray(c, dtype=np.float64)
+    active = np.greater(nf, 0.0, out=buf[0])  # sequences
     cached = np.multiply(c, active, out=buf[2])
     pairs = np.multiply(c, 2.0, out=buf[3])  # twice n (c + (n + 1) / 2)
     pairs += nf
@@ -380,6 +386,8 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     pairs *= nf
     sums = (buf.reshape(4 * R, B) @ _ones(B)).reshape(4, R)
     sums[3] *= 0.5
+    if lane_sums is not None:
+        lane_sums += [sums[0].copy(), sums[2].copy()]
     padded = prefill = None
     if shape:
         longest = _max(cached, axis=-1, initial=0.0) if width is None else width
@@ -399,6 +407,19 @@ def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> Batch
     np.multiply(c, buf[0], out=buf[1])
     sequences, cached = (buf.reshape(2 * R, B) @ _ones(B)).reshape(2, R)
     return _with_prefill(sequences, sequences.copy(), cached, cached + sequences, sequences.copy(), pre)
+
+
+def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: tuple | None = None) -> BatchStats:
+    """:func:`unit_stats` of T calls in each of W steps where every sequence of step w is in all
+    T calls, one token each: ``sequences`` and ``cached`` ((W,) sums) are call 0's, call t adds
+    t cached tokens per sequence. Rows (t, w), as :func:`unit_stats` orders them."""
+    W = len(sequences)
+    seq = np.empty((T, W))
+    seq[...] = sequences
+    c = np.multiply(np.arange(T, dtype=np.float64)[:, None], sequences)
+    c += cached
+    seq, c = seq.reshape(-1), c.reshape(-1)
+    return _with_prefill(seq, seq.copy(), c, c + seq, seq.copy(), pre)
 
 
 _ONES = np.ones(1024)
