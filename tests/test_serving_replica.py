@@ -18,7 +18,7 @@ from draftsim.sim.controllers import parse_controller
 from draftsim.sim.cost import BatchStats, CallCost, RooflineModel, default_catalog
 from draftsim.sim.serving import SchedulerConfig, ServingConfig, make_workload, serve
 from draftsim.sim.serving.layout import RaggedLayout
-from draftsim.sim.serving.window import step_stats
+from draftsim.sim.serving.window import step_stats, uniform_unit_stats, unit_stats
 from draftsim.sim.serving.workload import ClosedLoop, Fixed, Poisson, parse_lengths
 
 TARGET = CallCost(0.02, 1e-4)
@@ -117,6 +117,24 @@ def test_step_stats_are_the_batch_sums():
     assert with_pre.sequences[0] == ref.sequences[0] + 2 and with_pre.tokens[0] == ref.tokens[0] + 300
     assert with_pre.pairs[0] == ref.pairs[0] + pre[3] and with_pre.rows[0] == ref.tokens[0] + 2
     np.testing.assert_array_equal(with_pre.tokens[1:], ref.tokens[1:])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 9), st.integers(1, 6), st.integers(0, 2**32 - 1), st.booleans())
+def test_uniform_unit_stats_are_unit_stats(W, B, T, seed, with_pre):
+    """When every decoding lane makes all T one-token calls, the drafter's sums built from the
+    lanes' per-step sums equal :func:`unit_stats` over the (T·W, B) calls, bit for bit."""
+    rng = np.random.default_rng(seed)
+    active = rng.random((W, B)) < 0.7
+    c = rng.integers(0, 1 << 20, (W, B))
+    pre = (3, 700.0, 128.0, 700 * (128 + 701 / 2)) if with_pre else None
+    k = np.arange(T)[:, None, None]
+    ref = unit_stats(np.broadcast_to(active, (T, W, B)).reshape(T * W, B), (c + k).reshape(T * W, B), pre)
+    lanes = []
+    step_stats((active * 5).astype(np.int64), c, None, lane_sums=lanes)
+    got = uniform_unit_stats(lanes[0], lanes[1], T, pre)
+    for name in ("sequences", "tokens", "cached", "pairs", "rows"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
 
 
 def test_the_reference_run_keeps_its_numbers():
