@@ -369,8 +369,8 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     (sequences, tokens, cached, pairs) of prefill chunks added to the first row. Logit rows: one
     per verified token, one per prefill chunk. With ``shape``, also the step's make-up
     (``padded``, ``prefill``); ``width``: the cache width the padded batch attends over
-    (default: its longest context). ``lane_sums``, a list, receives copies of the rows'
-    sequences and cached tokens before the prefill chunks are added.
+    (default: its longest context). ``lane_sums``, a list, receives the rows' sequences and
+    cached tokens before the prefill chunks are added.
 
     The sums are of integers below 2**53, exact in float64 in any order: one matrix-vector
     product with ones computes them all."""
@@ -384,8 +384,10 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     pairs += nf
     pairs += 1.0
     pairs *= nf
-    sums = (buf.reshape(4 * R, B) @ _ones(B)).reshape(4, R)
+    sums = np.empty((5, R))  # sequences, tokens, cached, pairs, rows
+    np.matmul(buf.reshape(4 * R, B), _ones(B), out=sums[:4].reshape(4 * R))
     sums[3] *= 0.5
+    sums[4] = sums[1]
     if lane_sums is not None:
         lane_sums += [sums[0].copy(), sums[2].copy()]
     padded = prefill = None
@@ -395,7 +397,7 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
         prefill = np.zeros((R, 2))
         if pre is not None:
             prefill[0] = pre[0], pre[1]
-    return _with_prefill(sums[0], sums[1], sums[2], sums[3], sums[1].copy(), pre, padded, prefill)
+    return _record(sums, pre, padded, prefill)
 
 
 def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> BatchStats:
@@ -405,8 +407,9 @@ def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> Batch
     buf = np.empty((2, R, B))
     buf[0] = on
     np.multiply(c, buf[0], out=buf[1])
-    sequences, cached = (buf.reshape(2 * R, B) @ _ones(B)).reshape(2, R)
-    return _with_prefill(sequences, sequences.copy(), cached, cached + sequences, sequences.copy(), pre)
+    sums = np.empty((5, R))  # sequences, tokens, cached, pairs, rows
+    np.matmul(buf.reshape(2 * R, B), _ones(B), out=sums[1:3].reshape(2 * R))  # sequences (as tokens), cached
+    return _unit_record(sums, pre)
 
 
 def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: tuple | None = None) -> BatchStats:
@@ -414,12 +417,32 @@ def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: t
     T calls, one token each: ``sequences`` and ``cached`` ((W,) sums) are call 0's, call t adds
     t cached tokens per sequence. Rows (t, w), as :func:`unit_stats` orders them."""
     W = len(sequences)
-    seq = np.empty((T, W))
-    seq[...] = sequences
-    c = np.multiply(np.arange(T, dtype=np.float64)[:, None], sequences)
-    c += cached
-    seq, c = seq.reshape(-1), c.reshape(-1)
-    return _with_prefill(seq, seq.copy(), c, c + seq, seq.copy(), pre)
+    sums = np.empty((5, T, W))  # sequences, tokens, cached, pairs, rows
+    sums[1] = sequences
+    np.multiply(_arange_column(T), sequences, out=sums[2])
+    sums[2] += cached
+    return _unit_record(sums.reshape(5, T * W), pre)
+
+
+def _unit_record(sums: np.ndarray, pre: tuple | None) -> BatchStats:
+    """The record of one-token calls from ``sums`` (5, R) with its tokens and cached rows filled:
+    sequences and logit rows are the tokens, pairs Σ (c + 1) = cached + sequences."""
+    sums[0] = sums[1]
+    np.add(sums[2], sums[1], out=sums[3])
+    sums[4] = sums[1]
+    return _record(sums, pre)
+
+
+_COLUMNS: dict = {}
+
+
+def _arange_column(T: int) -> np.ndarray:
+    """0, 1, …, T − 1 as a (T, 1) float column (shared, read only)."""
+    col = _COLUMNS.get(T)
+    if col is None:
+        col = _COLUMNS[T] = np.arange(T, dtype=np.float64)[:, None]
+        col.flags.writeable = False
+    return col
 
 
 _ONES = np.ones(1024)
@@ -435,15 +458,12 @@ def _ones(n: int) -> np.ndarray:
     return _ONES[:n]
 
 
-def _with_prefill(sequences, tokens, cached, pairs, rows, pre, padded=None, prefill=None) -> BatchStats:
-    """The record, the prefill chunks' sums ``pre`` added to the first row (one logit row each)."""
+def _record(sums: np.ndarray, pre: tuple | None, padded=None, prefill=None) -> BatchStats:
+    """The record of ``sums`` (5, R): sequences, tokens, cached, pairs and logit rows per call;
+    the prefill chunks' sums ``pre`` added to the first call (one logit row each)."""
     if pre is not None:
-        sequences[0] += pre[0]
-        tokens[0] += pre[1]
-        cached[0] += pre[2]
-        pairs[0] += pre[3]
-        rows[0] += pre[0]
-    return BatchStats(sequences, tokens, cached, pairs, rows=rows, padded=padded, prefill=prefill)
+        sums[:, 0] += (pre[0], pre[1], pre[2], pre[3], pre[0])
+    return BatchStats(sums[0], sums[1], sums[2], sums[3], rows=sums[4], padded=padded, prefill=prefill)
 
 
 # ------------------------------------------------------------------------------------ a window
