@@ -33,6 +33,8 @@ from ..errors import DraftsimError, as_count
 
 __all__ = ["BOUNDS", "BatchStats", "CostModel", "coefficient"]
 
+_min = np.minimum.reduce  # (ndarray.min without its wrapper)
+
 #: What limits a call, as returned by :meth:`CostModel.bound` (index = the code of ``_bound``).
 BOUNDS = ("idle", "overhead", "memory", "compute")
 
@@ -169,7 +171,7 @@ class CostModel:
     def stats_time(self, stats: BatchStats) -> np.ndarray:
         t = np.asarray(self._time(stats), dtype=np.float64)
         sequences = stats.sequences
-        if np.count_nonzero(sequences > 0) < np.size(sequences):  # empty calls take 0 s
+        if _min(sequences, axis=None, initial=np.inf) <= 0:  # empty calls take 0 s
             t = np.where(sequences <= 0, 0.0, t)
         return t[()]
 

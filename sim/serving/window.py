@@ -286,7 +286,11 @@ def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_first: int
         keep = 1
     if kv is not None:
         bs = kv.block_size
-        blocks = (win.context + (lookahead + bs - 1)) // bs  # ⌈(context + lookahead) / block⌉
+        blocks = win.context + (lookahead + bs - 1)  # ⌈(context + lookahead) / block⌉ (contexts ≥ 0)
+        if bs & (bs - 1):
+            blocks //= bs
+        else:  # a power of two: a shift, the same integers
+            blocks >>= int(bs).bit_length() - 1
         held = np.add.reduce(blocks * win.active, axis=1)
         if held_throughout:
             held += held_throughout
