@@ -65,15 +65,20 @@ class Recorder:
     def itl(self, gaps: np.ndarray) -> None:
         self._itl.append(np.asarray(gaps, dtype=np.float64))
 
-    def spec(self, drafted: np.ndarray, accepted: np.ndarray) -> None:
-        """Drafted and accepted tokens of verified rounds (counted at the end: :meth:`spec_counters`)."""
-        if drafted.size:
-            self._spec.append((drafted, accepted))
+    def spec(self, drafted: np.ndarray, accepted: np.ndarray, verified: np.ndarray | None = None) -> None:
+        """Drafted and accepted tokens of rounds (counted at the end: :meth:`spec_counters`);
+        ``verified`` (same shape) marks the rounds that were verified (default: all). The
+        counters are sums, so the rounds are kept as they come and picked out at the end."""
+        if verified is None:
+            verified = np.ones(np.shape(drafted), dtype=bool)
+        self._spec.append((np.ravel(drafted), np.ravel(accepted), np.ravel(verified)))
 
     def spec_counters(self) -> dict:
         """vLLM's speculative-decoding counters over every verified round."""
-        d = np.concatenate([x[0] for x in self._spec]).astype(np.int64) if self._spec else np.zeros(0, dtype=np.int64)
-        a = np.concatenate([x[1] for x in self._spec]).astype(np.int64) if self._spec else np.zeros(0, dtype=np.int64)
+        d = a = np.zeros(0, dtype=np.int64)
+        if self._spec:
+            d, a, verified = (np.concatenate(x) for x in zip(*self._spec))
+            d, a = d[verified].astype(np.int64), a[verified].astype(np.int64)
         P = self.P
         dc = np.bincount(np.minimum(d, P), minlength=P + 1)
         ac = np.bincount(np.minimum(a, P), minlength=P + 1)

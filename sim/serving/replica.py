@@ -201,5 +201,5 @@ class Replica:
             rid = int(ln.rid[j])
             t.finish[rid] = now + ends[win.finish[j]]
             finished.append(rid)
-        rec.spec(win.drafted[:n][act], win.accepted[:n][act])
+        rec.spec(win.drafted[:n], win.accepted[:n], act)
         return finished
