@@ -69,9 +69,10 @@ class Recorder:
         """Drafted and accepted tokens of rounds (counted at the end: :meth:`spec_counters`);
         ``verified`` (same shape) marks the rounds that were verified (default: all). The
         counters are sums, so the rounds are kept as they come and picked out at the end."""
+        drafted = np.asarray(drafted)
         if verified is None:
-            verified = np.ones(np.shape(drafted), dtype=bool)
-        self._spec.append((np.ravel(drafted), np.ravel(accepted), np.ravel(verified)))
+            verified = np.ones(drafted.shape, dtype=bool)
+        self._spec.append((drafted.ravel(), np.asarray(accepted).ravel(), np.asarray(verified).ravel()))
 
     def spec_counters(self) -> dict:
         """vLLM's speculative-decoding counters over every verified round."""
