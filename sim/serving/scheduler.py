@@ -276,15 +276,12 @@ class Scheduler:
             while self.running and used > kv.blocks:
                 self._preempt(self._victim(), plan)
                 used = self.held_blocks()
-        budget = cfg.max_num_batched_tokens
+        decoding, prefilling = t.decoding, []
         for rid in self.running:
-            if t.decoding[rid]:
-                plan.decode.append(rid)
-                budget -= draft_window
+            (plan.decode if decoding[rid] else prefilling).append(rid)
+        budget = cfg.max_num_batched_tokens - draft_window * len(plan.decode)
         # 2. continuing chunked prefills
-        for rid in self.running:
-            if t.decoding[rid]:
-                continue
+        for rid in prefilling:
             chunk = self._chunk(rid, budget, used)
             if chunk <= 0:
                 continue
