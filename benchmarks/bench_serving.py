@@ -3,7 +3,7 @@
 The reference run: one simulated hour at 10 requests/s (Poisson), 512-token prompts and
 256-token outputs, fixed k = 4 under Bernoulli α = 0.8, Llama-2-7B drafted by SmolLM2-135M on
 one H100 (roofline costs). Budget: ≤ 5 s on one core (≥ 1.8M simulated tokens/s; issue 23 — it
-took 14.9 s before; 5.5 s on a quiet machine now, 2.09x the code at 664b25e: not yet met). Then how the cost grows with the load (open loop, 5 simulated minutes per
+took 14.9 s before; 5.6 s here now, 2.10x the code at 664b25e: not yet met). Then how the cost grows with the load (open loop, 5 simulated minutes per
 rate), with the batch size (closed loop: N clients keep N requests in the system) and with the
 replicas (R replicas at R × 10 req/s), and where the time goes (cProfile, top functions).
 
