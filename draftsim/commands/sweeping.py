@@ -5,6 +5,7 @@ function and a result each)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import math
 import os
 import textwrap
@@ -99,6 +100,14 @@ class SweepResult:
     spec: sw.Spec
     summary: sw.Summary | None = None
     errors: list[str] = field(default_factory=list)
+    #: runs stored in the folder, and how many of them failed (this run's and earlier ones)
+    stored: int = 0
+    stored_failed: int = 0
+
+    @property
+    def all_failed(self) -> bool:
+        """Every stored run failed: the sweep produced nothing (the CLI exits 1)."""
+        return self.stored > 0 and self.stored_failed == self.stored
 
     def to_dict(self) -> dict:
         spec = self.spec
@@ -232,7 +241,18 @@ def sweep(config: SweepConfig, progress=None) -> SweepResult:
         return SweepResult(spec)
     summary = sw.run_sweep(spec, kind, config.out, workers=workers, ray=config.ray is not None, ray_address=config.ray or None,
                            resume=config.resume, force=config.force, progress=progress)
-    return SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [])
+    info = sw.read_manifest(config.out)
+    return SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [],
+                       int(info["done"]), int(info["failed"]))
+
+
+def _failures(result: SweepResult) -> int:
+    """Exit status 1, with one line on stderr, when every stored run failed; else 0."""
+    if not result.all_failed:
+        return 0
+    first = result.errors[0] if result.errors else "no error recorded"
+    print(f"draftsim sweep: every run failed ({result.stored_failed:,} of {result.stored:,}); first error: {first}", file=sys.stderr)
+    return 1
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -242,7 +262,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     spec, summary = result.spec, result.summary
     if args.json:
         a.emit_json(result.to_dict())
-        return 0
+        return _failures(result)
     if summary is None:
         print(f"{spec.kind} sweep: {spec.n_points:,} points x {spec.replications} replication(s) = {spec.n_tasks:,} runs over "
               f"{', '.join(spec.axes) or 'no axis'}; every point is valid")
@@ -253,7 +273,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     for e in result.errors:
         print(f"  failed: {e}")
     print(f"results: {summary.folder / 'results'}  (pandas.read_parquet({str(summary.folder / 'results')!r}))")
-    return 0
+    return _failures(result)
 
 
 def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
@@ -331,6 +351,10 @@ def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
             raise DraftsimError(f"--where {text!r}: no point has {name} = {value}; its values: {values}")
         table = table.filter(keep)
     groups = sw.aggregate(table, by, config.metric)
+    if not any(math.isfinite(g[0]) for g in groups.values()):
+        failed = sum(1 for v in table.column("status").to_pylist() if v != "ok")
+        raise DraftsimError(f"--metric {config.metric!r} has no finite value in {str(config.folder)!r} ({failed} of {table.num_rows} "
+                            "run(s) failed): nothing to plot; draftsim sweep prints their errors")
     from draftsim.analysis.sweepplot import heatmap, lines
 
     zips = info.get("spec", {}).get("zip", [])
