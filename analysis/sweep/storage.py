@@ -8,8 +8,8 @@ import json
 import math
 import os
 import socket
-import time
 import tempfile
+import time
 import typing
 import uuid
 from dataclasses import dataclass, fields

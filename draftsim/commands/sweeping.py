@@ -5,9 +5,9 @@ function and a result each)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import math
 import os
+import sys
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
