@@ -342,10 +342,6 @@ def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
         axes[-1].legend(fontsize=8, loc="lower right")
     slo = ", ".join(f"{m} <= {b:g}" for m, b in s.slo.items())
     fig.suptitle(f"largest request rate meeting {slo}", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    from .figures import save_figure
+
+    return save_figure(fig, path)

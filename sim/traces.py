@@ -46,7 +46,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +54,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import DraftsimError, file_mode
+from .errors import DraftsimError
+from .files import atomic_write_bytes
 from .records import RUN_RECORDS, arrow_schema, from_table
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "RUN_TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "TraceFolder", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
@@ -144,19 +144,7 @@ class TraceError(DraftsimError):
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, file_mode())  # mkstemp creates 0600; a trace is as readable as any file the user writes
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, data, mkdir=True, fsync=True)  # synced: the manifest must never name a lost file
 
 
 def _sha256(path: Path) -> str:

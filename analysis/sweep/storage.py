@@ -8,19 +8,19 @@ import json
 import math
 import os
 import socket
-import tempfile
 import time
 import typing
 import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...sim.errors import DraftsimError, file_mode, folder_mode
+from ...sim.errors import DraftsimError, folder_mode
+from ...sim.files import atomic_write
 
 if TYPE_CHECKING:
     from .spec import Point, Spec
@@ -76,19 +76,6 @@ def cell(value, type_: pa.DataType):
     if type_ == pa.float64():
         return float(value)
     return value
-
-
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 class Store:
@@ -170,7 +157,7 @@ class Store:
         rows, self.buffer = self.buffer, []
         table = pa.Table.from_pylist(rows, schema=self.schema)
         name = f"part-{len(self.shards):06d}-{uuid.uuid4().hex[:8]}.parquet"
-        _atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp))
+        atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp))
         failed = sum(1 for r in rows if r["status"] != "ok")
         self.done.update(r["task"] for r in rows)
         self.failed += failed
@@ -196,7 +183,7 @@ class Store:
             **self.extra,
         }
         path = self.folder / "manifest.json"
-        _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1, default=str)))
+        atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1, default=str)))
 
 
 #: The lock file a writer holds in a sweep folder (an advisory ``flock``, released by the kernel

@@ -13,13 +13,12 @@ SI (FLOP/s, B/s, B, s).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..errors import DraftsimError, file_mode
+from ..errors import DraftsimError
+from ..files import atomic_write_json
 
 __all__ = [
     "DTYPE_BYTES",
@@ -389,17 +388,3 @@ def write_catalog(path, hardware: dict | None = None, models: dict | None = None
     atomic_write_json(path, doc)
 
 
-def atomic_write_json(path, doc: dict) -> None:
-    """Write ``doc`` as JSON to ``path`` through a temporary file in the same folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.write("\n")
-        os.chmod(tmp, file_mode())  # mkstemp makes 0600; a written file gets the umask's mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

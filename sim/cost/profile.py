@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DraftsimError, as_count
+from ..files import atomic_write_json
 from .base import BatchStats, CostModel
-from .catalog import atomic_write_json
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "ProfileCost", "load_profile"]
 
