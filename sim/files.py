@@ -1,4 +1,13 @@
-"""Output files written atomically: all of a file or none of it, never a half-written one.
+"""Files in and out: inputs read once and bounded, outputs written atomically.
+
+**Inputs** (:func:`read_bytes`, :func:`read_text`): every file a user hands draftsim (request
+traces, length files, profiles, catalogs, specs, trace manifests) is opened once, checked to be
+a regular file (or, where a stream makes sense, a pipe: ``--request-trace <(zcat t.csv.gz)``),
+and read up to a size limit; a device such as ``/dev/zero`` or a file over the limit is refused
+with one line before any work. Text is UTF-8, with or without the byte-order mark a spreadsheet
+writes; NUL bytes mark a binary file.
+
+**Outputs**: all of a file or none of it, never a half-written one.
 
 Every file draftsim writes goes through :func:`atomic_write`: the content is written to a hidden
 temporary file in the destination's folder (so the rename stays on one file system), made as
@@ -12,13 +21,64 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import file_mode
+from .errors import DraftsimError, file_mode
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+__all__ = ["MAX_INPUT_BYTES", "read_bytes", "read_text", "file_kind",
+           "atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+
+#: The largest input file read whole (a 256 MiB request trace is ~10 million requests).
+MAX_INPUT_BYTES = 256 * 2**20
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words ("a folder", "a FIFO", ...)."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bytes(path, what: str, limit: int = MAX_INPUT_BYTES, *, fifo: bool = False, error=DraftsimError) -> bytes:
+    """The bytes of ``path``, read once: a regular file (or with ``fifo`` a pipe) of at most
+    ``limit`` bytes; anything else raises ``error`` with one line naming ``what`` and the path.
+    Opened non-blocking, so a FIFO without a writer is refused rather than waited on when
+    ``fifo`` is false."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (0 if fifo else getattr(os, "O_NONBLOCK", 0)))
+    except FileNotFoundError:
+        raise error(f"{what} {path}: no such file") from None
+    except OSError as exc:
+        raise error(f"cannot open {what} {path} ({exc.strerror})") from None
+    info = os.fstat(fd)
+    regular = stat.S_ISREG(info.st_mode)
+    if not (regular or (fifo and stat.S_ISFIFO(info.st_mode))) or (regular and info.st_size > limit):
+        os.close(fd)
+        if not regular:
+            raise error(f"{what} {path} is not a regular file ({file_kind(info.st_mode)})" + ("; give a file or a pipe" if fifo else ""))
+        raise error(f"{what} {path} is {info.st_size:,} bytes; draftsim reads at most {limit:,}")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{what} {path} is over {limit:,} bytes; draftsim reads at most {limit:,}")
+    return data
+
+
+def read_text(path, what: str, limit: int = MAX_INPUT_BYTES, *, fifo: bool = True, error=DraftsimError) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (a leading byte-order mark dropped); NUL bytes or
+    invalid UTF-8 are refused as not text."""
+    data = read_bytes(path, what, limit, fifo=fifo, error=error)
+    if b"\0" in data:
+        raise error(f"{what} {path} is not a text file (it holds NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text (byte {exc.start:,})") from None
 
 
 def atomic_write(path, write: Callable[[str], None], *, mkdir: bool = False, fsync: bool = False) -> Path:

@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import DraftsimError
-from .files import atomic_write_bytes
+from .files import atomic_write_bytes, file_kind, read_bytes
 from .records import RUN_RECORDS, arrow_schema, from_table
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "RUN_TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "TraceFolder", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
@@ -162,29 +160,7 @@ MANIFEST_MAX_BYTES = 64 * 2**20
 def _read_regular(path: Path, what: str, limit: int) -> bytes:
     """The bytes of ``path``, refusing anything but a regular file (a FIFO would block, a link
     to /dev/zero would never end) and files over ``limit`` bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise TraceError(f"cannot open {what} {path} ({exc.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-        os.close(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceError(f"{what} {path} is not a regular file ({_file_kind(info.st_mode)}); a trace holds regular files only")
-        raise TraceError(f"{what} {path} is {info.st_size:,} bytes; draftsim reads at most {limit:,}")
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise TraceError(f"{what} {path} is over {limit:,} bytes; draftsim reads at most {limit:,}")
-    return data
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
+    return read_bytes(path, what, limit, error=TraceError)
 
 
 def _check_entries(path: Path, manifest: dict, schema: TraceSchema) -> None:
@@ -300,7 +276,7 @@ class TraceFolder:
                 if not file.exists():
                     raise TraceError(f"trace {self.path}: {info['path']} is missing (listed in the manifest)")
                 if not file.is_file():
-                    raise TraceError(f"trace {self.path}: {info['path']} is not a regular file ({_file_kind(file.stat().st_mode)})")
+                    raise TraceError(f"trace {self.path}: {info['path']} is not a regular file ({file_kind(file.stat().st_mode)})")
                 if verify and _sha256(file) != info["sha256"]:
                     raise TraceError(f"trace {self.path}: {info['path']} is truncated or corrupt (checksum mismatch)")
                 try:

@@ -183,6 +183,7 @@ CASES = [
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", "-1"], ["seed must be an integer >= 0; got -1"]),
     # --- optimize kmatrix / threshold / tree
     (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "1.2"], ["alpha must lie in [0, 1]; got 1.2"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", str(2**70)], ["seed must be an integer below 2**63", "got 1180591620717411303424"]),
     (["optimize", "threshold", "--markov", "0.9,0.3", "--stay", "1,1", "--t-draft", "0.05"], ["regimes {0} and {1}", "stay probability below 1"]),
     (["simulate", "--markov", "0.9,0.3,0.5", "--stay", "1,0.5,1", "--policy", "fixed:k=3"], ["regimes {0} and {2}", "stay probability below 1"]),
     (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "0.8", "--k-max", "50"], ["k_max must be an integer in [0, 20]; got 50"]),

@@ -14,7 +14,15 @@ from draftsim.sim import acceptance as A
 from draftsim.sim.controllers import CONTROLLER_HELP, parse_controller
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP, parse_policy
-from draftsim.sim.serving import SLO, SchedulerConfig, ServingConfig, make_workload, run_replications, write_chrome_trace
+from draftsim.sim.serving import (
+    SLO,
+    SchedulerConfig,
+    ServingConfig,
+    make_workload,
+    read_request_trace,
+    run_replications,
+    write_chrome_trace,
+)
 from draftsim.sim.serving.router import ROUTERS
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 from draftsim.sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, parse_lengths
@@ -221,10 +229,11 @@ def _workload_maker(config: ServeSimConfig, qps=None):
     output = parse_lengths(config.output_len, "--output-len")
     if config.request_trace is None and config.requests is None and config.duration is None:
         raise DraftsimError("give --requests N or --duration SECONDS (or a --request-trace)")
+    trace = read_request_trace(config.request_trace) if config.request_trace is not None else None  # once: it may be a pipe
 
     def make(rng, q=qps):
         return make_workload(arrivals=arrivals, qps=q, requests=config.requests, duration=config.duration, prompt=prompt, output=output,
-                             rng=rng, trace=config.request_trace, priorities=config.priorities)
+                             rng=rng, trace=trace, priorities=config.priorities)
 
     return arrivals, make
 
