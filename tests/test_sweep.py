@@ -384,6 +384,8 @@ BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.
      "give exactly one of --alpha or --markov"),
     ('version = 1\nkind = "simulate"\nmetrics = ["tokens"]\n[grid]\ntokens = [1000, 2000]\n', "both a varied option and a kept metric"),
     ('version = 1\nkind = "toy"\n', "kind 'toy' is not a sweep kind; choose from simulate, serve, optimize, replay"),
+    ('version = 1\nkind = "simulate"\n[base]\nx = ' + "[" * 5000 + "]" * 5000 + "\n", "nests tables or arrays too deeply"),
+    ("version = 1\n" + "#" * (5 * 2**20) + "\n", "draftsim reads at most 4,194,304"),
     (BASE + "[grid]\na = { start = 1, stop = 1000, num = 1000 }\nb = { start = 1, stop = 1000, num = 1000 }\n"
      "c = { start = 1, stop = 1000, num = 1000 }\n", "1,000,000,000 points"),
 ])
