@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -120,21 +120,42 @@ _SEQUENCES = TABLES["sequences"]
 RUN_TABLES = {"sequences": _SEQUENCES, **{name: arrow_schema(record, (("prompt_id", int),)) for name, record in RUN_RECORDS.items()}}
 
 
+def _kind(what: str, test):
+    """A metadata field's type: (what it must be, in words; its test)."""
+    return what, test
+
+
+_STR = _kind("a string", lambda v: isinstance(v, str))
+_COUNT = _kind("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+_SEED = _kind("an integer >= 0 or null", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0))
+_NAMES = _kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+_STRS = _kind("a string or a list of strings", lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)))
+_MODEL = _kind("an object with a string name", lambda v: isinstance(v, dict) and isinstance(v.get("name"), str))
+_TOP_K = _kind("an integer >= 1 or null", lambda v: v is None or _COUNT[1](v))
+
+
 @dataclass(frozen=True)
 class TraceSchema:
-    """One member of the trace family: its name, version, tables and resume keys. Every
-    member shares the folder layout, the manifest and the atomic, checksummed commits."""
+    """One member of the trace family: its name, version, tables, resume keys and the types
+    of its metadata fields (checked when a trace is opened, so a hand-edited manifest is
+    refused with one line naming the field). Every member shares the folder layout, the
+    manifest and the atomic, checksummed commits."""
 
     name: str
     version: int
     tables: dict
     resume_keys: tuple
+    metadata_types: dict = field(default_factory=dict)
 
 
 #: Recordings (``draftsim record``): teacher-forced agreement of drafters with the target.
-RECORDING = TraceSchema(SCHEMA_NAME, SCHEMA_VERSION, TABLES, RESUME_KEYS)
+RECORDING = TraceSchema(SCHEMA_NAME, SCHEMA_VERSION, TABLES, RESUME_KEYS,
+                        {"target": _MODEL, "drafters": _NAMES, "prompt_set": _STRS, "max_new_tokens": _COUNT, "top_k": _TOP_K,
+                         "modes": _NAMES, "seed": _SEED})
 #: Runs (``draftsim run --trace``): per round and per call, what a policy did on real models.
-RUN = TraceSchema("draftsim.run", 2, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"))
+RUN = TraceSchema("draftsim.run", 2, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"),
+                  {"target": _STR, "drafters": _NAMES, "models": _NAMES, "method": _STR, "policy": _STR, "rule": _STR,
+                   "prompt_set": _STRS, "max_new_tokens": _COUNT, "sampling": _STR, "seed": _SEED})
 
 
 class TraceError(DraftsimError):
@@ -316,6 +337,10 @@ class TraceFolder:
             missing = [key for key in schema.resume_keys if key not in manifest["metadata"]]
             if missing:
                 raise TraceError(f"trace {path}: the manifest's metadata lacks {', '.join(missing)}")
+        for key, (what, test) in schema.metadata_types.items():
+            if key in manifest["metadata"] and not test(manifest["metadata"][key]):
+                value = json.dumps(manifest["metadata"][key])
+                raise TraceError(f"trace {path}: the manifest's metadata {key} must be {what}; got {value[:80]}")
         _check_entries(path, manifest, schema)
         return manifest
 

@@ -28,8 +28,17 @@ RANGE_ALPHA = "must lie in [0, 1]"
 ASCII = "ASCII digits"
 
 
-def _manifest(prompts, schema=RECORDING, version=None):
-    metadata = {key: None for key in schema.resume_keys} | {"drafters": []}
+#: Well-typed metadata of each trace schema (the cases damage something else, or one field).
+VALID_METADATA = {
+    RECORDING.name: {"target": {"name": "t"}, "drafters": [], "prompt_set": "code", "max_new_tokens": 8, "top_k": None,
+                     "modes": ["greedy"], "seed": None},
+    RUN.name: {"target": "t", "drafters": [], "method": "sd", "policy": "fixed:k=1", "rule": "sd", "prompt_set": "code",
+               "max_new_tokens": 8, "sampling": "greedy", "seed": None},
+}
+
+
+def _manifest(prompts, schema=RECORDING, version=None, **metadata):
+    metadata = VALID_METADATA[schema.name] | metadata
     return {"schema": schema.name, "version": schema.version if version is None else version, "metadata": metadata, "prompts": prompts}
 
 
@@ -76,6 +85,8 @@ def world(tmp_path_factory):
     bad_rows["files"]["sequences"]["rows"] = "1"
     trace("badrows", manifest=_manifest([bad_rows]))
     trace("notentry", manifest=_manifest([["a"]]))
+    trace("drafters5", manifest=_manifest([], drafters=5))
+    trace("runtokens", manifest=_manifest([], schema=RUN, max_new_tokens="lots"))
     trace("nometadata", manifest={"schema": RUN.name, "version": RUN.version, "metadata": {}, "prompts": []})
     trace("recnometadata", manifest={"schema": RECORDING.name, "version": RECORDING.version, "metadata": {}, "prompts": []})
     fifo = trace("fifo")
@@ -232,6 +243,8 @@ CASES = [
     (["trace", "info", "{W}/samefile"], ["'calls/a.parquet' is listed twice"]),
     (["trace", "info", "{W}/badrows"], ["the sequences entry must have a path, a row count >= 0 and a sha256"]),
     (["trace", "info", "{W}/notentry"], ["manifest prompt 0 is a list, not an object"]),
+    (["trace", "info", "{W}/drafters5"], ["metadata drafters must be a list of strings; got 5"]),
+    (["check-sim", "{W}/runtokens"], ["metadata max_new_tokens must be an integer >= 1; got \"lots\""]),
     (["trace", "info", "{W}/fifo"], ["manifest.json is not a regular file (a FIFO)"]),
     (["trace", "info", "{W}/zero"], ["manifest.json is not a regular file (a character device)"]),
     (["trace", "info", "{W}/mdir"], ["manifest.json is not a regular file (a folder)"]),
