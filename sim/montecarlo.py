@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .acceptance import AcceptanceProcess, Track
+from .acceptance import AcceptanceProcess, Bernoulli, Track
 from .budget_tree import budget_tree
 from .errors import DraftsimError
 from .policies import Block, Policy, plan_bound
@@ -373,8 +373,19 @@ def _deal(policy, process, quota, rng):
     lanes: list[Counts] = []
     needed = int(quota.sum())
     produced = 0
+    mean = _one_uniform_per_round(policy, process, rng)  # tokens a round emits on average, when rounds can be drawn lazily
     while produced < needed:
         size = int(np.clip(needed - produced, 1024, _POOL_MAX))
+        if mean:  # the pool's first rounds only, as many as the quota needs (see _one_uniform_per_round)
+            drawn = 0
+            while drawn < size and produced < needed:
+                n = min(size - drawn, max(1024, int((needed - produced) / mean * 1.05) + 64))
+                engine = _Engine(policy, process, process.start(n, 1, rng), n, rng)
+                produced += int(engine.round(np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64)).sum())
+                lanes.append(engine.counts)
+                drawn += n
+            rng.bit_generator.advance(size - drawn)  # the uniforms of the rounds not needed
+            continue
         engine = _Engine(policy, process, process.start(size, 1, rng), size, rng)
         emitted = engine.round(np.ones(size, dtype=bool), np.zeros(size, dtype=np.int64))
         lanes.append(engine.counts)
@@ -390,6 +401,26 @@ def _deal(policy, process, quota, rng):
     for s in range(S):
         bounds[s + 1] = np.searchsorted(cum, cum[bounds[s]] + quota[s], side="left")
     return pool, bounds
+
+
+def _one_uniform_per_round(policy, process, rng) -> float:
+    """The mean tokens of a round when a pool's rounds each take exactly one uniform from
+    ``rng``, in lane order, and nothing else (else 0): a one-block plan of a fixed length with a
+    constant acceptance rate strictly between 0 and 1 (:meth:`_Engine._fast_round`'s run
+    length), no empty proposals, a track that draws nothing and a PCG64 stream (whose
+    ``advance`` skips uniforms exactly). Then a pool's first rounds can be drawn alone and the
+    stream advanced past the rest: the rounds and every later draw are the same as the whole
+    pool's."""
+    if not (isinstance(process, Bernoulli) and process.match >= 1.0 and isinstance(rng.bit_generator, np.random.PCG64)):
+        return 0.0
+    if policy.kind == "tree":
+        return 0.0
+    probe = _Engine(policy, process, process.start(1, 1, rng), 1, rng)
+    plan = policy.begin_round(probe.state)
+    if not plan or not probe._fast(plan) or np.ndim(plan[0].steps) != 0:
+        return 0.0
+    alpha, k = process.constant(plan[0].model, 0), int(plan[0].steps)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha) if 0.0 < alpha < 1.0 else 0.0
 
 
 def _run_iid(policy, process, quota, rng, log, progress):
