@@ -352,4 +352,5 @@ class Scheduler:
             return 0
         done = int(t.prefilled[rid])
         after = done + chunk + (kv.lookahead if done + chunk >= t.need[rid] else 0)
-        return int(blocks_for(after, kv.block_size) - blocks_for(done, kv.block_size))
+        bs = kv.block_size
+        return -(-after // bs) + (-done // bs)  # ⌈after / bs⌉ − ⌈done / bs⌉, in Python ints
