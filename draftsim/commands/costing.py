@@ -24,6 +24,7 @@ from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, Assembly, Deployment, assemble
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
+from draftsim.sim.cost.profile import ProfileCost
 from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
 
 from .. import args as a
@@ -299,8 +300,39 @@ def run_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass
+class ProfileResult:
+    """What ``draftsim profile`` measured: ``profile`` (a :class:`draftsim.sim.cost.ProfileCost`:
+    median seconds and spread per (batch, new tokens, context), lookup drafters' seconds per
+    token), where it was written, and with ``--probe`` the fitted hardware entry's error against
+    it (``comparison``); ``data`` is the JSON document ``--json`` prints."""
+
+    profile: ProfileCost
+    file: str
+    comparison: dict | None
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
 def run_profile(args: argparse.Namespace) -> int:
     config = from_namespace(ProfileConfig, args)
+    points = len(config.batch) * len(config.new_tokens) * len(config.context)
+    with count_bar(points, f"profiling {config.model}") as bar:
+        result = profile(config, bar.update)
+    if args.json:
+        a.emit_json(result.to_dict())
+        return 0
+    _print_profile(config, result)
+    return 0
+
+
+def profile(config: ProfileConfig, progress=None) -> ProfileResult:
+    """Time a real model's forward calls over ``config``'s grid on this machine (and the lookup
+    drafters' proposals), write the profile (and with ``probe`` a fitted local-cpu hardware
+    entry); ``progress(n)`` is told as grid points finish. Everything is checked before the
+    model loads."""
     check(config)
     out = a.output_file("--out", config.out, ".json")
     if config.probe:
@@ -329,10 +361,8 @@ def run_profile(args: argparse.Namespace) -> int:
     if config.model.startswith("tiny") and config.dtype != "float32":
         loaded.model.to(getattr(__import__("torch"), config.dtype))
         loaded.dtype = config.dtype
-    points = len(config.batch) * len(config.new_tokens) * len(config.context)
-    with count_bar(points, f"profiling {loaded.name}") as bar:
-        prof = profile_model(loaded, config.batch, config.new_tokens, config.context, repeats=config.repeats, warmup=config.warmup,
-                             seed=config.seed, progress=bar.update, path=config.path)
+    prof = profile_model(loaded, config.batch, config.new_tokens, config.context, repeats=config.repeats, warmup=config.warmup,
+                         seed=config.seed, progress=progress, path=config.path)
     if drafter_names:
         prof.drafters = drafter_seconds(drafter_names, loaded.vocab_size)
     result = {"profile": config.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "path": config.path, "points": []}
@@ -365,11 +395,13 @@ def run_profile(args: argparse.Namespace) -> int:
                                          "spread": float(prof.spread[i, j, k])})
     result["drafters"] = prof.drafters
     result["load_average"] = list(os.getloadavg())
-    if args.json:
-        a.emit_json(result)
-        return 0
+    return ProfileResult(prof, config.out, comparison, result)
+
+
+def _print_profile(config: ProfileConfig, out: ProfileResult) -> None:
+    result, prof, comparison = out.data, out.profile, out.comparison
     rows = [[p["batch"], p["new_tokens"], p["context"], f"{p['seconds'] * 1e3:.3f}", f"{p['spread'] * 1e3:.3f}"] for p in result["points"]]
-    print(f"{loaded.name} ({loaded.dtype}, {loaded.device}, {config.path} forward path), {config.repeats} repeats after {config.warmup} warm-up; load average "
+    print(f"{result['model']} ({result['dtype']}, {result['device']}, {config.path} forward path), {config.repeats} repeats after {config.warmup} warm-up; load average "
           + " ".join(f"{x:.2f}" for x in result["load_average"]))
     print(format_table(["batch", "new tokens", "context", "median ms", "spread ms"], rows))
     for name, d in prof.drafters.items():
@@ -379,4 +411,3 @@ def run_profile(args: argparse.Namespace) -> int:
               f"vs profile: median |error| {comparison['median_abs_error']:.1%}, worst {comparison['worst_abs_error']:.1%} (probe "
               f"numbers alone: median {comparison['roofline_without_fit_median_abs_error']:.1%}); hardware entry written to {config.probe}")
     print(f"profile written to {config.out}")
-    return 0

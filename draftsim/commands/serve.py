@@ -13,8 +13,9 @@ from draftsim.sim.policies import POLICY_HELP
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 
 from .. import args as a
-from ..config import add_options, check, from_namespace, option
+from ..config import add_options, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
+from .servesim import ServeSummary
 
 
 @dataclass(kw_only=True)
@@ -63,6 +64,59 @@ class CheckServeConfig:
     costs_from: str | None = option(help="fit the target's costs to another serving trace of the same model and machine (a "
                                     "calibration run); default, without --profile: fitted to TRACE itself (in-sample)",
                                     metavar="TRACE")
+
+
+@dataclass
+class ServeResult:
+    """What ``draftsim serve`` did: the setting, the workload's size, the run's serving metrics
+    typed (the serving simulator's summary of the run: TTFT, TPOT, ITL, E2E, throughput, vLLM's
+    spec-decode counters) and ``data``, the JSON document ``--json`` prints."""
+
+    target: str
+    drafter: str | None
+    policy: str
+    controller: str
+    max_batch: int
+    qps: float | None
+    requests_planned: int
+    planned_tokens: int
+    trace: str | None
+    seconds: float  #: wall seconds of the run
+    overhead_per_step: float  #: mean seconds per step outside the models' forward calls
+    metrics: ServeSummary
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One metric of a check: predicted by the serving simulator, measured in the run."""
+
+    metric: str
+    predicted: float
+    measured: float
+    relative_error: float
+
+
+@dataclass
+class CheckServeResult:
+    """What ``draftsim check-serve`` found: the run's setting, how its costs were priced, and
+    per metric the simulator's prediction against the measurement (``data``: the whole
+    comparison; ``--json`` prints its ``metrics`` rows)."""
+
+    path: str
+    target: str | None
+    drafter: str | None
+    policy: str | None
+    requests: int
+    costs: str
+    metrics: list[CheckRow]
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
 
 
 def register(sub, common) -> None:
@@ -120,7 +174,7 @@ def _workload(config: ServeConfig):
     return w.arrival, prompt_tokens, w.output
 
 
-def serve(config: ServeConfig, bar=null_bar) -> dict:
+def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
     """Serve ``config``'s workload with real models; the serving metrics (TTFT, TPOT, ITL, E2E,
     throughput, vLLM's spec-decode counts: :func:`draftsim.realrun.servetrace.serving_metrics`)
     with the run's setting, and the serving trace written where ``config.trace`` says.
@@ -197,13 +251,15 @@ def serve(config: ServeConfig, bar=null_bar) -> dict:
     m["load_average_end"] = list(os.getloadavg())
     if writer is not None:
         writer.close(log, seconds=log.seconds, load_average_end=m["load_average_end"])
-    return {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
+    data = {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
             "max_batch": config.max_batch, "qps": config.qps, "requests_planned": len(requests), "planned_tokens": total,
             "trace": str(config.trace) if config.trace else None, **m}
+    return ServeResult(target.name, drafter_name, policy_spec, config.controller, config.max_batch, config.qps, len(requests), total,
+                       data["trace"], log.seconds, m["overhead_per_step"], typed(ServeSummary, {**m, "replications": 1}), data)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = serve(from_namespace(ServeConfig, args), count_bar)
+    out = serve(from_namespace(ServeConfig, args), count_bar).to_dict()
     if args.json:
         a.emit_json(out)
         return 0
@@ -225,18 +281,20 @@ def _print_metrics(m: dict) -> None:
           f"{s['mean_acceptance_length']:.2f}")
 
 
-def check_serve(config: CheckServeConfig) -> dict:
+def check_serve(config: CheckServeConfig) -> CheckServeResult:
     """The serving trace replayed in the serving simulator and compared with the run: predicted
     against measured TTFT, TPOT, E2E and throughput with relative errors
     (:func:`draftsim.analysis.servecheck.check_serve`)."""
     from draftsim.analysis.servecheck import check_serve as compare
 
     check(config)
-    return compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+    out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+    rows = [CheckRow(r["metric"], r["predicted"], r["measured"], r["relative_error"]) for r in out["metrics"]]
+    return CheckServeResult(out["path"], out["target"], out["drafter"], out["policy"], out["requests"], out["costs"], rows, out)
 
 
 def run_check(args: argparse.Namespace) -> int:
-    out = check_serve(from_namespace(CheckServeConfig, args))
+    out = check_serve(from_namespace(CheckServeConfig, args)).to_dict()
     if args.json:
         a.emit_json(out["metrics"])
         return 0
