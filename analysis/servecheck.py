@@ -348,9 +348,20 @@ def trace_scheduler(meta: dict, path) -> SchedulerConfig:
     from ..realrun.serving import server_scheduler
 
     try:
-        return server_scheduler(int(meta["max_batch"]), meta.get("scheduling", "fcfs"))
+        return server_scheduler(int(meta["max_batch"]), meta.get("scheduling", "fcfs"), int(meta.get("block_size") or 16))
     except (TypeError, ValueError) as err:
         raise DraftsimError(f"serving trace {path}: {err}") from None
+
+
+def trace_priorities(meta: dict, by_id: list, path) -> np.ndarray:
+    """Each request's priority class as the server had it (the fourth field of the metadata's
+    requests; 0 in traces written before priorities were recorded)."""
+    rows = meta.get("requests") or []
+    try:
+        return np.array([int(rows[r.request][3]) if r.request < len(rows) and len(rows[r.request]) > 3 else 0 for r in by_id],
+                        dtype=np.int64)
+    except (TypeError, ValueError, IndexError) as err:
+        raise DraftsimError(f"serving trace {path}: the metadata's requests hold no valid priority ({err})") from None
 
 
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
@@ -363,7 +374,8 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     steps, members, reqs, tokens = (trace.records(t) for t in ("steps", "members", "requests", "tokens"))
     if not reqs:
         raise DraftsimError(f"serving trace {path} holds no finished request")
-    measured = summarize_run(run_record(reqs, tokens, members, steps))
+    measured_run = run_record(reqs, tokens, members, steps)
+    measured = summarize_run(measured_run)
     policy = parse_policy(meta["policy"])
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
@@ -371,11 +383,13 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
+    kv_tokens = meta.get("kv_tokens")
     cfg = ServingConfig(policy, process, target, drafters, controller=controller, scheduler=trace_scheduler(meta, path),
-                        layout=cache_layout(meta, path))
+                        layout=cache_layout(meta, path), kv_tokens=int(kv_tokens) if kv_tokens is not None else None)
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
-                  np.array([r.output_tokens for r in by_id], dtype=np.int64), np.zeros(len(by_id), dtype=np.int64))
-    predicted = summarize_run(serve(cfg, wl, seed=seed))
+                  np.array([r.output_tokens for r in by_id], dtype=np.int64), trace_priorities(meta, by_id, path))
+    predicted_run = serve(cfg, wl, seed=seed)
+    predicted = summarize_run(predicted_run)
     rows = []
     for name, key, stat in CHECKED:
         p = predicted[key] if stat is None else predicted[key][stat]
@@ -383,4 +397,5 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
         rows.append({"metric": name, "predicted": float(p), "measured": float(m), "relative_error": _rel(p, m)})
     return {"path": str(Path(path)), "target": meta.get("target"), "drafter": meta.get("drafter"), "policy": meta.get("policy"),
             "controller": meta.get("controller"), "requests": len(reqs), "costs": what, "overhead": overhead, "metrics": rows,
-            "predicted": predicted, "measured": measured}
+            "predicted": predicted, "measured": measured,
+            "preemptions": {"predicted": predicted_run.preemptions.tolist(), "measured": measured_run.preemptions.tolist()}}

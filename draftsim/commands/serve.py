@@ -39,6 +39,10 @@ class ServeConfig:
     prompts: str = option("code,instructions,docstrings,arithmetic", "bundled prompt sets, comma-separated")
     eos: bool = option(False, "end a request at EOS (default: at its output length)", flag=True)
     max_batch: int = option(16, "most running sequences (default 16)", type=a.count("max_batch", 1, 4096))
+    kv_tokens: int | None = option(help="KV pool in tokens: the scheduler admits and preempts by it as serve-sim's does (a preempted "
+                                   "request is recomputed when readmitted; default: no pool, max_batch bounds the batch)",
+                                   type=a.count("kv_tokens", 1))
+    block_size: int = option(16, "KV block size in tokens of the pool (default 16)", type=a.count("block_size", 1, 4096))
     scheduling: str = option("fcfs", "waiting queue of the scheduler the server runs (the serving simulator's; default fcfs)",
                              choices=SCHEDULING_POLICIES)
     temperature: float = option(0.0, "0 = greedy", type=a.cost("temperature"))
@@ -171,7 +175,7 @@ def _workload(config: ServeConfig):
     w = make_workload(arrivals=arrivals, qps=config.qps, requests=config.requests, duration=config.duration, prompt=prompt,
                       output=output, rng=rng, trace=config.request_trace)
     prompt_tokens = np.zeros(len(w), dtype=np.int64) if bundled and config.request_trace is None else w.prompt
-    return w.arrival, prompt_tokens, w.output
+    return w.arrival, prompt_tokens, w.output, w.priority
 
 
 def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
@@ -205,7 +209,12 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
         if trace.exists() and any(trace.iterdir()):
             raise DraftsimError(f"--trace {config.trace!r} is not empty; serving traces are written to a new folder (a run's clock "
                                 "cannot be resumed)")
-    arrival, prompt_tokens, output_tokens = _workload(config)
+    arrival, prompt_tokens, output_tokens, priority = _workload(config)
+    if config.kv_tokens is not None and prompt_tokens.all():  # lengths known before the model loads: check the pool now
+        from draftsim.realrun.serving import server_pool
+
+        i = int(np.argmax(prompt_tokens + output_tokens))
+        server_pool(config.kv_tokens, config.block_size, policy.max_draft).check_request(int(prompt_tokens[i]), int(output_tokens[i]))
     if not np.all(np.isfinite(arrival)):
         raise DraftsimError("the workload has no arrival times; give --qps or a request trace with a time column")
     sampling = Sampling(config.temperature, config.top_k)
@@ -215,10 +224,13 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
         torch.set_num_threads(config.threads)
     target = load_model(config.target, device=config.device, dtype=config.dtype)
     drafter = make_drafter(drafter_name, target) if drafter_name else None
-    requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets))
+    requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets), priority)
     check_requests(target, requests)
     server = Server(target, drafter, policy, controller, sampling, max_batch=config.max_batch, seed=config.seed,
-                    stop_at_eos=config.eos, scheduling=config.scheduling)
+                    stop_at_eos=config.eos, scheduling=config.scheduling, kv_tokens=config.kv_tokens, block_size=config.block_size)
+    if server.pool is not None:
+        longest = max(requests, key=lambda r: len(r.prompt) + r.max_new_tokens)
+        server.pool.check_request(len(longest.prompt), longest.max_new_tokens)
     models = [target] + ([drafter.loaded] if drafter is not None and drafter.neural else [])
     check_memory(models, requests, config.max_batch, server.max_draft)
     import torch
@@ -226,8 +238,8 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
     meta = {
         "target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k}, "seed": config.seed, "max_batch": config.max_batch,
-        "scheduling": server.scheduling.policy,
-        "eos": config.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens] for r in requests],
+        "scheduling": server.scheduling.policy, "kv_tokens": config.kv_tokens, "block_size": config.block_size,
+        "eos": config.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens, r.priority] for r in requests],
         "workload": {"qps": config.qps, "arrivals": config.arrivals, "request_trace": config.request_trace, "duration": config.duration,
                      "prompt_len": config.prompt_len, "output_len": config.output_len, "prompts": sets},
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
@@ -248,6 +260,7 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
     overhead = [s.overhead_seconds for s in log.steps]
     m["overhead_per_step"] = float(np.mean(overhead)) if overhead else 0.0
     m["seconds"] = log.seconds
+    m["preempted"] = [[step, rid] for step, rid in log.preemptions]
     m["load_average_end"] = list(os.getloadavg())
     if writer is not None:
         writer.close(log, seconds=log.seconds, load_average_end=m["load_average_end"])
