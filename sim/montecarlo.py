@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .acceptance import AcceptanceProcess, Bernoulli, Track
-from .budget_tree import budget_tree
 from .errors import DraftsimError
 from .policies import Block, Policy, plan_bound
 
@@ -168,7 +167,7 @@ class _Engine:
         node budget smaller than the full tree, the budget's most valuable nodes
         (:mod:`draftsim.sim.budget_tree`, EAGLE-2's reranking)."""
         tree = self.policy
-        if tree.max_nodes < tree.nodes:
+        if tree.choices is not None or tree.max_nodes < tree.nodes:
             return self._budget_round(live)
         ranks = np.array([self.process.rank_prob(r) for r in range(1, tree.width + 1)])
         level = 1.0 - np.prod(1.0 - ranks)
@@ -185,7 +184,7 @@ class _Engine:
     def _budget_round(self, live: np.ndarray):
         tree = self.policy
         if getattr(self, "_budget", None) is None:
-            self._budget = budget_tree(self.process.rank_prob, tree.width, tree.depth, tree.max_nodes)
+            self._budget = tree.kept_tree(self.process.rank_prob)
         bt = self._budget
         n_acc = bt.sample(self.S, self.rng) * live
         live_i = live.astype(np.int64)
