@@ -53,6 +53,7 @@ from ..sim.cost.methods import LOOKUPS
 from ..sim.cost.profile import ProfileCost, load_profile
 from ..sim.errors import DraftsimError
 from ..sim.policies import parse_policy
+from ..sim.replay import VARIABLE_PROPOSALS, RecordedLengths
 from ..sim.serving import ServingConfig, serve
 from ..sim.serving.layout import RaggedLayout
 from ..sim.serving.metrics import summarize_run
@@ -183,26 +184,42 @@ class StepCost(CostModel):
         return np.full(np.shape(stats.tokens), 1)
 
 
-def realised_process(requests: list, members: list, width: int) -> TraceDriven:
-    """One recorded sequence per request (in id order): its output after the first token;
-    per round start and draft index whether the drafted token was accepted."""
-    reqs = sorted(requests, key=lambda r: r.request)
-    index = {r.request: i for i, r in enumerate(reqs)}
-    lengths = [max(r.output_tokens - 1, 1) for r in reqs]
-    flags = [np.zeros(n) for n in lengths]
-    rounds = [np.full((n, max(width, 1)), np.nan) for n in lengths]
-    emitted = [0] * len(reqs)
+def _rounds(requests: list, members: list):
+    """The decoding rounds of each request in order: (its index in id order, output tokens after
+    the first emitted before the round, the member record)."""
+    index = {r.request: i for i, r in enumerate(sorted(requests, key=lambda r: r.request))}
+    emitted = [0] * len(index)
     for m in sorted(members, key=lambda m: (m.step, m.request)):
         i = index.get(m.request)
         if i is None or m.prefill:
             continue
-        p = emitted[i]  # output tokens after the first one emitted before this round
+        yield i, emitted[i], m
+        emitted[i] += m.emitted
+
+
+def realised_process(requests: list, members: list, width: int) -> TraceDriven:
+    """One recorded sequence per request (in id order): its output after the first token;
+    per round start and draft index whether the drafted token was accepted."""
+    reqs = sorted(requests, key=lambda r: r.request)
+    lengths = [max(r.output_tokens - 1, 1) for r in reqs]
+    flags = [np.zeros(n) for n in lengths]
+    rounds = [np.full((n, max(width, 1)), np.nan) for n in lengths]
+    for i, p, m in _rounds(requests, members):
         for j in range(m.drafted):
             if p + j < lengths[i]:
                 flags[i][p + j] = float(j < m.accepted)
                 rounds[i][p, j] = float(j < m.accepted)
-        emitted[i] += m.emitted
     return TraceDriven(flags, rounds={(1, 0): rounds})
+
+
+def realised_lengths(requests: list, members: list) -> list[dict[int, int]]:
+    """Per request (in id order), the tokens its drafter proposed at each round start: what a
+    lookup drafter proposes is a property of the text (0 where nothing matched), replayed as
+    recorded (:class:`draftsim.sim.replay.RecordedLengths`)."""
+    out: list[dict[int, int]] = [{} for _ in requests]
+    for i, p, m in _rounds(requests, members):
+        out[i][p] = int(m.drafted)
+    return out
 
 
 def _rel(pred: float, meas: float) -> float:
@@ -377,6 +394,8 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     measured_run = run_record(reqs, tokens, members, steps)
     measured = summarize_run(measured_run)
     policy = parse_policy(meta["policy"])
+    if policy.kind == "chain" and meta.get("drafter") in VARIABLE_PROPOSALS:  # a lookup: its proposals as recorded
+        policy = RecordedLengths(realised_lengths(reqs, members), meta["policy"], k_max=policy.max_draft)
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)

@@ -423,6 +423,8 @@ class Server:
                                  r.times[0], t, r.prefill_step)
         log.requests.append(r.record)
         log.outputs[r.req.id] = list(r.output)
+        if self.drafter is not None:  # suffix decoding learns from finished requests (a no-op for other drafters)
+            self.drafter.finish(r.req.prompt, r.output)
         for i, (tok, when, step) in enumerate(zip(r.output, r.times, r.steps)):
             log.tokens.append(TokenRecord(r.req.id, i, int(tok), when, step))
 

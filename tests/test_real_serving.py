@@ -712,3 +712,42 @@ def test_priorities_reach_the_server_and_its_replay(tmp_path, capsys):
     assert trace_priorities(ServeTrace(trace).metadata, reqs, trace).tolist() == classes
     out = check_serve(trace)
     assert out["predicted"]["output_tokens"] == out["measured"]["output_tokens"] == 36
+
+
+def test_the_server_teaches_suffix_decoding_its_finished_requests(target):
+    """Suffix decoding keeps finished requests' outputs (its global tree): the server hands each
+    finished request over, so a later request repeating an earlier one is drafted from it and
+    accepts more per round; greedy outputs stay the target's own."""
+    from draftsim.realrun.drafters import Suffix
+
+    prompt = ids(target, TEXTS[0])
+    reqs = [ServeRequest(0, 0.0, prompt, 40), ServeRequest(1, 5.0, prompt, 40)]  # the second arrives after the first is done
+    clock = FakeClock()
+    drafter = Suffix(target.vocab_size)
+    log = Server(target, drafter, P.FixedK(6), max_batch=2, clock=clock, sleep=clock.sleep, stop_at_eos=False).run(reqs)
+    assert len(drafter.cached) == 2 and list(drafter.cached[0]) == log.outputs[0]
+    accepted = {rid: sum(m.accepted for m in log.members if m.request == rid and not m.prefill) for rid in (0, 1)}
+    rounds = {rid: sum(1 for m in log.members if m.request == rid and not m.prefill) for rid in (0, 1)}
+    assert accepted[1] / rounds[1] > accepted[0] / rounds[0]
+    assert log.outputs[1] == log.outputs[0] == own_greedy(target, prompt, 40)
+
+
+def test_check_serve_on_a_lookup_drafters_trace(tmp_path, capsys):
+    """An n-gram drafter proposes nothing where its context has no match: the trace records
+    those empty rounds and check-serve replays them (same tokens, the same drafts and accepted
+    tokens as the run), pricing the lookup inside the step's overhead."""
+    from draftsim.analysis.servecheck import check_serve
+    from draftsim.cli import main
+
+    trace = tmp_path / "trace"
+    assert main(["serve", "--target", "tiny:1", "--drafter", "ngram", "--policy", "fixed:k=4", "--qps", "50", "--requests", "6",
+                 "--output-len", "fixed:24", "--max-batch", "3", "--trace", str(trace), "--json"]) == 0
+    capsys.readouterr()
+    members = [m for m in ServeTrace(trace).records("members") if not m.prefill]
+    assert any(m.drafted == 0 for m in members) and any(m.drafted > 0 for m in members)  # empty rounds and proposals
+    out = check_serve(trace)
+    meas, pred = out["measured"], out["predicted"]
+    assert pred["output_tokens"] == meas["output_tokens"] == 144
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert pred["spec_decode"][key] == meas["spec_decode"][key], key
+    assert all(np.isfinite(r["relative_error"]) for r in out["metrics"])
