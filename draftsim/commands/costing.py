@@ -24,6 +24,7 @@ from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, Assembly, Deployment, assemble
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
+from draftsim.sim.cost.overheads import ENGINES
 from draftsim.sim.cost.profile import ProfileCost
 from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
 
@@ -68,6 +69,9 @@ class HardwareOptions:
     mbu: float | None = option(help="override the hardware's memory bandwidth utilisation (0, 1]", type=a.positive("mbu"), group=HARDWARE)
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
+    engine: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default) or vllm "
+                         "(1.21 ms per step and CUDA-graph padding, each value cited in sim/data/engines.json)",
+                         choices=tuple(ENGINES), group=HARDWARE)
 
     def uses_hardware(self) -> bool:
         """Whether any model or hardware is named (then calls are priced from them)."""
@@ -77,7 +81,7 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead)
+                          self.overhead, self.engine)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),
@@ -295,6 +299,7 @@ def run_cost(args: argparse.Namespace) -> int:
           + (f" x pp {config.pp}" if config.pp > 1 else ""))
     for name, backend in info["backends"].items():
         print(f"  {name}: {backend}")
+    print(f"  {info['engine']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))
     return 0

@@ -156,9 +156,10 @@ class Matmul(CostModel):
 class HeadCost(CostModel):
     """A drafting head: the sum of its parts' times per call (each part a roofline)."""
 
-    def __init__(self, name: str, parts: list[CostModel], weights: float, kv_per_token: float):
+    def __init__(self, name: str, parts: list[CostModel], weights: float, kv_per_token: float, overhead: float = 0.0):
         self.name, self.parts = name, parts
         self._weights, self._kv = float(weights), float(kv_per_token)
+        self.overhead = float(overhead)  #: seconds per call beyond its parts' rooflines (an engine's per-draft-forward time)
 
     def weight_bytes(self) -> float:
         """Bytes of the head's weights per device (what it adds to the target's memory)."""
@@ -169,7 +170,7 @@ class HeadCost(CostModel):
         return self._kv
 
     def _time(self, stats: BatchStats) -> np.ndarray:
-        return sum(np.asarray(p.stats_time(stats), dtype=np.float64) for p in self.parts)
+        return sum(np.asarray(p.stats_time(stats), dtype=np.float64) for p in self.parts) + self.overhead
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         return self.parts[0]._bound(stats)

@@ -22,7 +22,10 @@ operators, plus collectives and a fixed overhead:
   plus a point-to-point activation transfer per stage boundary;
 * a fixed overhead per call, ``overhead + overhead_per_layer · layers`` (framework and kernel
   launches): what dominates small batches of small models (:func:`fit_overhead` fits it
-  from a measured profile).
+  from a measured profile); a serving engine's per-step overhead is added to it
+  (:mod:`~draftsim.sim.cost.overheads`);
+* with ``graph_tokens`` (an engine's CUDA-graph capture sizes) the dense operators of a call of
+  N tokens run at the smallest captured size ≥ N, as a replayed graph computes its padding.
 
 Efficiency factors (``mfu``, ``mbu``, ``ici_efficiency``) come from the hardware entry and
 may be overridden. Norms, rotary embeddings, biases and softmax are neglected (a few % of the
@@ -37,6 +40,7 @@ import numpy as np
 from ..errors import DraftsimError, as_count, as_positive
 from .base import BatchStats, CostModel, checked_sizes
 from .catalog import HardwareSpec, ModelSpec, dtype_bytes
+from .overheads import pad_tokens
 
 __all__ = ["RooflineModel", "fit_overhead"]
 
@@ -55,7 +59,8 @@ class RooflineModel(CostModel):
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
-                 overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True):
+                 overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
+                 graph_tokens: tuple[int, ...] | None = None):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -66,6 +71,8 @@ class RooflineModel(CostModel):
         self.ici_efficiency = hardware.ici_efficiency if ici_efficiency is None else _fraction("ici_efficiency", ici_efficiency)
         self.overhead = hardware.overhead if overhead is None else float(_nonneg("overhead", overhead))
         self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
+        #: CUDA-graph capture sizes in tokens: the dense operators run at the next size up (None: no padding)
+        self.graph_tokens = None if graph_tokens is None else tuple(int(x) for x in graph_tokens)
         if (self.tp > 1 or self.pp > 1) and hardware.interconnect_bandwidth <= 0:
             raise DraftsimError(f"hardware {hardware.name!r} lists no interconnect; use --tp 1 --pp 1")
         self.name = f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") + \
@@ -152,7 +159,7 @@ class RooflineModel(CostModel):
         # N only and sum to a convex piecewise-linear function of N, evaluated by np.interp at
         # its breakpoints (:class:`_DenseCurve`); attention adds max(KV bytes / bandwidth, pair FLOPs / peak).
         N = stats.tokens
-        out = self._curve(N)
+        out = self._curve(N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens))
         kv = stats.cached * self._kv_per_cached
         kv += N * self._kv_per_token
         flops = stats.pairs * self._flops_per_pair
@@ -174,7 +181,7 @@ class RooflineModel(CostModel):
         P = self.peak * self.mfu
         B = self.hardware.memory_bandwidth * self.mbu
         N = np.multiply(b, n, dtype=np.float64)
-        out = self._curve(N)
+        out = self._curve(N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens))
         # attention: max(KV bytes, pair FLOPs) over KV entries b·c + N and pairs N·(c + (n + 1)/2)
         flops = np.add(n, 1.0, dtype=np.float64)
         flops *= 0.5
@@ -225,7 +232,7 @@ class RooflineModel(CostModel):
         """The same roofline with another fixed overhead per call."""
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
-                             check_memory=False)
+                             check_memory=False, graph_tokens=self.graph_tokens)
 
 
 class _DenseCurve:
