@@ -42,7 +42,7 @@ def test_the_engine_adds_its_step_and_draft_forward_times_and_pads():
     hw = cat.hardware_spec("h100-sxm")
     vllm = engine_overheads("vllm")
     plain = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3")))
-    eng = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3"), engine="vllm"))
+    eng = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3"), overheads="vllm"))
     # a call of 8 tokens is a captured size: no padding, the step's time on top
     assert float(eng.target.shape_time(8, 1, 512)) == pytest.approx(float(plain.target.shape_time(8, 1, 512)) + vllm.per_step, rel=1e-12)
     for a, b in zip(plain.drafters, eng.drafters):
@@ -63,7 +63,7 @@ def test_every_engine_value_cites_its_source():
 
 
 def test_an_unknown_engine_is_one_line(capsys):
-    with pytest.raises(DraftsimError, match="--engine 'sglang-9' is not a known engine; choose from none, vllm"):
+    with pytest.raises(DraftsimError, match="--overheads 'sglang-9' is not a known engine; choose from none, vllm"):
         engine_overheads("sglang-9")
-    status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--engine", "tgi")
+    status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--overheads", "tgi")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and "tgi" in err and "vllm" in err

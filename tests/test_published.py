@@ -23,7 +23,7 @@ def test_every_source_says_where_it_comes_from_and_what_it_assumes(path):
     doc = json.loads(path.read_text())
     assert doc["source"] and doc["stated"] and doc["unstated"] and doc["points"]
     assert all(u["what"] and u["assumption"] for u in doc["unstated"])
-    assert doc["common"]["engine"] == "vllm"  # one set of defaults for every source
+    assert doc["common"]["overheads"] == "vllm"  # one set of defaults for every source
     for p in doc["points"]:
         assert isinstance(p["published"], float) and p["label"]
 

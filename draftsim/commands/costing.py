@@ -69,7 +69,7 @@ class HardwareOptions:
     mbu: float | None = option(help="override the hardware's memory bandwidth utilisation (0, 1]", type=a.positive("mbu"), group=HARDWARE)
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
-    engine: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default) or vllm "
+    overheads: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default) or vllm "
                          "(1.21 ms per step and CUDA-graph padding, each value cited in sim/data/engines.json)",
                          choices=tuple(ENGINES), group=HARDWARE)
 
@@ -81,7 +81,7 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead, self.engine)
+                          self.overhead, self.overheads)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),

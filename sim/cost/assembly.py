@@ -45,7 +45,7 @@ class Deployment:
     ``profiles`` are measured profile files (``draftsim profile``) that replace the roofline
     of the model they name; ``catalogs`` extra model/hardware catalog files. ``mfu``/``mbu``
     override the hardware's utilisations (0, 1]; ``overhead`` replaces its per-call and
-    per-layer overhead by fixed seconds per forward call. ``engine`` adds a serving engine's
+    per-layer overhead by fixed seconds per forward call. ``overheads`` adds a serving engine's
     overheads to the rooflines (:mod:`draftsim.sim.cost.overheads`): its per-step time to the
     target's call, its per-draft-forward time to each draft model's, and its CUDA-graph padding.
     """
@@ -62,7 +62,7 @@ class Deployment:
     mfu: float | None = None
     mbu: float | None = None
     overhead: float | None = None
-    engine: str = "none"  # serving-engine overheads on the rooflines (sim/data/engines.json)
+    overheads: str = "none"  # a serving engine's overheads on the rooflines (sim/data/engines.json)
 
 
 @dataclass
@@ -138,7 +138,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
     catalog = default_catalog(list(d.catalogs))
     hw = catalog.hardware_spec(d.hardware)
-    engine = engine_overheads(d.engine)
+    engine = engine_overheads(d.overheads)
     profiles = [load_profile(p) for p in d.profiles]
     used: set[int] = set()
     info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe()}

@@ -1,4 +1,4 @@
-"""Serving-engine overheads the roofline does not see (``--engine NAME``; sim/data/engines.json).
+"""Serving-engine overheads the roofline does not see (``--overheads NAME``; sim/data/engines.json).
 
 An engine spends time in every step outside the forward passes — scheduling, preparing inputs,
 sampling, rejection sampling — and runs small batches as CUDA graphs captured at fixed sizes, so
@@ -12,7 +12,7 @@ holds, per engine, with the measurement each value comes from:
   the real tokens' contexts only).
 
 They apply to roofline-priced models (:class:`~draftsim.sim.cost.roofline.RooflineModel`); a measured
-profile already holds its engine's costs. ``engine none`` is the roofline alone.
+profile already holds its engine's costs. ``--overheads none`` is the roofline alone.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def engine_overheads(name: str) -> EngineOverheads:
     try:
         return ENGINES[str(name).strip().lower()]
     except KeyError:
-        raise DraftsimError(f"--engine {name!r} is not a known engine; choose from {', '.join(ENGINES)}") from None
+        raise DraftsimError(f"--overheads {name!r} is not a known engine; choose from {', '.join(ENGINES)}") from None
 
 
 def pad_tokens(tokens: np.ndarray, sizes: tuple[int, ...] | None) -> np.ndarray:
