@@ -120,8 +120,10 @@ def test_unsupported_and_malformed_entries_are_refused():
     with pytest.raises(DraftsimError, match="not supported by the roofline"):
         CAT.model("flan-t5-small")
     entry = model_to_entry(CAT.model("llama-2-7b"))
-    with pytest.raises(DraftsimError, match="unknown field\\(s\\) experts"):
-        model_from_entry("x", {**entry, "experts": 8})
+    with pytest.raises(DraftsimError, match="unknown field\\(s\\) expertz"):
+        model_from_entry("x", {**entry, "expertz": 8})
+    with pytest.raises(DraftsimError, match="a mixture of experts needs 1 <= experts_per_token <= experts"):
+        model_from_entry("x", {**entry, "experts": 8})  # experts without how many run per token
     with pytest.raises(DraftsimError, match="missing field\\(s\\) source"):
         model_from_entry("x", {k: v for k, v in entry.items() if k != "source"})
     hw = hardware_to_entry(CAT.hardware_spec("h100-sxm"))

@@ -29,7 +29,9 @@ A drafter is named as vLLM and SGLang name the method (``--drafter-model``):
     multi-token prediction modules (DeepSeek-V3 §2.2: projection 2h → h of the embedding and the
     previous depth's feature, one transformer block, the shared LM head), run in sequence: one call
     per draft token. Only for a target whose catalog entry declares MTP modules (``mtp_layers``);
-    refused otherwise. The block is priced as one of the target's dense layers.
+    refused otherwise. The block is priced as one of the target's blocks, with its experts and
+    latent attention where it has them (DeepSeek-V3, GLM-4.5-Air: an MoE layer). EAGLE and Medusa
+    heads are dense with standard attention on any target (SpecForge's templates for MoE targets).
 ``ngram``, ``suffix`` (and draftsim's ``maxgram``, ``bigram``)
     lookups on the CPU: priced by a measured profile's proposal time per token
     (``draftsim profile``) when one is given, else free, and said so.
@@ -206,8 +208,14 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
               overhead=None) -> HeadCost | CappedContext:
     """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring)."""
     facts = FACTS.get(spec.method, {})
-    layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}",
-                                layers=int(facts.get("layers", facts.get("layers_per_module", 1))))
+    layers = int(facts.get("layers", facts.get("layers_per_module", 1)))
+    if spec.method == "mtp":  # an MTP module is one of the target's blocks: its experts and latent attention too
+        layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=layers, dense_layers=0, mtp_layers=0)
+    else:  # EAGLE and Medusa heads are dense, with standard attention, on any target
+        layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=layers, experts=0, experts_per_token=0,
+                                    shared_experts=0, expert_intermediate=0, dense_layers=0, q_lora_rank=0, kv_lora_rank=0,
+                                    qk_rope_head_dim=0, v_head_dim=0, mtp_layers=0,
+                                    head_dim=target.v_head_dim if target.kv_lora_rank else target.head_dim)
     kw = dict(mfu=mfu, mbu=mbu, check_memory=False)
     if spec.method == "selfspec":
         return CappedContext(RooflineModel(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead,

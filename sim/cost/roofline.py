@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import DraftsimError, as_count, as_positive
 from .base import BatchStats, CostModel, checked_sizes
 from .catalog import HardwareSpec, ModelSpec, dtype_bytes
+from .moe import ExpertCost
 from .overheads import pad_tokens
 
 __all__ = ["RooflineModel", "fit_overhead"]
@@ -101,12 +102,16 @@ class RooflineModel(CostModel):
         mlp = (mlp_w, 2 * mlp_w, h + (m.mlp_matrices - 1) * m.intermediate / t + h)
         head_w = m.vocab * h / t
         head = (head_w, 2 * head_w, h + m.vocab / t)
-        # rows: layer ops (x L), then the LM head (x 1)
-        dense = np.array([qkv, out, mlp]), np.array([head])
-        self._dense = [(d[:, 0] * w, d[:, 1], d[:, 2] * w, mult) for d, mult in zip(dense, (L, 1))]
         self._kv_bytes = 2 * kv_heads * hd * w * L  # per KV entry (cached or new) read, all layers
         self._q_bytes = 2 * q_heads * hd * w * L  # per new token: queries in, attention out
         self._pair_flops = 4 * q_heads * hd * L  # per query-key pair
+        self._experts = None
+        if not m.experts and not m.kv_lora_rank:
+            # rows: layer ops (x L), then the LM head (x 1)
+            groups = [(np.array([qkv, out, mlp]), L), (np.array([head]), 1)]
+        else:
+            groups = self._moe_groups(qkv, out, mlp, head)
+        self._dense = [(d[:, 0] * w, d[:, 1], d[:, 2] * w, mult) for d, mult in groups]
         self._embed_bytes = h * w  # one embedding row per new token
         self._fixed = self.overhead + self.overhead_per_layer * L
         bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
@@ -134,6 +139,48 @@ class RooflineModel(CostModel):
         self._kv_per_token = (self._kv_bytes + self._q_bytes) / B
         self._flops_per_pair = self._pair_flops / P
 
+    def _moe_groups(self, qkv, out, mlp, head) -> list:
+        """The dense operator rows of a mixture-of-experts or latent-attention model (the routed
+        experts are priced apart: :class:`draftsim.sim.cost.moe.ExpertCost`), and its attention
+        and expert factors. Multi-head latent attention (DeepSeek-V2/V3): the query bottleneck and
+        the latent's down-projection are replicated on every TP device, the heads' up-projections
+        and the output split; the cache holds the latent and the rotary key once per token per
+        layer (on every device), and decoding attends over the latent (absorbed weights):
+        2·(kv_lora + rope) FLOPs per head per pair for the scores, 2·kv_lora for the values."""
+        m, t, w = self.model, self.tp, self.bytes
+        h, L, hd = m.hidden, m.layers, m.head_dim
+        attn = [qkv, out]
+        if m.kv_lora_rank:
+            Hq, ql, kl, r, v = m.heads / t, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim
+            q = [(h * ql, 2 * h * ql, h + ql), (ql * Hq * hd, 2 * ql * Hq * hd, ql + Hq * hd)] if ql else \
+                [(h * Hq * hd, 2 * h * Hq * hd, h + Hq * hd)]
+            kv = [(h * (kl + r), 2 * h * (kl + r), h + kl + r), (kl * Hq * (hd - r + v), 2 * kl * Hq * (hd - r + v), kl + Hq * (hd - r + v))]
+            attn = q + kv + [(Hq * v * h, 2 * Hq * v * h, Hq * v + h)]
+            self._kv_bytes = (kl + r) * w * L
+            self._q_bytes = 2 * Hq * hd * w * L
+            self._pair_flops = Hq * (2 * (kl + r) + 2 * kl) * L
+        groups = [(np.array(attn), L)]
+        dense_layers = L - m.moe_layers
+        if dense_layers:
+            groups.append((np.array([mlp]), dense_layers))
+        if m.moe_layers:
+            rows = [(h * m.experts, 2 * h * m.experts, h + m.experts)]  # the router, replicated
+            if m.shared_experts:
+                sw = m.shared_experts * m.expert_params / t
+                rows.append((sw, 2 * sw, h + (m.mlp_matrices - 1) * m.shared_experts * m.expert_intermediate / t + h))
+            groups.append((np.array(rows), m.moe_layers))
+            act = (h + (m.mlp_matrices - 1) * m.expert_intermediate / t + h) * w
+            self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / t * w, act,
+                                       2 * m.expert_params / t)
+        groups.append((np.array([head]), 1))
+        return groups
+
+    def _expert_seconds(self, N) -> np.ndarray | float:
+        """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
+        if self._experts is None:
+            return 0.0
+        return self._experts.seconds(N, self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu)
+
     # -- the cost interface ----------------------------------------------------------------------
     def _parts(self, stats: BatchStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Seconds limited by memory, by compute, and fixed (overhead + collectives)."""
@@ -150,6 +197,8 @@ class RooflineModel(CostModel):
         tm = ((stats.cached + N) * self._kv_bytes + N * self._q_bytes) / B
         tc = stats.pairs * (self._pair_flops / P)
         _accumulate(mem, cmp, tm, tc)
+        if self._experts is not None:
+            _accumulate(mem, cmp, self._experts.bytes(N) / B, self._experts.flops(N) / P)
         mem += N * (self._embed_bytes / B)
         fixed = self._fixed + self._comm_fixed + self._comm_per_token * N
         return mem, cmp, fixed
@@ -168,6 +217,8 @@ class RooflineModel(CostModel):
         else:
             kv = np.maximum(kv, flops)
         out += kv
+        if self._experts is not None:
+            out += self._expert_seconds(N)
         return out
 
     def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
@@ -194,6 +245,8 @@ class RooflineModel(CostModel):
         kv += N
         np.maximum(kv, flops, out=kv)
         out += kv
+        if self._experts is not None:
+            out += self._expert_seconds(np.multiply(b, n, dtype=np.float64))
         return out.reshape(shape)[()]
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
@@ -206,8 +259,11 @@ class RooflineModel(CostModel):
 
     def kv_bytes_per_device(self, batch, context) -> np.ndarray:
         m = self.model
-        kv_heads = np.ceil(m.kv_heads / self.tp)
-        per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
+        if m.kv_lora_rank:  # the latent and the rotary key, on every TP device
+            per_token = m.kv_per_token * self.bytes / self.pp
+        else:
+            kv_heads = np.ceil(m.kv_heads / self.tp)
+            per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
         return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token
 
     def check_fits(self, batch, context, extra_weights: float = 0.0, extra_kv_per_token: float = 0.0) -> None:
