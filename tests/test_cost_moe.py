@@ -37,7 +37,8 @@ def test_expected_distinct_experts_matches_simulated_routing(E, k, n, seed):
     p = (1 - k / E) ** n
     q = ((E - k) * (E - k - 1) / (E * (E - 1))) ** n
     var = E * p * (1 - p) + E * (E - 1) * (q - p * p)
-    assert abs(distinct.mean() - exact) <= 5 * np.sqrt(max(var, 0.0) / trials) + 1e-9
+    # 5 standard errors, plus a few counts' worth for rare misses (where the normal bound is too tight)
+    assert abs(distinct.mean() - exact) <= 5 * np.sqrt(max(var, 0.0) / trials) + 3 / trials
     assert 0 <= exact <= E and (n == 0 or exact >= k - 1e-9)
 
 
