@@ -22,6 +22,7 @@ valid range, as on the command line. A target and its drafters on catalog hardwa
 :func:`draftsim.sim.cost.assemble` (a :class:`~draftsim.sim.cost.Deployment`).
 """
 
+from .commands.calibration import CalibrateConfig, CalibrateResult, calibrate_hardware
 from .commands.costing import CostConfig, CostResult, HardwareOptions, PricedOptions, ProfileConfig, ProfileResult, cost, profile
 from .commands.demo import DemoConfig, DemoResult, demo
 from .commands.heads import TrainHeadConfig, TrainHeadResult
@@ -58,7 +59,7 @@ from .config import check
 
 __all__ = [
     "HardwareOptions", "PricedOptions", "AcceptanceOptions", "check",
-    "CostConfig", "CostResult", "cost",
+    "CostConfig", "CostResult", "cost", "CalibrateConfig", "CalibrateResult", "calibrate_hardware",
     "EwifConfig", "EwifResult", "ewif", "PlanConfig", "PlanResult", "plan",
     "SimulateConfig", "SimulateResult", "simulate",
     "ServeSimConfig", "ServeSimResult", "serve_sim", "serving_config",

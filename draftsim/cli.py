@@ -15,6 +15,7 @@ from draftsim.sim.errors import DraftsimError
 from . import __version__
 from .commands import (
     acceptance,
+    calibration,
     costing,
     demo,
     distillation,
@@ -29,7 +30,7 @@ from .commands import (
     traces,
 )
 
-COMMANDS = (planning, simulation, acceptance, optimization, costing, traces, distillation, heads, running, serve, servesim, sweeping, demo)
+COMMANDS = (planning, simulation, acceptance, optimization, costing, calibration, traces, distillation, heads, running, serve, servesim, sweeping, demo)
 
 
 class _Parser(argparse.ArgumentParser):
