@@ -418,3 +418,51 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
             "controller": meta.get("controller"), "requests": len(reqs), "costs": what, "overhead": overhead, "metrics": rows,
             "predicted": predicted, "measured": measured,
             "preemptions": {"predicted": predicted_run.preemptions.tolist(), "measured": measured_run.preemptions.tolist()}}
+
+
+#: The metrics a ``vllm bench serve`` result and the simulator's summary share: (row, the
+#: result's key (seconds), the summary's metric and statistic).
+VLLM_CHECKED = (("ttft_mean", "mean_ttft", "ttft", "mean"), ("ttft_p50", "median_ttft", "ttft", "p50"),
+                ("ttft_p99", "p99_ttft", "ttft", "p99"), ("tpot_mean", "mean_tpot", "tpot", "mean"),
+                ("tpot_p50", "median_tpot", "tpot", "p50"), ("itl_p50", "median_itl", "itl", "p50"),
+                ("e2e_mean", "mean_e2el", "e2e", "mean"))
+
+
+def vllm_workload(bench, seed: int = 0) -> Workload:
+    """The workload a ``vllm bench serve`` run sent: its requests' lengths, arriving at their
+    recorded start times, else all at once (request rate inf), else as a Poisson process at its
+    request rate (vLLM's default arrivals) drawn with ``seed``."""
+    if not bench.detailed:
+        raise DraftsimError(f"{bench.source}: per-request lengths are missing; save the run with --save-detailed")
+    n = bench.completed
+    if bench.start_times is not None:
+        arrival = bench.start_times - bench.start_times.min()
+        order = np.argsort(arrival, kind="stable")
+    else:
+        if np.isinf(bench.request_rate):
+            arrival = np.zeros(n)
+        else:
+            arrival = np.cumsum(np.random.default_rng([seed, 5]).exponential(1.0 / bench.request_rate, n))
+            arrival -= arrival[0]
+        order = np.arange(n)
+    prompt = np.maximum(bench.input_lens.astype(np.int64), 1)
+    output = np.maximum(bench.output_lens.astype(np.int64), 1)
+    return Workload(arrival[order], prompt[order], output[order], np.zeros(n, dtype=np.int64))
+
+
+def check_vllm(bench, config: ServingConfig, seed: int = 0) -> dict:
+    """Replay a ``vllm bench serve`` run's workload (:func:`vllm_workload`) on ``config`` and
+    compare the simulator's metrics with the run's own, per metric the file has."""
+    wl = vllm_workload(bench, seed)
+    predicted = summarize_run(serve(config, wl, seed=seed))
+    rows = []
+    for name, key, metric, stat in VLLM_CHECKED:
+        if key in bench.metrics:
+            p, m = float(predicted[metric][stat]), float(bench.metrics[key])
+            rows.append({"metric": name, "predicted": p, "measured": m, "relative_error": _rel(p, m)})
+    measured_tp = float(bench.output_lens.sum() / bench.duration)
+    rows.append({"metric": "throughput", "predicted": float(predicted["throughput"]), "measured": measured_tp,
+                 "relative_error": _rel(float(predicted["throughput"]), measured_tp)})
+    return {"path": bench.source, "target": getattr(config.target, "name", None), "drafter": None, "policy": repr(config.policy),
+            "controller": repr(config.controller), "requests": bench.completed, "costs": getattr(config.target, "name", "?"),
+            "metrics": rows, "predicted": predicted, "measured": {"duration": bench.duration, **bench.metrics}}

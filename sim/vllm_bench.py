@@ -45,6 +45,7 @@ class VllmBench:
     itls: list | None
     start_times: np.ndarray | None
     metrics: dict  #: the file's *_ms metrics in seconds, e.g. "median_ttft", "mean_tpot", "p99_itl"
+    spec_rates: tuple | None = None  #: spec_decode_per_position_acceptance_rates (cumulative, vLLM's) when the run speculated
 
     @property
     def detailed(self) -> bool:
@@ -118,7 +119,12 @@ def read_vllm_bench(path) -> VllmBench:
         if not isinstance(itls, list) or len(itls) != n or not all(isinstance(x, list) for x in itls):
             raise DraftsimError(f"{source}: field itls must hold one list of gaps per completed request")
     model = doc.get("model_id")
+    spec = doc.get("spec_decode_per_position_acceptance_rates")
+    if spec is not None:
+        if not isinstance(spec, list) or not spec or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in spec):
+            raise DraftsimError(f"{source}: field spec_decode_per_position_acceptance_rates must be a list of rates")
+        spec = tuple(float(x) / 100.0 if max(spec) > 1.0 else float(x) for x in spec)  # percent in some versions
     return VllmBench(source, model if isinstance(model, str) else None, math.inf if rate is None else rate,
                      None if conc is None else int(conc), duration, n, _array(doc, "input_lens", source, n),
                      _array(doc, "output_lens", source, n), _array(doc, "ttfts", source, n), itls,
-                     _array(doc, "start_times", source, n), metrics)
+                     _array(doc, "start_times", source, n), metrics, spec)

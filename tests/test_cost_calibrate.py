@@ -103,3 +103,36 @@ def test_bad_calibrations_are_one_line(tmp_path, capsys, extra, message):
     status, out, err = run(capsys, "calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", *args, "--out", str(tmp_path / "o.json"))
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "o.json").exists()
+
+
+def test_check_serve_replays_a_vllm_result(tmp_path, capsys):
+    """check-serve --vllm-result: the run's arrivals (start_times) and lengths replayed on the named
+    deployment, each metric the file has compared; a speculative run with its acceptance."""
+    from draftsim.analysis.servecheck import vllm_workload
+
+    doc = json.loads(vllm_result(tmp_path / "r.json", 2.0, 8.0, 40.0, n=12).read_text())
+    doc["start_times"] = [100.0 + 0.5 * i for i in range(12)]
+    doc["input_lens"] = [100 + 10 * i for i in range(12)]
+    doc["output_lens"] = [50 + i for i in range(12)]
+    doc["itls"] = [[0.008] * (50 + i - 1) for i in range(12)]
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    wl = vllm_workload(read_vllm_bench(tmp_path / "r.json"))
+    assert wl.arrival.tolist() == [0.5 * i for i in range(12)] and wl.prompt.tolist() == doc["input_lens"]
+    assert wl.output.tolist() == doc["output_lens"]
+    status, out, err = run(capsys, "check-serve", "--vllm-result", str(tmp_path / "r.json"), "--target", "llama-3.1-8b",
+                           "--hardware", "h100-sxm", "--json")
+    assert status == 0, err
+    rows = {r["metric"]: r for r in json.loads(out)}
+    assert set(rows) == {"ttft_mean", "ttft_p50", "tpot_mean", "itl_p50", "e2e_mean", "throughput"}
+    assert rows["tpot_mean"]["measured"] == pytest.approx(0.008) and rows["tpot_mean"]["predicted"] > 0
+    doc["spec_decode_per_position_acceptance_rates"] = [80.0, 60.0, 45.0]  # percent, as vLLM writes them
+    (tmp_path / "s.json").write_text(json.dumps(doc))
+    status, out, err = run(capsys, "check-serve", "--vllm-result", str(tmp_path / "s.json"), "--target", "llama-3.1-8b",
+                           "--hardware", "h100-sxm", "--drafter-model", "eagle3")
+    assert status == 0, err
+    assert "k=3" in out.splitlines()[0]  # the policy drafts as many tokens as the file has positions
+    status, out, err = run(capsys, "check-serve", "--vllm-result", str(tmp_path / "r.json"), "--target", "llama-3.1-8b",
+                           "--hardware", "h100-sxm", "--drafter-model", "eagle3")
+    assert status == 2 and "holds no spec_decode_per_position_acceptance_rates" in err
+    status, out, err = run(capsys, "check-serve", "--vllm-result", str(tmp_path / "r.json"))
+    assert status == 2 and "needs --target MODEL and --hardware HW" in err

@@ -60,7 +60,19 @@ class CheckServeConfig:
     """``draftsim check-serve``: a serving trace replayed in the serving simulator and compared
     with the run."""
 
-    trace: str = option(help="serving trace folder (draftsim serve --trace)", positional=True, required=True)
+    trace: str | None = option(help="serving trace folder (draftsim serve --trace); or give --vllm-result", positional=True, nargs="?")
+    vllm_result: str | None = option(help="a vllm bench serve --save-result --save-detailed file as the measurement: its workload "
+                                     "replayed in serve-sim on --target/--hardware (a speculative run: with --drafter-model and the "
+                                     "file's per-position acceptance)", metavar="FILE", group="vLLM result")
+    target: str | None = option(help="with --vllm-result: the served model (catalog name or config.json)", metavar="MODEL", group="vLLM result")
+    hardware: str | None = option(help="with --vllm-result: the catalog hardware it ran on", metavar="HW", group="vLLM result")
+    tp: int = option(1, "with --vllm-result: tensor-parallel devices (default 1)", type=a.count("tp", 1, 1024), group="vLLM result")
+    dtype: str = option("bfloat16", "with --vllm-result: dtype (default bfloat16)", group="vLLM result")
+    drafter_model: list[str] | None = option(help="with --vllm-result of a speculative run: its drafting method or model", append=True,
+                                             metavar="MODEL", group="vLLM result")
+    overheads: str = option("vllm", "with --vllm-result: engine overheads on the rooflines (default vllm)", group="vLLM result")
+    catalog: list[str] = option([], "with --vllm-result: extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
+                                group="vLLM result")
     profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
     prefill_profile: str | None = option(help="a second profile that prices the joiners' prefills (batch 1, new tokens up to the "
                                          "longest prompt, its last-row table): the step grid then needs no long calls "
@@ -301,9 +313,36 @@ def check_serve(config: CheckServeConfig) -> CheckServeResult:
     from draftsim.analysis.servecheck import check_serve as compare
 
     check(config)
-    out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+    if (config.trace is None) == (config.vllm_result is None):
+        raise DraftsimError("give a serving TRACE folder or --vllm-result FILE (one of them)")
+    if config.vllm_result is not None:
+        out = _check_vllm(config)
+    else:
+        out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
     rows = [CheckRow(r["metric"], r["predicted"], r["measured"], r["relative_error"]) for r in out["metrics"]]
     return CheckServeResult(out["path"], out["target"], out["drafter"], out["policy"], out["requests"], out["costs"], rows, out)
+
+
+def _check_vllm(config: CheckServeConfig) -> dict:
+    """A vllm bench serve result replayed in serve-sim on the named model and hardware."""
+    from draftsim.analysis.servecheck import check_vllm
+    from draftsim.sim.vllm_bench import read_vllm_bench
+
+    from .servesim import ServeSimConfig, serving_config
+
+    if not config.target or not config.hardware:
+        raise DraftsimError("--vllm-result needs --target MODEL and --hardware HW (the deployment the run served)")
+    bench = read_vllm_bench(config.vllm_result)
+    spec = dict(policy="ar", alpha=0.5)
+    if config.drafter_model:
+        if bench.spec_rates is None:
+            raise DraftsimError(f"{bench.source} holds no spec_decode_per_position_acceptance_rates: a --drafter-model needs a "
+                                "speculative run's acceptance")
+        spec = dict(policy=f"fixed:k={len(bench.spec_rates)}", positional=",".join(f"{x:.6f}" for x in bench.spec_rates))
+    ssc = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, dtype=config.dtype,
+                         drafter_model=config.drafter_model, overheads=config.overheads, catalog=list(config.catalog),
+                         requests=bench.completed, **spec)
+    return check_vllm(bench, serving_config(ssc))
 
 
 def run_check(args: argparse.Namespace) -> int:
