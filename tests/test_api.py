@@ -160,7 +160,7 @@ def test_real_model_configs_are_checked_before_any_model_loads(tmp_path):
             serve(config)
     with pytest.raises(DraftsimError, match="give --qps"):
         serve(ServeConfig(requests=2))  # the workload is checked before SmolLM2 loads
-    with pytest.raises(DraftsimError, match="--trace is required"):
+    with pytest.raises(DraftsimError, match=r"give a serving TRACE folder or --vllm-result FILE \(one of them\)"):
         check_serve(CheckServeConfig())
     with pytest.raises(DraftsimError, match="no trace at"):
         check_serve(CheckServeConfig(trace=str(tmp_path / "nothing")))

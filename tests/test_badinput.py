@@ -292,6 +292,14 @@ CASES = [
     (["distill", "--minutes", "0"], ["minutes must be finite and > 0; got 0"]),
     (["distill", "--minutes", "inf"], ["minutes must be finite and > 0; got inf"]),
     (["distill", "--lr", "-1"], ["lr must be finite and > 0; got -1"]),
+    # --- calibrate
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--out", "c.json"], ["exactly one of --profile, --step-table or --vllm-result"]),
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--profile", "{W}/afile.txt", "--out", "c.json"], ["afile.txt"]),
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--vllm-result", "{W}/nonempty", "--out", "c.json"],
+     ["nonempty is not a regular file (a folder)"]),
+    (["calibrate", "--target", "nope-9b", "--hardware", "h100-sxm", "--step-table", "{W}/afile.txt", "--out", "c.json"], ["nope-9b"]),
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--step-table", "{W}/afile.txt", "--out", "c.txt"], ["c.txt", ".json"]),
+    (["check-serve", "--vllm-result", "{W}/afile.txt", "--target", "llama-3.1-8b", "--hardware", "h100-sxm"], ["afile.txt", "not valid JSON"]),
     # --- train-head
     (["train-head", "--out", "."], ["--out '.' is the current folder"]),
     (["train-head", "--out", "{W}/nonempty"], ["nonempty' is a folder with other files and no head"]),
