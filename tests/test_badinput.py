@@ -292,6 +292,7 @@ CASES = [
     (["distill", "--minutes", "0"], ["minutes must be finite and > 0; got 0"]),
     (["distill", "--minutes", "inf"], ["minutes must be finite and > 0; got inf"]),
     (["distill", "--lr", "-1"], ["lr must be finite and > 0; got -1"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", "1\x001"], ["contains a NUL byte"]),
     # --- calibrate
     (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--out", "c.json"], ["exactly one of --profile, --step-table or --vllm-result"]),
     (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--profile", "{W}/afile.txt", "--out", "c.json"], ["afile.txt"]),
