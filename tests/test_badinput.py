@@ -293,6 +293,11 @@ CASES = [
     (["distill", "--minutes", "inf"], ["minutes must be finite and > 0; got inf"]),
     (["distill", "--lr", "-1"], ["lr must be finite and > 0; got -1"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", "1\x001"], ["contains a NUL byte"]),
+    (["serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "2", "--prompt-len", "fixed:200000"],
+     ["200,000 prompt", "context of 131,072 tokens"]),
+    (["cost", "--target", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "3"], ["--tp 3 does not divide", "64 attention heads", "valid: 1, 2, 4"]),
+    (["cost", "--target", "llama-2-7b", "--drafter-model", "smollm2-135m", "--hardware", "h100-sxm", "--tp", "2", "--drafter-tp", "2"],
+     ["--tp 2 does not divide smollm2-135m's 9 attention heads"]),
     # --- calibrate
     (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--out", "c.json"], ["exactly one of --profile, --step-table or --vllm-result"]),
     (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--profile", "{W}/afile.txt", "--out", "c.json"], ["afile.txt"]),

@@ -4,6 +4,7 @@ stderr, exit status 2, nothing written."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -141,3 +142,16 @@ def test_request_trace_with_a_byte_order_mark_through_a_pipe_and_from_a_device(c
     status, out, err = run(capsys, *BASE, "--request-trace", "/dev/zero")
     assert status == 2 and out == "" and err.strip().splitlines() == [
         "draftsim serve-sim: error: request trace /dev/zero is not a regular file (a character device); give a file or a pipe"]
+
+
+def test_defaults_a_user_expects(capsys):
+    """No --requests or --duration: a default request count; --policy ar needs no acceptance; the
+    goodput line only when an SLO was given; no 15-digit maxima."""
+    status, out, err = run(capsys, "serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "4",
+                           "--replications", "1")
+    assert status == 0, err
+    assert "goodput" not in out and "1000 requests each" in out
+    assert not re.search(r"\d\.\d{6,}", out), out  # no runaway decimals
+    status, out, err = run(capsys, "serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "4",
+                           "--requests", "50", "--replications", "1", "--slo-ttft", "0.5")
+    assert status == 0 and "goodput" in out and "within the SLOs" in out

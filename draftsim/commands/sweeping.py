@@ -38,7 +38,7 @@ A spec is a TOML file (schema version 1): "a command line as a table" plus axes.
   [[zip]]                      # lists varied together
   [random]                     # n = 20, seed = 1, alpha = {{ uniform = [0.5, 0.9] }}
 
-Results: OUT/results/*.parquet (pandas.read_parquet(OUT + "/results")) and OUT/manifest.json.
+Results: OUT/results/*.parquet (draftsim.analysis.sweep.load(OUT), or pyarrow.parquet.read_table(OUT + "/results")) and OUT/manifest.json.
 Metrics per kind:
 {metrics}
 """
@@ -272,7 +272,7 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"on {summary.backend} with {summary.workers} worker(s)")
     for e in result.errors:
         print(f"  failed: {e}")
-    print(f"results: {summary.folder / 'results'}  (pandas.read_parquet({str(summary.folder / 'results')!r}))")
+    print(f"results: {summary.folder / 'results'}  (pyarrow.parquet.read_table({str(summary.folder / 'results')!r}))")
     return _failures(result)
 
 

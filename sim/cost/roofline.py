@@ -74,6 +74,9 @@ class RooflineModel(CostModel):
         self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
         #: CUDA-graph capture sizes in tokens: the dense operators run at the next size up (None: no padding)
         self.graph_tokens = None if graph_tokens is None else tuple(int(x) for x in graph_tokens)
+        if model.heads % self.tp:
+            raise DraftsimError(f"--tp {self.tp} does not divide {model.name}'s {model.heads} attention heads (tensor parallelism splits "
+                                f"them evenly, as vLLM requires); valid: {', '.join(str(t) for t in range(1, min(model.heads, 64) + 1) if model.heads % t == 0)}")
         if (self.tp > 1 or self.pp > 1) and hardware.interconnect_bandwidth <= 0:
             raise DraftsimError(f"hardware {hardware.name!r} lists no interconnect; use --tp 1 --pp 1")
         self.name = f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") + \

@@ -103,6 +103,12 @@ class ServingConfig:
         kv, plan = self.kv_cache()
         total = workload.prompt + workload.output
         i = int(np.argmax(total))
+        spec = getattr(self.target, "model", None)
+        limit = getattr(spec, "max_context", 0) or 0
+        if limit and len(total) and int(total[i]) + self.max_draft > limit:
+            raise DraftsimError(f"a request of {int(workload.prompt[i]):,} prompt + {int(workload.output[i]):,} output tokens"
+                                + (f" (+ a draft of {self.max_draft})" if self.max_draft else "")
+                                + f" exceeds {spec.name}'s context of {limit:,} tokens (max_position_embeddings); shorten the requests")
         if kv is not None:
             try:
                 kv.check_request(int(workload.prompt[i]), int(workload.output[i]))
