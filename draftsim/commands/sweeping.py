@@ -75,6 +75,8 @@ class CapacityConfig(RunnerOptions):
     """``draftsim capacity``: per configuration, the largest request rate meeting the spec's SLOs."""
 
     price: float | None = option(help="price of one device-hour (overrides price_per_hour of the spec)", type=a.positive("price"))
+    load: float | None = option(help="target load in requests/s: also the fewest replicas per configuration that meet the SLOs at it "
+                                "(overrides load of the spec)", type=a.positive("load"))
     figure: str | None = option(help="figure path (default: OUT/capacity.png)", metavar="OUT.png")
 
 
@@ -281,9 +283,10 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps."""
     check(config)
     spec, kind, workers = _prepare(config)
-    if config.price is not None:
-        spec.capacity = {**spec.capacity, "price_per_hour": config.price}
-        spec.raw = {**spec.raw, "capacity": spec.capacity}
+    for key, value in (("price_per_hour", config.price), ("load", config.load)):
+        if value is not None:
+            spec.capacity = {**spec.capacity, key: value}
+            spec.raw = {**spec.raw, "capacity": spec.capacity}
     settings = cap.settings(spec, kind)
     if config.check:
         sw.check_size(spec, config.force)
@@ -315,9 +318,24 @@ def run_capacity(args: argparse.Namespace) -> int:
     slo = ", ".join(f"{m} <= {b:g}" for m, b in settings.slo.items())
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
+    if settings.load is not None:
+        best = _fewest_devices(result.table, spec.axes)
+        if best is not None:
+            print(f"fewest devices for {settings.load:g} requests/s: {best}")
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
           f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {result.figure}")
     return 0
+
+
+def _fewest_devices(table, axes) -> str | None:
+    """The configuration that meets the load on the fewest devices (ties: the cheaper per token, then the first)."""
+    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("devices_for_load") is not None]
+    if not rows:
+        return None
+    key = lambda r: (r["devices_for_load"], r.get("cost_per_million_tokens") or 0.0)  # noqa: E731
+    r = min(rows, key=key)
+    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+    return f"{where}: {r['replicas_for_load']:.0f} replica(s), {r['devices_for_load']:.0f} device(s), margin {r['load_margin']:+.0%}"
 
 
 def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
