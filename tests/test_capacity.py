@@ -237,9 +237,9 @@ def test_replicas_for_a_target_load(tmp_path, capsys):
         assert r["devices_for_load"] == n * r["devices"]
         assert r["load_margin"] == pytest.approx(n * r["capacity_qps"] / 250.0 - 1.0)
         seed = sw.derive_seed(3, r["point"], 0)
-        run = lambda reps: KINDS["serve"].run({**base, "policy": r["policy"], "qps": 250.0, "replicas": reps}, seed)  # noqa: E731
-        assert run(n).summary.tpot.p50 <= 0.008
+        config = {**base, "policy": r["policy"], "qps": 250.0}
+        assert KINDS["serve"].run({**config, "replicas": n}, seed).summary.tpot.p50 <= 0.008
         if n > 1:
-            assert run(n - 1).summary.tpot.p50 > 0.008
+            assert KINDS["serve"].run({**config, "replicas": n - 1}, seed).summary.tpot.p50 > 0.008
     ar, k4 = rows
     assert k4["replicas_for_load"] <= ar["replicas_for_load"]
