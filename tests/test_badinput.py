@@ -298,6 +298,8 @@ CASES = [
     (["cost", "--target", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "3"], ["--tp 3 does not divide", "64 attention heads", "valid: 1, 2, 4"]),
     (["cost", "--target", "llama-2-7b", "--drafter-model", "smollm2-135m", "--hardware", "h100-sxm", "--tp", "2", "--drafter-tp", "2"],
      ["--tp 2 does not divide smollm2-135m's 9 attention heads"]),
+    (["cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", ",".join(map(str, range(1, 401))),
+      "--new-tokens", ",".join(map(str, range(1, 401))), "--context", ",".join(map(str, range(101)))], ["16,160,000 rows", "at most 100,000"]),
     # --- calibrate
     (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--out", "c.json"], ["exactly one of --profile, --step-table or --vllm-result"]),
     (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--profile", "{W}/afile.txt", "--out", "c.json"], ["afile.txt"]),

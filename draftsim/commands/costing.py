@@ -188,11 +188,19 @@ class CostResult:
         return {**self.info, "records": as_dict(self.records)}
 
 
+#: Most rows a cost table holds (each is a record in memory and a line of output).
+MAX_COST_ROWS = 100_000
+
+
 def cost(config: CostConfig) -> CostResult:
     """Forward times of ``config``'s target and drafters at every (batch, new tokens, context)."""
     check(config)
-    built = config.assembly()
     names = [config.target] + list(config.drafter_model or [])
+    rows = len(config.batch) * len(config.new_tokens) * len(config.context) * len(names)
+    if rows > MAX_COST_ROWS:
+        raise DraftsimError(f"{len(config.batch)} batches x {len(config.new_tokens)} new-token counts x {len(config.context)} contexts x "
+                            f"{len(names)} model(s) = {rows:,} rows; draftsim cost prints at most {MAX_COST_ROWS:,} (give fewer values)")
+    built = config.assembly()
     built.check_fits(config.batch, config.context, config.new_tokens)
     B, N, C = (np.array(v) for v in np.meshgrid(config.batch, config.new_tokens, config.context, indexing="ij"))
     B, N, C = B.ravel(), N.ravel(), C.ravel()

@@ -13,6 +13,7 @@ SI (FLOP/s, B/s, B, s).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -100,7 +101,7 @@ class ModelSpec:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 1; got {v!r}")
         for key in ("experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers", "q_lora_rank",
-                    "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers"):
+                    "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers", "max_context"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 0; got {v!r}")
@@ -218,20 +219,20 @@ class HardwareSpec:
             raise DraftsimError(f"hardware {self.name!r}: peak_tflops needs at least one dtype")
         for dt, v in self.peak_flops.items():
             dtype_bytes(dt)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise DraftsimError(f"hardware {self.name!r}: peak FLOP/s for {dt} must be > 0; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise DraftsimError(f"hardware {self.name!r}: peak FLOP/s for {dt} must be > 0 (and finite); got {v!r}")
         for key in ("memory_bandwidth", "memory"):
             v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise DraftsimError(f"hardware {self.name!r}: {key} must be > 0; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must be > 0 (and finite); got {v!r}")
         for key in ("mfu", "mbu", "ici_efficiency", "usable_memory"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and 0 < v <= 1):
                 raise DraftsimError(f"hardware {self.name!r}: {key} must lie in (0, 1]; got {v!r}")
         for key in ("interconnect_bandwidth", "interconnect_latency", "overhead", "overhead_per_layer"):
             v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and v >= 0):
-                raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0 (and finite); got {v!r}")
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
@@ -272,7 +273,7 @@ def model_from_entry(name: str, e: dict) -> ModelSpec:
         name=name, layers=e["layers"], hidden=e["hidden"], intermediate=e["intermediate"], heads=heads,
         kv_heads=e.get("kv_heads", heads), head_dim=e.get("head_dim", e["hidden"] // heads if isinstance(heads, int) and heads else 0),
         vocab=e["vocab"], tied_embeddings=bool(e.get("tied_embeddings", False)), mlp=e.get("mlp", "gated"),
-        max_context=int(e.get("max_context", 0)), source=e["source"], notes=e.get("notes", ""),
+        max_context=e.get("max_context", 0), source=e["source"], notes=e.get("notes", ""),
         **{k: e[k] for k in _MOE_FIELDS if k in e},
     )
 
@@ -362,13 +363,13 @@ class Catalog:
 
 
 def _read_json(path) -> dict:
+    from ..files import read_text
+
+    text = read_text(path, "catalog or config file", 64 * 2**20, fifo=False)
     try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DraftsimError(f"no such file: {path}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DraftsimError(f"{path} is not valid JSON: {exc}") from None
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise DraftsimError(f"{path} is not valid JSON: {' '.join(str(exc).split())[:160]}") from None
 
 
 def _parse(doc: dict, origin: str) -> Catalog:
@@ -383,7 +384,10 @@ def _parse(doc: dict, origin: str) -> Catalog:
     entries = {str(k).lower(): v for k, v in entries.items()}
     aliases = {}
     for name, e in entries.items():
-        for alias in (e.get("aliases", []) if isinstance(e, dict) else []):
+        listed = e.get("aliases", []) if isinstance(e, dict) else []
+        if not isinstance(listed, list) or not all(isinstance(x, str) and x for x in listed):
+            raise DraftsimError(f"{origin}: {name!r}: aliases must be a list of names; got {json.dumps(listed)[:60]}")
+        for alias in listed:
             aliases[str(alias).lower()] = name
     cat = Catalog(models=entries, aliases=aliases) if key == "models" else Catalog(hardware=entries, aliases=aliases)
     try:
