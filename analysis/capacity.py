@@ -22,6 +22,13 @@ option, plus a ``[capacity]`` table::
     price_per_hour = 2.5        # optional: price of one device-hour -> cost per 1M tokens
     devices = ["replicas", "tp"]  # options whose product is the number of devices (default 1)
     compare = "policy"   # the axis drawn as side-by-side bars in the figure (default: policy)
+    load = 40.0          # optional: a target load (requests/s) -> the fewest replicas that meet the SLOs at it
+
+With ``load``, each configuration's single-replica capacity c gives a first guess of
+⌈load / c⌉ replicas, which is then checked by simulating that many replicas (round-robin) at the
+load itself, and moved up or down until the fewest replicas that meet the SLOs are found (the
+kind needs a ``replicas`` option). The row reports them, the devices they take (replicas × the
+configuration's ``devices``) and the margin at that count, replicas × c / load − 1.
 
 Each configuration (point) is one task of the sweep machinery — run in parallel across
 configurations, stored as Parquet, resumable.
@@ -42,10 +49,10 @@ from ..sim.errors import DraftsimError
 from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
-                 "max_evaluations")
+                 "max_evaluations", "load")
 #: Columns of a capacity result, before the SLO metrics at capacity.
 CAPACITY_COLUMNS = ("capacity_qps", "bracket_low", "bracket_high", "evaluations", "throughput_at_capacity", "devices",
-                    "cost_per_million_tokens")
+                    "cost_per_million_tokens", "replicas_for_load", "devices_for_load", "load_margin")
 
 
 @dataclass
@@ -160,6 +167,7 @@ class Settings:
     devices: tuple[str, ...] = ()
     compare: str | None = None
     max_evaluations: int = 64
+    load: float | None = None
 
 
 def _positive(name: str, value) -> float:
@@ -186,7 +194,7 @@ def settings(spec: Spec, kind: Kind) -> Settings:
             raise DraftsimError(f"[capacity] slo: unknown metric {m!r} for kind {kind.name}; valid metrics: {', '.join(kind.metrics)}")
         _positive(f"slo.{m}", bound)
     out = {"slo": {m: float(b) for m, b in slo.items()}}
-    for name in ("start", "minimum", "maximum", "tolerance", "price_per_hour"):
+    for name in ("start", "minimum", "maximum", "tolerance", "price_per_hour", "load"):
         if name in table:
             out[name] = _positive(name, table[name])
     s = Settings(**out)
@@ -211,8 +219,10 @@ def settings(spec: Spec, kind: Kind) -> Settings:
     rate = kind.rate_option
     if rate in spec.base or rate in spec.axes:
         raise DraftsimError(f"the capacity search sets {rate}; remove it from the spec")
+    if s.load is not None and "replicas" in spec.axes:
+        raise DraftsimError("[capacity] load searches the replicas itself: remove replicas from the varied options")
     return Settings(out["slo"], s.start, s.minimum, s.maximum, s.tolerance, throughput, s.price_per_hour,
-                    tuple(d.replace("-", "_") for d in devices), compare, max_ev)
+                    tuple(d.replace("-", "_") for d in devices), compare, max_ev, s.load)
 
 
 def device_count(config: dict, names: Sequence[str]) -> float:
@@ -246,9 +256,46 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
         values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high, "evaluations": float(len(cap.evaluations)),
                   "throughput_at_capacity": throughput, "devices": devices, "cost_per_million_tokens": cost}
         values.update({f"{m}_at_capacity": cap.metrics.get(m) for m in s.slo})
+        if s.load is not None:
+            values.update(replicas_for_load(task.config, cap.qps, s, replicated(meets_with_replicas(run, rate_option, metric_paths, task.config),
+                                                                                 seeds, s.slo), devices))
         return Outcome(task.id, values, None, time.perf_counter() - t0, time.process_time() - c0)
     except Exception as exc:  # recorded with its error; the other configurations go on
         return Outcome(task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0)
+
+
+def meets_with_replicas(run: Callable, rate_option: str, metric_paths: dict, config: dict) -> Callable:
+    """``meets((replicas, qps), seed)``: the configuration's metrics with that many replicas at that rate."""
+    def meets(point, seed: int) -> dict:
+        replicas, qps = point
+        output = run({**config, "replicas": int(replicas), rate_option: float(qps)}, seed)
+        return {m: as_metric(m, lookup(output, p)) for m, p in metric_paths.items()}
+    return meets
+
+
+#: Most replicas a load search tries.
+MAX_REPLICAS = 1024
+
+
+def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Callable, devices: float) -> dict:
+    """The fewest replicas that meet the SLOs at ``s.load`` (see the module docstring), from the
+    first guess ⌈load / capacity⌉; ``evaluate((replicas, qps))`` runs the configuration."""
+    base = config.get("replicas", 1)
+    if capacity <= 0:
+        return {"replicas_for_load": None, "devices_for_load": None, "load_margin": None}
+    r = max(1, math.ceil(s.load / capacity - 1e-9))
+    meets = lambda n: evaluate((n * base, s.load))[0]  # noqa: E731
+    if meets(r):
+        while r > 1 and meets(r - 1):
+            r -= 1
+    else:
+        r += 1
+        while not meets(r):
+            r += 1
+            if r > MAX_REPLICAS:
+                raise DraftsimError(f"no count of replicas up to {MAX_REPLICAS} meets the SLOs at {s.load:g} requests/s")
+    return {"replicas_for_load": float(r * base), "devices_for_load": float(r * devices),
+            "load_margin": r * capacity / s.load - 1.0}
 
 
 def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
@@ -272,6 +319,8 @@ def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str],
     """Headers and rows of the capacity table (one row per configuration)."""
     cols = table.column_names
     headers = [*spec_axes, "capacity (req/s)", *[f"{m} at cap." for m in s.slo]]
+    if s.load is not None:
+        headers += [f"replicas for {s.load:g} req/s", "devices", "margin"]
     if s.throughput:
         headers.append("tokens/s at cap.")
     if s.price_per_hour is not None:
@@ -286,6 +335,10 @@ def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str],
         cap, high = data["capacity_qps"][i], data["bracket_high"][i]
         row.append(f">= {cap:.4g}" if high is None or math.isinf(high) else f"{cap:.4g}")
         row += [_fmt(data[f"{m}_at_capacity"][i]) for m in s.slo]
+        if s.load is not None:
+            reps = data["replicas_for_load"][i]
+            row += ["none meets" if reps is None else f"{reps:.0f}", _fmt(data["devices_for_load"][i]),
+                    "-" if data["load_margin"][i] is None else f"{data['load_margin'][i]:+.0%}"]
         if s.throughput:
             row.append(_fmt(data["throughput_at_capacity"][i]))
         if s.price_per_hour is not None:
@@ -342,10 +395,6 @@ def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
         axes[-1].legend(fontsize=8, loc="lower right")
     slo = ", ".join(f"{m} <= {b:g}" for m, b in s.slo.items())
     fig.suptitle(f"largest request rate meeting {slo}", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    from .figures import save_figure
+
+    return save_figure(fig, path)

@@ -13,6 +13,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..sim import analytic  # noqa: E402
+from ..sim.files import atomic_write  # noqa: E402
+
+
+def save_figure(fig, path) -> Path:
+    """Lay out ``fig``, write it to ``path`` atomically (a failed or interrupted write leaves no
+    temporary and an older file as it was; the format follows the suffix) and close it."""
+    path = Path(path)
+    try:
+        fig.tight_layout()
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=path.suffix.lstrip(".").lower() or "png"))
+    finally:
+        plt.close(fig)
+    return path
 
 
 def ewif_vs_k(path: Path, alphas=(0.6, 0.7, 0.8, 0.9), costs=(0.02, 0.1, 0.25), k_max: int = 16) -> Path:
@@ -32,10 +45,7 @@ def ewif_vs_k(path: Path, alphas=(0.6, 0.7, 0.8, 0.9), costs=(0.02, 0.1, 0.25), 
     np.atleast_1d(axes)[0].set_ylabel("EWIF (speedup)")
     np.atleast_1d(axes)[0].legend(fontsize=8)
     fig.suptitle("Expected walltime improvement factor against k (★ = optimal k)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def optimal_k_map(path: Path, k_max: int = 32, n: int = 400) -> Path:
@@ -58,10 +68,7 @@ def optimal_k_map(path: Path, k_max: int = 32, n: int = 400) -> Path:
     ax.set_xlabel("acceptance rate α")
     ax.set_ylabel("cost coefficient c")
     ax.set_title("Optimal draft length over (α, c)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def timeline(path: Path, tl, max_entries: int = 400) -> Path:
@@ -78,10 +85,7 @@ def timeline(path: Path, tl, max_entries: int = 400) -> Path:
     ax.set_ylabel("request")
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_title(f"DES timeline (first {n} of {len(tl)} phases)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def _cost_ratio_axes(ax, ylabel: str, title: str) -> None:
@@ -110,7 +114,4 @@ def threshold_vs_cost(path: Path, sweep: list[dict], comparisons: list[dict]) ->
         lat = np.array([c[key] if np.isscalar(c[key]) else c[key]["latency_per_token"] for c in comparisons])
         ax2.plot(ratios, ar / lat, marker="o", ms=3, label=label)
     _cost_ratio_axes(ax2, "speedup over autoregressive", "Policies on the same Markov-modulated workload")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

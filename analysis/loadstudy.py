@@ -24,6 +24,7 @@ from ..sim import policies  # noqa: E402
 from ..sim.controllers import NoControl  # noqa: E402
 from ..sim.errors import DraftsimError  # noqa: E402
 from ..sim.serving import ServingConfig, run_replications  # noqa: E402
+from .figures import save_figure  # noqa: E402
 
 __all__ = ["sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load", "serving_study"]
 
@@ -91,10 +92,7 @@ def speedup_vs_load(path, rows: list[dict], title: str = "", cross: float | None
     ax.set_title(title or "Speculative decoding under load")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def latency_cdfs(path, runs: dict) -> Path:
@@ -114,10 +112,7 @@ def latency_cdfs(path, runs: dict) -> Path:
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("fraction of requests")
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def load_over_time(path, run, kv_blocks: int | None = None) -> Path:
@@ -139,10 +134,7 @@ def load_over_time(path, run, kv_blocks: int | None = None) -> Path:
         ax2.legend(loc="upper right", fontsize=8)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return save_figure(fig, path)
 
 
 def serving_study(out_dir=None, *, qps=(0.5, 1, 2, 4, 8, 16, 32), requests: int = 200, seed: int = 0) -> dict:

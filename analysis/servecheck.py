@@ -53,6 +53,7 @@ from ..sim.cost.methods import LOOKUPS
 from ..sim.cost.profile import ProfileCost, load_profile
 from ..sim.errors import DraftsimError
 from ..sim.policies import parse_policy
+from ..sim.replay import VARIABLE_PROPOSALS, RecordedLengths
 from ..sim.serving import ServingConfig, serve
 from ..sim.serving.layout import RaggedLayout
 from ..sim.serving.metrics import summarize_run
@@ -183,26 +184,42 @@ class StepCost(CostModel):
         return np.full(np.shape(stats.tokens), 1)
 
 
-def realised_process(requests: list, members: list, width: int) -> TraceDriven:
-    """One recorded sequence per request (in id order): its output after the first token;
-    per round start and draft index whether the drafted token was accepted."""
-    reqs = sorted(requests, key=lambda r: r.request)
-    index = {r.request: i for i, r in enumerate(reqs)}
-    lengths = [max(r.output_tokens - 1, 1) for r in reqs]
-    flags = [np.zeros(n) for n in lengths]
-    rounds = [np.full((n, max(width, 1)), np.nan) for n in lengths]
-    emitted = [0] * len(reqs)
+def _rounds(requests: list, members: list):
+    """The decoding rounds of each request in order: (its index in id order, output tokens after
+    the first emitted before the round, the member record)."""
+    index = {r.request: i for i, r in enumerate(sorted(requests, key=lambda r: r.request))}
+    emitted = [0] * len(index)
     for m in sorted(members, key=lambda m: (m.step, m.request)):
         i = index.get(m.request)
         if i is None or m.prefill:
             continue
-        p = emitted[i]  # output tokens after the first one emitted before this round
+        yield i, emitted[i], m
+        emitted[i] += m.emitted
+
+
+def realised_process(requests: list, members: list, width: int) -> TraceDriven:
+    """One recorded sequence per request (in id order): its output after the first token;
+    per round start and draft index whether the drafted token was accepted."""
+    reqs = sorted(requests, key=lambda r: r.request)
+    lengths = [max(r.output_tokens - 1, 1) for r in reqs]
+    flags = [np.zeros(n) for n in lengths]
+    rounds = [np.full((n, max(width, 1)), np.nan) for n in lengths]
+    for i, p, m in _rounds(requests, members):
         for j in range(m.drafted):
             if p + j < lengths[i]:
                 flags[i][p + j] = float(j < m.accepted)
                 rounds[i][p, j] = float(j < m.accepted)
-        emitted[i] += m.emitted
     return TraceDriven(flags, rounds={(1, 0): rounds})
+
+
+def realised_lengths(requests: list, members: list) -> list[dict[int, int]]:
+    """Per request (in id order), the tokens its drafter proposed at each round start: what a
+    lookup drafter proposes is a property of the text (0 where nothing matched), replayed as
+    recorded (:class:`draftsim.sim.replay.RecordedLengths`)."""
+    out: list[dict[int, int]] = [{} for _ in requests]
+    for i, p, m in _rounds(requests, members):
+        out[i][p] = int(m.drafted)
+    return out
 
 
 def _rel(pred: float, meas: float) -> float:
@@ -348,9 +365,20 @@ def trace_scheduler(meta: dict, path) -> SchedulerConfig:
     from ..realrun.serving import server_scheduler
 
     try:
-        return server_scheduler(int(meta["max_batch"]), meta.get("scheduling", "fcfs"))
+        return server_scheduler(int(meta["max_batch"]), meta.get("scheduling", "fcfs"), int(meta.get("block_size") or 16))
     except (TypeError, ValueError) as err:
         raise DraftsimError(f"serving trace {path}: {err}") from None
+
+
+def trace_priorities(meta: dict, by_id: list, path) -> np.ndarray:
+    """Each request's priority class as the server had it (the fourth field of the metadata's
+    requests; 0 in traces written before priorities were recorded)."""
+    rows = meta.get("requests") or []
+    try:
+        return np.array([int(rows[r.request][3]) if r.request < len(rows) and len(rows[r.request]) > 3 else 0 for r in by_id],
+                        dtype=np.int64)
+    except (TypeError, ValueError, IndexError) as err:
+        raise DraftsimError(f"serving trace {path}: the metadata's requests hold no valid priority ({err})") from None
 
 
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
@@ -363,19 +391,24 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     steps, members, reqs, tokens = (trace.records(t) for t in ("steps", "members", "requests", "tokens"))
     if not reqs:
         raise DraftsimError(f"serving trace {path} holds no finished request")
-    measured = summarize_run(run_record(reqs, tokens, members, steps))
+    measured_run = run_record(reqs, tokens, members, steps)
+    measured = summarize_run(measured_run)
     policy = parse_policy(meta["policy"])
+    if policy.kind == "chain" and meta.get("drafter") in VARIABLE_PROPOSALS:  # a lookup: its proposals as recorded
+        policy = RecordedLengths(realised_lengths(reqs, members), meta["policy"], k_max=policy.max_draft)
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
     target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
     drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
+    kv_tokens = meta.get("kv_tokens")
     cfg = ServingConfig(policy, process, target, drafters, controller=controller, scheduler=trace_scheduler(meta, path),
-                        layout=cache_layout(meta, path))
+                        layout=cache_layout(meta, path), kv_tokens=int(kv_tokens) if kv_tokens is not None else None)
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
-                  np.array([r.output_tokens for r in by_id], dtype=np.int64), np.zeros(len(by_id), dtype=np.int64))
-    predicted = summarize_run(serve(cfg, wl, seed=seed))
+                  np.array([r.output_tokens for r in by_id], dtype=np.int64), trace_priorities(meta, by_id, path))
+    predicted_run = serve(cfg, wl, seed=seed)
+    predicted = summarize_run(predicted_run)
     rows = []
     for name, key, stat in CHECKED:
         p = predicted[key] if stat is None else predicted[key][stat]
@@ -383,4 +416,53 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
         rows.append({"metric": name, "predicted": float(p), "measured": float(m), "relative_error": _rel(p, m)})
     return {"path": str(Path(path)), "target": meta.get("target"), "drafter": meta.get("drafter"), "policy": meta.get("policy"),
             "controller": meta.get("controller"), "requests": len(reqs), "costs": what, "overhead": overhead, "metrics": rows,
-            "predicted": predicted, "measured": measured}
+            "predicted": predicted, "measured": measured,
+            "preemptions": {"predicted": predicted_run.preemptions.tolist(), "measured": measured_run.preemptions.tolist()}}
+
+
+#: The metrics a ``vllm bench serve`` result and the simulator's summary share: (row, the
+#: result's key (seconds), the summary's metric and statistic).
+VLLM_CHECKED = (("ttft_mean", "mean_ttft", "ttft", "mean"), ("ttft_p50", "median_ttft", "ttft", "p50"),
+                ("ttft_p99", "p99_ttft", "ttft", "p99"), ("tpot_mean", "mean_tpot", "tpot", "mean"),
+                ("tpot_p50", "median_tpot", "tpot", "p50"), ("itl_p50", "median_itl", "itl", "p50"),
+                ("e2e_mean", "mean_e2el", "e2e", "mean"))
+
+
+def vllm_workload(bench, seed: int = 0) -> Workload:
+    """The workload a ``vllm bench serve`` run sent: its requests' lengths, arriving at their
+    recorded start times, else all at once (request rate inf), else as a Poisson process at its
+    request rate (vLLM's default arrivals) drawn with ``seed``."""
+    if not bench.detailed:
+        raise DraftsimError(f"{bench.source}: per-request lengths are missing; save the run with --save-detailed")
+    n = bench.completed
+    if bench.start_times is not None:
+        arrival = bench.start_times - bench.start_times.min()
+        order = np.argsort(arrival, kind="stable")
+    else:
+        if np.isinf(bench.request_rate):
+            arrival = np.zeros(n)
+        else:
+            arrival = np.cumsum(np.random.default_rng([seed, 5]).exponential(1.0 / bench.request_rate, n))
+            arrival -= arrival[0]
+        order = np.arange(n)
+    prompt = np.maximum(bench.input_lens.astype(np.int64), 1)
+    output = np.maximum(bench.output_lens.astype(np.int64), 1)
+    return Workload(arrival[order], prompt[order], output[order], np.zeros(n, dtype=np.int64))
+
+
+def check_vllm(bench, config: ServingConfig, seed: int = 0) -> dict:
+    """Replay a ``vllm bench serve`` run's workload (:func:`vllm_workload`) on ``config`` and
+    compare the simulator's metrics with the run's own, per metric the file has."""
+    wl = vllm_workload(bench, seed)
+    predicted = summarize_run(serve(config, wl, seed=seed))
+    rows = []
+    for name, key, metric, stat in VLLM_CHECKED:
+        if key in bench.metrics:
+            p, m = float(predicted[metric][stat]), float(bench.metrics[key])
+            rows.append({"metric": name, "predicted": p, "measured": m, "relative_error": _rel(p, m)})
+    measured_tp = float(bench.output_lens.sum() / bench.duration)
+    rows.append({"metric": "throughput", "predicted": float(predicted["throughput"]), "measured": measured_tp,
+                 "relative_error": _rel(float(predicted["throughput"]), measured_tp)})
+    return {"path": bench.source, "target": getattr(config.target, "name", None), "drafter": None, "policy": repr(config.policy),
+            "controller": repr(config.controller), "requests": bench.completed, "costs": getattr(config.target, "name", "?"),
+            "metrics": rows, "predicted": predicted, "measured": {"duration": bench.duration, **bench.metrics}}

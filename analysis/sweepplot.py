@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .figures import save_figure  # noqa: E402
+
 
 def _order(values) -> list:
     """Axis values sorted numerically when they are numbers, else in text order."""
@@ -21,16 +23,6 @@ def _order(values) -> list:
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return sorted(values)
     return sorted(values, key=str)
-
-
-def _save(fig, path) -> Path:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.tight_layout()
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
 
 
 def _note(averaged, fixed=None) -> str:
@@ -62,7 +54,7 @@ def heatmap(path, groups: dict, x: str, y: str, metric: str, averaged=(), fixed=
                     ax.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", fontsize=7,
                             color="black" if grid[i, j] > mid else "white")
     ax.set_title(metric + _note(averaged, fixed), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def lines(path, groups: dict, x: str, y: str | None, metric: str, averaged=(), fixed=None) -> Path:
@@ -89,4 +81,4 @@ def lines(path, groups: dict, x: str, y: str | None, metric: str, averaged=(), f
     if y is not None:
         ax.legend(fontsize=8)
     ax.set_title(metric + _note(averaged, fixed), fontsize=9)
-    return _save(fig, path)
+    return save_figure(fig, path)

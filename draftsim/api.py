@@ -10,17 +10,23 @@ the configurations, and sweeps build them from a spec's points (:mod:`draftsim.s
     result = simulate(SimulateConfig(policy="fixed:k=4", alpha=0.8, cost=[0.05], tokens=100_000))
     result.metrics.ewif.value, result.analytic_ewif
 
-The real-model commands return dicts: ``serve`` what its ``--json`` prints, ``check_serve`` the
-comparison (``--json`` prints its ``"metrics"`` rows), ``demo`` the results of
-:func:`draftsim.analysis.demo.run_demo`; everything but the model is checked before a model loads.
+The real-model commands return typed results too: ``serve`` a :class:`ServeResult` (its metrics
+the serving simulator's :class:`ServeSummary` of the run), ``check_serve`` a
+:class:`CheckServeResult` (one :class:`CheckRow` per metric), ``run_method`` a :class:`RunResult`
+(a :class:`draftsim.realrun.compare.Measurement`), ``profile`` a :class:`ProfileResult` (a
+:class:`draftsim.sim.cost.ProfileCost`), ``train_head`` a :class:`TrainHeadResult` and ``demo`` a
+:class:`DemoResult`; everything but the model is checked before a model loads.
 
 Invalid values raise :class:`draftsim.sim.errors.DraftsimError` naming the option and its
 valid range, as on the command line. A target and its drafters on catalog hardware come from
 :func:`draftsim.sim.cost.assemble` (a :class:`~draftsim.sim.cost.Deployment`).
 """
 
-from .commands.costing import CostConfig, CostResult, HardwareOptions, PricedOptions, cost
-from .commands.demo import DemoConfig, demo
+from .commands.calibration import CalibrateConfig, CalibrateResult, calibrate_hardware
+from .commands.costing import CostConfig, CostResult, HardwareOptions, PricedOptions, ProfileConfig, ProfileResult, cost, profile
+from .commands.demo import DemoConfig, DemoResult, demo
+from .commands.heads import TrainHeadConfig, TrainHeadResult
+from .commands.heads import train as train_head
 from .commands.optimization import (
     KMatrixConfig,
     KMatrixReport,
@@ -33,8 +39,9 @@ from .commands.optimization import (
     optimize_tree,
 )
 from .commands.planning import EwifConfig, EwifResult, PlanConfig, PlanResult, ewif, plan
-from .commands.serve import CheckServeConfig, ServeConfig, check_serve, serve
-from .commands.servesim import ServeSimConfig, ServeSimResult, serve_sim, serving_config
+from .commands.running import RunConfig, RunResult, run_method
+from .commands.serve import CheckRow, CheckServeConfig, CheckServeResult, ServeConfig, ServeResult, check_serve, serve
+from .commands.servesim import ServeSimConfig, ServeSimResult, ServeSummary, serve_sim, serving_config
 from .commands.simulation import AcceptanceOptions, SimulateConfig, SimulateResult, simulate
 from .commands.sweeping import (
     CapacityConfig,
@@ -52,11 +59,13 @@ from .config import check
 
 __all__ = [
     "HardwareOptions", "PricedOptions", "AcceptanceOptions", "check",
-    "CostConfig", "CostResult", "cost",
+    "CostConfig", "CostResult", "cost", "CalibrateConfig", "CalibrateResult", "calibrate_hardware",
     "EwifConfig", "EwifResult", "ewif", "PlanConfig", "PlanResult", "plan",
     "SimulateConfig", "SimulateResult", "simulate",
     "ServeSimConfig", "ServeSimResult", "serve_sim", "serving_config",
-    "ServeConfig", "serve", "CheckServeConfig", "check_serve", "DemoConfig", "demo",
+    "ServeSummary", "ServeConfig", "ServeResult", "serve", "CheckServeConfig", "CheckServeResult", "CheckRow", "check_serve",
+    "DemoConfig", "DemoResult", "demo", "RunConfig", "RunResult", "run_method", "ProfileConfig", "ProfileResult", "profile",
+    "TrainHeadConfig", "TrainHeadResult", "train_head",
     "KMatrixConfig", "KMatrixReport", "optimize_kmatrix", "ThresholdConfig", "ThresholdReport", "optimize_threshold",
     "TreeConfig", "TreeReport", "optimize_tree",
     "ReplayConfig", "ReplayResult", "replay",

@@ -15,6 +15,7 @@ from draftsim.sim.errors import DraftsimError
 from . import __version__
 from .commands import (
     acceptance,
+    calibration,
     costing,
     demo,
     distillation,
@@ -29,7 +30,7 @@ from .commands import (
     traces,
 )
 
-COMMANDS = (planning, simulation, acceptance, optimization, costing, traces, distillation, heads, running, serve, servesim, sweeping, demo)
+COMMANDS = (planning, simulation, acceptance, optimization, costing, calibration, traces, distillation, heads, running, serve, servesim, sweeping, demo)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +93,10 @@ def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    nul = next((a for a in argv if "\x00" in a), None)
+    if nul is not None:  # no path, name or number holds one (os calls raise ValueError on it)
+        shown = nul.replace(chr(0), "\\0")
+        parser.error(f"argument {shown!r} contains a NUL byte; no option takes one")
     args = parser.parse_args(_join_dash_values(parser, argv))
     try:
         return int(args.run(args) or 0)

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..sim.errors import DraftsimError, file_mode
+from ..sim.errors import DraftsimError
+from ..sim.files import atomic_write_json
 from .models import LoadedModel, cache_dir, load_model
 from .prompts import SETS, format_prompt, prompt_set
 
@@ -106,12 +107,7 @@ def target_corpus(target: LoadedModel, split: str, n_per_set: int, max_new_token
                 out.append((full, len(ids)))
     if not out:
         raise DraftsimError("the target generated no text to distil from")
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(out, fh)
-    os.chmod(tmp, file_mode())  # mkstemp creates 0600
-    os.replace(tmp, cache)
+    atomic_write_json(cache, out, indent=None, mkdir=True)
     return out
 
 

@@ -112,6 +112,9 @@ class MethodSpec:
         if self.kind in TREE_METHODS:
             if policy.kind != "tree":
                 raise DraftsimError(f"method {self.kind} needs a tree policy (e.g. tree:width=3,depth=4); got {self.policy_spec}")
+            if policy.choices is not None:
+                raise DraftsimError(f"{self.policy_spec}: static trees (choices) run in the simulators; the real executor drafts "
+                                    "dynamic trees: give width and depth")
             if self.kind == "ssd" and policy.width != 1:
                 raise DraftsimError("method ssd drafts a chain: tree:width=1,depth=K")
             if self.kind == "tsd" and policy.merge:

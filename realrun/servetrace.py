@@ -249,12 +249,18 @@ def run_record(requests: list, tokens: list, members: list, steps: list, meta: d
     index = {r.request: i for i, r in enumerate(reqs)}
     n = len(reqs)
     rounds = np.zeros(n, dtype=np.int64)
+    prefills = np.zeros(n, dtype=np.int64)  # a preempted request is prefilled again when readmitted (recompute)
     drafted, accepted = [], []
     for m in members:
-        if not m.prefill and m.request in index:
+        if m.request not in index:
+            continue
+        if m.prefill:
+            prefills[index[m.request]] += 1
+        else:
             rounds[index[m.request]] += 1
             drafted.append(m.drafted)
             accepted.append(m.accepted)
+    prefills = np.maximum(prefills, 1)
     times: dict = {}
     for t in tokens:
         times.setdefault(t.request, []).append(t.time)
@@ -275,8 +281,8 @@ def run_record(requests: list, tokens: list, members: list, steps: list, meta: d
           "tokens": np.array([s.new_tokens + s.prefill_tokens for s in steps], dtype=np.int64),
           "kv": np.full(len(steps), -1, dtype=np.int64), "waiting": np.array([s.waiting for s in steps], dtype=np.int32)}
     return RunRecord(arrival=col("arrival"), admitted=col("admitted"), first_token=col("first_token"), finish=col("finish"),
-                     prompt=col("prompt_tokens", np.int64), output=col("output_tokens", np.int64), preemptions=np.zeros(n, dtype=np.int64),
-                     rounds=rounds, prefills=np.ones(n, dtype=np.int64), itl=itl, steps=st, spec=spec, kv_blocks=None, replicas=1,
+                     prompt=col("prompt_tokens", np.int64), output=col("output_tokens", np.int64), preemptions=prefills - 1,
+                     rounds=rounds, prefills=prefills, itl=itl, steps=st, spec=spec, kv_blocks=None, replicas=1,
                      meta=dict(meta or {}))
 
 

@@ -25,6 +25,18 @@ controller (:mod:`draftsim.sim.controllers`) that may cap the draft length for t
    not depend on what else is in the batch;
 4. finished sequences (EOS or their token budget) leave; waiting ones join at the next step.
 
+**KV pool** (``kv_tokens``, ``block_size``): optionally the scheduler keeps the serving
+simulator's paged pool (:class:`draftsim.sim.serving.kvcache.KVCache`: a running request holds
+⌈(its tokens + the draft window) / block_size⌉ blocks, a prefill what it has prefilled) and
+admits, and preempts, by it exactly as in the simulator. The server executes a preemption as
+vLLM's recompute does: the victim's rows leave the caches, it rejoins the waiting queue at its
+front, and when it is admitted again its prompt and every token it generated are prefilled
+anew (the prefill's row gives its next token; greedy output equals an uninterrupted run's).
+The pool is a budget the scheduler enforces, not the caches' physical layout: the ragged
+caches below hold each row's context plus stale slots at the batch's width, so their bytes are
+rows × width, while the pool counts each request's own tokens rounded up to blocks (what a
+paged cache such as vLLM's would hold); ``check_memory`` bounds the ragged caches' worst case.
+
 **KV cache**: the running sequences' keys and values live in one ragged
 :class:`~draftsim.realrun.kvcache.BatchKV` per model (one row per sequence; rejected draft
 tokens stay as stale slots, masked, trimmed before each forward and compacted when they pass
@@ -55,6 +67,7 @@ import numpy as np
 from ..sim.errors import DraftsimError
 from ..sim.policies import Autoregressive, Policy
 from ..sim.rules import SD
+from ..sim.serving.kvcache import KVCache
 from ..sim.serving.layout import RaggedLayout
 from ..sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
 from ..sim.verify import verify_block, verify_greedy_ids
@@ -64,7 +77,7 @@ from .kvcache import BatchKV
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
-__all__ = ["ServeRequest", "Server", "ServeLog", "server_scheduler", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
+__all__ = ["ServeRequest", "Server", "ServeLog", "server_scheduler", "server_pool", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
            "prompt_pool", "requests_from"]
 
 _now = time.perf_counter
@@ -73,12 +86,15 @@ _now = time.perf_counter
 @dataclass(frozen=True)
 class ServeRequest:
     """One request: ``id``, ``arrival`` (seconds after the run starts), the ``prompt``'s token
-    ids and the most tokens it may generate (``max_new_tokens``; EOS may end it earlier)."""
+    ids, the most tokens it may generate (``max_new_tokens``; EOS may end it earlier) and its
+    ``priority`` class (lower is served first under the ``priority`` queue, as in the serving
+    simulator's request table)."""
 
     id: int
     arrival: float
     prompt: tuple
     max_new_tokens: int
+    priority: int = 0
 
 
 # ---------------------------------------------------------------- checks
@@ -221,6 +237,7 @@ class ServeLog:
     tokens: list = field(default_factory=list)
     outputs: dict = field(default_factory=dict)
     seconds: float = 0.0
+    preemptions: list = field(default_factory=list)  #: (step, request id) of each preemption, in order
 
 
 def _capped(controller, batch: int, k: int, context: int) -> int:
@@ -232,12 +249,25 @@ def _capped(controller, batch: int, k: int, context: int) -> int:
     return k if cap is None else max(0, min(k, int(cap)))
 
 
-def server_scheduler(max_batch: int, scheduling: str = "fcfs") -> SchedulerConfig:
+def server_scheduler(max_batch: int, scheduling: str = "fcfs", block_size: int = 16) -> SchedulerConfig:
     """The real server's scheduler limits: at most ``max_batch`` running sequences, no token
     budget per step and whole-prompt prefills (a joiner's prefill is a forward call of its
-    own), the waiting queue in ``scheduling`` order. The serving simulator runs the same
-    scheduler when it checks a real run (``draftsim check-serve``)."""
-    return SchedulerConfig(max_num_seqs=max_batch, max_num_batched_tokens=1 << 24, chunked_prefill=False, policy=scheduling)
+    own), the waiting queue in ``scheduling`` order, KV blocks of ``block_size`` tokens (when
+    the server has a pool). The serving simulator runs the same scheduler when it checks a real
+    run (``draftsim check-serve``)."""
+    return SchedulerConfig(max_num_seqs=max_batch, max_num_batched_tokens=1 << 24, chunked_prefill=False, policy=scheduling,
+                           block_size=block_size)
+
+
+def server_pool(kv_tokens: int | None, block_size: int, max_draft: int) -> KVCache | None:
+    """The scheduler's KV pool for ``kv_tokens`` tokens in blocks of ``block_size`` (None: no
+    pool), each running request reserving a draft window of ``max_draft + 1`` slots."""
+    if kv_tokens is None:
+        return None
+    blocks = int(kv_tokens) // int(block_size)
+    if blocks < 1:
+        raise DraftsimError(f"--kv-tokens {kv_tokens} holds less than one block of {block_size} tokens; give at least {block_size}")
+    return KVCache(int(block_size), blocks, int(max_draft) + 1)
 
 
 def _committed(scheduler: Scheduler, joiners: list, live: list, finished: list) -> None:
@@ -274,7 +304,8 @@ class Server:
 
     def __init__(self, target: LoadedModel, drafter: Drafter | None = None, policy: Policy | None = None, controller=None,
                  sampling: Sampling = Sampling(), max_batch: int = 8, seed: int = 0, stop_at_eos: bool = True,
-                 clock: Callable[[], float] = _now, sleep: Callable[[float], None] = time.sleep, scheduling: str = "fcfs"):
+                 clock: Callable[[], float] = _now, sleep: Callable[[float], None] = time.sleep, scheduling: str = "fcfs",
+                 kv_tokens: int | None = None, block_size: int = 16):
         self.policy = policy or Autoregressive()
         if self.policy.kind != "chain":
             raise DraftsimError(f"{self.policy!r} is a {self.policy.kind} policy; batched serving runs chain policies")
@@ -299,7 +330,8 @@ class Server:
         self.clock, self.sleep = clock, sleep
         self.has_stop = type(self.policy).stop is not Policy.stop
         self.max_draft = self.policy.max_draft
-        self.scheduling = server_scheduler(self.max_batch, scheduling)
+        self.scheduling = server_scheduler(self.max_batch, scheduling, block_size)
+        self.pool = server_pool(kv_tokens, block_size, self.max_draft)
 
     @property
     def layout(self) -> RaggedLayout:
@@ -322,11 +354,15 @@ class Server:
             check_requests(self.target, requests)
             models = [self.target] + ([self.drafter.loaded] if self.drafter is not None and self.drafter.neural else [])
             check_memory(models, requests, self.max_batch, self.max_draft)
+        if self.pool is not None:
+            longest = max(requests, key=lambda r: len(r.prompt) + r.max_new_tokens)
+            self.pool.check_request(len(longest.prompt), longest.max_new_tokens)
         log = ServeLog()
         n = len(requests)
         table = RequestTable(np.array([len(r.prompt) for r in requests]), np.array([r.max_new_tokens for r in requests]),
-                             np.zeros(n, dtype=np.int64))
-        scheduler = Scheduler(self.scheduling, table, None)  # memory: check_memory bounds the dense cache's worst case
+                             np.array([r.priority for r in requests], dtype=np.int64))
+        scheduler = Scheduler(self.scheduling, table, self.pool)  # without a pool check_memory bounds the dense cache's worst case
+        stash: dict[int, _Live] = {}  # preempted requests, by rid, until they are admitted again
         arrived = 0  # requests[:arrived] have reached the scheduler
         live: list[_Live] = []  # the running requests, in the caches' row order (the scheduler's running order)
         self.kv = BatchKV(self.target)
@@ -343,10 +379,13 @@ class Server:
                 self.sleep(max(0.0, requests[arrived].arrival - now))
                 continue
             plan = scheduler.schedule(self.max_draft + 1)
-            if plan.decode != [r.rid for r in live] or plan.preempted:  # pragma: no cover - a scheduler bug
+            if plan.preempted:
+                self._preempt(log, live, plan.preempted, stash)
+            if plan.decode != [r.rid for r in live]:  # pragma: no cover - a scheduler bug
                 raise RuntimeError(f"the scheduler planned decodes {plan.decode} for a batch holding {[r.rid for r in live]}")
-            joiners = [_Live(rid, requests[rid], list(requests[rid].prompt), state=self.policy.init(1), admitted=now,
-                             prefill_step=len(log.steps), rng=np.random.default_rng([self.seed, requests[rid].id]))
+            joiners = [stash.pop(rid, None) or _Live(rid, requests[rid], list(requests[rid].prompt), state=self.policy.init(1),
+                                                      admitted=now, prefill_step=len(log.steps),
+                                                      rng=np.random.default_rng([self.seed, requests[rid].id]))
                        for rid, _, _ in plan.prefill]
             finished = self._step(log, live, joiners, len(scheduler.waiting))
             _committed(scheduler, joiners, live, finished)
@@ -384,6 +423,8 @@ class Server:
                                  r.times[0], t, r.prefill_step)
         log.requests.append(r.record)
         log.outputs[r.req.id] = list(r.output)
+        if self.drafter is not None:  # suffix decoding learns from finished requests (a no-op for other drafters)
+            self.drafter.finish(r.req.prompt, r.output)
         for i, (tok, when, step) in enumerate(zip(r.output, r.times, r.steps)):
             log.tokens.append(TokenRecord(r.req.id, i, int(tok), when, step))
 
@@ -407,6 +448,21 @@ class Server:
             return int(logits.argmax())
         p = self.sampling.rows(logits[None, :])[0]
         return int(r.rng.choice(len(p), p=p / p.sum()))
+
+    def _preempt(self, log: ServeLog, live: list, rids: list, stash: dict) -> None:
+        """Execute the scheduler's preemptions (recompute, as vLLM does): the victims' rows leave
+        the caches and the batch; each keeps its output, policy state and generator in
+        ``stash`` until it is admitted again, when its prompt and output are prefilled anew."""
+        gone = set(rids)
+        keep = [i for i, r in enumerate(live) if r.rid not in gone]
+        for r in live:
+            if r.rid in gone:
+                stash[r.rid] = r
+                log.preemptions.append((len(log.steps), r.req.id))
+        self.kv.keep_rows(keep)
+        if self.dkv is not None:
+            self.dkv.keep_rows(keep)
+        live[:] = [live[i] for i in keep]
 
     def _leave(self, log: ServeLog, live: list, t: float) -> list:
         """Drop finished requests from the batch and the caches (recorded); them."""
@@ -643,8 +699,9 @@ def prompt_pool(target: LoadedModel, sets: Sequence[str] = ("code", "instruction
     return out
 
 
-def requests_from(arrival, prompt_tokens, output_tokens, pool: Sequence[Sequence[int]]) -> list[ServeRequest]:
-    """Serve requests for a workload (arrays of arrival seconds, prompt and output lengths):
+def requests_from(arrival, prompt_tokens, output_tokens, pool: Sequence[Sequence[int]], priority=None) -> list[ServeRequest]:
+    """Serve requests for a workload (arrays of arrival seconds, prompt and output lengths, and
+    optionally priority classes):
     request i's prompt is bundled prompt i (cycled), followed by the next ones and cut to its
     length when a length is asked for (``prompt_tokens[i]`` = 0: the bundled prompt as it is)."""
     if not pool:
@@ -656,5 +713,5 @@ def requests_from(arrival, prompt_tokens, output_tokens, pool: Sequence[Sequence
         while n and len(ids) < n:
             ids.extend(pool[j % len(pool)])
             j += 1
-        out.append(ServeRequest(i, float(t), tuple(ids[: int(n)] if n else ids), int(m)))
+        out.append(ServeRequest(i, float(t), tuple(ids[: int(n)] if n else ids), int(m), int(priority[i]) if priority is not None else 0))
     return out

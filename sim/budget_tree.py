@@ -6,6 +6,10 @@ target's token at a node is then rank r with probability π_r = α_r Π_{r'<r}(1
 candidate with 1 − Σπ_r. A node reached by ranks (r_1, …, r_d) is on the accepted path with
 probability Π π_{r_i}.
 
+A **static tree** (Medusa's ``medusa_choices``, Cai et al. 2024, arXiv 2401.10774 §2.1.2; EAGLE-1's
+``tree_choices``) is a fixed set of such rank paths, every prefix of a path also in the set: the
+same record with the given nodes (:func:`static_tree`), verified whatever their values.
+
 EAGLE-2 (Li et al. 2024, arXiv 2406.16858 §4) expands ``topk`` candidates per node for ``depth``
 steps and then *reranks*: it keeps the ``budget`` nodes of highest value (the product of draft
 confidences along the path) for verification — SGLang's ``speculative_num_draft_tokens``. Here a
@@ -18,13 +22,20 @@ accepted exclusively).
 from __future__ import annotations
 
 import heapq
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from .errors import DraftsimError
 
-__all__ = ["BudgetTree", "budget_tree"]
+__all__ = ["BudgetTree", "budget_tree", "static_tree", "tree_choices", "TREE_CHOICES"]
+
+#: Named static trees (sim/data/tree_choices.json, each with its source).
+TREE_CHOICES = Path(__file__).with_name("data") / "tree_choices.json"
+#: Most nodes a static tree may have (as :class:`draftsim.sim.policies.Tree` caps a tree).
+MAX_STATIC_NODES = 4096
 
 
 @dataclass(frozen=True)
@@ -97,3 +108,59 @@ def budget_tree(rank_alphas, width: int, depth: int, budget: int) -> BudgetTree:
                 heapq.heappush(heap, (neg * pi[r2], d + 1, r2, node))
     per_level = np.bincount(np.asarray(level), minlength=1)
     return BudgetTree(np.asarray(child, dtype=np.int64), per_level.astype(np.int64), np.asarray(value), pi, np.asarray(level, dtype=np.int64))
+
+
+def static_tree(rank_alphas, choices) -> BudgetTree:
+    """The static tree of ``choices`` (rank paths, 0-based as Medusa writes them: [0] is the top
+    candidate of the first head, [0, 1] the second candidate after it), in the per-rank model."""
+    paths = [tuple(int(r) for r in c) for c in choices]
+    width = max(max(p) for p in paths) + 1
+    alphas = np.asarray([rank_alphas(r) if callable(rank_alphas) else rank_alphas[r - 1] for r in range(1, width + 1)], dtype=float)
+    if np.any(~np.isfinite(alphas)) or np.any((alphas < 0) | (alphas > 1)):
+        raise DraftsimError(f"rank acceptances must be {width} probabilities; got {alphas.tolist()}")
+    pi = alphas * np.concatenate([[1.0], np.cumprod(1.0 - alphas)[:-1]])
+    index = {(): 0}
+    child, value, level = [[-1] * width], [1.0], [0]
+    for p in sorted(paths, key=lambda q: (len(q), q)):  # parents before children
+        node = len(value)
+        index[p] = node
+        parent = index[p[:-1]]
+        child.append([-1] * width)
+        child[parent][p[-1]] = node
+        value.append(value[parent] * pi[p[-1]])
+        level.append(len(p))
+    per_level = np.bincount(np.asarray(level), minlength=1)
+    return BudgetTree(np.asarray(child, dtype=np.int64), per_level.astype(np.int64), np.asarray(value), pi, np.asarray(level, dtype=np.int64))
+
+
+def tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
+    """Static-tree choices by name (``sim/data/tree_choices.json``: medusa-63, eagle-25) or from
+    a JSON file holding a list of rank paths; checked: non-empty paths of ranks >= 0, each once,
+    every prefix present, at most :data:`MAX_STATIC_NODES`."""
+    from .files import read_text
+
+    named = json.loads(TREE_CHOICES.read_text())["trees"]
+    if text in named:
+        raw, where = named[text]["choices"], f"tree choices {text!r}"
+    else:
+        if not Path(text).is_file():
+            raise DraftsimError(f"tree choices {text!r}: neither a named tree ({', '.join(named)}) nor a JSON file of rank paths")
+        where = f"tree choices file {text}"
+        try:
+            raw = json.loads(read_text(text, "tree choices file", 1 << 20, fifo=False))
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise DraftsimError(f"{where} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_STATIC_NODES:
+        raise DraftsimError(f"{where} must be a list of 1 to {MAX_STATIC_NODES} rank paths such as [[0], [0, 0], [1]]")
+    paths = []
+    for c in raw:
+        if not (isinstance(c, list) and c and all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 64 for r in c)):
+            raise DraftsimError(f"{where}: each path is a non-empty list of ranks in [0, 63]; got {json.dumps(c)[:60]}")
+        paths.append(tuple(c))
+    seen = set(paths)
+    if len(seen) != len(paths):
+        raise DraftsimError(f"{where}: a path is listed twice ({next(list(p) for p in paths if paths.count(p) > 1)})")
+    orphan = next((p for p in paths if len(p) > 1 and p[:-1] not in seen), None)
+    if orphan is not None:
+        raise DraftsimError(f"{where}: path {list(orphan)} has no parent {list(orphan[:-1])} in the tree")
+    return tuple(paths)

@@ -76,9 +76,31 @@ def capped_ratio(num, den) -> np.ndarray:
         return np.where(den > 0, np.minimum(1.0, num / np.where(den > 0, den, 1.0)), 1.0)
 
 
-def stationary(transition) -> np.ndarray:
-    """The stationary distribution π = πT of a stochastic matrix (eigenvector of eigenvalue 1)."""
+def closed_classes(transition) -> list[list[int]]:
+    """The closed communicating classes of a stochastic matrix (the sets of states a chain,
+    once in, never leaves), each sorted, in order of their smallest state."""
     T = np.asarray(transition, dtype=np.float64)
+    reach = (T > 0) | np.eye(len(T), dtype=bool)
+    for k in range(len(T)):  # transitive closure (Warshall)
+        reach |= reach[:, k:k + 1] & reach[k:k + 1, :]
+    recurrent = [i for i in range(len(T)) if np.all(reach[reach[i], i])]
+    classes = {tuple(np.flatnonzero(reach[i] & reach[:, i])) for i in recurrent}
+    return sorted([list(map(int, c)) for c in classes])
+
+
+def stationary(transition) -> np.ndarray:
+    """The stationary distribution π = πT of a stochastic matrix (eigenvector of eigenvalue 1).
+
+    Refuses (DraftsimError) a chain with more than one closed class: its long-run behaviour
+    then depends on where it starts, and no single stationary distribution exists.
+    """
+    T = np.asarray(transition, dtype=np.float64)
+    classes = closed_classes(T)
+    if len(classes) > 1:
+        names = " and ".join("{" + ", ".join(map(str, c)) + "}" for c in classes)
+        raise DraftsimError(f"the regime chain never leaves regimes {names} once there (closed classes), so its long-run "
+                            "behaviour depends on the starting regime; let every regime be reachable from the others "
+                            "(a stay probability below 1)")
     w, vecs = np.linalg.eig(T.T)
     pi = np.real(vecs[:, np.argmin(np.abs(w - 1.0))])
     return pi / pi.sum()

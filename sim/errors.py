@@ -70,6 +70,10 @@ def as_positive(name: str, x) -> np.ndarray:
     return arr
 
 
+#: The largest float that converts to int64 (2**63 − 1024): counts are stored as int64.
+_INT64_FLOAT_MAX = float(2**63 - 1024)
+
+
 def as_count(name: str, x, *, minimum: int = 0, maximum: int | None = None) -> np.ndarray:
     """``x`` as an int64 array of integers in [minimum, maximum].
 
@@ -78,10 +82,13 @@ def as_count(name: str, x, *, minimum: int = 0, maximum: int | None = None) -> n
     if isinstance(x, (bool, np.bool_)):
         raise DraftsimError(f"{name} must be an integer; got {x!r}")
     arr = as_float_array(name, x)
-    upper = np.inf if maximum is None else maximum
+    upper = _INT64_FLOAT_MAX if maximum is None else min(maximum, _INT64_FLOAT_MAX)
     bad = ~(np.isfinite(arr) & (arr == np.floor(arr)) & (arr >= minimum) & (arr <= upper))
     if bad.any():
+        first = arr[bad].flat[0]
         bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        if maximum is None and np.isfinite(first) and first > upper:
+            bound = "below 2**63 (counts and seeds are 64-bit)"
         raise DraftsimError(f"{name} must be an integer {bound}; got {_first_bad(arr, bad)}")
     return arr.astype(np.int64)
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .acceptance import AcceptanceProcess, Track
-from .budget_tree import budget_tree
+from .acceptance import AcceptanceProcess, Bernoulli, Track
 from .errors import DraftsimError
 from .policies import Block, Policy, plan_bound
 
@@ -168,7 +167,7 @@ class _Engine:
         node budget smaller than the full tree, the budget's most valuable nodes
         (:mod:`draftsim.sim.budget_tree`, EAGLE-2's reranking)."""
         tree = self.policy
-        if tree.max_nodes < tree.nodes:
+        if tree.choices is not None or tree.max_nodes < tree.nodes:
             return self._budget_round(live)
         ranks = np.array([self.process.rank_prob(r) for r in range(1, tree.width + 1)])
         level = 1.0 - np.prod(1.0 - ranks)
@@ -185,7 +184,7 @@ class _Engine:
     def _budget_round(self, live: np.ndarray):
         tree = self.policy
         if getattr(self, "_budget", None) is None:
-            self._budget = budget_tree(self.process.rank_prob, tree.width, tree.depth, tree.max_nodes)
+            self._budget = tree.kept_tree(self.process.rank_prob)
         bt = self._budget
         n_acc = bt.sample(self.S, self.rng) * live
         live_i = live.astype(np.int64)
@@ -373,8 +372,19 @@ def _deal(policy, process, quota, rng):
     lanes: list[Counts] = []
     needed = int(quota.sum())
     produced = 0
+    mean = _one_uniform_per_round(policy, process, rng)  # tokens a round emits on average, when rounds can be drawn lazily
     while produced < needed:
         size = int(np.clip(needed - produced, 1024, _POOL_MAX))
+        if mean:  # the pool's first rounds only, as many as the quota needs (see _one_uniform_per_round)
+            drawn = 0
+            while drawn < size and produced < needed:
+                n = min(size - drawn, max(1024, int((needed - produced) / mean * 1.05) + 64))
+                engine = _Engine(policy, process, process.start(n, 1, rng), n, rng)
+                produced += int(engine.round(np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64)).sum())
+                lanes.append(engine.counts)
+                drawn += n
+            rng.bit_generator.advance(size - drawn)  # the uniforms of the rounds not needed
+            continue
         engine = _Engine(policy, process, process.start(size, 1, rng), size, rng)
         emitted = engine.round(np.ones(size, dtype=bool), np.zeros(size, dtype=np.int64))
         lanes.append(engine.counts)
@@ -390,6 +400,26 @@ def _deal(policy, process, quota, rng):
     for s in range(S):
         bounds[s + 1] = np.searchsorted(cum, cum[bounds[s]] + quota[s], side="left")
     return pool, bounds
+
+
+def _one_uniform_per_round(policy, process, rng) -> float:
+    """The mean tokens of a round when a pool's rounds each take exactly one uniform from
+    ``rng``, in lane order, and nothing else (else 0): a one-block plan of a fixed length with a
+    constant acceptance rate strictly between 0 and 1 (:meth:`_Engine._fast_round`'s run
+    length), no empty proposals, a track that draws nothing and a PCG64 stream (whose
+    ``advance`` skips uniforms exactly). Then a pool's first rounds can be drawn alone and the
+    stream advanced past the rest: the rounds and every later draw are the same as the whole
+    pool's."""
+    if not (isinstance(process, Bernoulli) and process.match >= 1.0 and isinstance(rng.bit_generator, np.random.PCG64)):
+        return 0.0
+    if policy.kind == "tree":
+        return 0.0
+    probe = _Engine(policy, process, process.start(1, 1, rng), 1, rng)
+    plan = policy.begin_round(probe.state)
+    if not plan or not probe._fast(plan) or np.ndim(plan[0].steps) != 0:
+        return 0.0
+    alpha, k = process.constant(plan[0].model, 0), int(plan[0].steps)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha) if 0.0 < alpha < 1.0 else 0.0
 
 
 def _run_iid(policy, process, quota, rng, log, progress):

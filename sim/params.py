@@ -127,6 +127,8 @@ class Registry:
                 continue
             try:
                 kwargs[param.arg or param.key] = param.convert(raw[param.key])
+            except DraftsimError as exc:  # a converter that says what is wrong
+                raise DraftsimError(f"{self.kind} {entry.name}: {exc}") from None
             except ValueError:
                 raise DraftsimError(f"{self.kind} {entry.name}: {param.key}={raw[param.key]!r} is not a valid value") from None
         return entry.build(**kwargs)

@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .budget_tree import budget_tree, static_tree, tree_choices
 from .errors import DraftsimError, as_count, as_probability
 from .params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int, ascii_ints, ascii_matrix
 
@@ -285,8 +286,16 @@ class Tree(Policy):
 
     kind = "tree"
 
-    def __init__(self, width: int, depth: int, theta_prob: float = 0.0, theta_sib: float = 0.0, theta_exit: float = 0.0,
-                 merge: int = 0, max_nodes: int = 4096):
+    def __init__(self, width: int | None = None, depth: int | None = None, theta_prob: float = 0.0, theta_sib: float = 0.0,
+                 theta_exit: float = 0.0, merge: int = 0, max_nodes: int = 4096, choices=None):
+        self.choices = tuple(tuple(int(r) for r in c) for c in choices) if choices is not None else None
+        if self.choices is not None:  # a static tree: its shape is the paths'
+            if width is not None or depth is not None or max_nodes != 4096:
+                raise DraftsimError("a static tree (choices) takes its width, depth and nodes from its paths: drop width, depth and nodes")
+            width, depth = max(max(c) for c in self.choices) + 1, max(len(c) for c in self.choices)
+            max_nodes = len(self.choices)
+        if width is None or depth is None:
+            raise DraftsimError("policy tree needs width and depth (e.g. tree:width=2,depth=4) or choices (e.g. tree:choices=medusa-63)")
         self.width = _steps("width", width, minimum=1)
         self.depth = _steps("depth", depth, minimum=1)
         self.theta_prob = float(as_probability("theta_prob", theta_prob))
@@ -294,12 +303,25 @@ class Tree(Policy):
         self.theta_exit = float(as_probability("theta_exit", theta_exit))
         self.merge = int(as_count("merge", merge, maximum=64))
         self.max_nodes = int(as_count("max_nodes", max_nodes, minimum=1, maximum=4096))
-        if self.nodes > 4096 and max_nodes == 4096:
+        if self.choices is None and self.nodes > 4096 and max_nodes == 4096:
             raise DraftsimError(f"a tree of width {self.width} and depth {self.depth} has {self.nodes} nodes; the limit is 4096 (or set max_nodes)")
+
+    def kept_tree(self, rank_prob):
+        """The tree the simulators verify when it is not the full ``width``/``depth`` tree: the
+        static tree of ``choices``, or the ``max_nodes`` most valuable nodes
+        (:mod:`draftsim.sim.budget_tree`); None for the full tree. ``rank_prob(r)``: the
+        process's per-rank acceptance."""
+        if self.choices is not None:
+            return static_tree(rank_prob, self.choices)
+        if self.max_nodes < self.nodes:
+            return budget_tree(rank_prob, self.width, self.depth, self.max_nodes)
+        return None
 
     @property
     def nodes(self) -> int:
-        """Drafted tokens in a full tree."""
+        """Drafted tokens in a full tree (a static tree: its paths)."""
+        if self.choices is not None:
+            return len(self.choices)
         return sum(self.width**d for d in range(1, self.depth + 1))
 
     def begin_round(self, state):
@@ -327,8 +349,6 @@ def _vertical(n: int | None = None, k: int | None = None, K=None, leniency: floa
 
 
 def _tree(**params) -> Tree:
-    if "width" not in params or "depth" not in params:
-        raise DraftsimError("policy tree needs width and depth (e.g. tree:width=2,depth=4)")
     return Tree(**params)
 
 
@@ -353,10 +373,12 @@ POLICIES = Registry("policy", plural="policies", entries=[
            ("vertical:...,leniency=2", "inner verifications accept leniently ([CSD] 3.1)"))),
     Entry("tree", _tree, (Param("width", _int), Param("depth", _int), Param("prob", _float, "theta_prob"),
                           Param("sib", _float, "theta_sib"), Param("exit", _float, "theta_exit"), Param("merge", _int),
-                          Param("nodes", _int, "max_nodes")),
+                          Param("nodes", _int, "max_nodes"), Param("choices", tree_choices)),
           (("tree:width=2,depth=4", "token tree, candidates accepted by per-rank rates"),
            ("tree:width=4,depth=5,nodes=8", "EAGLE-2 dynamic tree: top-4 per node, 5 steps, the 8 most\n"
             "likely nodes verified (SGLang's eagle_topk, num_steps, num_draft_tokens)"),
+           ("tree:choices=medusa-63", "a static tree: Medusa's 63-node default (medusa_choices; eagle-25:\n"
+            "EAGLE-1's), or a JSON file of rank paths [[0], [0, 0], [1], ...]"),
            ("tree:width=3,depth=5,prob=0.05,sib=0.1,exit=0.02,merge=2,nodes=48",
             "GSD graph drafting on real models: pruning, early exit,\nmerging of repeated m-grams (merge=0: a tree)"))),
 ])

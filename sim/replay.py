@@ -51,10 +51,11 @@ class RecordedLengths(Policy):
 
     memoryless = False
 
-    def __init__(self, lengths: list[dict[int, int]], spec: str):
+    def __init__(self, lengths: list[dict[int, int]], spec: str, k_max: int = 0):
         self.spec = spec
         self._lengths = lengths
-        self._max = max((max(d.values(), default=0) for d in lengths), default=0)
+        # the run's own bound (its draft window: a KV pool reserves it) when given, else the longest proposal
+        self._max = max([max(d.values(), default=0) for d in lengths] + [int(k_max)])
 
     @classmethod
     def from_trace(cls, trace: RunTrace) -> "RecordedLengths":

@@ -8,9 +8,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +16,8 @@ import numpy as np
 from . import des, montecarlo
 from .acceptance import AcceptanceProcess
 from .cost.linear import Costs
-from .errors import DraftsimError, as_count, as_positive, file_mode
+from .errors import DraftsimError, as_count, as_positive
+from .files import atomic_write_json
 from .metrics import ratio, summarize
 from .policies import Policy
 
@@ -70,17 +68,7 @@ class SimResult:
             raise DraftsimError("this result has no timeline: run the des engine with timeline=True")
         path = Path(path)
         payload = {"schema": "draftsim.timeline", "version": TIMELINE_SCHEMA, "policy": repr(self.policy), **self.timeline.to_dict()}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(payload, fh)
-            os.chmod(tmp, file_mode())  # mkstemp creates 0600
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return path
+        return atomic_write_json(path, payload, indent=None, mkdir=True)
 
 
 def _as_costs(costs) -> Costs:

@@ -44,10 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +52,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import DraftsimError, file_mode
+from .errors import DraftsimError
+from .files import atomic_write_bytes, file_kind, read_bytes
 from .records import RUN_RECORDS, arrow_schema, from_table
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "RUN_TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "TraceFolder", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
@@ -122,21 +120,42 @@ _SEQUENCES = TABLES["sequences"]
 RUN_TABLES = {"sequences": _SEQUENCES, **{name: arrow_schema(record, (("prompt_id", int),)) for name, record in RUN_RECORDS.items()}}
 
 
+def _kind(what: str, test):
+    """A metadata field's type: (what it must be, in words; its test)."""
+    return what, test
+
+
+_STR = _kind("a string", lambda v: isinstance(v, str))
+_COUNT = _kind("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)
+_SEED = _kind("an integer >= 0 or null", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0))
+_NAMES = _kind("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+_STRS = _kind("a string or a list of strings", lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)))
+_MODEL = _kind("an object with a string name", lambda v: isinstance(v, dict) and isinstance(v.get("name"), str))
+_TOP_K = _kind("an integer >= 1 or null", lambda v: v is None or _COUNT[1](v))
+
+
 @dataclass(frozen=True)
 class TraceSchema:
-    """One member of the trace family: its name, version, tables and resume keys. Every
-    member shares the folder layout, the manifest and the atomic, checksummed commits."""
+    """One member of the trace family: its name, version, tables, resume keys and the types
+    of its metadata fields (checked when a trace is opened, so a hand-edited manifest is
+    refused with one line naming the field). Every member shares the folder layout, the
+    manifest and the atomic, checksummed commits."""
 
     name: str
     version: int
     tables: dict
     resume_keys: tuple
+    metadata_types: dict = field(default_factory=dict)
 
 
 #: Recordings (``draftsim record``): teacher-forced agreement of drafters with the target.
-RECORDING = TraceSchema(SCHEMA_NAME, SCHEMA_VERSION, TABLES, RESUME_KEYS)
+RECORDING = TraceSchema(SCHEMA_NAME, SCHEMA_VERSION, TABLES, RESUME_KEYS,
+                        {"target": _MODEL, "drafters": _NAMES, "prompt_set": _STRS, "max_new_tokens": _COUNT, "top_k": _TOP_K,
+                         "modes": _NAMES, "seed": _SEED})
 #: Runs (``draftsim run --trace``): per round and per call, what a policy did on real models.
-RUN = TraceSchema("draftsim.run", 2, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"))
+RUN = TraceSchema("draftsim.run", 2, RUN_TABLES, ("target", "drafters", "method", "policy", "rule", "prompt_set", "max_new_tokens", "sampling", "seed"),
+                  {"target": _STR, "drafters": _NAMES, "models": _NAMES, "method": _STR, "policy": _STR, "rule": _STR,
+                   "prompt_set": _STRS, "max_new_tokens": _COUNT, "sampling": _STR, "seed": _SEED})
 
 
 class TraceError(DraftsimError):
@@ -144,19 +163,7 @@ class TraceError(DraftsimError):
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, file_mode())  # mkstemp creates 0600; a trace is as readable as any file the user writes
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_bytes(path, data, mkdir=True, fsync=True)  # synced: the manifest must never name a lost file
 
 
 def _sha256(path: Path) -> str:
@@ -174,29 +181,7 @@ MANIFEST_MAX_BYTES = 64 * 2**20
 def _read_regular(path: Path, what: str, limit: int) -> bytes:
     """The bytes of ``path``, refusing anything but a regular file (a FIFO would block, a link
     to /dev/zero would never end) and files over ``limit`` bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise TraceError(f"cannot open {what} {path} ({exc.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-        os.close(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceError(f"{what} {path} is not a regular file ({_file_kind(info.st_mode)}); a trace holds regular files only")
-        raise TraceError(f"{what} {path} is {info.st_size:,} bytes; draftsim reads at most {limit:,}")
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise TraceError(f"{what} {path} is over {limit:,} bytes; draftsim reads at most {limit:,}")
-    return data
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
+    return read_bytes(path, what, limit, error=TraceError)
 
 
 def _check_entries(path: Path, manifest: dict, schema: TraceSchema) -> None:
@@ -312,7 +297,7 @@ class TraceFolder:
                 if not file.exists():
                     raise TraceError(f"trace {self.path}: {info['path']} is missing (listed in the manifest)")
                 if not file.is_file():
-                    raise TraceError(f"trace {self.path}: {info['path']} is not a regular file ({_file_kind(file.stat().st_mode)})")
+                    raise TraceError(f"trace {self.path}: {info['path']} is not a regular file ({file_kind(file.stat().st_mode)})")
                 if verify and _sha256(file) != info["sha256"]:
                     raise TraceError(f"trace {self.path}: {info['path']} is truncated or corrupt (checksum mismatch)")
                 try:
@@ -352,6 +337,10 @@ class TraceFolder:
             missing = [key for key in schema.resume_keys if key not in manifest["metadata"]]
             if missing:
                 raise TraceError(f"trace {path}: the manifest's metadata lacks {', '.join(missing)}")
+        for key, (what, test) in schema.metadata_types.items():
+            if key in manifest["metadata"] and not test(manifest["metadata"][key]):
+                value = json.dumps(manifest["metadata"][key])
+                raise TraceError(f"trace {path}: the manifest's metadata {key} must be {what}; got {value[:80]}")
         _check_entries(path, manifest, schema)
         return manifest
 

@@ -160,7 +160,7 @@ def test_real_model_configs_are_checked_before_any_model_loads(tmp_path):
             serve(config)
     with pytest.raises(DraftsimError, match="give --qps"):
         serve(ServeConfig(requests=2))  # the workload is checked before SmolLM2 loads
-    with pytest.raises(DraftsimError, match="--trace is required"):
+    with pytest.raises(DraftsimError, match=r"give a serving TRACE folder or --vllm-result FILE \(one of them\)"):
         check_serve(CheckServeConfig())
     with pytest.raises(DraftsimError, match="no trace at"):
         check_serve(CheckServeConfig(trace=str(tmp_path / "nothing")))
@@ -178,10 +178,13 @@ def test_serve_and_check_serve_from_python(tmp_path):
     pytest.importorskip("transformers")
     trace = tmp_path / "trace"
     served = serve(ServeConfig(target="tiny:1", qps=50.0, requests=4, output_len="fixed:6", max_batch=2, trace=str(trace)))
-    assert served["requests"] == 4 and served["output_tokens"] == 24 and served["trace"] == str(trace)
+    assert served.metrics.requests == 4 and served.metrics.output_tokens == 24 and served.trace == str(trace)
+    assert served.metrics.spec_decode.num_drafts > 0 and served.metrics.ttft.p50 > 0
+    assert served.to_dict()["requests"] == 4 and served.to_dict()["spec_decode"]["num_drafts"] == served.metrics.spec_decode.num_drafts
     out = check_serve(CheckServeConfig(trace=str(trace)))
-    assert out["predicted"]["output_tokens"] == out["measured"]["output_tokens"] == 24
-    assert out["target"] == served["target"] and {r["metric"] for r in out["metrics"]} >= {"throughput"}
+    assert out.data["predicted"]["output_tokens"] == out.data["measured"]["output_tokens"] == 24
+    assert out.target == served.target and {r.metric for r in out.metrics} >= {"throughput"}
+    assert [r.relative_error for r in out.metrics] == [r["relative_error"] for r in out.to_dict()["metrics"]]
 
 
 # --- sweep kinds: metrics checked at registration, every one resolving on a real run ---------------
@@ -246,3 +249,26 @@ def test_sweep_and_plot_from_python(tmp_path):
     plot = sweep_plot(SweepPlotConfig(folder=str(tmp_path / "out"), x="alpha", metric="ewif", out=str(tmp_path / "ewif.png")))
     (low,), (high,) = sorted(plot.groups)
     assert plot.groups[(low,)][0] < plot.groups[(high,)][0] and (tmp_path / "ewif.png").is_file()
+
+
+def test_run_profile_and_train_head_return_typed_results(tmp_path):
+    """The real-model commands from Python, on tiny models: typed results whose to_dict is the
+    JSON their command prints, and whose typed fields agree with it."""
+    from draftsim.api import ProfileConfig, RunConfig, TrainHeadConfig, profile, run_method, train_head
+
+    pytest.importorskip("transformers")
+    ran = run_method(RunConfig(target="tiny:1", method="sd", drafter="tiny:1", policy="fixed:k=3", prompts="arithmetic", n=2,
+                               max_new_tokens=8))
+    m, data = ran.measurement, ran.to_dict()
+    assert m.prompts == data["prompts"] == 2 and m.speedup == data["speedup"] and m.target == data["target"]
+    assert m.mean_accepted_length > 1.5 and data["sim_check"]["counts_equal"]  # the drafter is the target: every draft accepted
+    out = tmp_path / "p.json"
+    prof = profile(ProfileConfig(model="tiny:1", out=str(out), batch=[1], new_tokens=[1, 2], context=[8], repeats=1, warmup=0,
+                                 drafters="ngram"))
+    assert prof.profile.seconds.shape == (1, 2, 1) and out.is_file() and prof.file == str(out)
+    assert [p["seconds"] for p in prof.to_dict()["points"]] == prof.profile.seconds.ravel().tolist()
+    assert set(prof.profile.drafters) == {"ngram"} and prof.comparison is None
+    head = train_head(TrainHeadConfig(target="tiny:1", drafter="tiny:2", out=str(tmp_path / "head"), epochs=2, prompts_per_set=2,
+                                      max_new_tokens=8, device="cpu"))
+    assert (tmp_path / "head" / "head.json").is_file() and head.path == str(tmp_path / "head")
+    assert head.train_examples > 0 and head.to_dict()["binary_kl"] == head.binary_kl and "drafter" not in head.to_dict()

@@ -28,8 +28,17 @@ RANGE_ALPHA = "must lie in [0, 1]"
 ASCII = "ASCII digits"
 
 
-def _manifest(prompts, schema=RECORDING, version=None):
-    metadata = {key: None for key in schema.resume_keys} | {"drafters": []}
+#: Well-typed metadata of each trace schema (the cases damage something else, or one field).
+VALID_METADATA = {
+    RECORDING.name: {"target": {"name": "t"}, "drafters": [], "prompt_set": "code", "max_new_tokens": 8, "top_k": None,
+                     "modes": ["greedy"], "seed": None},
+    RUN.name: {"target": "t", "drafters": [], "method": "sd", "policy": "fixed:k=1", "rule": "sd", "prompt_set": "code",
+               "max_new_tokens": 8, "sampling": "greedy", "seed": None},
+}
+
+
+def _manifest(prompts, schema=RECORDING, version=None, **metadata):
+    metadata = VALID_METADATA[schema.name] | metadata
     return {"schema": schema.name, "version": schema.version if version is None else version, "metadata": metadata, "prompts": prompts}
 
 
@@ -76,6 +85,8 @@ def world(tmp_path_factory):
     bad_rows["files"]["sequences"]["rows"] = "1"
     trace("badrows", manifest=_manifest([bad_rows]))
     trace("notentry", manifest=_manifest([["a"]]))
+    trace("drafters5", manifest=_manifest([], drafters=5))
+    trace("runtokens", manifest=_manifest([], schema=RUN, max_new_tokens="lots"))
     trace("nometadata", manifest={"schema": RUN.name, "version": RUN.version, "metadata": {}, "prompts": []})
     trace("recnometadata", manifest={"schema": RECORDING.name, "version": RECORDING.version, "metadata": {}, "prompts": []})
     fifo = trace("fifo")
@@ -183,6 +194,9 @@ CASES = [
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", "-1"], ["seed must be an integer >= 0; got -1"]),
     # --- optimize kmatrix / threshold / tree
     (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "1.2"], ["alpha must lie in [0, 1]; got 1.2"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", str(2**70)], ["seed must be an integer below 2**63", "got 1180591620717411303424"]),
+    (["optimize", "threshold", "--markov", "0.9,0.3", "--stay", "1,1", "--t-draft", "0.05"], ["regimes {0} and {1}", "stay probability below 1"]),
+    (["simulate", "--markov", "0.9,0.3,0.5", "--stay", "1,0.5,1", "--policy", "fixed:k=3"], ["regimes {0} and {2}", "stay probability below 1"]),
     (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "0.8", "--k-max", "50"], ["k_max must be an integer in [0, 20]; got 50"]),
     (["optimize", "kmatrix", "--cost", "0.1", "--cost", "0.1", "--cost", "0.1", "--cost", "0", "--alpha", "0.8"], ["up to 3 drafters; got 4"]),
     (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "0.8", "--pair", "1:0=0.5", "--pair", "1:0=0.4"], ["--pair 1:0=0.4", "already given"]),
@@ -229,6 +243,8 @@ CASES = [
     (["trace", "info", "{W}/samefile"], ["'calls/a.parquet' is listed twice"]),
     (["trace", "info", "{W}/badrows"], ["the sequences entry must have a path, a row count >= 0 and a sha256"]),
     (["trace", "info", "{W}/notentry"], ["manifest prompt 0 is a list, not an object"]),
+    (["trace", "info", "{W}/drafters5"], ["metadata drafters must be a list of strings; got 5"]),
+    (["check-sim", "{W}/runtokens"], ["metadata max_new_tokens must be an integer >= 1; got \"lots\""]),
     (["trace", "info", "{W}/fifo"], ["manifest.json is not a regular file (a FIFO)"]),
     (["trace", "info", "{W}/zero"], ["manifest.json is not a regular file (a character device)"]),
     (["trace", "info", "{W}/mdir"], ["manifest.json is not a regular file (a folder)"]),
@@ -276,6 +292,22 @@ CASES = [
     (["distill", "--minutes", "0"], ["minutes must be finite and > 0; got 0"]),
     (["distill", "--minutes", "inf"], ["minutes must be finite and > 0; got inf"]),
     (["distill", "--lr", "-1"], ["lr must be finite and > 0; got -1"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", "1\x001"], ["contains a NUL byte"]),
+    (["serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "2", "--prompt-len", "fixed:200000"],
+     ["200,000 prompt", "context of 131,072 tokens"]),
+    (["cost", "--target", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "3"], ["--tp 3 does not divide", "64 attention heads", "valid: 1, 2, 4"]),
+    (["cost", "--target", "llama-2-7b", "--drafter-model", "smollm2-135m", "--hardware", "h100-sxm", "--tp", "2", "--drafter-tp", "2"],
+     ["--tp 2 does not divide smollm2-135m's 9 attention heads"]),
+    (["cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", ",".join(map(str, range(1, 401))),
+      "--new-tokens", ",".join(map(str, range(1, 401))), "--context", ",".join(map(str, range(101)))], ["16,160,000 rows", "at most 100,000"]),
+    # --- calibrate
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--out", "c.json"], ["exactly one of --profile, --step-table or --vllm-result"]),
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--profile", "{W}/afile.txt", "--out", "c.json"], ["afile.txt"]),
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--vllm-result", "{W}/nonempty", "--out", "c.json"],
+     ["nonempty is not a regular file (a folder)"]),
+    (["calibrate", "--target", "nope-9b", "--hardware", "h100-sxm", "--step-table", "{W}/afile.txt", "--out", "c.json"], ["nope-9b"]),
+    (["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--step-table", "{W}/afile.txt", "--out", "c.txt"], ["c.txt", ".json"]),
+    (["check-serve", "--vllm-result", "{W}/afile.txt", "--target", "llama-3.1-8b", "--hardware", "h100-sxm"], ["afile.txt", "not valid JSON"]),
     # --- train-head
     (["train-head", "--out", "."], ["--out '.' is the current folder"]),
     (["train-head", "--out", "{W}/nonempty"], ["nonempty' is a folder with other files and no head"]),

@@ -217,3 +217,29 @@ def test_capacity_with_the_serving_simulator(tmp_path, capsys):
         assert above.summary.tpot.p50 > 0.008
     ar, spec_k4 = rows
     assert spec_k4["capacity_qps"] > ar["capacity_qps"]
+
+
+def test_replicas_for_a_target_load(tmp_path, capsys):
+    """[capacity] load: per configuration the fewest replicas meeting the SLOs at that load —
+    checked by simulating that many replicas at the load (they meet the SLOs) and one fewer (they
+    do not); devices and margin follow; the text names the configuration with the fewest devices."""
+    text = SERVE_SPEC.replace("price_per_hour = 2.0", "price_per_hour = 2.0\nload = 250.0")
+    spec = tmp_path / "load.toml"
+    spec.write_text(text)
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "replicas for 250 req/s" in out and "fewest devices for 250 requests/s" in out
+    rows = sw.load(tmp_path / "out").to_pylist()
+    base = sw.parse_spec(tomllib.loads(text), KINDS).base
+    for r in rows:
+        assert r["status"] == "ok", r
+        n = int(r["replicas_for_load"])
+        assert r["devices_for_load"] == n * r["devices"]
+        assert r["load_margin"] == pytest.approx(n * r["capacity_qps"] / 250.0 - 1.0)
+        seed = sw.derive_seed(3, r["point"], 0)
+        config = {**base, "policy": r["policy"], "qps": 250.0}
+        assert KINDS["serve"].run({**config, "replicas": n}, seed).summary.tpot.p50 <= 0.008
+        if n > 1:
+            assert KINDS["serve"].run({**config, "replicas": n - 1}, seed).summary.tpot.p50 > 0.008
+    ar, k4 = rows
+    assert k4["replicas_for_load"] <= ar["replicas_for_load"]

@@ -9,6 +9,9 @@ form, and the records' checks.
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -120,10 +123,37 @@ def test_unsupported_and_malformed_entries_are_refused():
     with pytest.raises(DraftsimError, match="not supported by the roofline"):
         CAT.model("flan-t5-small")
     entry = model_to_entry(CAT.model("llama-2-7b"))
-    with pytest.raises(DraftsimError, match="unknown field\\(s\\) experts"):
-        model_from_entry("x", {**entry, "experts": 8})
+    with pytest.raises(DraftsimError, match="unknown field\\(s\\) expertz"):
+        model_from_entry("x", {**entry, "expertz": 8})
+    with pytest.raises(DraftsimError, match="a mixture of experts needs 1 <= experts_per_token <= experts"):
+        model_from_entry("x", {**entry, "experts": 8})  # experts without how many run per token
     with pytest.raises(DraftsimError, match="missing field\\(s\\) source"):
         model_from_entry("x", {k: v for k, v in entry.items() if k != "source"})
     hw = hardware_to_entry(CAT.hardware_spec("h100-sxm"))
     with pytest.raises(DraftsimError, match="memory_gb must be a number; got 'lots'"):
         hardware_from_entry("x", {**hw, "memory_gb": "lots"})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("aliases", 5, "aliases must be a list of names; got 5"),
+    ("max_context", "lots", "max_context must be an integer >= 0; got 'lots'"),
+    ("heads", "32", "heads must be an integer >= 1; got '32'"),
+])
+def test_hand_edited_model_entries_are_refused_with_one_line(tmp_path, field, value, message):
+    from draftsim.sim.cost.catalog import load_catalog
+
+    entry = {"layers": 4, "hidden": 64, "intermediate": 128, "heads": 4, "vocab": 100, "source": "hand", field: value}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"schema": "draftsim.models", "version": 1, "models": {"m": entry}}))
+    with pytest.raises(DraftsimError, match=re.escape(message)):
+        load_catalog(path).model("m")
+
+
+def test_a_hardware_entry_with_infinite_bandwidth_is_refused(tmp_path):
+    from draftsim.sim.cost.catalog import load_catalog
+
+    entry = json.loads((Path(__file__).resolve().parent.parent / "sim" / "data" / "hardware.json").read_text())["hardware"]["h100-sxm"]
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps({"schema": "draftsim.hardware", "version": 1, "hardware": {"hx": {**entry, "memory_bandwidth_gbs": 1e400}}}))
+    with pytest.raises(DraftsimError, match=re.escape("memory_bandwidth must be > 0 (and finite); got inf")):
+        load_catalog(path).hardware_spec("hx")

@@ -108,3 +108,32 @@ def test_parse_names_methods_as_engines_do():
     assert parse_drafter("qwen2.5-0.5b").method == "draft_model" and parse_drafter("qwen2.5-0.5b").model == "qwen2.5-0.5b"
     assert parse_drafter("draft_model:qwen2.5-0.5b").model == "qwen2.5-0.5b"
     assert dict(parse_drafter("selfspec:window=2048").options) == {"window": 2048}
+
+
+def test_selfspec_caps_each_sequences_context_in_serving():
+    """The serving simulator caps a self-speculating drafter's context sequence by sequence:
+    Σ min(c_i, B) ≤ n · min(mean c, B) (min is concave), so a batch of short and long contexts
+    drafts for less than the mean cap would charge; equal lengths give the same as the mean cap."""
+    import numpy as np
+
+    from draftsim.sim import acceptance, policies
+    from draftsim.sim.cost import RooflineModel, default_catalog
+    from draftsim.sim.cost.methods import CappedContext
+    from draftsim.sim.serving import ServingConfig, serve
+    from draftsim.sim.serving.workload import Workload
+
+    cat = default_catalog()
+    target = RooflineModel(cat.model("llama-3.1-8b"), cat.hardware_spec("h100-sxm"))
+
+    def draft_seconds(prompts, per_sequence):
+        drafter = CappedContext(target, 1024)
+        if not per_sequence:
+            del drafter.context_cap  # the batch-statistics path: the mean context capped
+        cfg = ServingConfig(policies.FixedK(3), acceptance.Bernoulli(0.7), target, [drafter], kv_tokens=1 << 20)
+        wl = Workload(np.zeros(len(prompts)), np.asarray(prompts, dtype=np.int64), np.full(len(prompts), 64), np.zeros(len(prompts), dtype=np.int64))
+        return float(serve(cfg, wl, seed=0).steps["draft"].sum())
+
+    mixed = [256, 16_000]
+    assert draft_seconds(mixed, True) < draft_seconds(mixed, False)
+    same = [8_000, 8_000]
+    assert draft_seconds(same, True) == pytest.approx(draft_seconds(same, False), rel=1e-12)

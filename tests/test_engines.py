@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from draftsim.sim import acceptance as A
 from draftsim.sim import analytic
@@ -220,3 +222,25 @@ def test_policy_mini_language_round_trip():
     assert P.parse_policy("vertical:n=4,k=10,leniency=2") == P.VerticalCascade([[0, 4, 0], [0, 0, 10], [0, 0, 0]], 2.0)
     assert P.parse_policy("vertical:K=0,4,0;0,0,10;0,0,0") == P.VerticalCascade([[0, 4, 0], [0, 0, 10], [0, 0, 0]])
     assert P.parse_policy("tree:width=2,depth=3") == P.Tree(2, 3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 8), st.floats(0.01, 0.99), st.integers(1, 300), st.integers(1, 400), st.integers(0, 2**32 - 1))
+def test_lazy_pools_draw_the_same_rounds_and_leave_the_stream_where_the_whole_pool_would(k, alpha, n, tokens, seed):
+    """montecarlo._deal draws only the rounds a quota needs when each round takes one uniform,
+    and skips the rest of the pool's uniforms: bit-identical rounds and later draws."""
+    from draftsim.sim import montecarlo
+
+    policy, process = P.FixedK(k), A.Bernoulli(alpha)
+    assert montecarlo._one_uniform_per_round(policy, process, np.random.default_rng(0)) > 0
+    lazy_rng, full_rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    lazy = montecarlo.rounds(policy, process, n, tokens, lazy_rng)
+    real = montecarlo._one_uniform_per_round
+    try:
+        montecarlo._one_uniform_per_round = lambda *a: 0.0
+        full = montecarlo.rounds(policy, process, n, tokens, full_rng)
+    finally:
+        montecarlo._one_uniform_per_round = real
+    for name in ("bounds", "emitted", "calls", "call_tokens"):
+        np.testing.assert_array_equal(getattr(lazy, name), getattr(full, name), err_msg=name)
+    np.testing.assert_array_equal(lazy_rng.random(3), full_rng.random(3))

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from draftsim.sim import acceptance as A
 from draftsim.sim import analytic, mdp, optimize, rules
 from draftsim.sim import policies as P
+from draftsim.sim.distributions import closed_classes
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.simulate import simulate
 
@@ -158,6 +159,38 @@ def test_mdp_optimal_no_worse_than_every_fixed_k_and_threshold():
     cmp = mdp.compare_policies(T, a, 0.05, 1.0, 16, thresholds=np.linspace(0, 1, 21))
     assert cmp["oracle"] <= cmp["optimal"] <= cmp["best_threshold"]["latency_per_token"] <= cmp["autoregressive"]
     assert cmp["optimal"] <= cmp["best_fixed_k"]["latency_per_token"]
+
+
+@st.composite
+def regime_chains(draw):
+    """A stochastic matrix over 1-3 regimes with one closed class (some rows may be absorbing)."""
+    n = draw(st.integers(1, 3))
+    while True:
+        rows = [draw(st.lists(st.sampled_from([0.0, 0.1, 0.3, 0.6, 1.0]), min_size=n, max_size=n)) for _ in range(n)]
+        T = np.array([np.asarray(r) / sum(r) if sum(r) else np.eye(n)[i] for i, r in enumerate(rows)])
+        if len(closed_classes(T)) == 1:
+            return T
+
+
+@settings(max_examples=40, deadline=None)
+@given(regime_chains(), st.lists(st.floats(0.0, 0.99), min_size=3, max_size=3), st.sampled_from([0.02, 0.1, 0.4]))
+def test_mdp_optimum_never_worse_than_a_fixed_k_on_any_single_class_chain(T, alphas, c):
+    """Absorbing or transient regimes included: the optimum is the best policy, so no fixed k
+    (nor autoregression) beats it under the same model."""
+    a = alphas[:len(T)]
+    opt = mdp.solve_markov(T, a, c, 1.0, 8).latency_per_token
+    for k in range(9):
+        assert opt <= mdp.solve_markov(T, a, c, 1.0, 8, ("fixed", k)).latency_per_token + 1e-9
+
+
+def test_closed_classes_and_multichain_refusal():
+    assert closed_classes([[1.0, 0.0], [0.0, 1.0]]) == [[0], [1]]
+    assert closed_classes([[1.0, 0.0], [0.5, 0.5]]) == [[0]]
+    assert closed_classes([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.2, 0.2, 0.6]]) == [[0, 1]]
+    with pytest.raises(DraftsimError, match=r"regimes \{0\} and \{1\}"):
+        mdp.solve_markov([[1.0, 0.0], [0.0, 1.0]], [0.9, 0.3], 0.05, 1.0, 8)
+    with pytest.raises(DraftsimError, match="closed classes"):
+        A.MarkovModulated([[1.0, 0.0], [0.0, 1.0]], [0.9, 0.3])
 
 
 @pytest.mark.parametrize("rule", [("fixed", 6), ("threshold", 0.7)])

@@ -645,3 +645,109 @@ def test_step_cost_prices_the_servers_padded_batch_and_each_prefill_apart():
     assert cost.step_shape and not prof.step_shape
     s = step_stats(np.array([[3, 5, 0]]), np.array([[100, 300, 7]]), pre=(1, 64.0, 0.0, 2080.0), shape=True)
     assert s.padded.tolist() == [[2.0, 5.0, 300.0]] and s.prefill.tolist() == [[1.0, 64.0]] and s.rows.tolist() == [9.0]
+
+
+# ---------------------------------------------------------------- the KV pool: preemption by recompute
+
+def test_a_kv_pool_preempts_and_recomputes_as_the_simulator_does(target, drafters, tmp_path, capsys):
+    """A pool too small for the whole batch: the scheduler preempts, the server drops the
+    victim's rows and prefills its prompt and output anew when readmitted. Greedy outputs equal
+    the target's own; replayed with the same pool (check-serve), the simulator preempts the same
+    requests as often, in the same order of first admissions."""
+    from draftsim.analysis.servecheck import check_serve
+    from draftsim.cli import main
+    from draftsim.realrun.serving import server_pool
+
+    reqs = [ServeRequest(i, 0.0, ids(target, t), 24) for i, t in enumerate(TEXTS[:5])]
+    longest = max(len(r.prompt) + r.max_new_tokens for r in reqs)
+    pool = longest + 4 + 8  # one request and its draft window fit with a little room; five cannot grow together
+    clock = FakeClock()
+    server = Server(target, drafters["maxgram"], P.FixedK(3), max_batch=5, clock=clock, sleep=clock.sleep, stop_at_eos=False,
+                    kv_tokens=pool, block_size=4)
+    log = server.run(reqs)
+    assert log.preemptions, "the pool should force preemptions"
+    for r in reqs:
+        assert log.outputs[r.id] == own_greedy(target, r.prompt, r.max_new_tokens), r.id
+    prefills = [m.request for m in log.members if m.prefill]
+    assert len(prefills) == len(reqs) + len(log.preemptions)  # each preemption costs one more prefill (recompute)
+    assert sum(s.emitted for s in log.steps) == sum(r.max_new_tokens for r in reqs)
+    with pytest.raises(DraftsimError, match="memory too small for one request"):
+        Server(target, drafters["maxgram"], P.FixedK(3), kv_tokens=longest, block_size=4).run(reqs)
+    with pytest.raises(DraftsimError, match="less than one block"):
+        server_pool(3, 4, 3)
+
+    # the same through the CLI, every request arriving at 0, then replayed by the simulator
+    workload = tmp_path / "w.csv"
+    workload.write_text("arrival,prompt_tokens,output_tokens\n" + "".join(f"0,{12 + 5 * i},20\n" for i in range(6)))
+    trace = tmp_path / "trace"
+    assert main(["serve", "--target", "tiny:1", "--request-trace", str(workload), "--max-batch", "6", "--kv-tokens", "64",
+                 "--block-size", "4", "--policy", "fixed:k=3", "--trace", str(trace), "--json"]) == 0
+    served = json.loads(capsys.readouterr().out)
+    assert served["preempted"] and served["preemptions"] == len(served["preempted"])
+    out = check_serve(trace)
+    assert out["preemptions"]["predicted"] == out["preemptions"]["measured"] and sum(out["preemptions"]["measured"]) > 0
+    assert out["predicted"]["output_tokens"] == out["measured"]["output_tokens"] == 120
+    assert main(["serve", "--target", "tiny:1", "--request-trace", str(workload), "--kv-tokens", "40", "--block-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "memory too small for one request" in err and len(err.strip().splitlines()) == 1
+
+
+def test_priorities_reach_the_server_and_its_replay(tmp_path, capsys):
+    """A request trace's priority column: the server's priority queue admits the lower class
+    first, the trace records each request's class and check-serve replays with it."""
+    from draftsim.analysis.servecheck import check_serve, trace_priorities
+    from draftsim.cli import main
+
+    workload = tmp_path / "w.csv"
+    classes = [2, 1, 0, 2, 0, 1]
+    workload.write_text("arrival,prompt_tokens,output_tokens,priority\n" + "".join(f"0,{10 + i},6,{c}\n" for i, c in enumerate(classes)))
+    trace = tmp_path / "trace"
+    assert main(["serve", "--target", "tiny:1", "--request-trace", str(workload), "--max-batch", "2", "--scheduling", "priority",
+                 "--policy", "fixed:k=2", "--trace", str(trace), "--json"]) == 0
+    capsys.readouterr()
+    members = ServeTrace(trace).records("members")
+    admitted = [m.request for m in members if m.prefill]
+    assert admitted == sorted(range(6), key=lambda i: (classes[i], i))  # all wait at 0: by class, then arrival order
+    reqs = sorted(ServeTrace(trace).records("requests"), key=lambda r: r.request)
+    assert trace_priorities(ServeTrace(trace).metadata, reqs, trace).tolist() == classes
+    out = check_serve(trace)
+    assert out["predicted"]["output_tokens"] == out["measured"]["output_tokens"] == 36
+
+
+def test_the_server_teaches_suffix_decoding_its_finished_requests(target):
+    """Suffix decoding keeps finished requests' outputs (its global tree): the server hands each
+    finished request over, so a later request repeating an earlier one is drafted from it and
+    accepts more per round; greedy outputs stay the target's own."""
+    from draftsim.realrun.drafters import Suffix
+
+    prompt = ids(target, TEXTS[0])
+    reqs = [ServeRequest(0, 0.0, prompt, 40), ServeRequest(1, 5.0, prompt, 40)]  # the second arrives after the first is done
+    clock = FakeClock()
+    drafter = Suffix(target.vocab_size)
+    log = Server(target, drafter, P.FixedK(6), max_batch=2, clock=clock, sleep=clock.sleep, stop_at_eos=False).run(reqs)
+    assert len(drafter.cached) == 2 and list(drafter.cached[0]) == log.outputs[0]
+    accepted = {rid: sum(m.accepted for m in log.members if m.request == rid and not m.prefill) for rid in (0, 1)}
+    rounds = {rid: sum(1 for m in log.members if m.request == rid and not m.prefill) for rid in (0, 1)}
+    assert accepted[1] / rounds[1] > accepted[0] / rounds[0]
+    assert log.outputs[1] == log.outputs[0] == own_greedy(target, prompt, 40)
+
+
+def test_check_serve_on_a_lookup_drafters_trace(tmp_path, capsys):
+    """An n-gram drafter proposes nothing where its context has no match: the trace records
+    those empty rounds and check-serve replays them (same tokens, the same drafts and accepted
+    tokens as the run), pricing the lookup inside the step's overhead."""
+    from draftsim.analysis.servecheck import check_serve
+    from draftsim.cli import main
+
+    trace = tmp_path / "trace"
+    assert main(["serve", "--target", "tiny:1", "--drafter", "ngram", "--policy", "fixed:k=4", "--qps", "50", "--requests", "6",
+                 "--output-len", "fixed:24", "--max-batch", "3", "--trace", str(trace), "--json"]) == 0
+    capsys.readouterr()
+    members = [m for m in ServeTrace(trace).records("members") if not m.prefill]
+    assert any(m.drafted == 0 for m in members) and any(m.drafted > 0 for m in members)  # empty rounds and proposals
+    out = check_serve(trace)
+    meas, pred = out["measured"], out["predicted"]
+    assert pred["output_tokens"] == meas["output_tokens"] == 144
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert pred["spec_decode"][key] == meas["spec_decode"][key], key
+    assert all(np.isfinite(r["relative_error"]) for r in out["metrics"])

@@ -4,6 +4,9 @@ stderr, exit status 2, nothing written."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 
 import pytest
 from clirun import run
@@ -117,3 +120,38 @@ def test_acceptance_trace_each_request_replays_a_recorded_sequence(capsys, tmp_p
     status, _, err = run(capsys, "serve-sim", "--target", "llama-2-7b", "--drafter", "smollm2-135m", "--hardware", "h100-sxm",
                          "--acceptance-trace", str(tmp_path / "syn"), "--alpha", "0.8", "--qps", "1", "--requests", "4")
     assert status == 2 and "drop --alpha" in err
+
+
+def test_request_trace_with_a_byte_order_mark_through_a_pipe_and_from_a_device(capsys, tmp_path):
+    """A spreadsheet's CSV starts with a UTF-8 BOM; a pipe can be read once; /dev/zero is no file."""
+    text = "Time,PromptTokenCount,CompletionTokenCount\n0.0,100,20\n0.5,120,30\n1.5,90,25\n"
+    plain, bom = tmp_path / "plain.csv", tmp_path / "bom.csv"
+    plain.write_text(text)
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    outputs = []
+    for trace in (plain, bom):
+        status, out, err = run(capsys, *BASE, "--request-trace", str(trace), "--replications", "1", "--json")
+        assert status == 0, err
+        outputs.append(json.loads(out))
+    assert outputs[0]["requests"] == outputs[1]["requests"] == 3
+    assert outputs[0]["ttft"] == outputs[1]["ttft"] and outputs[0]["e2e"] == outputs[1]["e2e"]
+    piped = subprocess.run([sys.executable, "-m", "draftsim.cli", *BASE, "--request-trace", "/dev/stdin", "--replications", "1", "--json"],
+                           input=text, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["e2e"] == outputs[0]["e2e"]
+    status, out, err = run(capsys, *BASE, "--request-trace", "/dev/zero")
+    assert status == 2 and out == "" and err.strip().splitlines() == [
+        "draftsim serve-sim: error: request trace /dev/zero is not a regular file (a character device); give a file or a pipe"]
+
+
+def test_defaults_a_user_expects(capsys):
+    """No --requests or --duration: a default request count; --policy ar needs no acceptance; the
+    goodput line only when an SLO was given; no 15-digit maxima."""
+    status, out, err = run(capsys, "serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "4",
+                           "--replications", "1")
+    assert status == 0, err
+    assert "goodput" not in out and "1000 requests each" in out
+    assert not re.search(r"\d\.\d{6,}", out), out  # no runaway decimals
+    status, out, err = run(capsys, "serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "4",
+                           "--requests", "50", "--replications", "1", "--slo-ttft", "0.5")
+    assert status == 0 and "goodput" in out and "within the SLOs" in out

@@ -292,6 +292,63 @@ def test_a_failed_point_is_recorded_and_the_sweep_goes_on(tmp_path):
         sw.validate_points(sw.parse_spec({"version": 1, "kind": "toy", "grid": {"x": [0, 1]}, "zip": {"bad": [0, 1]}}, {"toy": TOY}), TOY)
 
 
+def always_fail(config: dict, seed: int | None) -> dict:
+    raise RuntimeError(f"x = {config['x']} always fails")
+
+
+FAILING = sw.Kind("failing", check_anything, always_fail, {"x2": "value.x2"}, ("x2",))
+
+
+def test_every_run_failed_exits_1_and_sweep_plot_refuses_nothing_to_plot(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(KINDS, "failing", FAILING)
+    spec = write(tmp_path, 'version = 1\nkind = "failing"\nmetrics = ["x2"]\n[grid]\nx = [0, 1, 2]\n')
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == ["draftsim sweep: every run failed (3 of 3); first error: RuntimeError: x = 0 always fails"]
+    assert "3 failed" in captured.out
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--resume", "--json"]) == 1  # still nothing
+    capsys.readouterr()
+    assert main(["sweep-plot", str(out), "--x", "x", "--metric", "x2", "--out", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no finite value" in err[0] and "3 of 3 run(s) failed" in err[0]
+    assert not (tmp_path / "f.png").exists()
+
+
+def test_some_failed_runs_exit_0_with_their_errors(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(KINDS, "toy", TOY)
+    spec = write(tmp_path, 'version = 1\nkind = "toy"\nmetrics = ["x2"]\n[grid]\nx = [0, 1, 2]\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
+    assert "failed: RuntimeError: x = 2 fails at run time" in capsys.readouterr().out
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
+    """Two sweeps into one folder would interleave their shards: the folder is locked by its writer."""
+    spec = sw.parse_spec({"version": 1, "kind": "toy", "grid": {"x": [0, 1, 3]}, "metrics": ["x2"]}, {"toy": TOY})
+    out = tmp_path / "out"
+    holder = sw.storage.lock(out)  # another writer (a separate open file: flock conflicts within one process too)
+    try:
+        with pytest.raises(DraftsimError, match=rf"is being written by draftsim pid {os.getpid()} on .* since .*; wait for it"):
+            sw.run_sweep(spec, TOY, out, workers=1)
+        assert not (out / "results").exists() and not (out / "manifest.json").exists()
+    finally:
+        holder.close()
+    assert sw.run_sweep(spec, TOY, out, workers=1).ran == 3  # released: the sweep runs
+    assert sw.run_sweep(spec, TOY, out, workers=1, resume=True).ran == 0  # and the lock went with its writer
+
+
+def test_load_refuses_a_task_stored_twice(tmp_path):
+    spec = sw.parse_spec({"version": 1, "kind": "toy", "grid": {"x": [0, 1, 3]}, "metrics": ["x2"]}, {"toy": TOY})
+    sw.run_sweep(spec, TOY, tmp_path / "out", workers=1)
+    shard = next((tmp_path / "out" / "results").glob("part-*.parquet"))
+    (shard.parent / "part-999999-copy.parquet").write_bytes(shard.read_bytes())
+    with pytest.raises(DraftsimError, match="task 0 is stored twice"):
+        sw.load(tmp_path / "out")
+    (shard.parent / "part-999999-copy.parquet").write_bytes(b"PAR1 garbage")
+    with pytest.raises(DraftsimError, match="not readable Parquet"):
+        sw.load(tmp_path / "out")
+
+
 # --- malformed specs: one line, exit 2, nothing written ------------------------------------------
 
 BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.05]\ntokens = 1000\n'
@@ -327,6 +384,8 @@ BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.
      "give exactly one of --alpha or --markov"),
     ('version = 1\nkind = "simulate"\nmetrics = ["tokens"]\n[grid]\ntokens = [1000, 2000]\n', "both a varied option and a kept metric"),
     ('version = 1\nkind = "toy"\n', "kind 'toy' is not a sweep kind; choose from simulate, serve, optimize, replay"),
+    ('version = 1\nkind = "simulate"\n[base]\nx = ' + "[" * 5000 + "]" * 5000 + "\n", "nests tables or arrays too deeply"),
+    ("version = 1\n" + "#" * (5 * 2**20) + "\n", "draftsim reads at most 4,194,304"),
     (BASE + "[grid]\na = { start = 1, stop = 1000, num = 1000 }\nb = { start = 1, stop = 1000, num = 1000 }\n"
      "c = { start = 1, stop = 1000, num = 1000 }\n", "1,000,000,000 points"),
 ])

@@ -54,7 +54,7 @@ a command's config, its function runs it); this package is the machinery:
 **Output folder**::
 
     OUT/manifest.json           schema version, the spec, its hash, columns, shards, counts
-    OUT/results/part-*.parquet  one row per task; pandas.read_parquet(OUT + "/results")
+    OUT/results/part-*.parquet  one row per task; load(OUT) or pyarrow.parquet.read_table(OUT + "/results")
 
 Each shard is written to a hidden temporary file and renamed into place (atomic), then the
 manifest is rewritten (temp + rename). The shards are the truth: a resumed sweep reads the

@@ -167,6 +167,15 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
         raise DraftsimError(f"--workers must be >= 1; got {workers}")
     schema = schema_for(spec, points, metric_columns)
     store = Store(Store.check(out, spec, resume), spec, schema, len(tasks), extra).open()
+    try:
+        return _run_into(store, spec, points, tasks, worker, metric_columns, workers, ray, ray_address, progress, flush_seconds)
+    finally:
+        store.close()
+
+
+def _run_into(store: Store, spec: Spec, points: list[Point], tasks: list[Task], worker: Callable, metric_columns: Sequence[str],
+              workers: int, ray: bool, ray_address: str | None, progress, flush_seconds: float) -> Summary:
+    schema = store.schema
     by_id = {t.id: t for t in tasks}
     stray = store.done.difference(by_id)
     if stray:

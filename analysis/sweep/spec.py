@@ -16,6 +16,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from ...sim.errors import DraftsimError
+from ...sim.files import read_text
 from .storage import LEAD_COLUMNS, STATUS_COLUMNS
 from .tasks import Kind, Task
 
@@ -356,18 +357,22 @@ def parse_spec(data: dict, kinds: Mapping[str, Kind]) -> Spec:
     return spec
 
 
+#: The largest spec read (a spec is a page of TOML; its axes are bounded by MAX_AXIS_VALUES anyway).
+MAX_SPEC_BYTES = 4 * 2**20
+
+
 def load_spec(path, kinds: Mapping[str, Kind]) -> Spec:
     """Read and parse a TOML spec file (:func:`parse_spec`)."""
     p = Path(path)
     if not p.is_file():
         raise DraftsimError(f"spec {str(path)!r} is not a file; give a TOML sweep spec")
+    text = read_text(p, "spec", MAX_SPEC_BYTES, fifo=False)
     try:
-        with open(p, "rb") as f:
-            data = tomllib.load(f)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise DraftsimError(f"spec {str(path)!r} is not valid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise DraftsimError(f"spec {str(path)!r} is not UTF-8 text: {exc}") from None
+        raise DraftsimError(f"spec {str(path)!r} is not valid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise DraftsimError(f"spec {str(path)!r} nests tables or arrays too deeply to read") from None
     return parse_spec(data, kinds)
 
 

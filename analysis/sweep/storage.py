@@ -3,21 +3,24 @@ written atomically and read back (:func:`load`, :func:`aggregate`)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
-import tempfile
+import socket
+import time
 import typing
 import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...sim.errors import DraftsimError, file_mode, folder_mode
+from ...sim.errors import DraftsimError, folder_mode
+from ...sim.files import atomic_write
 
 if TYPE_CHECKING:
     from .spec import Point, Spec
@@ -75,19 +78,6 @@ def cell(value, type_: pa.DataType):
     return value
 
 
-def _atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class Store:
     """The output folder of a sweep: Parquet shards under ``results/`` plus ``manifest.json``.
 
@@ -126,6 +116,22 @@ class Store:
         return p
 
     def open(self) -> Store:
+        """Take the folder (:func:`lock`), remove temporaries of a killed run and read what its
+        shards hold. :meth:`close` gives the folder back."""
+        self._lock = lock(self.folder)
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Give the folder back (the lock is also released when the process ends, however it ends)."""
+        if getattr(self, "_lock", None) is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _open(self) -> Store:
         self.results.mkdir(parents=True, exist_ok=True, mode=folder_mode())
         for tmp in self.results.glob(".*.tmp"):
             tmp.unlink()
@@ -151,7 +157,7 @@ class Store:
         rows, self.buffer = self.buffer, []
         table = pa.Table.from_pylist(rows, schema=self.schema)
         name = f"part-{len(self.shards):06d}-{uuid.uuid4().hex[:8]}.parquet"
-        _atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp))
+        atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp))
         failed = sum(1 for r in rows if r["status"] != "ok")
         self.done.update(r["task"] for r in rows)
         self.failed += failed
@@ -177,13 +183,40 @@ class Store:
             **self.extra,
         }
         path = self.folder / "manifest.json"
-        _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1, default=str)))
+        atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(info, indent=1, default=str)))
+
+
+#: The lock file a writer holds in a sweep folder (an advisory ``flock``, released by the kernel
+#: when the writer's process ends, however it ends; the file stays and says who held it last).
+LOCK_NAME = ".draftsim-lock"
+
+
+def lock(folder) -> typing.TextIO:
+    """Take ``folder`` for writing: an exclusive ``flock`` on its lock file, held until the
+    returned file is closed. A second writer gets one line naming the holder, so two sweeps
+    never interleave their shards in one folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True, mode=folder_mode())
+    handle = open(folder / LOCK_NAME, "a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise DraftsimError(f"--out {str(folder)!r} is being written by {holder}; wait for it to finish, or choose another "
+                            "folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"draftsim pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    return handle
 
 
 def _leftover(entry: Path) -> bool:
     """What a sweep killed before its first manifest leaves: an empty ``results`` folder (or one
-    with temporaries only), a temporary manifest, an output-path probe."""
-    if entry.name.startswith((".draftsim-probe-", ".manifest.json.")):
+    with temporaries only), a temporary manifest, an output-path probe, the lock file."""
+    if entry.name == LOCK_NAME or entry.name.startswith((".draftsim-probe-", ".manifest.json.")):
         return True
     return entry.name == "results" and entry.is_dir() and not any(entry.glob("part-*.parquet"))
 
@@ -214,10 +247,17 @@ def load(folder) -> pa.Table:
     shards = sorted(results.glob("part-*.parquet"))
     if not shards:
         raise DraftsimError(f"{str(folder)!r} holds a sweep with no results yet")
-    table = pq.ParquetDataset(results).read()
+    try:
+        table = pq.ParquetDataset(results).read()
+    except (pa.ArrowException, OSError) as exc:
+        raise DraftsimError(f"{results}: a shard is not readable Parquet ({' '.join(str(exc).split())[:200]})") from None
     missing = [c for c in info.get("columns", {}) if c not in table.column_names]
     if missing:
         raise DraftsimError(f"{results}: shards lack column(s) {', '.join(missing)} of the manifest")
+    tasks = table.column("task").to_numpy()
+    if len(np.unique(tasks)) != len(tasks):
+        twice = int(np.sort(tasks)[:-1][np.diff(np.sort(tasks)) == 0][0])
+        raise DraftsimError(f"{results}: task {twice} is stored twice; the folder was altered by hand (or written by two sweeps)")
     return table.sort_by("task")
 
 

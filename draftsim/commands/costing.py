@@ -24,6 +24,8 @@ from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, Assembly, Deployment, assemble
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
+from draftsim.sim.cost.overheads import ENGINES
+from draftsim.sim.cost.profile import ProfileCost
 from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
 
 from .. import args as a
@@ -67,6 +69,9 @@ class HardwareOptions:
     mbu: float | None = option(help="override the hardware's memory bandwidth utilisation (0, 1]", type=a.positive("mbu"), group=HARDWARE)
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
+    overheads: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default) or vllm "
+                         "(1.21 ms per step and CUDA-graph padding, each value cited in sim/data/engines.json)",
+                         choices=tuple(ENGINES), group=HARDWARE)
 
     def uses_hardware(self) -> bool:
         """Whether any model or hardware is named (then calls are priced from them)."""
@@ -76,7 +81,7 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead)
+                          self.overhead, self.overheads)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),
@@ -183,11 +188,19 @@ class CostResult:
         return {**self.info, "records": as_dict(self.records)}
 
 
+#: Most rows a cost table holds (each is a record in memory and a line of output).
+MAX_COST_ROWS = 100_000
+
+
 def cost(config: CostConfig) -> CostResult:
     """Forward times of ``config``'s target and drafters at every (batch, new tokens, context)."""
     check(config)
-    built = config.assembly()
     names = [config.target] + list(config.drafter_model or [])
+    rows = len(config.batch) * len(config.new_tokens) * len(config.context) * len(names)
+    if rows > MAX_COST_ROWS:
+        raise DraftsimError(f"{len(config.batch)} batches x {len(config.new_tokens)} new-token counts x {len(config.context)} contexts x "
+                            f"{len(names)} model(s) = {rows:,} rows; draftsim cost prints at most {MAX_COST_ROWS:,} (give fewer values)")
+    built = config.assembly()
     built.check_fits(config.batch, config.context, config.new_tokens)
     B, N, C = (np.array(v) for v in np.meshgrid(config.batch, config.new_tokens, config.context, indexing="ij"))
     B, N, C = B.ravel(), N.ravel(), C.ravel()
@@ -294,13 +307,45 @@ def run_cost(args: argparse.Namespace) -> int:
           + (f" x pp {config.pp}" if config.pp > 1 else ""))
     for name, backend in info["backends"].items():
         print(f"  {name}: {backend}")
+    print(f"  {info['engine']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))
     return 0
 
 
+@dataclass
+class ProfileResult:
+    """What ``draftsim profile`` measured: ``profile`` (a :class:`draftsim.sim.cost.ProfileCost`:
+    median seconds and spread per (batch, new tokens, context), lookup drafters' seconds per
+    token), where it was written, and with ``--probe`` the fitted hardware entry's error against
+    it (``comparison``); ``data`` is the JSON document ``--json`` prints."""
+
+    profile: ProfileCost
+    file: str
+    comparison: dict | None
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
 def run_profile(args: argparse.Namespace) -> int:
     config = from_namespace(ProfileConfig, args)
+    points = len(config.batch) * len(config.new_tokens) * len(config.context)
+    with count_bar(points, f"profiling {config.model}") as bar:
+        result = profile(config, bar.update)
+    if args.json:
+        a.emit_json(result.to_dict())
+        return 0
+    _print_profile(config, result)
+    return 0
+
+
+def profile(config: ProfileConfig, progress=None) -> ProfileResult:
+    """Time a real model's forward calls over ``config``'s grid on this machine (and the lookup
+    drafters' proposals), write the profile (and with ``probe`` a fitted local-cpu hardware
+    entry); ``progress(n)`` is told as grid points finish. Everything is checked before the
+    model loads."""
     check(config)
     out = a.output_file("--out", config.out, ".json")
     if config.probe:
@@ -329,10 +374,8 @@ def run_profile(args: argparse.Namespace) -> int:
     if config.model.startswith("tiny") and config.dtype != "float32":
         loaded.model.to(getattr(__import__("torch"), config.dtype))
         loaded.dtype = config.dtype
-    points = len(config.batch) * len(config.new_tokens) * len(config.context)
-    with count_bar(points, f"profiling {loaded.name}") as bar:
-        prof = profile_model(loaded, config.batch, config.new_tokens, config.context, repeats=config.repeats, warmup=config.warmup,
-                             seed=config.seed, progress=bar.update, path=config.path)
+    prof = profile_model(loaded, config.batch, config.new_tokens, config.context, repeats=config.repeats, warmup=config.warmup,
+                         seed=config.seed, progress=progress, path=config.path)
     if drafter_names:
         prof.drafters = drafter_seconds(drafter_names, loaded.vocab_size)
     result = {"profile": config.out, "model": loaded.name, "dtype": loaded.dtype, "device": loaded.device, "path": config.path, "points": []}
@@ -365,11 +408,13 @@ def run_profile(args: argparse.Namespace) -> int:
                                          "spread": float(prof.spread[i, j, k])})
     result["drafters"] = prof.drafters
     result["load_average"] = list(os.getloadavg())
-    if args.json:
-        a.emit_json(result)
-        return 0
+    return ProfileResult(prof, config.out, comparison, result)
+
+
+def _print_profile(config: ProfileConfig, out: ProfileResult) -> None:
+    result, prof, comparison = out.data, out.profile, out.comparison
     rows = [[p["batch"], p["new_tokens"], p["context"], f"{p['seconds'] * 1e3:.3f}", f"{p['spread'] * 1e3:.3f}"] for p in result["points"]]
-    print(f"{loaded.name} ({loaded.dtype}, {loaded.device}, {config.path} forward path), {config.repeats} repeats after {config.warmup} warm-up; load average "
+    print(f"{result['model']} ({result['dtype']}, {result['device']}, {config.path} forward path), {config.repeats} repeats after {config.warmup} warm-up; load average "
           + " ".join(f"{x:.2f}" for x in result["load_average"]))
     print(format_table(["batch", "new tokens", "context", "median ms", "spread ms"], rows))
     for name, d in prof.drafters.items():
@@ -379,4 +424,3 @@ def run_profile(args: argparse.Namespace) -> int:
               f"vs profile: median |error| {comparison['median_abs_error']:.1%}, worst {comparison['worst_abs_error']:.1%} (probe "
               f"numbers alone: median {comparison['roofline_without_fit_median_abs_error']:.1%}); hardware entry written to {config.probe}")
     print(f"profile written to {config.out}")
-    return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from pathlib import Path
 
 from draftsim.analysis.demo import run_demo
 from draftsim.analysis.table import format_table
@@ -34,42 +35,56 @@ def register(sub, common) -> None:
     p.set_defaults(run=run)
 
 
-def demo(config: DemoConfig) -> dict:
+@dataclass
+class DemoResult:
+    """What ``draftsim demo`` did (:func:`draftsim.analysis.demo.run_demo`): each reference
+    setting with its planned strategies, their Monte Carlo check, the optimisers' results, the
+    replay of the embedded trace, the serving study, the real run (or why it was skipped) and
+    the figures written. ``to_dict`` is what ``--json`` prints."""
+
+    settings: list  #: (Setting, [Strategy, ...]) per reference setting
+    simulations: list[dict]
+    optimisation: dict
+    replay: dict
+    serving: dict
+    real: dict
+    figures: list[Path]
+
+    def to_dict(self) -> dict:
+        return {
+            "settings": [
+                {
+                    "name": s.name,
+                    "drafters": [vars(d) for d in s.drafters],
+                    "mag_alpha": s.mag_alpha,
+                    "strategies": [{"kind": st.kind, "description": st.description, "ewif": st.ewif, **st.params} for st in strategies],
+                }
+                for s, strategies in self.settings
+            ],
+            "simulations": self.simulations,
+            "optimisation": {k: v for k, v in self.optimisation.items() if k != "figure"},
+            "replay": self.replay,
+            "serving": self.serving,
+            "real": self.real,
+            "figures": [str(p) for p in self.figures],
+        }
+
+
+def demo(config: DemoConfig) -> DemoResult:
     """The demo run end to end (:func:`draftsim.analysis.demo.run_demo`): its plans, simulations,
     optimisation, replay, serving study, real run and the figures written under ``config.out``."""
     check(config)
     out = a.output_folder("--out", config.out)  # before any work: a bad folder costs nothing and leaves nothing
-    return run_demo(out, real=not config.no_real)
+    return DemoResult(**run_demo(out, real=not config.no_real))
 
 
 def run(args: argparse.Namespace) -> int:
     result = demo(from_namespace(DemoConfig, args))
     if args.json:
-        a.emit_json(
-            {
-                "settings": [
-                    {
-                        "name": s.name,
-                        "drafters": [vars(d) for d in s.drafters],
-                        "mag_alpha": s.mag_alpha,
-                        "strategies": [
-                            {"kind": st.kind, "description": st.description, "ewif": st.ewif, **st.params}
-                            for st in strategies
-                        ],
-                    }
-                    for s, strategies in result["settings"]
-                ],
-                "simulations": result["simulations"],
-                "optimisation": {k: v for k, v in result["optimisation"].items() if k != "figure"},
-                "replay": result["replay"],
-                "serving": result["serving"],
-                "real": result["real"],
-                "figures": [str(p) for p in result["figures"]],
-            }
-        )
+        a.emit_json(result.to_dict())
         return 0
     print("draftsim demo: analytic plans for reference settings (EWIF = expected speedup)\n")
-    for setting, strategies in result["settings"]:
+    for setting, strategies in result.settings:
         drafters = ", ".join(f"{d.name} (alpha {d.alpha:g}, c {d.cost:g})" for d in setting.drafters)
         mag = f"; Max-Gram alpha {setting.mag_alpha:g}" if setting.mag_alpha is not None else ""
         print(f"== {setting.name}: {drafters}{mag}")
@@ -78,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     print("Monte Carlo check of the best strategies (EWIF, simulated +/- SE vs analytic):")
     rows = [
         [s["setting"], s["strategy"], s["analytic_ewif"], f"{s['simulated_ewif']:.4f} +/- {s['se']:.4f}"]
-        for s in result["simulations"]
+        for s in result.simulations
     ]
     print(format_table(["setting", "strategy", "analytic", "simulated"], rows))
     print()
-    opt = result["optimisation"]
+    opt = result.optimisation
     ex, gr = opt["kmatrix"]["exact"], opt["kmatrix"]["grid"]
     print("Optimisation: K matrix for 2 drafters + Max-Gram (entries <= 12)")
     print(format_table(
@@ -98,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
                      ar / m["best_fixed_k"]["latency_per_token"], ar / m["oracle"]])
     print(format_table(["t_draft/t_target", "MDP optimum", "best threshold", "best fixed k", "oracle"], rows))
     print()
-    rp = result["replay"]
+    rp = result.replay
     print(f"Replay of the embedded SmolLM2 trace ({rp['sequences']} sequences, {rp['tokens']} tokens; greedy; measured costs):")
     print(format_table(
         ["drafter", "cost", "policy", "tokens/call", "EWIF", "oracle"],
@@ -108,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     if any(r["oracle_speedup"] is None for r in rp["rows"]):
         print("* the oracle ([SD++] Theorem 4.1) knows one drafter's acceptance; a cascade has no such bound")
     print()
-    sv = result["serving"]
+    sv = result.serving
     print(f"Serving study ({sv['pair']}, {sv['policy']}, alpha {sv['alpha']:g}, 512-token prompts, 256-token outputs, Poisson):")
     print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio"],
                        [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"]] for r in sv["rows"]]))
@@ -120,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"speculation stops paying near {cross:.1f} requests/s")
     print()
-    rr = result["real"]
+    rr = result.real
     if "skipped" in rr:
         if rr.get("by_request"):
             print("Real run on SmolLM2: skipped by request (--no-real)")
@@ -142,6 +157,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"speedup measured {rr['speedup']:.2f}x, predicted {rr['predicted_speedup']:.2f}x; why: " + "; ".join(rr["why"]))
     print()
     print("figures:")
-    for path in result["figures"]:
+    for path in result.figures:
         print(f"  {path}")
     return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from draftsim.sim.errors import DraftsimError
@@ -58,7 +58,51 @@ def check(config: TrainHeadConfig) -> None:
                             "give a new folder, an empty one or an earlier head")
 
 
+@dataclass
+class TrainHeadResult:
+    """What ``draftsim train-head`` trained and where it saved it: the head's settings, its
+    training and held-out examples, the final training loss, and the binary KL on the test
+    prompts beside a constant predictor's (lower is better)."""
+
+    path: str
+    drafter: str
+    depth: int
+    w_rej: float
+    mix: float
+    train_examples: int
+    test_examples: int
+    final_loss: float
+    binary_kl: float
+    binary_kl_constant: float
+    mean_label_test: float
+    mean_prediction_test: float
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("drafter")
+        return out
+
+
 def run(args: argparse.Namespace) -> int:
+    config = from_namespace(TrainHeadConfig, args)
+    check(config)
+    with count_bar(None, "labelling and training") as bar:
+        result = train(config, bar.update)
+    if args.json:
+        a.emit_json(result.to_dict())
+        return 0
+    print(f"acceptance head for {result.drafter} saved to {result.path}: D = {result.depth} residual blocks, w_rej = {result.w_rej:g}, "
+          f"mix r = {result.mix:g}")
+    print(f"trained on {result.train_examples} draft positions; test: {result.test_examples} positions")
+    print(f"binary KL on the test prompts: {result.binary_kl:.4f} (constant predictor {result.binary_kl_constant:.4f}); "
+          f"mean acceptance {result.mean_label_test:.3f}, mean prediction {result.mean_prediction_test:.3f}")
+    return 0
+
+
+def train(config: TrainHeadConfig, progress=None) -> TrainHeadResult:
+    """Label draft candidates on the target's responses to the train prompts, train the head,
+    evaluate it on the test prompts and save it to ``config.out``; ``progress(n)`` is told as
+    responses are labelled and epochs end. Everything is checked before a model loads."""
     import numpy as np
     import torch
 
@@ -68,7 +112,6 @@ def run(args: argparse.Namespace) -> int:
     from draftsim.realrun.methods import make_drafter
     from draftsim.realrun.models import load_model
 
-    config = from_namespace(TrainHeadConfig, args)
     check(config)
     target = load_model(config.target, device=config.device)
     drafter = make_drafter(config.drafter, target, Bigram(target.vocab_size))
@@ -77,11 +120,9 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(config.seed)
     train = target_corpus(target, "train", config.prompts_per_set, config.max_new_tokens)
     test = target_corpus(target, "test", max(2, config.prompts_per_set // 4), config.max_new_tokens)
-    with count_bar(len(train) + len(test), "labelling") as bar:
-        data = head_data(target, drafter.loaded, train, config.mix, rng, progress=bar.update)
-        held = head_data(target, drafter.loaded, test, 0.0, rng, progress=bar.update)  # evaluate on draft tokens only
-    with count_bar(config.epochs, "training") as bar:
-        head, history = train_head(data, config.depth, config.w_rej, config.epochs, config.lr, seed=config.seed, progress=bar.update)
+    data = head_data(target, drafter.loaded, train, config.mix, rng, progress=progress)
+    held = head_data(target, drafter.loaded, test, 0.0, rng, progress=progress)  # evaluate on draft tokens only
+    head, history = train_head(data, config.depth, config.w_rej, config.epochs, config.lr, seed=config.seed, progress=progress)
     pred = head.predict(torch.from_numpy(held.features))
     constant = np.full(len(held), data.labels.mean())
     metrics = {"train_examples": len(data), "test_examples": len(held), "final_loss": history[-1],
@@ -90,12 +131,4 @@ def run(args: argparse.Namespace) -> int:
     meta = {"target": target.name, "w_rej": config.w_rej, "mix": config.mix, "epochs": config.epochs, "lr": config.lr,
             "prompts_per_set": config.prompts_per_set, "max_new_tokens": config.max_new_tokens, "seed": config.seed, "metrics": metrics}
     path = save_head(config.out, head, drafter.loaded, meta)
-    out = {"path": str(path), "depth": config.depth, "w_rej": config.w_rej, "mix": config.mix, **metrics}
-    if args.json:
-        a.emit_json(out)
-        return 0
-    print(f"acceptance head for {drafter.name} saved to {path}: D = {config.depth} residual blocks, w_rej = {config.w_rej:g}, mix r = {config.mix:g}")
-    print(f"trained on {len(data)} draft positions ({len(train)} target responses); test: {len(held)} positions")
-    print(f"binary KL on the test prompts: {metrics['binary_kl']:.4f} (constant predictor {metrics['binary_kl_constant']:.4f}); "
-          f"mean acceptance {metrics['mean_label_test']:.3f}, mean prediction {metrics['mean_prediction_test']:.3f}")
-    return 0
+    return TrainHeadResult(str(path), drafter.name, config.depth, config.w_rej, config.mix, **metrics)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
@@ -14,6 +15,9 @@ from draftsim.sim.rules import RULE_HELP
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
 from ..progress import count_bar
+
+if TYPE_CHECKING:
+    from draftsim.realrun.compare import Measurement
 
 #: Methods of ``draftsim run`` (:data:`draftsim.realrun.methods.METHODS`; listed here so that the
 #: parser is built without importing torch).
@@ -95,7 +99,25 @@ def check_sim(config: CheckSimConfig) -> list[dict]:
     return [check_run(path, profiles=profiles) for path in config.trace]
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclass
+class RunResult:
+    """What ``draftsim run`` measured: ``measurement`` (:class:`draftsim.realrun.compare.Measurement`:
+    the method's and autoregression's tokens/s on the same prompts, the speedup, tokens per
+    target call, the output's quality against the target's, the trace) and ``data``, the JSON
+    document ``--json`` prints, which adds the simulator's replay of the run (``sim_check``,
+    unless ``--no-check``; :func:`draftsim.analysis.reality.held_to_sim`)."""
+
+    measurement: Measurement
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+def run_method(config: RunConfig, progress=None) -> RunResult:
+    """Run ``config``'s method and autoregression on real models over the prompts and hold the
+    run to the simulator; ``progress(n)`` is told as prompts finish. Everything is checked
+    before the model loads."""
     from draftsim.analysis.reality import held_to_sim
     from draftsim.realrun.compare import measure
     from draftsim.realrun.executor import Sampling
@@ -103,8 +125,6 @@ def run(args: argparse.Namespace) -> int:
     from draftsim.realrun.models import load_model
     from draftsim.realrun.prompts import prompt_set
 
-    # Everything is validated before the model is loaded.
-    config = from_namespace(RunConfig, args)
     check(config)
     if config.resume and not config.trace:
         raise DraftsimError("--resume needs --trace")
@@ -121,14 +141,26 @@ def run(args: argparse.Namespace) -> int:
     profiles = _profiles(config.profile)
     target = load_model(config.target, device=config.device)
     method = build_method(spec, target)
-    with count_bar(len(prompts), "decoding") as bar:
-        m = measure(target, method, prompts, config.max_new_tokens, sampling, config.seed, config.trace, config.resume, progress=bar.update)
+    m = measure(target, method, prompts, config.max_new_tokens, sampling, config.seed, config.trace, config.resume, progress=progress)
     out = held_to_sim(m, seed=config.seed, check=not config.no_check, profiles=profiles)
+    return RunResult(m, out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from draftsim.realrun.prompts import prompt_set
+
+    config = from_namespace(RunConfig, args)
+    check(config)
+    sets = a.prompt_sets("--prompts", config.prompts)
+    with count_bar(sum(len(prompt_set(s, config.split, config.n)) for s in sets), "decoding") as bar:
+        result = run_method(config, bar.update)
+    out = result.to_dict()
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"{target.name} on {len(prompts)} {config.split} prompts ({', '.join(sets)}), {config.max_new_tokens} new tokens, "
-          f"{'greedy' if sampling.greedy else out['sampling']}")
+    sampling_greedy = config.temperature == 0
+    print(f"{result.measurement.target} on {result.measurement.prompts} {config.split} prompts ({', '.join(sets)}), {config.max_new_tokens} new tokens, "
+          f"{'greedy' if sampling_greedy else out['sampling']}")
     q = out["quality"]
     rows = [["autoregressive", out["autoregressive_tokens_per_second"], 1.0, 1.0, "-", "-"]]
     if config.method != "ar":
@@ -152,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
               f"{o['tokens_per_second']:.1f} tokens/s modelled (run: {tc['run']['accepted_per_round']:.2f}, {tc['run']['tokens_per_second']:.1f})")
     if q["answer_accuracy"] is not None:
         print(f"arithmetic answers correct: {q['answer_accuracy']:.0%} (target alone: {q['answer_accuracy_target']:.0%})")
-    if not sampling.greedy or out["rule"] != "sd":
+    if not sampling_greedy or out["rule"] != "sd":
         print(f"agreement with the target's output: {q['mean_prefix_agreement']:.0%} of tokens before the first difference")
     if "sim_check" in out:
         _print_check(out["sim_check"])

@@ -13,8 +13,9 @@ from draftsim.sim.policies import POLICY_HELP
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 
 from .. import args as a
-from ..config import add_options, check, from_namespace, option
+from ..config import add_options, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
+from .servesim import ServeSummary
 
 
 @dataclass(kw_only=True)
@@ -38,6 +39,10 @@ class ServeConfig:
     prompts: str = option("code,instructions,docstrings,arithmetic", "bundled prompt sets, comma-separated")
     eos: bool = option(False, "end a request at EOS (default: at its output length)", flag=True)
     max_batch: int = option(16, "most running sequences (default 16)", type=a.count("max_batch", 1, 4096))
+    kv_tokens: int | None = option(help="KV pool in tokens: the scheduler admits and preempts by it as serve-sim's does (a preempted "
+                                   "request is recomputed when readmitted; default: no pool, max_batch bounds the batch)",
+                                   type=a.count("kv_tokens", 1))
+    block_size: int = option(16, "KV block size in tokens of the pool (default 16)", type=a.count("block_size", 1, 4096))
     scheduling: str = option("fcfs", "waiting queue of the scheduler the server runs (the serving simulator's; default fcfs)",
                              choices=SCHEDULING_POLICIES)
     temperature: float = option(0.0, "0 = greedy", type=a.cost("temperature"))
@@ -55,7 +60,19 @@ class CheckServeConfig:
     """``draftsim check-serve``: a serving trace replayed in the serving simulator and compared
     with the run."""
 
-    trace: str = option(help="serving trace folder (draftsim serve --trace)", positional=True, required=True)
+    trace: str | None = option(help="serving trace folder (draftsim serve --trace); or give --vllm-result", positional=True, nargs="?")
+    vllm_result: str | None = option(help="a vllm bench serve --save-result --save-detailed file as the measurement: its workload "
+                                     "replayed in serve-sim on --target/--hardware (a speculative run: with --drafter-model and the "
+                                     "file's per-position acceptance)", metavar="FILE", group="vLLM result")
+    target: str | None = option(help="with --vllm-result: the served model (catalog name or config.json)", metavar="MODEL", group="vLLM result")
+    hardware: str | None = option(help="with --vllm-result: the catalog hardware it ran on", metavar="HW", group="vLLM result")
+    tp: int = option(1, "with --vllm-result: tensor-parallel devices (default 1)", type=a.count("tp", 1, 1024), group="vLLM result")
+    dtype: str = option("bfloat16", "with --vllm-result: dtype (default bfloat16)", group="vLLM result")
+    drafter_model: list[str] | None = option(help="with --vllm-result of a speculative run: its drafting method or model", append=True,
+                                             metavar="MODEL", group="vLLM result")
+    overheads: str = option("vllm", "with --vllm-result: engine overheads on the rooflines (default vllm)", group="vLLM result")
+    catalog: list[str] = option([], "with --vllm-result: extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
+                                group="vLLM result")
     profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
     prefill_profile: str | None = option(help="a second profile that prices the joiners' prefills (batch 1, new tokens up to the "
                                          "longest prompt, its last-row table): the step grid then needs no long calls "
@@ -63,6 +80,59 @@ class CheckServeConfig:
     costs_from: str | None = option(help="fit the target's costs to another serving trace of the same model and machine (a "
                                     "calibration run); default, without --profile: fitted to TRACE itself (in-sample)",
                                     metavar="TRACE")
+
+
+@dataclass
+class ServeResult:
+    """What ``draftsim serve`` did: the setting, the workload's size, the run's serving metrics
+    typed (the serving simulator's summary of the run: TTFT, TPOT, ITL, E2E, throughput, vLLM's
+    spec-decode counters) and ``data``, the JSON document ``--json`` prints."""
+
+    target: str
+    drafter: str | None
+    policy: str
+    controller: str
+    max_batch: int
+    qps: float | None
+    requests_planned: int
+    planned_tokens: int
+    trace: str | None
+    seconds: float  #: wall seconds of the run
+    overhead_per_step: float  #: mean seconds per step outside the models' forward calls
+    metrics: ServeSummary
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One metric of a check: predicted by the serving simulator, measured in the run."""
+
+    metric: str
+    predicted: float
+    measured: float
+    relative_error: float
+
+
+@dataclass
+class CheckServeResult:
+    """What ``draftsim check-serve`` found: the run's setting, how its costs were priced, and
+    per metric the simulator's prediction against the measurement (``data``: the whole
+    comparison; ``--json`` prints its ``metrics`` rows)."""
+
+    path: str
+    target: str | None
+    drafter: str | None
+    policy: str | None
+    requests: int
+    costs: str
+    metrics: list[CheckRow]
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
 
 
 def register(sub, common) -> None:
@@ -117,10 +187,10 @@ def _workload(config: ServeConfig):
     w = make_workload(arrivals=arrivals, qps=config.qps, requests=config.requests, duration=config.duration, prompt=prompt,
                       output=output, rng=rng, trace=config.request_trace)
     prompt_tokens = np.zeros(len(w), dtype=np.int64) if bundled and config.request_trace is None else w.prompt
-    return w.arrival, prompt_tokens, w.output
+    return w.arrival, prompt_tokens, w.output, w.priority
 
 
-def serve(config: ServeConfig, bar=null_bar) -> dict:
+def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
     """Serve ``config``'s workload with real models; the serving metrics (TTFT, TPOT, ITL, E2E,
     throughput, vLLM's spec-decode counts: :func:`draftsim.realrun.servetrace.serving_metrics`)
     with the run's setting, and the serving trace written where ``config.trace`` says.
@@ -151,7 +221,12 @@ def serve(config: ServeConfig, bar=null_bar) -> dict:
         if trace.exists() and any(trace.iterdir()):
             raise DraftsimError(f"--trace {config.trace!r} is not empty; serving traces are written to a new folder (a run's clock "
                                 "cannot be resumed)")
-    arrival, prompt_tokens, output_tokens = _workload(config)
+    arrival, prompt_tokens, output_tokens, priority = _workload(config)
+    if config.kv_tokens is not None and prompt_tokens.all():  # lengths known before the model loads: check the pool now
+        from draftsim.realrun.serving import server_pool
+
+        i = int(np.argmax(prompt_tokens + output_tokens))
+        server_pool(config.kv_tokens, config.block_size, policy.max_draft).check_request(int(prompt_tokens[i]), int(output_tokens[i]))
     if not np.all(np.isfinite(arrival)):
         raise DraftsimError("the workload has no arrival times; give --qps or a request trace with a time column")
     sampling = Sampling(config.temperature, config.top_k)
@@ -161,10 +236,13 @@ def serve(config: ServeConfig, bar=null_bar) -> dict:
         torch.set_num_threads(config.threads)
     target = load_model(config.target, device=config.device, dtype=config.dtype)
     drafter = make_drafter(drafter_name, target) if drafter_name else None
-    requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets))
+    requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets), priority)
     check_requests(target, requests)
     server = Server(target, drafter, policy, controller, sampling, max_batch=config.max_batch, seed=config.seed,
-                    stop_at_eos=config.eos, scheduling=config.scheduling)
+                    stop_at_eos=config.eos, scheduling=config.scheduling, kv_tokens=config.kv_tokens, block_size=config.block_size)
+    if server.pool is not None:
+        longest = max(requests, key=lambda r: len(r.prompt) + r.max_new_tokens)
+        server.pool.check_request(len(longest.prompt), longest.max_new_tokens)
     models = [target] + ([drafter.loaded] if drafter is not None and drafter.neural else [])
     check_memory(models, requests, config.max_batch, server.max_draft)
     import torch
@@ -172,8 +250,8 @@ def serve(config: ServeConfig, bar=null_bar) -> dict:
     meta = {
         "target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
         "sampling": {"temperature": sampling.temperature, "top_k": sampling.top_k}, "seed": config.seed, "max_batch": config.max_batch,
-        "scheduling": server.scheduling.policy,
-        "eos": config.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens] for r in requests],
+        "scheduling": server.scheduling.policy, "kv_tokens": config.kv_tokens, "block_size": config.block_size,
+        "eos": config.eos, "requests": [[r.arrival, len(r.prompt), r.max_new_tokens, r.priority] for r in requests],
         "workload": {"qps": config.qps, "arrivals": config.arrivals, "request_trace": config.request_trace, "duration": config.duration,
                      "prompt_len": config.prompt_len, "output_len": config.output_len, "prompts": sets},
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
@@ -194,16 +272,19 @@ def serve(config: ServeConfig, bar=null_bar) -> dict:
     overhead = [s.overhead_seconds for s in log.steps]
     m["overhead_per_step"] = float(np.mean(overhead)) if overhead else 0.0
     m["seconds"] = log.seconds
+    m["preempted"] = [[step, rid] for step, rid in log.preemptions]
     m["load_average_end"] = list(os.getloadavg())
     if writer is not None:
         writer.close(log, seconds=log.seconds, load_average_end=m["load_average_end"])
-    return {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
+    data = {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
             "max_batch": config.max_batch, "qps": config.qps, "requests_planned": len(requests), "planned_tokens": total,
             "trace": str(config.trace) if config.trace else None, **m}
+    return ServeResult(target.name, drafter_name, policy_spec, config.controller, config.max_batch, config.qps, len(requests), total,
+                       data["trace"], log.seconds, m["overhead_per_step"], typed(ServeSummary, {**m, "replications": 1}), data)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = serve(from_namespace(ServeConfig, args), count_bar)
+    out = serve(from_namespace(ServeConfig, args), count_bar).to_dict()
     if args.json:
         a.emit_json(out)
         return 0
@@ -225,18 +306,47 @@ def _print_metrics(m: dict) -> None:
           f"{s['mean_acceptance_length']:.2f}")
 
 
-def check_serve(config: CheckServeConfig) -> dict:
+def check_serve(config: CheckServeConfig) -> CheckServeResult:
     """The serving trace replayed in the serving simulator and compared with the run: predicted
     against measured TTFT, TPOT, E2E and throughput with relative errors
     (:func:`draftsim.analysis.servecheck.check_serve`)."""
     from draftsim.analysis.servecheck import check_serve as compare
 
     check(config)
-    return compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+    if (config.trace is None) == (config.vllm_result is None):
+        raise DraftsimError("give a serving TRACE folder or --vllm-result FILE (one of them)")
+    if config.vllm_result is not None:
+        out = _check_vllm(config)
+    else:
+        out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+    rows = [CheckRow(r["metric"], r["predicted"], r["measured"], r["relative_error"]) for r in out["metrics"]]
+    return CheckServeResult(out["path"], out["target"], out["drafter"], out["policy"], out["requests"], out["costs"], rows, out)
+
+
+def _check_vllm(config: CheckServeConfig) -> dict:
+    """A vllm bench serve result replayed in serve-sim on the named model and hardware."""
+    from draftsim.analysis.servecheck import check_vllm
+    from draftsim.sim.vllm_bench import read_vllm_bench
+
+    from .servesim import ServeSimConfig, serving_config
+
+    if not config.target or not config.hardware:
+        raise DraftsimError("--vllm-result needs --target MODEL and --hardware HW (the deployment the run served)")
+    bench = read_vllm_bench(config.vllm_result)
+    spec = dict(policy="ar", alpha=0.5)
+    if config.drafter_model:
+        if bench.spec_rates is None:
+            raise DraftsimError(f"{bench.source} holds no spec_decode_per_position_acceptance_rates: a --drafter-model needs a "
+                                "speculative run's acceptance")
+        spec = dict(policy=f"fixed:k={len(bench.spec_rates)}", positional=",".join(f"{x:.6f}" for x in bench.spec_rates))
+    ssc = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, dtype=config.dtype,
+                         drafter_model=config.drafter_model, overheads=config.overheads, catalog=list(config.catalog),
+                         requests=bench.completed, **spec)
+    return check_vllm(bench, serving_config(ssc))
 
 
 def run_check(args: argparse.Namespace) -> int:
-    out = check_serve(from_namespace(CheckServeConfig, args))
+    out = check_serve(from_namespace(CheckServeConfig, args)).to_dict()
     if args.json:
         a.emit_json(out["metrics"])
         return 0

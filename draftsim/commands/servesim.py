@@ -14,7 +14,15 @@ from draftsim.sim import acceptance as A
 from draftsim.sim.controllers import CONTROLLER_HELP, parse_controller
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP, parse_policy
-from draftsim.sim.serving import SLO, SchedulerConfig, ServingConfig, make_workload, run_replications, write_chrome_trace
+from draftsim.sim.serving import (
+    SLO,
+    SchedulerConfig,
+    ServingConfig,
+    make_workload,
+    read_request_trace,
+    run_replications,
+    write_chrome_trace,
+)
 from draftsim.sim.serving.router import ROUTERS
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 from draftsim.sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, parse_lengths
@@ -29,6 +37,10 @@ from .simulation import ACCEPTANCE, AcceptanceOptions, build_process, float_list
 SECONDS_PER_REQUEST = 1e-3
 #: Bytes kept per request, plus per output token (its rounds, inter-token gaps and steps).
 BYTES_PER_REQUEST, BYTES_PER_TOKEN = 200.0, 12.0
+
+
+#: Requests simulated when nothing else bounds the workload (no --requests, --duration or --request-trace).
+DEFAULT_REQUESTS = 1000
 
 
 @dataclass(kw_only=True)
@@ -46,7 +58,8 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
                                              group=ACCEPTANCE)
     qps: float | None = option(help="mean arrival rate, requests/s (open-loop arrivals)", type=a.positive("qps"), group="workload")
     duration: float | None = option(help="seconds of arrivals", type=a.positive("duration"), group="workload")
-    requests: int | None = option(help="number of requests", type=a.count("requests", 1, 1 << 24), group="workload")
+    requests: int | None = option(help=f"number of requests (default {DEFAULT_REQUESTS} when neither --duration nor a --request-trace "
+                                       "bounds the workload)", type=a.count("requests", 1, 1 << 24), group="workload")
     arrivals: str = option("poisson", "arrival process (default poisson; see below)", group="workload")
     prompt_len: str = option("fixed:512", "prompt length distribution (default fixed:512)", group="workload")
     output_len: str = option("fixed:256", "output length distribution (default fixed:256)", group="workload")
@@ -183,6 +196,8 @@ def _process(config: ServeSimConfig, n_models: int, max_draft: int | None = None
         raise DraftsimError("--trace-drafter applies to --acceptance-trace")
     if (config.alpha is None and not config.pair and config.positional is None and config.markov is None and config.acceptance is None
             and config.acceptance_file is None):
+        if n_models <= 1:  # nothing is drafted: the acceptance process is never asked
+            return A.Bernoulli(0.0)
         raise DraftsimError("give an acceptance process: --alpha A (Bernoulli), --positional, --markov, --acceptance NAME, "
                             "--acceptance-file FILE or --acceptance-trace")
     return build_process(config, n_models, max_draft, config.target, per_request=True)
@@ -219,12 +234,14 @@ def _workload_maker(config: ServeSimConfig, qps=None):
     arrivals = parse_arrivals(config.arrivals)
     prompt = parse_lengths(config.prompt_len, "--prompt-len")
     output = parse_lengths(config.output_len, "--output-len")
-    if config.request_trace is None and config.requests is None and config.duration is None:
-        raise DraftsimError("give --requests N or --duration SECONDS (or a --request-trace)")
+    requests = config.requests
+    if config.request_trace is None and requests is None and config.duration is None:
+        requests = DEFAULT_REQUESTS
+    trace = read_request_trace(config.request_trace) if config.request_trace is not None else None  # once: it may be a pipe
 
     def make(rng, q=qps):
-        return make_workload(arrivals=arrivals, qps=q, requests=config.requests, duration=config.duration, prompt=prompt, output=output,
-                             rng=rng, trace=config.request_trace, priorities=config.priorities)
+        return make_workload(arrivals=arrivals, qps=q, requests=requests, duration=config.duration, prompt=prompt, output=output,
+                             rng=rng, trace=trace, priorities=config.priorities)
 
     return arrivals, make
 
@@ -234,7 +251,7 @@ def _expected_requests(config: ServeSimConfig, qps) -> int:
         return int(config.requests)
     if config.duration is not None and qps is not None:
         return int(config.duration * qps * 1.05) + 10
-    return 1000
+    return DEFAULT_REQUESTS
 
 
 def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
@@ -329,10 +346,11 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
                     [_ms(s[name][k]) + (f" ±{_ms(ci[name][k])}" if reps > 1 else "") for k in ("mean", "p50", "p90", "p99")])
     print(format_table(["latency (ms)", "mean", "p50", "p90", "p99"], rows))
     pm = (lambda k: f" ±{ci[k]:.3g}" if reps > 1 else "")  # noqa: E731
-    print(f"throughput {s['throughput']:.1f} output tokens/s{pm('throughput')}; {s['request_throughput']:.3g} requests/s; "
-          f"goodput {s['goodput']:.3g} requests/s{pm('goodput')} ({s['slo_attainment']:.1%} within the SLOs)")
+    slo = np.isfinite(config.slo.ttft) or np.isfinite(config.slo.tpot)
+    print(f"throughput {s['throughput']:.1f} output tokens/s{pm('throughput')}; {s['request_throughput']:.3g} requests/s"
+          + (f"; goodput {s['goodput']:.3g} requests/s{pm('goodput')} ({s['slo_attainment']:.1%} within the SLOs)" if slo else ""))
     extra = f"; KV use {s['kv_utilisation']:.1%} (max {s['kv_utilisation_max']:.1%})" if "kv_utilisation" in s else ""
-    print(f"mean batch {s['mean_batch']:.1f} (max {s['max_batch']}){extra}; preemptions {s['preemptions']:.0f}; "
+    print(f"mean batch {s['mean_batch']:.1f} (max {s['max_batch']:.3g}){extra}; preemptions {s['preemptions']:.0f}; "
           f"busy {s['busy']:.1%}; {reps} replication(s), {s['requests']:.0f} requests each")
     sd = s["spec_decode"]
     if sd["num_drafts"]:

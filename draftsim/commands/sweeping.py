@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ A spec is a TOML file (schema version 1): "a command line as a table" plus axes.
   [[zip]]                      # lists varied together
   [random]                     # n = 20, seed = 1, alpha = {{ uniform = [0.5, 0.9] }}
 
-Results: OUT/results/*.parquet (pandas.read_parquet(OUT + "/results")) and OUT/manifest.json.
+Results: OUT/results/*.parquet (draftsim.analysis.sweep.load(OUT), or pyarrow.parquet.read_table(OUT + "/results")) and OUT/manifest.json.
 Metrics per kind:
 {metrics}
 """
@@ -74,6 +75,8 @@ class CapacityConfig(RunnerOptions):
     """``draftsim capacity``: per configuration, the largest request rate meeting the spec's SLOs."""
 
     price: float | None = option(help="price of one device-hour (overrides price_per_hour of the spec)", type=a.positive("price"))
+    load: float | None = option(help="target load in requests/s: also the fewest replicas per configuration that meet the SLOs at it "
+                                "(overrides load of the spec)", type=a.positive("load"))
     figure: str | None = option(help="figure path (default: OUT/capacity.png)", metavar="OUT.png")
 
 
@@ -99,6 +102,14 @@ class SweepResult:
     spec: sw.Spec
     summary: sw.Summary | None = None
     errors: list[str] = field(default_factory=list)
+    #: runs stored in the folder, and how many of them failed (this run's and earlier ones)
+    stored: int = 0
+    stored_failed: int = 0
+
+    @property
+    def all_failed(self) -> bool:
+        """Every stored run failed: the sweep produced nothing (the CLI exits 1)."""
+        return self.stored > 0 and self.stored_failed == self.stored
 
     def to_dict(self) -> dict:
         spec = self.spec
@@ -232,7 +243,18 @@ def sweep(config: SweepConfig, progress=None) -> SweepResult:
         return SweepResult(spec)
     summary = sw.run_sweep(spec, kind, config.out, workers=workers, ray=config.ray is not None, ray_address=config.ray or None,
                            resume=config.resume, force=config.force, progress=progress)
-    return SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [])
+    info = sw.read_manifest(config.out)
+    return SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [],
+                       int(info["done"]), int(info["failed"]))
+
+
+def _failures(result: SweepResult) -> int:
+    """Exit status 1, with one line on stderr, when every stored run failed; else 0."""
+    if not result.all_failed:
+        return 0
+    first = result.errors[0] if result.errors else "no error recorded"
+    print(f"draftsim sweep: every run failed ({result.stored_failed:,} of {result.stored:,}); first error: {first}", file=sys.stderr)
+    return 1
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -242,7 +264,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     spec, summary = result.spec, result.summary
     if args.json:
         a.emit_json(result.to_dict())
-        return 0
+        return _failures(result)
     if summary is None:
         print(f"{spec.kind} sweep: {spec.n_points:,} points x {spec.replications} replication(s) = {spec.n_tasks:,} runs over "
               f"{', '.join(spec.axes) or 'no axis'}; every point is valid")
@@ -252,8 +274,8 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"on {summary.backend} with {summary.workers} worker(s)")
     for e in result.errors:
         print(f"  failed: {e}")
-    print(f"results: {summary.folder / 'results'}  (pandas.read_parquet({str(summary.folder / 'results')!r}))")
-    return 0
+    print(f"results: {summary.folder / 'results'}  (pyarrow.parquet.read_table({str(summary.folder / 'results')!r}))")
+    return _failures(result)
 
 
 def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
@@ -261,9 +283,10 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps."""
     check(config)
     spec, kind, workers = _prepare(config)
-    if config.price is not None:
-        spec.capacity = {**spec.capacity, "price_per_hour": config.price}
-        spec.raw = {**spec.raw, "capacity": spec.capacity}
+    for key, value in (("price_per_hour", config.price), ("load", config.load)):
+        if value is not None:
+            spec.capacity = {**spec.capacity, key: value}
+            spec.raw = {**spec.raw, "capacity": spec.capacity}
     settings = cap.settings(spec, kind)
     if config.check:
         sw.check_size(spec, config.force)
@@ -295,9 +318,24 @@ def run_capacity(args: argparse.Namespace) -> int:
     slo = ", ".join(f"{m} <= {b:g}" for m, b in settings.slo.items())
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
+    if settings.load is not None:
+        best = _fewest_devices(result.table, spec.axes)
+        if best is not None:
+            print(f"fewest devices for {settings.load:g} requests/s: {best}")
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
           f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {result.figure}")
     return 0
+
+
+def _fewest_devices(table, axes) -> str | None:
+    """The configuration that meets the load on the fewest devices (ties: the cheaper per token, then the first)."""
+    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("devices_for_load") is not None]
+    if not rows:
+        return None
+    key = lambda r: (r["devices_for_load"], r.get("cost_per_million_tokens") or 0.0)  # noqa: E731
+    r = min(rows, key=key)
+    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+    return f"{where}: {r['replicas_for_load']:.0f} replica(s), {r['devices_for_load']:.0f} device(s), margin {r['load_margin']:+.0%}"
 
 
 def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
@@ -331,6 +369,10 @@ def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
             raise DraftsimError(f"--where {text!r}: no point has {name} = {value}; its values: {values}")
         table = table.filter(keep)
     groups = sw.aggregate(table, by, config.metric)
+    if not any(math.isfinite(g[0]) for g in groups.values()):
+        failed = sum(1 for v in table.column("status").to_pylist() if v != "ok")
+        raise DraftsimError(f"--metric {config.metric!r} has no finite value in {str(config.folder)!r} ({failed} of {table.num_rows} "
+                            "run(s) failed): nothing to plot; draftsim sweep prints their errors")
     from draftsim.analysis.sweepplot import heatmap, lines
 
     zips = info.get("spec", {}).get("zip", [])

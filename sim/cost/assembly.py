@@ -23,6 +23,7 @@ from .base import CostModel
 from .catalog import Catalog, default_catalog
 from .linear import CallCost, Costs
 from .methods import HEADS, LOOKUPS, HeadCost, head_cost, parse_drafter
+from .overheads import engine_overheads
 from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel
 
@@ -44,7 +45,9 @@ class Deployment:
     ``profiles`` are measured profile files (``draftsim profile``) that replace the roofline
     of the model they name; ``catalogs`` extra model/hardware catalog files. ``mfu``/``mbu``
     override the hardware's utilisations (0, 1]; ``overhead`` replaces its per-call and
-    per-layer overhead by fixed seconds per forward call.
+    per-layer overhead by fixed seconds per forward call. ``overheads`` adds a serving engine's
+    overheads to the rooflines (:mod:`draftsim.sim.cost.overheads`): its per-step time to the
+    target's call, its per-draft-forward time to each draft model's, and its CUDA-graph padding.
     """
 
     target: str
@@ -59,6 +62,7 @@ class Deployment:
     mfu: float | None = None
     mbu: float | None = None
     overhead: float | None = None
+    overheads: str = "none"  # a serving engine's overheads on the rooflines (sim/data/engines.json)
 
 
 @dataclass
@@ -134,9 +138,10 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
     catalog = default_catalog(list(d.catalogs))
     hw = catalog.hardware_spec(d.hardware)
+    engine = engine_overheads(d.overheads)
     profiles = [load_profile(p) for p in d.profiles]
     used: set[int] = set()
-    info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}}
+    info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe()}
 
     def profile_for(name: str):
         for i, prof in enumerate(profiles):
@@ -175,6 +180,9 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         spec = parse_drafter(name) if drafter else None
         if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
             model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead)
+            if engine.per_draft_forward and isinstance(model, HeadCost):
+                model.overhead += engine.per_draft_forward
+                model.name += f" + {engine.name} engine overheads"
             info["backends"][name] = f"{spec.method} on the target's devices: {model.name}"
             heads.append(model)
             return model
@@ -184,9 +192,17 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         if prof is not None:
             info["backends"][name] = f"profile {prof.name}"
             return prof
-        model = RooflineModel(catalog.model(name), hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
-                              overhead_per_layer=None if d.overhead is None else 0.0)
-        info["backends"][name] = f"roofline: {model.name}"
+        extra = engine.per_draft_forward if drafter else engine.per_step
+        base = hw.overhead if d.overhead is None else d.overhead
+        spec_m = catalog.model(name)
+        note = ""
+        if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
+            tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
+        model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + extra,
+                              overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens)
+        if engine.name != "none":
+            model.name += f" + {engine.name} engine overheads"
+        info["backends"][name] = f"roofline: {model.name}{note}"
         return model
 
     target = one(d.target, d.tp, d.pp)

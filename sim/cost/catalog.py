@@ -13,13 +13,13 @@ SI (FLOP/s, B/s, B, s).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import math
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..errors import DraftsimError, file_mode
+from ..errors import DraftsimError
+from ..files import atomic_write_json
 
 __all__ = [
     "DTYPE_BYTES",
@@ -49,14 +49,26 @@ def dtype_bytes(dtype: str) -> int:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense decoder-only transformer LM (Llama/Qwen/Gemma/Mistral family), as in its config.json.
+    """A decoder-only transformer LM (Llama/Qwen/Gemma/Mistral family; with the fields below a
+    mixture of experts and multi-head latent attention), as in its config.json.
 
-    layers (num_hidden_layers), hidden (hidden_size), intermediate (intermediate_size),
-    heads (num_attention_heads), kv_heads (num_key_value_heads; < heads is GQA, 1 is MQA),
-    head_dim (hidden / heads unless the config says otherwise, as in Gemma-2), vocab
-    (vocab_size), tied_embeddings (tie_word_embeddings: the LM head shares the embedding's
-    weights, stored once), mlp ``"gated"`` (SwiGLU/GeGLU: gate, up and down projections) or
-    ``"plain"`` (up and down), max_context (max_position_embeddings).
+    layers (num_hidden_layers), hidden (hidden_size), intermediate (intermediate_size: the dense
+    layers' MLP), heads (num_attention_heads), kv_heads (num_key_value_heads; < heads is GQA, 1
+    is MQA), head_dim (hidden / heads unless the config says otherwise, as in Gemma-2; with MLA
+    the query/key head, qk_nope_head_dim + qk_rope_head_dim), vocab (vocab_size),
+    tied_embeddings (tie_word_embeddings: the LM head shares the embedding's weights, stored
+    once), mlp ``"gated"`` (SwiGLU/GeGLU: gate, up and down projections) or ``"plain"`` (up and
+    down), max_context (max_position_embeddings).
+
+    **Mixture of experts** (``experts`` > 0): every layer after the first ``dense_layers``
+    replaces the MLP by a router (hidden × experts), ``experts`` routed experts of
+    ``expert_intermediate`` each (n_routed_experts / num_local_experts / num_experts,
+    moe_intermediate_size), of which ``experts_per_token`` run for each token
+    (num_experts_per_tok), and ``shared_experts`` that run for every token
+    (n_shared_experts). **Multi-head latent attention** (``kv_lora_rank`` > 0, DeepSeek-V2/V3):
+    queries through a ``q_lora_rank`` bottleneck (0: a full projection), keys and values from a
+    cached latent of ``kv_lora_rank`` + ``qk_rope_head_dim`` elements per token per layer,
+    ``v_head_dim`` per head. ``mtp_layers``: multi-token-prediction modules (num_nextn_predict_layers).
     """
 
     name: str
@@ -72,42 +84,102 @@ class ModelSpec:
     max_context: int = 0
     source: str = ""
     notes: str = ""
+    experts: int = 0
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    expert_intermediate: int = 0
+    dense_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mtp_layers: int = 0
 
     def __post_init__(self):
         for key in ("layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 1; got {v!r}")
+        for key in ("experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers", "q_lora_rank",
+                    "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers", "max_context"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 0; got {v!r}")
         if self.heads % self.kv_heads:
             raise DraftsimError(f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.mlp not in ("gated", "plain"):
             raise DraftsimError(f"model {self.name!r}: mlp must be 'gated' or 'plain'; got {self.mlp!r}")
+        if self.experts:
+            if not 1 <= self.experts_per_token <= self.experts or self.expert_intermediate < 1 or self.dense_layers >= self.layers:
+                raise DraftsimError(f"model {self.name!r}: a mixture of experts needs 1 <= experts_per_token <= experts, "
+                                    f"expert_intermediate >= 1 and dense_layers < layers; got {self.experts_per_token}, "
+                                    f"{self.experts}, {self.expert_intermediate}, {self.dense_layers}")
+        elif self.experts_per_token or self.shared_experts or self.dense_layers:
+            raise DraftsimError(f"model {self.name!r}: experts_per_token, shared_experts and dense_layers need experts > 0")
+        if self.kv_lora_rank and (self.qk_rope_head_dim < 1 or self.v_head_dim < 1 or self.qk_rope_head_dim >= self.head_dim):
+            raise DraftsimError(f"model {self.name!r}: latent attention (kv_lora_rank) needs qk_rope_head_dim in [1, head_dim) "
+                                f"and v_head_dim >= 1; got {self.qk_rope_head_dim}, {self.v_head_dim}")
 
     @property
     def mlp_matrices(self) -> int:
         return 3 if self.mlp == "gated" else 2
 
     @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed (or shared) expert."""
+        return self.mlp_matrices * self.hidden * self.expert_intermediate
+
+    @property
+    def attention_params(self) -> int:
+        """Weights of one layer's attention projections (norms and biases neglected)."""
+        h, H, hd = self.hidden, self.heads, self.head_dim
+        if self.kv_lora_rank:
+            q = h * H * hd if not self.q_lora_rank else h * self.q_lora_rank + self.q_lora_rank * H * hd
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * H * (hd - self.qk_rope_head_dim + self.v_head_dim)
+            return q + kv + H * self.v_head_dim * h
+        return h * (H + 2 * self.kv_heads) * hd + H * hd * h
+
+    @property
     def layer_params(self) -> int:
-        """Weights of one decoder layer (projections and MLP; norms and biases neglected)."""
-        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
-        out = self.heads * self.head_dim * self.hidden
-        return qkv + out + self.mlp_matrices * self.hidden * self.intermediate
+        """Weights of one dense decoder layer (projections and MLP; norms and biases neglected)."""
+        return self.attention_params + self.mlp_matrices * self.hidden * self.intermediate
+
+    @property
+    def moe_layer_params(self) -> int:
+        """Weights of one mixture-of-experts layer: attention, router, every routed and shared expert."""
+        return self.attention_params + self.hidden * self.experts + (self.experts + self.shared_experts) * self.expert_params
 
     @property
     def params(self) -> int:
-        """All weights: layers, embedding and (unless tied) the LM head."""
+        """All weights: layers (every expert), embedding and (unless tied) the LM head."""
         emb = self.vocab * self.hidden
-        return self.layers * self.layer_params + emb * (1 if self.tied_embeddings else 2)
+        dense = self.layers - self.moe_layers
+        return dense * self.layer_params + self.moe_layers * self.moe_layer_params + emb * (1 if self.tied_embeddings else 2)
+
+    @property
+    def active_params(self) -> int:
+        """Weights one token runs through (its experts only)."""
+        unused = self.moe_layers * (self.experts - self.experts_per_token) * self.expert_params
+        return self.params - unused
 
     @property
     def architecture(self) -> str:
-        """A short fingerprint of the shape: layers x hidden/intermediate, heads/kv x head_dim, vocab."""
-        return f"{self.layers}x{self.hidden}/{self.intermediate} h{self.heads}/{self.kv_heads}x{self.head_dim} v{self.vocab}"
+        """A short fingerprint of the shape: layers x hidden/intermediate, heads/kv x head_dim, vocab (and experts, MLA)."""
+        moe = f" e{self.experts}k{self.experts_per_token}s{self.shared_experts}x{self.expert_intermediate}d{self.dense_layers}" if self.experts else ""
+        mla = f" mla{self.q_lora_rank}/{self.kv_lora_rank}+{self.qk_rope_head_dim}v{self.v_head_dim}" if self.kv_lora_rank else ""
+        return f"{self.layers}x{self.hidden}/{self.intermediate} h{self.heads}/{self.kv_heads}x{self.head_dim} v{self.vocab}{moe}{mla}"
 
     @property
     def kv_per_token(self) -> int:
-        """KV-cache elements per token over all layers (keys and values)."""
+        """KV-cache elements per token over all layers (keys and values; with MLA the latent and
+        the rotary key, shared by keys and values)."""
+        if self.kv_lora_rank:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim)
         return 2 * self.layers * self.kv_heads * self.head_dim
 
 
@@ -147,20 +219,20 @@ class HardwareSpec:
             raise DraftsimError(f"hardware {self.name!r}: peak_tflops needs at least one dtype")
         for dt, v in self.peak_flops.items():
             dtype_bytes(dt)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise DraftsimError(f"hardware {self.name!r}: peak FLOP/s for {dt} must be > 0; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise DraftsimError(f"hardware {self.name!r}: peak FLOP/s for {dt} must be > 0 (and finite); got {v!r}")
         for key in ("memory_bandwidth", "memory"):
             v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise DraftsimError(f"hardware {self.name!r}: {key} must be > 0; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must be > 0 (and finite); got {v!r}")
         for key in ("mfu", "mbu", "ici_efficiency", "usable_memory"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and 0 < v <= 1):
                 raise DraftsimError(f"hardware {self.name!r}: {key} must lie in (0, 1]; got {v!r}")
         for key in ("interconnect_bandwidth", "interconnect_latency", "overhead", "overhead_per_layer"):
             v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and v >= 0):
-                raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0 (and finite); got {v!r}")
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
@@ -171,7 +243,10 @@ class HardwareSpec:
 # -- file <-> records ----------------------------------------------------------------------------
 
 _MODEL_REQUIRED = ("layers", "hidden", "intermediate", "heads", "vocab", "source")
-_MODEL_OPTIONAL = ("kv_heads", "head_dim", "tied_embeddings", "mlp", "max_context", "notes", "aliases", "architecture", "unsupported")
+_MOE_FIELDS = ("experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers", "q_lora_rank", "kv_lora_rank",
+               "qk_rope_head_dim", "v_head_dim", "mtp_layers")
+_MODEL_OPTIONAL = ("kv_heads", "head_dim", "tied_embeddings", "mlp", "max_context", "notes", "aliases", "architecture", "unsupported",
+                   *_MOE_FIELDS)
 _HW_REQUIRED = ("peak_tflops", "memory_bandwidth_gbs", "memory_gb", "source")
 _HW_OPTIONAL = ("interconnect_gbs", "interconnect_latency_us", "mfu", "mbu", "ici_efficiency", "overhead_us", "overhead_per_layer_us",
                 "usable_memory", "kind", "notes", "measured", "aliases")
@@ -198,7 +273,8 @@ def model_from_entry(name: str, e: dict) -> ModelSpec:
         name=name, layers=e["layers"], hidden=e["hidden"], intermediate=e["intermediate"], heads=heads,
         kv_heads=e.get("kv_heads", heads), head_dim=e.get("head_dim", e["hidden"] // heads if isinstance(heads, int) and heads else 0),
         vocab=e["vocab"], tied_embeddings=bool(e.get("tied_embeddings", False)), mlp=e.get("mlp", "gated"),
-        max_context=int(e.get("max_context", 0)), source=e["source"], notes=e.get("notes", ""),
+        max_context=e.get("max_context", 0), source=e["source"], notes=e.get("notes", ""),
+        **{k: e[k] for k in _MOE_FIELDS if k in e},
     )
 
 
@@ -287,13 +363,13 @@ class Catalog:
 
 
 def _read_json(path) -> dict:
+    from ..files import read_text
+
+    text = read_text(path, "catalog or config file", 64 * 2**20, fifo=False)
     try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise DraftsimError(f"no such file: {path}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DraftsimError(f"{path} is not valid JSON: {exc}") from None
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise DraftsimError(f"{path} is not valid JSON: {' '.join(str(exc).split())[:160]}") from None
 
 
 def _parse(doc: dict, origin: str) -> Catalog:
@@ -308,7 +384,10 @@ def _parse(doc: dict, origin: str) -> Catalog:
     entries = {str(k).lower(): v for k, v in entries.items()}
     aliases = {}
     for name, e in entries.items():
-        for alias in (e.get("aliases", []) if isinstance(e, dict) else []):
+        listed = e.get("aliases", []) if isinstance(e, dict) else []
+        if not isinstance(listed, list) or not all(isinstance(x, str) and x for x in listed):
+            raise DraftsimError(f"{origin}: {name!r}: aliases must be a list of names; got {json.dumps(listed)[:60]}")
+        for alias in listed:
             aliases[str(alias).lower()] = name
     cat = Catalog(models=entries, aliases=aliases) if key == "models" else Catalog(hardware=entries, aliases=aliases)
     try:
@@ -355,8 +434,7 @@ def model_from_hf_config(path) -> ModelSpec:
     cfg = {**{v: cfg[k] for k, v in _HF_ALIASES.items() if k in cfg}, **cfg}
     if cfg.get("is_encoder_decoder"):
         raise DraftsimError(f"{path}: encoder-decoder models ({cfg.get('model_type', '?')}) are not supported by the roofline (dense decoder LMs only)")
-    if "num_local_experts" in cfg or "num_experts" in cfg:
-        raise DraftsimError(f"{path}: mixture-of-experts models are not supported by the roofline (dense decoder LMs only)")
+    moe = _moe_fields(cfg, path)
     model_type = cfg.get("model_type", "")
     if "intermediate_size" not in cfg and model_type in _PLAIN_MLP and "hidden_size" in cfg:
         cfg["intermediate_size"] = 4 * cfg["hidden_size"]
@@ -364,14 +442,49 @@ def model_from_hf_config(path) -> ModelSpec:
     if missing:
         raise DraftsimError(f"{path} is missing field(s) {', '.join(missing)} (needed by the roofline)")
     heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    if moe.get("kv_lora_rank"):
+        head_dim = int(cfg.get("qk_nope_head_dim") or 0) + moe["qk_rope_head_dim"]
     return ModelSpec(
         name=path.parent.name or path.stem,
         layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], intermediate=cfg["intermediate_size"], heads=heads,
-        kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=head_dim,
         vocab=cfg["vocab_size"], tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type in _TIED_DEFAULT)),
         mlp="plain" if model_type in _PLAIN_MLP else "gated", max_context=int(cfg.get("max_position_embeddings") or 0),
-        source=str(path),
+        source=str(path), **moe,
     )
+
+
+def _moe_fields(cfg: dict, path) -> dict:
+    """The mixture-of-experts, latent-attention and MTP fields of a config.json (Mixtral, Qwen3-MoE,
+    DeepSeek-V2/V3, gpt-oss, GLM-4.5 layouts); refuses a layout the roofline cannot price."""
+    out: dict = {}
+    experts = next((cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), 0)
+    if experts:
+        k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+        if not k:
+            raise DraftsimError(f"{path}: a mixture of experts without num_experts_per_tok (how many experts run per token)")
+        if cfg.get("shared_expert_intermediate_size"):
+            raise DraftsimError(f"{path}: a shared expert of its own size (shared_expert_intermediate_size, Qwen2-MoE) is not priced "
+                                "by the roofline")
+        for key, ok in (("moe_layer_freq", 1), ("decoder_sparse_step", 1)):
+            if cfg.get(key, ok) != ok:
+                raise DraftsimError(f"{path}: {key} = {cfg[key]!r}: MoE layers other than every layer after the first dense ones are "
+                                    "not priced by the roofline")
+        if cfg.get("mlp_only_layers"):
+            raise DraftsimError(f"{path}: mlp_only_layers {cfg['mlp_only_layers']!r}: dense layers between MoE layers are not priced")
+        out.update(experts=int(experts), experts_per_token=int(k), shared_experts=int(cfg.get("n_shared_experts") or 0),
+                   expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+                   dense_layers=int(cfg.get("first_k_dense_replace") or 0))
+    if cfg.get("kv_lora_rank"):
+        for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if not cfg.get(key):
+                raise DraftsimError(f"{path}: latent attention (kv_lora_rank) without {key}")
+        out.update(kv_lora_rank=int(cfg["kv_lora_rank"]), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+                   qk_rope_head_dim=int(cfg["qk_rope_head_dim"]), v_head_dim=int(cfg["v_head_dim"]))
+    if cfg.get("num_nextn_predict_layers"):
+        out["mtp_layers"] = int(cfg["num_nextn_predict_layers"])
+    return out
 
 
 def write_catalog(path, hardware: dict | None = None, models: dict | None = None) -> None:
@@ -389,17 +502,3 @@ def write_catalog(path, hardware: dict | None = None, models: dict | None = None
     atomic_write_json(path, doc)
 
 
-def atomic_write_json(path, doc: dict) -> None:
-    """Write ``doc`` as JSON to ``path`` through a temporary file in the same folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.write("\n")
-        os.chmod(tmp, file_mode())  # mkstemp makes 0600; a written file gets the umask's mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -16,8 +16,10 @@ A drafter is named as vLLM and SGLang name the method (``--drafter-model``):
     of ``llama_eagle3`` override ``qkv_proj`` with ``2 * hidden_size`` inputs), an LM head over a
     reduced draft vocabulary (``draft_vocab_size`` 32000 for Llama-3.1-8B, SpecForge
     ``configs/llama3-8B-eagle3.json``; ``eagle3:draft_vocab=N`` overrides). Not priced: the FC that
-    fuses three target layers' features (3h → h) once per verified token — 50M weights for
-    Llama-3.1-8B, about 0.6% of the target's own step.
+    fuses three target layers' features (3h → h), run once per round over the verified tokens
+    (vLLM's ``combine_hidden_states``) — 50M weights for Llama-3.1-8B, about 0.6% of the target's
+    own step; the cost interface prices draft *calls*, and charging it on every call would
+    overstate it k-fold.
 ``medusa``
     Medusa (Cai et al. 2024, arXiv 2401.10774): heads on the target's last hidden state of the same
     forward, each a residual block (h × h, SiLU) and its own LM head (h × V)
@@ -27,15 +29,21 @@ A drafter is named as vLLM and SGLang name the method (``--drafter-model``):
     multi-token prediction modules (DeepSeek-V3 §2.2: projection 2h → h of the embedding and the
     previous depth's feature, one transformer block, the shared LM head), run in sequence: one call
     per draft token. Only for a target whose catalog entry declares MTP modules (``mtp_layers``);
-    refused otherwise. The block is priced as one of the target's dense layers.
+    refused otherwise. The block is priced as one of the target's blocks, with its experts and
+    latent attention where it has them (DeepSeek-V3, GLM-4.5-Air: an MoE layer). EAGLE and Medusa
+    heads are dense with standard attention on any target (SpecForge's templates for MoE targets).
 ``ngram``, ``suffix`` (and draftsim's ``maxgram``, ``bigram``)
     lookups on the CPU: priced by a measured profile's proposal time per token
     (``draftsim profile``) when one is given, else free, and said so.
 ``selfspec:window=B``
     self-speculation with a capped KV cache (MagicDec, arXiv 2408.11049; TriForce, arXiv 2404.11912):
     the target drafts for itself attending to at most B cached tokens (StreamingLLM-style window).
-    Priced as the target's forward with every sequence's context capped at B (from the batch's
-    mean context: a batch's per-sequence contexts are not kept in its statistics).
+    Priced as the target's forward with every sequence's context capped at B (sequence by sequence
+    in the serving simulator; from batch statistics alone, the mean context), with no prefill of
+    its own (it reads a window of the target's cache).
+
+The facts each description rests on (layer counts, input widths, the draft vocabulary) are read
+from ``sim/data/drafting_methods.json``, where each carries its source.
 
 The heads share the target's devices (they are priced at the target's tensor parallelism) and
 :meth:`HeadCost.weight_bytes` and :meth:`HeadCost.kv_bytes_per_token` say what they add to the
@@ -46,8 +54,10 @@ biases are neglected, as in :mod:`~draftsim.sim.cost.roofline`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -65,9 +75,11 @@ METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix",
 LOOKUPS = ("ngram", "suffix", "maxgram", "bigram")
 #: Heads that run on the target's devices from its hidden states.
 HEADS = ("eagle", "eagle3", "medusa", "mtp")
+#: How each head is built, with the sources (sim/data/drafting_methods.json).
+FACTS = json.loads((Path(__file__).parent.parent / "data" / "drafting_methods.json").read_text())["methods"]
 #: EAGLE-3's reduced draft vocabulary for Llama-3.1-8B (SpecForge configs/llama3-8B-eagle3.json,
 #: ``draft_vocab_size``); used for any target unless ``eagle3:draft_vocab=N`` is given.
-EAGLE3_DRAFT_VOCAB = 32000
+EAGLE3_DRAFT_VOCAB = int(FACTS["eagle3"]["draft_vocab"])
 _OPTIONS = {"eagle3": {"draft_vocab"}, "selfspec": {"window"}, "eagle": set(), "medusa": set(), "mtp": set()}
 
 
@@ -146,9 +158,10 @@ class Matmul(CostModel):
 class HeadCost(CostModel):
     """A drafting head: the sum of its parts' times per call (each part a roofline)."""
 
-    def __init__(self, name: str, parts: list[CostModel], weights: float, kv_per_token: float):
+    def __init__(self, name: str, parts: list[CostModel], weights: float, kv_per_token: float, overhead: float = 0.0):
         self.name, self.parts = name, parts
         self._weights, self._kv = float(weights), float(kv_per_token)
+        self.overhead = float(overhead)  #: seconds per call beyond its parts' rooflines (an engine's per-draft-forward time)
 
     def weight_bytes(self) -> float:
         """Bytes of the head's weights per device (what it adds to the target's memory)."""
@@ -159,18 +172,23 @@ class HeadCost(CostModel):
         return self._kv
 
     def _time(self, stats: BatchStats) -> np.ndarray:
-        return sum(np.asarray(p.stats_time(stats), dtype=np.float64) for p in self.parts)
+        return sum(np.asarray(p.stats_time(stats), dtype=np.float64) for p in self.parts) + self.overhead
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         return self.parts[0]._bound(stats)
 
 
 class CappedContext(CostModel):
-    """``inner`` with every sequence's cached context capped at ``window`` tokens (the mean
-    context of a batch is capped: per-sequence contexts are not in the batch's statistics)."""
+    """``inner`` with every sequence's cached context capped at ``window`` tokens. Where the
+    caller knows each sequence's context it caps them one by one before summing
+    (:attr:`context_cap`: the serving simulator does); a batch's statistics alone hold only the
+    total, so here the mean context is capped (exact for one sequence, and for a batch whose
+    contexts are all above or all below the window)."""
 
     def __init__(self, inner: CostModel, window: int):
         self.inner, self.window = inner, int(window)
+        self.context_cap = self.window  #: each sequence's cached context is at most this (callers cap per sequence)
+        self.own_prefill = False  #: the target's prefill fills the cache this drafter reads a window of
         self.name = f"{inner.name}, KV window {self.window}"
 
     def _capped(self, stats: BatchStats) -> BatchStats:
@@ -189,7 +207,15 @@ class CappedContext(CostModel):
 def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtype: str, tp: int, *, mfu=None, mbu=None,
               overhead=None) -> HeadCost | CappedContext:
     """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring)."""
-    layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=1)
+    facts = FACTS.get(spec.method, {})
+    layers = int(facts.get("layers", facts.get("layers_per_module", 1)))
+    if spec.method == "mtp":  # an MTP module is one of the target's blocks: its experts and latent attention too
+        layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=layers, dense_layers=0, mtp_layers=0)
+    else:  # EAGLE and Medusa heads are dense, with standard attention, on any target
+        layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=layers, experts=0, experts_per_token=0,
+                                    shared_experts=0, expert_intermediate=0, dense_layers=0, q_lora_rank=0, kv_lora_rank=0,
+                                    qk_rope_head_dim=0, v_head_dim=0, mtp_layers=0,
+                                    head_dim=target.v_head_dim if target.kv_lora_rank else target.head_dim)
     kw = dict(mfu=mfu, mbu=mbu, check_memory=False)
     if spec.method == "selfspec":
         return CappedContext(RooflineModel(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead,
@@ -199,17 +225,17 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
     h = target.hidden
     # heads run inside the engine's step: no launch overhead of their own beyond the hardware's per-call one
     if spec.method == "medusa":
-        parts = [mm("residual block", h, h), mm("LM head", h, target.vocab)]
+        parts = [mm("residual block", h, h) for _ in range(int(facts["residual_blocks_per_head"]))] + [mm("LM head", h, target.vocab)]
         return HeadCost(f"medusa head of {target.name}", parts, sum(p.weights for p in parts) * probe.bytes, 0.0)
     if spec.method == "mtp":
         if getattr(target, "mtp_layers", 0) < 1:
             raise DraftsimError(f"drafter mtp needs a target with multi-token-prediction modules; {target.name} declares none "
                                 "(its catalog entry or config.json has no mtp_layers / num_nextn_predict_layers)")
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
-        parts = [block, mm("projection", 2 * h, h)]
+        parts = [block, mm("projection", facts["projection_inputs"] * h, h)]
     elif spec.method == "eagle":
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
-        parts = [block, mm("fc", 2 * h, h)]
+        parts = [block, mm("fc", facts["fc_inputs"] * h, h)]
     elif spec.method == "eagle3":
         vocab = dict(spec.options).get("draft_vocab", EAGLE3_DRAFT_VOCAB)
         if vocab > target.vocab:
@@ -217,7 +243,7 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
         block = RooflineModel(dataclasses.replace(layer, vocab=vocab), hardware, dtype, tp, **kw)
         kv_heads = float(np.ceil(target.kv_heads / tp))
         qkv_out = (target.heads / tp + 2 * kv_heads) * target.head_dim
-        parts = [block, mm("QKV's embedding half", h, qkv_out * tp)]
+        parts = [block, mm("QKV's embedding half", (facts["qkv_inputs"] - 1) * h, qkv_out * tp)]
     else:  # pragma: no cover - parse_drafter only yields the methods above
         raise DraftsimError(f"no head {spec.method!r}")
     # the block's parameters count an embedding table and an LM head (one matrix when tied): the

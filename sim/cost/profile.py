@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DraftsimError, as_count
+from ..files import atomic_write_json, read_text
 from .base import BatchStats, CostModel
-from .catalog import atomic_write_json
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "ProfileCost", "load_profile"]
 
@@ -328,11 +328,8 @@ def load_profile(path, extrapolate: str = "refuse", monotone: bool = True) -> Pr
     """Read and validate a profile file written by :meth:`ProfileCost.save` (``monotone``: see
     :attr:`ProfileCost.monotone`)."""
     try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        raise DraftsimError(f"no such profile file: {path}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        doc = json.loads(read_text(path, "profile file", fifo=False))
+    except json.JSONDecodeError as exc:
         raise DraftsimError(f"{path} is not a valid profile (JSON): {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
         raise DraftsimError(f"{path} is not a draftsim cost profile (schema {PROFILE_SCHEMA!r})")

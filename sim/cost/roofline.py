@@ -22,7 +22,10 @@ operators, plus collectives and a fixed overhead:
   plus a point-to-point activation transfer per stage boundary;
 * a fixed overhead per call, ``overhead + overhead_per_layer · layers`` (framework and kernel
   launches): what dominates small batches of small models (:func:`fit_overhead` fits it
-  from a measured profile).
+  from a measured profile); a serving engine's per-step overhead is added to it
+  (:mod:`~draftsim.sim.cost.overheads`);
+* with ``graph_tokens`` (an engine's CUDA-graph capture sizes) the dense operators of a call of
+  N tokens run at the smallest captured size ≥ N, as a replayed graph computes its padding.
 
 Efficiency factors (``mfu``, ``mbu``, ``ici_efficiency``) come from the hardware entry and
 may be overridden. Norms, rotary embeddings, biases and softmax are neglected (a few % of the
@@ -37,6 +40,8 @@ import numpy as np
 from ..errors import DraftsimError, as_count, as_positive
 from .base import BatchStats, CostModel, checked_sizes
 from .catalog import HardwareSpec, ModelSpec, dtype_bytes
+from .moe import ExpertCost
+from .overheads import pad_tokens
 
 __all__ = ["RooflineModel", "fit_overhead"]
 
@@ -55,7 +60,8 @@ class RooflineModel(CostModel):
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
-                 overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True):
+                 overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
+                 graph_tokens: tuple[int, ...] | None = None):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -66,6 +72,11 @@ class RooflineModel(CostModel):
         self.ici_efficiency = hardware.ici_efficiency if ici_efficiency is None else _fraction("ici_efficiency", ici_efficiency)
         self.overhead = hardware.overhead if overhead is None else float(_nonneg("overhead", overhead))
         self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
+        #: CUDA-graph capture sizes in tokens: the dense operators run at the next size up (None: no padding)
+        self.graph_tokens = None if graph_tokens is None else tuple(int(x) for x in graph_tokens)
+        if model.heads % self.tp:
+            raise DraftsimError(f"--tp {self.tp} does not divide {model.name}'s {model.heads} attention heads (tensor parallelism splits "
+                                f"them evenly, as vLLM requires); valid: {', '.join(str(t) for t in range(1, min(model.heads, 64) + 1) if model.heads % t == 0)}")
         if (self.tp > 1 or self.pp > 1) and hardware.interconnect_bandwidth <= 0:
             raise DraftsimError(f"hardware {hardware.name!r} lists no interconnect; use --tp 1 --pp 1")
         self.name = f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") + \
@@ -94,12 +105,16 @@ class RooflineModel(CostModel):
         mlp = (mlp_w, 2 * mlp_w, h + (m.mlp_matrices - 1) * m.intermediate / t + h)
         head_w = m.vocab * h / t
         head = (head_w, 2 * head_w, h + m.vocab / t)
-        # rows: layer ops (x L), then the LM head (x 1)
-        dense = np.array([qkv, out, mlp]), np.array([head])
-        self._dense = [(d[:, 0] * w, d[:, 1], d[:, 2] * w, mult) for d, mult in zip(dense, (L, 1))]
         self._kv_bytes = 2 * kv_heads * hd * w * L  # per KV entry (cached or new) read, all layers
         self._q_bytes = 2 * q_heads * hd * w * L  # per new token: queries in, attention out
         self._pair_flops = 4 * q_heads * hd * L  # per query-key pair
+        self._experts = None
+        if not m.experts and not m.kv_lora_rank:
+            # rows: layer ops (x L), then the LM head (x 1)
+            groups = [(np.array([qkv, out, mlp]), L), (np.array([head]), 1)]
+        else:
+            groups = self._moe_groups(qkv, out, mlp, head)
+        self._dense = [(d[:, 0] * w, d[:, 1], d[:, 2] * w, mult) for d, mult in groups]
         self._embed_bytes = h * w  # one embedding row per new token
         self._fixed = self.overhead + self.overhead_per_layer * L
         bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
@@ -127,6 +142,48 @@ class RooflineModel(CostModel):
         self._kv_per_token = (self._kv_bytes + self._q_bytes) / B
         self._flops_per_pair = self._pair_flops / P
 
+    def _moe_groups(self, qkv, out, mlp, head) -> list:
+        """The dense operator rows of a mixture-of-experts or latent-attention model (the routed
+        experts are priced apart: :class:`draftsim.sim.cost.moe.ExpertCost`), and its attention
+        and expert factors. Multi-head latent attention (DeepSeek-V2/V3): the query bottleneck and
+        the latent's down-projection are replicated on every TP device, the heads' up-projections
+        and the output split; the cache holds the latent and the rotary key once per token per
+        layer (on every device), and decoding attends over the latent (absorbed weights):
+        2·(kv_lora + rope) FLOPs per head per pair for the scores, 2·kv_lora for the values."""
+        m, t, w = self.model, self.tp, self.bytes
+        h, L, hd = m.hidden, m.layers, m.head_dim
+        attn = [qkv, out]
+        if m.kv_lora_rank:
+            Hq, ql, kl, r, v = m.heads / t, m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, m.v_head_dim
+            q = [(h * ql, 2 * h * ql, h + ql), (ql * Hq * hd, 2 * ql * Hq * hd, ql + Hq * hd)] if ql else \
+                [(h * Hq * hd, 2 * h * Hq * hd, h + Hq * hd)]
+            kv = [(h * (kl + r), 2 * h * (kl + r), h + kl + r), (kl * Hq * (hd - r + v), 2 * kl * Hq * (hd - r + v), kl + Hq * (hd - r + v))]
+            attn = q + kv + [(Hq * v * h, 2 * Hq * v * h, Hq * v + h)]
+            self._kv_bytes = (kl + r) * w * L
+            self._q_bytes = 2 * Hq * hd * w * L
+            self._pair_flops = Hq * (2 * (kl + r) + 2 * kl) * L
+        groups = [(np.array(attn), L)]
+        dense_layers = L - m.moe_layers
+        if dense_layers:
+            groups.append((np.array([mlp]), dense_layers))
+        if m.moe_layers:
+            rows = [(h * m.experts, 2 * h * m.experts, h + m.experts)]  # the router, replicated
+            if m.shared_experts:
+                sw = m.shared_experts * m.expert_params / t
+                rows.append((sw, 2 * sw, h + (m.mlp_matrices - 1) * m.shared_experts * m.expert_intermediate / t + h))
+            groups.append((np.array(rows), m.moe_layers))
+            act = (h + (m.mlp_matrices - 1) * m.expert_intermediate / t + h) * w
+            self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / t * w, act,
+                                       2 * m.expert_params / t)
+        groups.append((np.array([head]), 1))
+        return groups
+
+    def _expert_seconds(self, N) -> np.ndarray | float:
+        """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
+        if self._experts is None:
+            return 0.0
+        return self._experts.seconds(N, self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu)
+
     # -- the cost interface ----------------------------------------------------------------------
     def _parts(self, stats: BatchStats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Seconds limited by memory, by compute, and fixed (overhead + collectives)."""
@@ -143,6 +200,8 @@ class RooflineModel(CostModel):
         tm = ((stats.cached + N) * self._kv_bytes + N * self._q_bytes) / B
         tc = stats.pairs * (self._pair_flops / P)
         _accumulate(mem, cmp, tm, tc)
+        if self._experts is not None:
+            _accumulate(mem, cmp, self._experts.bytes(N) / B, self._experts.flops(N) / P)
         mem += N * (self._embed_bytes / B)
         fixed = self._fixed + self._comm_fixed + self._comm_per_token * N
         return mem, cmp, fixed
@@ -152,7 +211,7 @@ class RooflineModel(CostModel):
         # N only and sum to a convex piecewise-linear function of N, evaluated by np.interp at
         # its breakpoints (:class:`_DenseCurve`); attention adds max(KV bytes / bandwidth, pair FLOPs / peak).
         N = stats.tokens
-        out = self._curve(N)
+        out = self._curve(N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens))
         kv = stats.cached * self._kv_per_cached
         kv += N * self._kv_per_token
         flops = stats.pairs * self._flops_per_pair
@@ -161,6 +220,8 @@ class RooflineModel(CostModel):
         else:
             kv = np.maximum(kv, flops)
         out += kv
+        if self._experts is not None:
+            out += self._expert_seconds(N)
         return out
 
     def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
@@ -174,7 +235,7 @@ class RooflineModel(CostModel):
         P = self.peak * self.mfu
         B = self.hardware.memory_bandwidth * self.mbu
         N = np.multiply(b, n, dtype=np.float64)
-        out = self._curve(N)
+        out = self._curve(N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens))
         # attention: max(KV bytes, pair FLOPs) over KV entries b·c + N and pairs N·(c + (n + 1)/2)
         flops = np.add(n, 1.0, dtype=np.float64)
         flops *= 0.5
@@ -187,6 +248,8 @@ class RooflineModel(CostModel):
         kv += N
         np.maximum(kv, flops, out=kv)
         out += kv
+        if self._experts is not None:
+            out += self._expert_seconds(np.multiply(b, n, dtype=np.float64))
         return out.reshape(shape)[()]
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
@@ -199,8 +262,11 @@ class RooflineModel(CostModel):
 
     def kv_bytes_per_device(self, batch, context) -> np.ndarray:
         m = self.model
-        kv_heads = np.ceil(m.kv_heads / self.tp)
-        per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
+        if m.kv_lora_rank:  # the latent and the rotary key, on every TP device
+            per_token = m.kv_per_token * self.bytes / self.pp
+        else:
+            kv_heads = np.ceil(m.kv_heads / self.tp)
+            per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
         return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token
 
     def check_fits(self, batch, context, extra_weights: float = 0.0, extra_kv_per_token: float = 0.0) -> None:
@@ -225,7 +291,7 @@ class RooflineModel(CostModel):
         """The same roofline with another fixed overhead per call."""
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
-                             check_memory=False)
+                             check_memory=False, graph_tokens=self.graph_tokens)
 
 
 class _DenseCurve:

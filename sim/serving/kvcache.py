@@ -31,7 +31,9 @@ __all__ = ["KVCache", "MemoryPlan", "memory_plan", "blocks_for"]
 
 
 def blocks_for(tokens, block_size: int) -> np.ndarray:
-    """⌈tokens / block_size⌉ (vectorised)."""
+    """⌈tokens / block_size⌉ (vectorised; a Python int for an int)."""
+    if type(tokens) is int:
+        return -(-tokens // block_size)
     return -(-np.asarray(tokens, dtype=np.int64) // block_size)
 
 

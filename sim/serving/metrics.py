@@ -21,15 +21,12 @@ number comes with the half-width of its 95% Student-t confidence interval across
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from ..errors import DraftsimError, as_positive, file_mode
+from ..errors import DraftsimError, as_positive
+from ..files import atomic_write_json
 
 __all__ = ["Recorder", "RunRecord", "SLO", "summarize_run", "combine", "LATENCIES", "write_chrome_trace", "TIMELINE_SCHEMA"]
 
@@ -250,14 +247,5 @@ def write_chrome_trace(path, runs: list[RunRecord], max_steps: int = 200_000) ->
     doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {"schema": TIMELINE_SCHEMA, "version": TIMELINE_VERSION, "steps": int(len(order)),
                          "steps_total": int(len(s["start"])), **{k: str(v) for k, v in run.meta.items()}}}
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh)
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path = atomic_write_json(path, doc, indent=None, mkdir=False)
     return {"path": str(path), "steps": int(len(order)), "steps_total": int(len(s["start"]))}

@@ -26,7 +26,6 @@ import numpy as np
 import simpy
 
 from ..acceptance import AcceptanceProcess
-from ..budget_tree import budget_tree
 from ..controllers import Controller, NoControl
 from ..errors import DraftsimError, as_count
 from ..policies import Policy
@@ -104,6 +103,12 @@ class ServingConfig:
         kv, plan = self.kv_cache()
         total = workload.prompt + workload.output
         i = int(np.argmax(total))
+        spec = getattr(self.target, "model", None)
+        limit = getattr(spec, "max_context", 0) or 0
+        if limit and len(total) and int(total[i]) + self.max_draft > limit:
+            raise DraftsimError(f"a request of {int(workload.prompt[i]):,} prompt + {int(workload.output[i]):,} output tokens"
+                                + (f" (+ a draft of {self.max_draft})" if self.max_draft else "")
+                                + f" exceeds {spec.name}'s context of {limit:,} tokens (max_position_embeddings); shorten the requests")
         if kv is not None:
             try:
                 kv.check_request(int(workload.prompt[i]), int(workload.output[i]))
@@ -220,8 +225,9 @@ def _tree_nodes(policy: Policy, process=None) -> np.ndarray | None:
     node budget the kept nodes of the levels up to that depth (:mod:`draftsim.sim.budget_tree`)."""
     if policy.kind != "tree":
         return None
-    if policy.max_nodes < policy.nodes and process is not None:
-        per_level = budget_tree(process.rank_prob, policy.width, policy.depth, policy.max_nodes).per_level
+    kept = policy.kept_tree(process.rank_prob) if process is not None else None
+    if kept is not None:
+        per_level = kept.per_level
         per_level = np.concatenate([per_level, np.zeros(policy.depth + 1 - len(per_level), dtype=np.int64)])
         return np.concatenate([[0], np.cumsum(per_level[1:])]).astype(np.int64)
     return np.array([sum(policy.width**i for i in range(1, c + 1)) for c in range(policy.depth + 1)], dtype=np.int64)

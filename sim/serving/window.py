@@ -319,8 +319,10 @@ def price(win: Window, engine, book, layout_state) -> None:
     target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums)
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
-    draft_pre = pre.sums if engine.max_draft > 0 else None  # a drafter that may draft prefills with the target
     for m, model in enumerate(engine.drafters[: book.D]):
+        # a drafter prefills its own cache with the target's prefills, unless it shares the target's (self-speculation)
+        draft_pre = pre.sums if engine.max_draft > 0 and getattr(model, "own_prefill", True) else None
+        cap_ctx = getattr(model, "context_cap", None)  # a drafter attending to a window of its cache (self-speculation)
         calls = _draft_calls(win, book, m, engine.tree_nodes is not None)
         T = max(int(_max(calls, axis=None, initial=0)), 1 if draft_pre is not None else 0)
         if T == 0:
@@ -329,18 +331,20 @@ def price(win: Window, engine, book, layout_state) -> None:
         # step w batches the lanes making more than t calls, each at its context + the tokens before
         k = np.arange(T)[:, None, None]
         B = len(ln.rid)
-        if book.flat[m] and not np.count_nonzero(calls != T * active):
+        if book.flat[m] and cap_ctx is None and not np.count_nonzero(calls != T * active):
             # every decoding lane makes all T calls: call t's sums are the lanes' (the target's
             # before its prefill chunks) with t more cached tokens each — integers, exact
             seqs, cached = lane_sums
             stats = uniform_unit_stats(seqs, cached, T, draft_pre)
         elif book.flat[m]:  # one token per call
             on = calls > k
-            stats = unit_stats(on.reshape(T * W, B), (c_t + k).reshape(T * W, B), draft_pre)
+            ctx = c_t + k if cap_ctx is None else np.minimum(c_t + k, cap_ctx)
+            stats = unit_stats(on.reshape(T * W, B), ctx.reshape(T * W, B), draft_pre)
         else:
             on = calls > k
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
-            stats = step_stats((on * per_call).reshape(T * W, B), (c_t + k * per_call).reshape(T * W, B), draft_pre)
+            ctx = c_t + k * per_call if cap_ctx is None else np.minimum(c_t + k * per_call, cap_ctx)
+            stats = step_stats((on * per_call).reshape(T * W, B), ctx.reshape(T * W, B), draft_pre)
         calls_time = np.add.reduce(model.stats_time(stats).reshape(T, W), axis=0)
         draft_time = calls_time if draft_time is None else draft_time + calls_time
     if draft_time is None:

@@ -29,10 +29,12 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import DraftsimError, as_count, as_positive
+from ..files import read_text
 from ..params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int
 
 __all__ = [
@@ -203,10 +205,7 @@ class Empirical(LengthDist):
     def __init__(self, values):
         if isinstance(values, (str, Path)):
             path = Path(values)
-            try:
-                text = path.read_text()
-            except OSError as exc:
-                raise DraftsimError(f"empirical lengths: cannot read {str(path)!r} ({exc.strerror})") from None
+            text = read_text(path, "empirical lengths file")
             items = [t for t in text.replace(",", "\n").split() if t]
             try:
                 values = [ascii_int(t) for t in items]
@@ -388,12 +387,7 @@ PRIORITY_COLUMNS = ("priority",)
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[dict]]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise DraftsimError(f"request trace {str(path)!r}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise DraftsimError(f"request trace {str(path)!r} is not UTF-8 text (CSV or JSONL)") from None
+    text = read_text(path, "request trace")
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         rows = []
         for i, line in enumerate(text.splitlines(), 1):
@@ -442,10 +436,21 @@ def _is_date(v) -> bool:
         return False
 
 
-def read_request_trace(path) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
+class RequestTrace(NamedTuple):
+    """A request trace as read (:func:`read_request_trace`): arrival seconds from 0 (None when
+    the trace has no time column), prompt and output tokens, priority (0 when absent)."""
+
+    arrival: np.ndarray | None
+    prompt: np.ndarray
+    output: np.ndarray
+    priority: np.ndarray
+
+
+def read_request_trace(path) -> RequestTrace:
     """(arrival seconds or None, prompt tokens, output tokens, priority) of a CSV/JSONL request
-    trace; validated: the length columns must be present, integers >= 1; times, when
-    present, finite, >= 0 and sorted. Arrival times are shifted to start at 0."""
+    trace, read once (a pipe works; a spreadsheet's byte-order mark is dropped); validated:
+    the length columns must be present, integers >= 1; times, when present, finite, >= 0 and
+    sorted. Arrival times are shifted to start at 0."""
     path = Path(path)
     columns, rows = _read_rows(path)
     prompt_col, output_col = _find(columns, PROMPT_COLUMNS), _find(columns, OUTPUT_COLUMNS)
@@ -484,7 +489,7 @@ def read_request_trace(path) -> tuple[np.ndarray | None, np.ndarray, np.ndarray,
         arrival = arrival - arrival[0]
     prio_col = _find(columns, PRIORITY_COLUMNS)
     priority = counts(prio_col, 0) if prio_col is not None else np.zeros(len(rows), dtype=np.int64)
-    return arrival, prompt, output, priority
+    return RequestTrace(arrival, prompt, output, priority)
 
 
 def _number(v) -> bool:
@@ -500,19 +505,21 @@ def make_workload(*, arrivals: Arrivals, qps: float | None, requests: int | None
                   trace=None, priorities: int = 1) -> Workload:
     """Draw a workload (see the module docstring). ``trace`` (a path) gives arrival times and
     lengths (or lengths only, resampled in order, when it has no time column); ``requests``
-    or ``duration`` bound it. Closed-loop workloads have NaN arrivals and need ``requests``."""
+    or ``duration`` bound it (a :class:`RequestTrace` already read may stand for the path:
+    a pipe can be read only once). Closed-loop workloads have NaN arrivals and need ``requests``."""
     priorities = int(as_count("priorities", priorities, minimum=1, maximum=1 << 16))
     if requests is not None:
         requests = int(as_count("requests", requests, minimum=1, maximum=1 << 26))
     if trace is not None:
-        t_arr, t_prompt, t_out, t_prio = read_request_trace(trace)
+        t_arr, t_prompt, t_out, t_prio = trace if isinstance(trace, RequestTrace) else read_request_trace(trace)
+        name = "the request trace" if isinstance(trace, RequestTrace) else f"request trace {str(trace)!r}"
         if t_arr is not None and qps is None and not arrivals.closed:
             keep = np.ones(len(t_arr), dtype=bool)
             if duration is not None:
                 keep &= t_arr < float(as_positive("duration", duration))
             idx = np.flatnonzero(keep)[: requests]
             if idx.size == 0:
-                raise DraftsimError(f"request trace {str(trace)!r} has no request before --duration {duration:g} s")
+                raise DraftsimError(f"{name} has no request before --duration {duration:g} s")
             return Workload(t_arr[idx], t_prompt[idx], t_out[idx], t_prio[idx])
         n = _count(arrivals, qps, requests, duration, rng, default=len(t_prompt))
         times = n if isinstance(n, np.ndarray) else None

@@ -1,0 +1,161 @@
+"""Published speculative-serving results, every point predicted from its stated setup with one set
+of draftsim defaults, beside the published value.
+
+Each ``*.json`` file in this folder is one source: its citation and locator, what it states
+(``stated``), what it leaves open and the assumption made for it (``unstated``), the metric, the
+serve-sim options every point shares (``common``), the baseline's and each point's own
+(``baseline``, ``points[].run``, ``points[].spec``) and the published value. Nothing is fitted:
+a point's prediction is ``serve-sim`` with those options, and the same catalog defaults for
+every source.
+
+Metrics: ``throughput_ratio`` (output tokens/s with speculation over without, at the same
+concurrency) and ``tpot_speedup`` (TPOT without over with). A source marked ``bracket`` gives two
+predictions per point (its data cannot tell two readings apart; see its ``unstated``); a bracket
+is reported with whether the published value lies inside it and is left out of the error
+statistics, which are over every other point: median and worst |predicted / published − 1|.
+
+    python benchmarks/published/reproduce.py [--json] [--figure PATH] [--only ID]
+
+Writes the figure (predicted against published, the ±10% band; default
+figures/published/reproduction.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from draftsim.api import ServeSimConfig, serve_sim
+from draftsim.sim.acceptance_catalog import acceptance_entry
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent.parent
+
+
+def sources(only: str | None = None) -> list[dict]:
+    out = []
+    for path in sorted(HERE.glob("*.json")):
+        doc = json.loads(path.read_text())
+        if only is None or doc["id"] == only:
+            out.append(doc)
+    if not out:
+        raise SystemExit(f"no source {only!r} in {HERE}; sources: {', '.join(json.loads(p.read_text())['id'] for p in HERE.glob('*.json'))}")
+    return out
+
+
+def run(options: dict):
+    return serve_sim(ServeSimConfig(**options)).summary
+
+
+def value(metric: str, spec, base) -> float:
+    if metric == "throughput_ratio":
+        return spec.throughput / base.throughput
+    if metric == "tpot_speedup":
+        return base.tpot.mean / spec.tpot.mean
+    raise SystemExit(f"unknown metric {metric!r}")
+
+
+def predict(doc: dict, progress=None) -> list[dict]:
+    rows = []
+    baselines: dict = {}
+    for point in doc["points"]:
+        shared = {**doc["common"], **point.get("run", {})}
+        key = json.dumps(shared, sort_keys=True)
+        if key not in baselines:
+            baselines[key] = run({**shared, **doc["baseline"]})
+        base = baselines[key]
+        row = {"source": doc["id"], "label": point["label"], "published": point["published"]}
+        if doc.get("bracket"):
+            a = acceptance_entry(point["bracket_acceptance"]).cumulative(3)
+            text = lambda x: ",".join(f"{v:.6f}" for v in x)  # noqa: E731
+            low = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a)}), base)
+            high = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a / a[0]), "match": float(a[0])}), base)
+            row.update(low=min(low, high), high=max(low, high), inside=bool(min(low, high) <= point["published"] <= max(low, high)))
+        else:
+            row["predicted"] = value(doc["metric"], run({**shared, **point["spec"]}), base)
+            row["error"] = row["predicted"] / point["published"] - 1.0
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return rows
+
+
+def figure(rows: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from draftsim.analysis.figures import save_figure
+
+    fig, ax = plt.subplots(figsize=(5.6, 5.2))
+    ids = sorted({r["source"] for r in rows})
+    for i, sid in enumerate(ids):
+        pts = [r for r in rows if r["source"] == sid]
+        if "predicted" in pts[0]:
+            ax.scatter([r["published"] for r in pts], [r["predicted"] for r in pts], s=18, label=sid, color=f"C{i}")
+        else:
+            for r in pts:
+                ax.plot([r["published"]] * 2, [r["low"], r["high"]], color=f"C{i}", lw=3, alpha=0.7)
+            ax.plot([], [], color=f"C{i}", lw=3, label=f"{sid} (bracket)")
+    values = [v for r in rows for v in (r["published"], r.get("predicted"), r.get("low"), r.get("high")) if v is not None]
+    lo, hi = min(values) * 0.9, max(values) * 1.1
+    grid = np.linspace(lo, hi, 2)
+    ax.plot(grid, grid, color="black", lw=0.8)
+    ax.fill_between(grid, grid * 0.9, grid * 1.1, color="grey", alpha=0.15, label="±10%")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("published speedup")
+    ax.set_ylabel("draftsim's prediction")
+    ax.set_title("Published speculative serving, predicted from the stated setups")
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(fig, path)
+
+
+def summary(rows: list[dict]) -> dict:
+    errors = np.array([abs(r["error"]) for r in rows if "error" in r])
+    brackets = [r for r in rows if "low" in r]
+    return {"points": int(len(errors)), "median_abs_error": float(np.median(errors)) if len(errors) else None,
+            "worst_abs_error": float(errors.max()) if len(errors) else None,
+            "brackets": len(brackets), "brackets_holding_the_published_value": sum(r["inside"] for r in brackets)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
+    ap.add_argument("--figure", default=str(ROOT / "figures" / "published" / "reproduction.png"))
+    ap.add_argument("--only", help="one source id")
+    args = ap.parse_args()
+    rows = []
+
+    def show(r):
+        if args.json:
+            return
+        if "predicted" in r:
+            print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['predicted']:5.2f}  error {r['error']:+6.1%}", flush=True)
+        else:
+            print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['low']:.2f} .. {r['high']:.2f}  "
+                  f"{'inside' if r['inside'] else 'OUTSIDE'} the bracket", flush=True)
+
+    for doc in sources(args.only):
+        if not args.json:
+            print(f"{doc['id']}: {doc['source'].get('locator', '')} — {doc['metric']}")
+        rows += predict(doc, show)
+    s = summary(rows)
+    path = figure(rows, Path(args.figure))
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": s, "figure": str(path)}))
+    else:
+        print(f"{s['points']} points: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}; "
+              f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value; figure {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

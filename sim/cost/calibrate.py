@@ -1,0 +1,168 @@
+"""A hardware entry's efficiency factors and overhead fitted to the user's own step times.
+
+The roofline (:mod:`~draftsim.sim.cost.roofline`) prices a forward call from the catalog's peak
+FLOP/s and bandwidth, scaled by the entry's model-FLOP utilisation (``mfu``) and memory
+bandwidth utilisation (``mbu``), plus a fixed ``overhead`` per call. :func:`calibrate` fits those
+three to measured calls of one model — (batch, new tokens per sequence, cached context,
+seconds) points, from a ``draftsim profile`` file, a table of step times or a ``vllm bench
+serve`` result (:mod:`draftsim.sim.vllm_bench`) — by least squares on the logarithm of the time
+(relative errors count alike at every size), and reports the fit's error on the points it used
+and on points it held out (every m-th point, m = round(1 / holdout)), beside the catalog's
+defaults on the same points. The fitted entry keeps the catalog entry's peaks, memory and
+interconnect, and says in its ``source`` what it was fitted to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DraftsimError
+from .catalog import HardwareSpec, ModelSpec
+from .roofline import RooflineModel
+
+__all__ = ["StepPoints", "Calibration", "calibrate", "points_from_profile", "points_from_table", "points_from_vllm"]
+
+
+@dataclass(frozen=True)
+class StepPoints:
+    """Measured calls: batch, new tokens per sequence, cached context per sequence and seconds
+    (1-D arrays of one length), and where they come from."""
+
+    batch: np.ndarray
+    new_tokens: np.ndarray
+    context: np.ndarray
+    seconds: np.ndarray
+    source: str
+
+    def __post_init__(self):
+        n = len(self.seconds)
+        if any(len(a) != n for a in (self.batch, self.new_tokens, self.context)):
+            raise DraftsimError(f"{self.source}: measured calls need batch, new tokens, context and seconds of one length each")
+        if not (np.all(np.isfinite(self.seconds)) and np.all(self.seconds > 0)):
+            raise DraftsimError(f"{self.source}: every measured time must be finite and > 0")
+        if np.any(self.batch < 1) or np.any(self.new_tokens < 1) or np.any(self.context < 0):
+            raise DraftsimError(f"{self.source}: batch and new tokens must be >= 1, context >= 0")
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+    def take(self, idx) -> "StepPoints":
+        return StepPoints(self.batch[idx], self.new_tokens[idx], self.context[idx], self.seconds[idx], self.source)
+
+
+def points_from_profile(profile) -> StepPoints:
+    """Every grid point of a measured profile (:class:`~draftsim.sim.cost.profile.ProfileCost`)."""
+    B, N, C = np.meshgrid(profile.batch, profile.new_tokens, profile.context, indexing="ij")
+    return StepPoints(B.ravel().astype(float), N.ravel().astype(float), C.ravel().astype(float),
+                      np.asarray(profile.seconds, dtype=float).ravel(), f"profile of {profile.model}")
+
+
+def points_from_table(rows: list[dict], source: str) -> StepPoints:
+    """Rows with ``batch``, ``new_tokens``, ``context`` and ``seconds`` (a CSV's or a JSON list's)."""
+    cols = {}
+    for key in ("batch", "new_tokens", "context", "seconds"):
+        try:
+            cols[key] = np.array([float(r[key]) for r in rows])
+        except KeyError:
+            raise DraftsimError(f"{source}: every row needs batch, new_tokens, context and seconds; a row lacks {key}") from None
+        except (TypeError, ValueError):
+            raise DraftsimError(f"{source}: column {key} must hold numbers") from None
+    return StepPoints(cols["batch"], cols["new_tokens"], cols["context"], cols["seconds"], source)
+
+
+def points_from_vllm(results: list) -> StepPoints:
+    """Calls read off plain (non-speculative) ``vllm bench serve`` runs
+    (:class:`draftsim.sim.vllm_bench.VllmBench`, per-request lengths saved): per run a decode
+    step at its mean concurrency (Little's law) and mean context (prompt + half the output)
+    taking its median inter-token latency, and where at most 1.5 requests were in flight on
+    average its prefill (batch 1, the mean prompt) taking its median TTFT. Several runs at
+    several rates give the fit its range."""
+    rows = []
+    for r in results:
+        if not r.detailed:
+            raise DraftsimError(f"{r.source}: per-request lengths are missing; save the run with --save-detailed")
+        itl = r.metrics.get("median_itl") or r.metrics.get("mean_tpot")
+        if not itl:
+            raise DraftsimError(f"{r.source}: no median_itl_ms or mean_tpot_ms to fit a decode step to")
+        conc = max(1.0, r.mean_concurrency())
+        prompt, out = float(r.input_lens.mean()), float(r.output_lens.mean())
+        rows.append((round(conc), 1.0, prompt + out / 2, itl))
+        if conc <= 1.5 and r.metrics.get("median_ttft"):
+            rows.append((1.0, max(prompt, 1.0), 0.0, r.metrics["median_ttft"]))
+    b, n, c, t = (np.array(x, dtype=float) for x in zip(*rows))
+    return StepPoints(b, n, c, t, f"{len(results)} vllm bench serve result(s)")
+
+
+@dataclass
+class Calibration:
+    """A fitted hardware entry and how well it fits: relative errors (predicted / measured − 1)
+    of the fit and of the catalog's defaults, on the points fitted and on those held out."""
+
+    hardware: HardwareSpec
+    mfu: float
+    mbu: float
+    overhead: float
+    fitted: int
+    held_out: int
+    errors: dict  #: {"fit": {...}, "held_out": {...}, "default_fit": {...}, "default_held_out": {...}}
+
+    def to_dict(self) -> dict:
+        return {"hardware": self.hardware.name, "mfu": self.mfu, "mbu": self.mbu, "overhead_s": self.overhead,
+                "points_fitted": self.fitted, "points_held_out": self.held_out, "errors": self.errors}
+
+
+def _errors(pred: np.ndarray, meas: np.ndarray) -> dict:
+    if not len(meas):
+        return {"median_abs": None, "worst_abs": None}
+    rel = pred / meas - 1.0
+    return {"median_abs": float(np.median(np.abs(rel))), "worst_abs": float(np.max(np.abs(rel)))}
+
+
+def calibrate(model: ModelSpec, hardware: HardwareSpec, points: StepPoints, *, dtype: str = "bfloat16", tp: int = 1,
+              holdout: float = 0.25, name: str | None = None) -> Calibration:
+    """Fit ``hardware``'s mfu, mbu and per-call overhead to ``points`` of ``model`` (see the module
+    docstring); ``holdout`` ∈ [0, 0.5] of the points are kept out of the fit and scored."""
+    from scipy.optimize import least_squares
+
+    if not 0.0 <= holdout <= 0.5:
+        raise DraftsimError(f"--holdout must lie in [0, 0.5]; got {holdout:g}")
+    n = len(points)
+    if n < 3:
+        raise DraftsimError(f"{points.source}: a calibration fits 3 parameters and needs at least 3 measured calls; got {n}")
+    every = int(round(1 / holdout)) if holdout > 0 else 0
+    held = np.zeros(n, dtype=bool)
+    if every:
+        held[every - 1::every] = True
+    if n - held.sum() < 3:
+        raise DraftsimError(f"{points.source}: {n - int(held.sum())} points left to fit after holding {int(held.sum())} out; give more points or a smaller --holdout")
+    fit, test = points.take(~held), points.take(held)
+
+    def model_at(mfu, mbu, overhead):
+        return RooflineModel(model, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead, overhead_per_layer=0.0, check_memory=False)
+
+    def predict(m: RooflineModel, p: StepPoints) -> np.ndarray:
+        return np.asarray(m.shape_time(p.batch, p.new_tokens, p.context), dtype=float).reshape(-1)
+
+    def residuals(x):
+        return np.log(predict(model_at(x[0], x[1], x[2]), fit)) - np.log(fit.seconds)
+
+    x0 = np.array([hardware.mfu, hardware.mbu, min(max(hardware.overhead, 0.0), float(fit.seconds.min()))])
+    lo, hi = np.array([1e-3, 1e-3, 0.0]), np.array([1.0, 1.0, float(fit.seconds.max())])
+    best = None
+    for start in (x0, np.array([0.3, 0.5, float(fit.seconds.min()) / 2])):  # two starts: the fit is not convex
+        res = least_squares(residuals, np.clip(start, lo, hi), bounds=(lo, hi), x_scale=np.array([0.1, 0.1, max(fit.seconds.min(), 1e-6)]))
+        if best is None or res.cost < best.cost:
+            best = res
+    mfu, mbu, overhead = (float(v) for v in best.x)
+    fitted_model, default = model_at(mfu, mbu, overhead), RooflineModel(model, hardware, dtype, tp, check_memory=False)
+    errors = {"fit": _errors(predict(fitted_model, fit), fit.seconds), "held_out": _errors(predict(fitted_model, test), test.seconds),
+              "default_fit": _errors(predict(default, fit), fit.seconds),
+              "default_held_out": _errors(predict(default, test), test.seconds)}
+    entry = dataclasses.replace(
+        hardware, name=name or f"{hardware.name}-calibrated", mfu=mfu, mbu=mbu, overhead=overhead, overhead_per_layer=0.0,
+        source=f"{hardware.source}; calibrated by draftsim calibrate: mfu {mfu:.3g}, mbu {mbu:.3g}, overhead {overhead * 1e6:.1f} us per "
+               f"call fitted to {len(fit)} calls of {model.name} ({points.source}), median error {errors['fit']['median_abs']:.1%}")
+    return Calibration(entry, mfu, mbu, overhead, len(fit), len(test), errors)

@@ -1,0 +1,91 @@
+"""Serving-engine overheads the roofline does not see (``--overheads NAME``; sim/data/engines.json).
+
+An engine spends time in every step outside the forward passes — scheduling, preparing inputs,
+sampling, rejection sampling — and runs small batches as CUDA graphs captured at fixed sizes, so
+a forward computes its batch padded up to the next captured size. :class:`EngineOverheads`
+holds, per engine, with the measurement each value comes from:
+
+* ``per_step`` seconds, added once per step to the target's forward (one target call per step);
+* ``per_draft_forward`` seconds, added to each draft model's forward beyond its roofline;
+* ``graph_tokens``, the captured batch sizes in tokens (None: no padding): a forward of N ≤ the
+  largest tokens computes its dense operators at the smallest captured size ≥ N (attention over
+  the real tokens' contexts only).
+
+They apply to roofline-priced models (:class:`~draftsim.sim.cost.roofline.RooflineModel`); a measured
+profile already holds its engine's costs. ``--overheads none`` is the roofline alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DraftsimError
+
+__all__ = ["EngineOverheads", "ENGINES", "engine_overheads", "pad_tokens", "vllm_capture_sizes"]
+
+#: The engines' overheads and their sources.
+ENGINES_FILE = Path(__file__).parent.parent / "data" / "engines.json"
+
+
+def vllm_capture_sizes(largest: int = 512) -> tuple[int, ...]:
+    """vLLM's CUDA-graph capture sizes (tokens): 1, 2, 4, then every 8 below 256, then every 16
+    up to ``largest`` (vllm/config/compilation.py, sim/data/engines.json)."""
+    return tuple([1, 2, 4] + list(range(8, 256, 8)) + list(range(256, largest + 1, 16)))
+
+
+@dataclass(frozen=True)
+class EngineOverheads:
+    """One engine's overheads (see the module docstring)."""
+
+    name: str
+    per_step: float = 0.0
+    per_draft_forward: float = 0.0
+    graph_tokens: tuple[int, ...] | None = None
+    source: str = ""
+
+    def describe(self) -> str:
+        if self.name == "none":
+            return "engine overheads: none (the roofline alone)"
+        pad = f", CUDA graphs padded to {len(self.graph_tokens)} sizes up to {self.graph_tokens[-1]} tokens" if self.graph_tokens else ""
+        return (f"engine overheads: {self.name} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
+                f"forward{pad}; {self.source})")
+
+
+def _load() -> dict[str, EngineOverheads]:
+    doc = json.loads(ENGINES_FILE.read_text())["engines"]
+    out = {}
+    for name, e in doc.items():
+        graphs = e.get("graph_capture_tokens")
+        out[name] = EngineOverheads(name, float(e["per_step_us"]) * 1e-6, float(e["per_draft_forward_us"]) * 1e-6,
+                                    vllm_capture_sizes() if graphs else None,
+                                    "per step: " + (e["per_step_source"]["repo"] + " " + e["per_step_source"]["path"]
+                                                    if isinstance(e.get("per_step_source"), dict) else e.get("source", "")))
+    return out
+
+
+#: Every engine of sim/data/engines.json by name.
+ENGINES = _load()
+
+
+def engine_overheads(name: str) -> EngineOverheads:
+    """The overheads of engine ``name`` (one line naming the valid ones otherwise)."""
+    try:
+        return ENGINES[str(name).strip().lower()]
+    except KeyError:
+        raise DraftsimError(f"--overheads {name!r} is not a known engine; choose from {', '.join(ENGINES)}") from None
+
+
+def pad_tokens(tokens: np.ndarray, sizes: tuple[int, ...] | None) -> np.ndarray:
+    """Each call's tokens padded up to the smallest captured size that holds them; calls larger
+    than every size (and empty calls) as they are."""
+    if sizes is None:
+        return tokens
+    grid = np.asarray(sizes, dtype=np.float64)
+    t = np.asarray(tokens, dtype=np.float64)
+    i = np.searchsorted(grid, t, side="left")
+    inside = (t > 0) & (i < len(grid))
+    return np.where(inside, grid[np.minimum(i, len(grid) - 1)], t)

@@ -1,0 +1,119 @@
+"""Files in and out: inputs read once and bounded, outputs written atomically.
+
+**Inputs** (:func:`read_bytes`, :func:`read_text`): every file a user hands draftsim (request
+traces, length files, profiles, catalogs, specs, trace manifests) is opened once, checked to be
+a regular file (or, where a stream makes sense, a pipe: ``--request-trace <(zcat t.csv.gz)``),
+and read up to a size limit; a device such as ``/dev/zero`` or a file over the limit is refused
+with one line before any work. Text is UTF-8, with or without the byte-order mark a spreadsheet
+writes; NUL bytes mark a binary file.
+
+**Outputs**: all of a file or none of it, never a half-written one.
+
+Every file draftsim writes goes through :func:`atomic_write`: the content is written to a hidden
+temporary file in the destination's folder (so the rename stays on one file system), made as
+readable as any file the user writes (:func:`~.errors.file_mode`; ``mkstemp`` creates 0600),
+optionally synced, and renamed over the destination. A failure at any point (a full disk, an
+exception from the writer, Ctrl-C) removes the temporary and leaves an older destination as it
+was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .errors import DraftsimError, file_mode
+
+__all__ = ["MAX_INPUT_BYTES", "read_bytes", "read_text", "file_kind",
+           "atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+
+#: The largest input file read whole (a 256 MiB request trace is ~10 million requests).
+MAX_INPUT_BYTES = 256 * 2**20
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words ("a folder", "a FIFO", ...)."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bytes(path, what: str, limit: int = MAX_INPUT_BYTES, *, fifo: bool = False, error=DraftsimError) -> bytes:
+    """The bytes of ``path``, read once: a regular file (or with ``fifo`` a pipe) of at most
+    ``limit`` bytes; anything else raises ``error`` with one line naming ``what`` and the path.
+    Opened non-blocking, so a FIFO without a writer is refused rather than waited on when
+    ``fifo`` is false."""
+    try:
+        fd = os.open(path, os.O_RDONLY | (0 if fifo else getattr(os, "O_NONBLOCK", 0)))
+    except FileNotFoundError:
+        raise error(f"{what} {path}: no such file") from None
+    except OSError as exc:
+        raise error(f"cannot open {what} {path} ({exc.strerror})") from None
+    info = os.fstat(fd)
+    regular = stat.S_ISREG(info.st_mode)
+    if not (regular or (fifo and stat.S_ISFIFO(info.st_mode))) or (regular and info.st_size > limit):
+        os.close(fd)
+        if not regular:
+            raise error(f"{what} {path} is not a regular file ({file_kind(info.st_mode)})" + ("; give a file or a pipe" if fifo else ""))
+        raise error(f"{what} {path} is {info.st_size:,} bytes; draftsim reads at most {limit:,}")
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{what} {path} is over {limit:,} bytes; draftsim reads at most {limit:,}")
+    return data
+
+
+def read_text(path, what: str, limit: int = MAX_INPUT_BYTES, *, fifo: bool = True, error=DraftsimError) -> str:
+    """:func:`read_bytes` decoded as UTF-8 (a leading byte-order mark dropped); NUL bytes or
+    invalid UTF-8 are refused as not text."""
+    data = read_bytes(path, what, limit, fifo=fifo, error=error)
+    if b"\0" in data:
+        raise error(f"{what} {path} is not a text file (it holds NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text (byte {exc.start:,})") from None
+
+
+def atomic_write(path, write: Callable[[str], None], *, mkdir: bool = False, fsync: bool = False) -> Path:
+    """Call ``write(tmp)`` to fill a temporary file, then rename it to ``path``.
+
+    ``mkdir`` creates the destination's folder first; ``fsync`` flushes the temporary to disk
+    before the rename (for files whose loss after a crash would break a folder's invariants).
+    """
+    path = Path(path)
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        if fsync:
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_bytes(path, data: bytes, *, mkdir: bool = False, fsync: bool = False) -> Path:
+    return atomic_write(path, lambda tmp: Path(tmp).write_bytes(data), mkdir=mkdir, fsync=fsync)
+
+
+def atomic_write_text(path, text: str, *, mkdir: bool = False) -> Path:
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text), mkdir=mkdir)
+
+
+def atomic_write_json(path, doc, *, indent: int | None = 1, mkdir: bool = True, default=None) -> Path:
+    """``doc`` as JSON (and a final newline when indented)."""
+    text = json.dumps(doc, indent=indent, default=default) + ("\n" if indent is not None else "")
+    return atomic_write_text(path, text, mkdir=mkdir)

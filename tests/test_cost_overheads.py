@@ -1,0 +1,69 @@
+"""Serving-engine overheads on the rooflines (sim/cost/overheads.py, sim/data/engines.json)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from clirun import run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftsim.sim.cost import RooflineModel, default_catalog
+from draftsim.sim.cost.assembly import Deployment, assemble
+from draftsim.sim.cost.overheads import ENGINES, ENGINES_FILE, engine_overheads, pad_tokens, vllm_capture_sizes
+from draftsim.sim.errors import DraftsimError
+
+SIZES = vllm_capture_sizes()
+
+
+def test_vllms_capture_sizes_are_its_rule():
+    assert SIZES[:5] == (1, 2, 4, 8, 16) and SIZES[-3:] == (480, 496, 512) and len(SIZES) == 51
+    assert all(b > a for a, b in zip(SIZES, SIZES[1:]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2000), min_size=1, max_size=20))
+def test_padding_reaches_the_next_captured_size_and_nothing_more(tokens):
+    t = np.array(tokens, dtype=np.float64)
+    p = pad_tokens(t, SIZES)
+    assert np.all(p >= t)
+    inside = (t > 0) & (t <= 512)
+    assert set(p[inside].tolist()) <= set(SIZES)
+    assert np.array_equal(p[~inside], t[~inside])  # empty calls and eager ones (> 512) as they are
+    assert np.array_equal(pad_tokens(p, SIZES), p)  # idempotent
+    below = np.array([max([s for s in SIZES if s < x], default=0) for x in p[inside]])
+    assert np.all(below < t[inside])  # the smallest size that holds them
+
+
+def test_the_engine_adds_its_step_and_draft_forward_times_and_pads():
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    vllm = engine_overheads("vllm")
+    plain = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3")))
+    eng = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3"), overheads="vllm"))
+    # a call of 8 tokens is a captured size: no padding, the step's time on top
+    assert float(eng.target.shape_time(8, 1, 512)) == pytest.approx(float(plain.target.shape_time(8, 1, 512)) + vllm.per_step, rel=1e-12)
+    for a, b in zip(plain.drafters, eng.drafters):
+        assert float(b.shape_time(1, 1, 512)) == pytest.approx(float(a.shape_time(1, 1, 512)) + vllm.per_draft_forward, rel=1e-12)
+    # 3 tokens run as the captured 4 in the dense operators (attention over the 3 real ones)
+    padded = RooflineModel(cat.model("llama-3.1-8b"), hw, graph_tokens=SIZES)
+    bare = RooflineModel(cat.model("llama-3.1-8b"), hw)
+    assert float(padded.shape_time(1, 3, 0)) > float(bare.shape_time(1, 3, 0))
+    assert float(padded.shape_time(1, 4, 0)) == float(bare.shape_time(1, 4, 0))
+    assert "vllm engine overheads" in eng.target.name and "1.21 ms per step" in eng.info["engine"]
+
+
+def test_every_engine_value_cites_its_source():
+    doc = json.loads(ENGINES_FILE.read_text())["engines"]
+    assert set(doc) == set(ENGINES) >= {"none", "vllm"}
+    v = doc["vllm"]
+    assert v["per_step_source"]["commit"] and v["per_draft_forward_source"]["derived"] and v["graph_capture_tokens"]["source"]["commit"]
+
+
+def test_an_unknown_engine_is_one_line(capsys):
+    with pytest.raises(DraftsimError, match="--overheads 'sglang-9' is not a known engine; choose from none, vllm"):
+        engine_overheads("sglang-9")
+    status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--overheads", "tgi")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and "tgi" in err and "vllm" in err
