@@ -30,6 +30,7 @@ import argparse
 import cProfile
 import dataclasses
 import importlib
+import importlib.resources
 import io
 import pstats
 import subprocess
@@ -37,6 +38,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +67,12 @@ def sim_at(commit: str):
         archive.extractall(folder / "draftsim_at", filter="data")
     (folder / "draftsim_at" / "__init__.py").write_text("")
     sys.path.insert(0, str(folder))
-    return importlib.import_module("draftsim_at.sim")
+    old = importlib.import_module("draftsim_at.sim")
+    catalog = importlib.import_module("draftsim_at.sim.cost.catalog")
+    if hasattr(catalog, "resources"):  # its catalogs are its own data files, not this checkout's (whose entries it may not read)
+        own = folder / "draftsim_at" / "sim"
+        catalog.resources = types.SimpleNamespace(files=lambda name: own if name == "draftsim.sim" else importlib.resources.files(name))
+    return old
 
 
 def reference_run(sim, hour: float):
