@@ -337,6 +337,17 @@ def test_a_second_writer_is_refused_naming_the_holder(tmp_path):
     assert sw.run_sweep(spec, TOY, out, workers=1, resume=True).ran == 0  # and the lock went with its writer
 
 
+def test_check_reads_the_files_a_run_would(tmp_path, capsys):
+    """sweep --check validates what every point's run would read: a missing request trace is
+    refused at the check, not discovered by every run failing."""
+    spec = write(tmp_path, 'version = 1\nkind = "serve"\n[base]\npolicy = "fixed:k=4"\nalpha = 0.8\nrequests = 5\n'
+                           'target = "llama-3.1-8b"\nhardware = "h100-sxm"\ndrafter-model = ["eagle3"]\n'
+                           f'request-trace = "{tmp_path}/missing.csv"\n[grid]\nqps = [1, 2]\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "point 0 (qps=1): request trace" in err and "missing.csv: no such file" in err
+
+
 def test_load_refuses_a_task_stored_twice(tmp_path):
     spec = sw.parse_spec({"version": 1, "kind": "toy", "grid": {"x": [0, 1, 3]}, "metrics": ["x2"]}, {"toy": TOY})
     sw.run_sweep(spec, TOY, tmp_path / "out", workers=1)
