@@ -171,6 +171,8 @@ def measure(
         base["tokens"] += ar.tokens
         base["seconds"] += ar.seconds
         ar_calls.append(list(ar.calls))
+        for d in method.drafters:  # a controlled drafter proposes the target's own output: recorded here, before the timed run
+            d.prepare(ids, ar.output)
         log = ar if method.kind == "ar" else method.run(target, ids, max_new_tokens, sampling, rng)
         spec["tokens"] += log.tokens
         spec["seconds"] += log.seconds

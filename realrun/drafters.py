@@ -30,7 +30,8 @@ import numpy as np
 
 from ..sim.errors import DraftsimError
 
-__all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NGram", "Suffix", "NeuralDraft", "accept_prob", "one_hot_rows"]
+__all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NGram", "Suffix", "NeuralDraft", "Controlled", "parse_controlled", "accept_prob",
+           "one_hot_rows"]
 
 
 @dataclass
@@ -139,6 +140,11 @@ class Drafter:
 
     def finish(self, prompt: Sequence[int], output: Sequence[int]) -> None:
         """A request with this ``prompt`` generated ``output`` (a no-op but for :class:`Suffix`)."""
+        return None
+
+    def prepare(self, prompt: Sequence[int], continuation: Sequence[int]) -> None:
+        """The target's own greedy ``continuation`` of ``prompt``, recorded before a timed run
+        (a no-op but for :class:`Controlled`)."""
         return None
 
 
@@ -462,3 +468,72 @@ class NeuralDraft(Drafter):
             logits = self.loaded.model(x).logits[0, start - 1 : len(ids) - 1].float()
             rows = torch.softmax(logits, dim=-1).cpu().numpy().astype(np.float64)
         return Rows(self.vocab, dense=rows)
+
+
+def parse_controlled(name: str) -> tuple[list[float], str | None]:
+    """``controlled:R`` or ``controlled:R1/R2/...[@MODEL]``: the conditional acceptance per draft
+    position (the last repeats) and the model whose forward each draft token costs."""
+    body = name.split(":", 1)[1] if ":" in name else ""
+    rates_text, _, model = body.partition("@")
+    try:
+        rates = [float(x) for x in rates_text.split("/")] if rates_text else []
+    except ValueError:
+        rates = []
+    if not rates or not all(0.0 <= r <= 1.0 for r in rates):
+        raise DraftsimError(f"drafter {name!r}: give controlled:R or controlled:R1/R2/...[@MODEL] with acceptance rates in [0, 1] "
+                            "(e.g. controlled:0.8@tiny:2)")
+    return rates, (model or None)
+
+
+class Controlled(Drafter):
+    """Prescribed acceptance on real models: the drafter proposes the target's own greedy
+    continuation, recorded before the timed run (:meth:`prepare`), keeping draft position j with
+    the conditional probability ``rates[j]`` (the last rate repeats) and proposing a wrong token
+    from the first position it does not keep, so a greedy verification accepts exactly the kept
+    prefix: acceptance is known whatever the models. Its cost is real: each draft token runs one
+    forward of ``cost`` (a drafter-sized model, random weights will do) on the context's last
+    token. Timing real, acceptance controlled, at any model size — what vLLM's synthetic
+    rejection sampler is for. Greedy decoding only (a sampled target has no one continuation)."""
+
+    name = "controlled"
+
+    def __init__(self, vocab: int, rates: Sequence[float], cost=None, seed: int = 0, name: str | None = None):
+        self.vocab = int(vocab)
+        self.rates = np.asarray(rates, dtype=np.float64)
+        if self.rates.size == 0 or np.any((self.rates < 0) | (self.rates > 1)):
+            raise DraftsimError(f"controlled acceptance rates must lie in [0, 1]; got {list(rates)}")
+        self.cost = cost
+        self.rng = np.random.default_rng(seed)
+        self.refs: dict = {}
+        if name:
+            self.name = name
+
+    def prepare(self, prompt, continuation) -> None:
+        self.refs[tuple(int(t) for t in prompt)] = [int(t) for t in continuation]
+
+    def propose(self, context, k, prompt_len=None):
+        if prompt_len is None:
+            raise DraftsimError("the controlled drafter needs to know where the prompt ends")
+        ref = self.refs.get(tuple(int(t) for t in context[:prompt_len]))
+        if ref is None:
+            raise DraftsimError("the controlled drafter has no recorded continuation of this prompt: it drafts in draftsim run "
+                                "(greedy), which decodes each prompt autoregressively first")
+        at = len(context) - prompt_len
+        tokens, kept = [], True
+        for j in range(min(k, max(len(ref) - at, 0))):
+            kept = kept and bool(self.rng.random() < self.rates[min(j, len(self.rates) - 1)])
+            true = ref[at + j]
+            tokens.append(true if kept else (true + 1) % self.vocab)
+        self._spend(context, len(tokens))
+        return tokens, one_hot_rows(self.vocab, tokens)
+
+    def _spend(self, context, n: int) -> None:
+        """One forward of the cost model per draft token (its output is not used)."""
+        if self.cost is None or n == 0:
+            return
+        import torch
+
+        ids = torch.tensor([[int(context[-1])]], device=self.cost.device)
+        with torch.inference_mode():
+            for _ in range(n):
+                self.cost.model(ids)

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..sim.errors import DraftsimError
 from ..sim.policies import Autoregressive, Policy, Threshold, parse_policy
 from ..sim.rules import SD, Rule, parse_rule
-from .drafters import Bigram, Drafter, MaxGram, NeuralDraft, NGram, Suffix
+from .drafters import Bigram, Controlled, Drafter, MaxGram, NeuralDraft, NGram, Suffix, parse_controlled
 from .executor import RunLog, Sampling, generate, token_cascade
 from .models import EMBEDDED, LoadedModel, load_model, same_tokenizer
 
@@ -102,6 +102,11 @@ class MethodSpec:
         if len(set(names)) != len(names):
             raise DraftsimError(f"--drafter names a drafter twice ({', '.join(names)}); each level needs its own")
         for name in names:
+            if name.startswith("controlled"):
+                _, model = parse_controlled(name)
+                if model is not None:
+                    check_model_name(model, "the controlled drafter's cost model")
+                continue
             if name not in (*STATISTICAL_DRAFTERS, "distilled"):
                 try:
                     check_model_name(name, "drafter")
@@ -218,6 +223,10 @@ def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None) -
     ``bigram``, ``ngram`` (vLLM's prompt lookup, n from 2 to 4), ``suffix`` (suffix decoding
     with vLLM's defaults), ``distilled`` (``draftsim distill``'s cached draft), or a neural model
     :func:`draftsim.realrun.models.load_model` can load (it must share the target's tokenizer)."""
+    if name.startswith("controlled"):
+        rates, model = parse_controlled(name)
+        cost = load_model(model, device=target.device, dtype=target.dtype) if model else None
+        return Controlled(target.vocab_size, rates, cost, name=name)
     if name == "ngram":
         return NGram(target.vocab_size)
     if name == "suffix":

@@ -8,6 +8,7 @@ recorded traces, which replay."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import numpy as np
@@ -376,3 +377,38 @@ def test_bad_drafter_names_get_one_line(capsys):
     assert len(err.splitlines()) == 1 and "'ngrm'" in err and "ngram, suffix" in err and "Traceback" not in err
     assert main(["run", "--model", "tiny:1", "--prompts", "edits"]) == 2
     assert "edit, extract" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- controlled acceptance (issue 28)
+
+def test_the_controlled_drafter_keeps_each_position_at_its_rate():
+    """Proposals along a recorded continuation: the kept prefix (what a greedy verification
+    accepts) has P(length >= j) = rates[0] * ... * rates[j-1] (the last rate repeating)."""
+    from draftsim.realrun.drafters import Controlled
+
+    ref = list(range(100, 400))
+    d = Controlled(50_000, [0.9, 0.6], seed=3)
+    d.prepare([1, 2, 3], ref)
+    n, k = 20_000, 4
+    lengths = np.zeros(n, dtype=int)
+    for i in range(n):
+        at = i % 200
+        tokens, rows = d.propose([1, 2, 3] + ref[:at], k, prompt_len=3)
+        assert len(tokens) == k and len(rows) == k
+        lengths[i] = next((j for j, (t, r) in enumerate(zip(tokens, ref[at:])) if t != r), k)
+    want = np.cumprod([0.9, 0.6, 0.6, 0.6])
+    got = [(lengths >= j).mean() for j in range(1, k + 1)]
+    assert np.allclose(got, want, atol=4 * np.sqrt(want * (1 - want) / n) + 1e-3), (got, want)
+
+
+def test_controlled_drafting_on_real_models_is_lossless_and_counted(capsys):
+    from draftsim.cli import main
+
+    assert main(["run", "--target", "tiny:1", "--method", "sd", "--drafter", "controlled:0.8@tiny:2", "--policy", "fixed:k=3",
+                 "--prompts", "code", "--n", "2", "--max-new-tokens", "24", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["quality"]["identical_to_target"] == 1.0 and out["sim_check"]["counts_equal"]
+    (level,) = out["levels"]
+    assert 0 < level["accepted"] < level["drafted"]
+    assert main(["run", "--target", "tiny:1", "--method", "sd", "--drafter", "controlled:1.5", "--policy", "fixed:k=3"]) == 2
+    assert "rates in [0, 1]" in capsys.readouterr().err

@@ -32,7 +32,8 @@ class RunConfig:
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
     method: str = option("sd", choices=METHODS)
-    drafter: str | None = option(help="drafter(s), comma-separated: maxgram, bigram, ngram, suffix, distilled or a model (default "
+    drafter: str | None = option(help="drafter(s), comma-separated: maxgram, bigram, ngram, suffix, distilled, controlled:R[@MODEL] "
+                                 "(the target's own output kept at rate R per position, each draft token a forward of MODEL) or a model (default "
                                  "per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
     policy: str | None = option(help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")
     rule: str | None = option(help="verification rule at the target (default sd; cascade: opt:alpha=0.5)")
