@@ -507,3 +507,17 @@ def test_the_command_line_runs_on_ray(reference, tmp_path, ray_session, capsys):
     assert main(["sweep", str(spec), "--out", str(tmp_path / "cli"), "--workers", "2", "--ray", "--json"]) == 0
     assert '"backend": "ray"' in capsys.readouterr().out
     assert frame(tmp_path / "cli") == frame(reference)
+
+
+@pytest.mark.parametrize("field, value", [("spec_sha256", 12345), ("axes", "alpha"), ("tasks", "12"), ("shards", {})])
+def test_a_hand_edited_manifest_is_one_line(tmp_path, capsys, field, value):
+    import json
+
+    spec = sw.parse_spec({"version": 1, "kind": "toy", "grid": {"x": [0, 1]}, "metrics": ["x2"]}, {"toy": TOY})
+    sw.run_sweep(spec, TOY, tmp_path / "out", workers=1)
+    path = tmp_path / "out" / "manifest.json"
+    info = json.loads(path.read_text())
+    info[field] = value
+    path.write_text(json.dumps(info))
+    with pytest.raises(DraftsimError, match=f"manifest field {field} must be"):
+        sw.read_manifest(tmp_path / "out")

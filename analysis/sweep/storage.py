@@ -236,6 +236,14 @@ def read_manifest(folder) -> dict:
     missing = [k for k in ("kind", "spec_sha256", "tasks", "axes", "metrics", "shards") if k not in info]
     if missing:
         raise DraftsimError(f"{path}: manifest lacks {', '.join(missing)}")
+    for key, what, ok in (("kind", "a string", isinstance(info["kind"], str)),
+                          ("spec_sha256", "a 64-digit hex string", isinstance(info["spec_sha256"], str) and len(info["spec_sha256"]) == 64),
+                          ("tasks", "an integer >= 0", isinstance(info["tasks"], int) and not isinstance(info["tasks"], bool) and info["tasks"] >= 0),
+                          ("axes", "a list of names", isinstance(info["axes"], list) and all(isinstance(a, str) for a in info["axes"])),
+                          ("metrics", "a list of names", isinstance(info["metrics"], list) and all(isinstance(m, str) for m in info["metrics"])),
+                          ("shards", "a list", isinstance(info["shards"], list))):
+        if not ok:
+            raise DraftsimError(f"{path}: manifest field {key} must be {what}; got {json.dumps(info[key])[:60]} (the folder was altered by hand)")
     return info
 
 
