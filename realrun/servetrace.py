@@ -118,7 +118,18 @@ SERVE_RECORDS = {"steps": Step, "members": Member, "requests": RequestRecord, "t
 
 #: Serving traces (``draftsim serve --trace``).
 SERVE = TraceSchema("draftsim.serve", 1, {name: arrow_schema(rec) for name, rec in SERVE_RECORDS.items()},
-                    ("target", "drafter", "policy", "controller", "sampling", "seed", "max_batch", "requests"))
+                    ("target", "drafter", "policy", "controller", "sampling", "seed", "max_batch", "requests"),
+                    {"target": ("a string", lambda v: isinstance(v, str)),
+                     "drafter": ("a string or null", lambda v: v is None or isinstance(v, str)),
+                     "policy": ("a string", lambda v: isinstance(v, str)),
+                     "controller": ("a string", lambda v: isinstance(v, str)),
+                     "sampling": ("an object", lambda v: isinstance(v, dict)),
+                     "seed": ("an integer >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+                     "max_batch": ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+                     "requests": ("a list of [arrival, prompt tokens, new tokens(, priority)] rows",
+                                  lambda v: isinstance(v, list) and all(isinstance(r, list) and 3 <= len(r) <= 4 for r in v)),
+                     "kv_tokens": ("an integer >= 1 or null", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)),
+                     "block_size": ("an integer >= 1", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1)})
 
 
 class ServeTraceWriter:

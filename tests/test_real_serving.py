@@ -751,3 +751,21 @@ def test_check_serve_on_a_lookup_drafters_trace(tmp_path, capsys):
     for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
         assert pred["spec_decode"][key] == meas["spec_decode"][key], key
     assert all(np.isfinite(r["relative_error"]) for r in out["metrics"])
+
+
+@pytest.mark.parametrize("field, value, message", [("max_batch", "4", "max_batch must be an integer >= 1"),
+                                                   ("requests", 5, "requests must be a list of"),
+                                                   ("kv_tokens", -3, "kv_tokens must be an integer >= 1 or null")])
+def test_a_hand_edited_serving_trace_is_one_line(served, tmp_path, capsys, field, value, message):
+    import shutil
+
+    from draftsim.cli import main
+
+    copy = tmp_path / "trace"
+    shutil.copytree(served, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["metadata"][field] = value
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["check-serve", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
