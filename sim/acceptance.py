@@ -105,8 +105,10 @@ class AcceptanceProcess:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        def show(v):
-            return v.tolist() if isinstance(v, np.ndarray) else v
+        def show(v):  # at 4 significant digits: 1 - 0.95 reads 0.05, not 0.050000000000000044
+            if isinstance(v, np.ndarray):
+                return np.vectorize(lambda x: float(f"{x:.4g}"))(v).tolist() if v.dtype.kind == "f" and v.size else v.tolist()
+            return float(f"{v:.4g}") if isinstance(v, float) else v
 
         skip = {"n_models", "data", "lengths", "source", "confidence"}
         params = ", ".join(

@@ -155,3 +155,14 @@ def test_defaults_a_user_expects(capsys):
     status, out, err = run(capsys, "serve-sim", "--policy", "ar", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--qps", "4",
                            "--requests", "50", "--replications", "1", "--slo-ttft", "0.5")
     assert status == 0 and "goodput" in out and "within the SLOs" in out
+
+
+def test_simulate_speaks_seconds_when_hardware_prices_the_calls(capsys):
+    status, out, err = run(capsys, "simulate", "--policy", "fixed:k=4", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter-model",
+                           "eagle3", "--hardware", "h100-sxm", "--tokens", "5000")
+    assert status == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("on h100-sxm:"))
+    ms = float(line.split()[2])
+    assert 1.0 < ms < 6.431 and "tokens/s per sequence" in line  # faster than one 6.431 ms target call per token
+    status, out, err = run(capsys, "simulate", "--policy", "fixed:k=4", "--markov", "0.9,0.3", "--cost", "0.1", "--tokens", "2000")
+    assert status == 0 and "transition=[[0.95, 0.05], [0.05, 0.95]]" in out

@@ -372,6 +372,12 @@ def run(args: argparse.Namespace) -> int:
           f"{'requests' if result.engine == 'des' else 'sequences'}; cost coefficients {costs.coefficient.round(6).tolist()}")
     rows = [[METRIC_LABELS.get(k, k), v.value, v.se] for k, v in result.metrics.items()]
     print(format_table(["metric", "value", "SE"], rows))
+    if out.cost_from and "latency_per_token" in result.metrics:  # the cost unit is one target call of known seconds
+        unit = out.cost_from["target_seconds"]
+        lat = result.metrics["latency_per_token"]
+        print(f"on {out.cost_from['hardware']}: {lat.value * unit * 1e3:.3f} ms per token (±{lat.se * unit * 1e3:.3f}), "
+              f"{1.0 / (lat.value * unit):,.1f} tokens/s per sequence (the latency unit above is one target call, "
+              f"{unit * 1e3:.3f} ms)")
     shown = result.acceptance_by_position[:12]
     if len(shown) and np.isfinite(shown).any():
         print("acceptance by draft position:", " ".join(f"{x:.3f}" for x in shown if np.isfinite(x)))
@@ -381,8 +387,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"analytic EWIF {predicted:.4f}; simulated {est.value:.4f} ({z:+.2f} SE)")
     if result.engine == "des":
         r = result.requests
-        print(f"latency per request p50 {r['latency_p50']:.4g}  p90 {r['latency_p90']:.4g}  p99 {r['latency_p99']:.4g}; "
-              f"throughput {r['throughput']:.4g} tokens/unit; utilisation "
+        unit = out.cost_from["target_seconds"] if out.cost_from else None
+        lat = (lambda x: f"{x * unit:.4g} s") if unit else (lambda x: f"{x:.4g}")  # noqa: E731
+        print(f"latency per request p50 {lat(r['latency_p50'])}  p90 {lat(r['latency_p90'])}  p99 {lat(r['latency_p99'])}; "
+              f"throughput {r['throughput'] / unit if unit else r['throughput']:.4g} tokens/{'s' if unit else 'unit'}; utilisation "
               + ", ".join(f"{k} {v:.1%}" for k, v in r["utilisation"].items()))
     if config.timeline:
         print(f"timeline written to {config.timeline}")
