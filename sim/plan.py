@@ -24,7 +24,7 @@ from .errors import DraftsimError, as_cost, as_probability, parse_number
 
 __all__ = ["PlannedDrafter", "Strategy", "plan"]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,7 @@ class PlannedDrafter:
     def __post_init__(self):
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise DraftsimError(
-                f"drafter name must start with a letter or _ and hold only letters, digits, "
-                f"'_', '.', '-'; got {self.name!r}"
+                f"drafter name must hold only letters, digits, '_', '.', '-' (not starting with '.' or '-'); got {self.name!r}"
             )
         object.__setattr__(self, "alpha", float(as_probability(f"alpha of drafter {self.name}", self.alpha)))
         object.__setattr__(self, "cost", float(as_cost(f"cost of drafter {self.name}", self.cost)))

@@ -134,7 +134,7 @@ CASES = [
     (["plan", "--drafter", "small:1.7:0.1"], ["alpha of drafter small must lie in [0, 1]; got 1.7"]),
     (["plan", "--drafter", "small:0.7:-0.1"], ["cost of drafter small must be a finite cost >= 0; got -0.1"]),
     (["plan", "--drafter", "a:0.7:0.1", "--drafter", "a:0.6:0.1"], ["drafter names must be distinct"]),
-    (["plan", "--drafter", "9x:0.7:0.1"], ["drafter name must start with a letter"]),
+    (["plan", "--drafter", ".x:0.7:0.1"], ["drafter name must hold only letters", "'.x'"]),
     (["plan", "--drafter", "a:0.7:0.1", "--mag-alpha", "2"], ["mag_alpha must lie in [0, 1]; got 2"]),
     (["plan", "--drafter", "a:0.7:0.1", "--mag-cost", "-inf"], ["mag_cost must be a finite cost >= 0; got -inf"]),
     (["plan", "--drafter", "a:0.7:0.1", "--k-max", "-1"], ["k_max must be an integer in [0, 1024]; got -1"]),

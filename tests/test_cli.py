@@ -80,7 +80,7 @@ def test_demo_writes_figures(capsys, tmp_path):
         (["plan", "--drafter", "small:1.7:0.1"], "alpha of drafter small must lie in [0, 1]; got 1.7"),
         (["plan", "--drafter", "small:0.7:-0.1"], "cost of drafter small must be a finite cost >= 0"),
         (["plan", "--drafter", "a:0.7:0.1", "--drafter", "a:0.6:0.1"], "drafter names must be distinct"),
-        (["plan", "--drafter", "9x:0.7:0.1"], "drafter name must start with a letter"),
+        (["plan", "--drafter", ".x:0.7:0.1"], "drafter name must hold only letters"),
         (["plan", "--drafter", "a:0.7:0.1", "--mag-alpha", "2"], "mag_alpha must lie in [0, 1]; got 2"),
     ],
 )
@@ -177,3 +177,15 @@ def test_optimize_bad_input(capsys, argv, fragment):
     status, out, err = run(capsys, *argv)
     assert status == 2 and out == ""
     assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_names_a_user_would_write(capsys):
+    """A drafter named after its size plans (issue 26: '1b' was refused); simulate takes
+    --drafter as serve-sim and cost do."""
+    from clirun import run
+
+    status, out, err = run(capsys, "plan", "--drafter", "1b:0.8:0.05", "--drafter", "8b-instruct:0.9:0.2")
+    assert status == 0 and "sd 1b" in out, err
+    status, out, err = run(capsys, "simulate", "--policy", "fixed:k=4", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter",
+                           "qwen2.5-0.5b", "--hardware", "h100-sxm", "--tokens", "2000")
+    assert status == 0, err

@@ -25,7 +25,7 @@ from draftsim.sim.simulate import simulate as run_engine
 from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
 from ..progress import token_bar
-from .costing import HARDWARE_TITLES, PricedOptions, describe_coefficients
+from .costing import HARDWARE, HARDWARE_TITLES, PricedOptions, describe_coefficients
 
 METRIC_LABELS = {
     "tokens_per_call": "tokens per target call",
@@ -78,6 +78,9 @@ class SimulateConfig(PricedOptions, AcceptanceOptions):
     """``draftsim simulate``: a drafting policy under an acceptance process and a cost model,
     in the Monte Carlo engine (``mc``) or on a discrete-event timeline (``des``)."""
 
+    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path, eagle, "
+                                             "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram",
+                                             append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
     policy: str = option(help="policy in the mini-language below (e.g. fixed:k=5)", required=True)
     engine: str = option("mc", "mc: vectorised Monte Carlo; des: simpy timeline", choices=ENGINES)
     tokens: int = option(1_000_000, "tokens to simulate (default 1e6)", type=a.count("tokens", 1, 10**10))
