@@ -2,7 +2,7 @@
 
     python benchmarks/bench_real_serving.py [--out DIR] [--threads 1] [--requests 20] [--output-len 32]
                                             [--profile PROFILE.json] [--skip fidelity,batching,sweep]
-                                            [--device cpu|cuda] [--dtype float32|bfloat16]
+                                            [--device cpu|cuda] [--dtype float32|bfloat16] [--repeats 3]
 
 Every run is a ``draftsim`` command (printed before it runs), so each number can be
 reproduced alone. Steps:
@@ -125,6 +125,31 @@ def error_table(fid: list, key: str) -> tuple[str, dict]:
     return text, summary
 
 
+REPEATED = ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")
+
+
+def repeats_table(reps: dict) -> tuple[str, dict]:
+    """Per load and metric: the mean of the repeats' measurements, their spread ((max − min) /
+    mean), and the error of the mean prediction against the mean measurement."""
+    rows, errors, spreads = [], [], []
+    for load, runs in reps.items():
+        for m in REPEATED:
+            meas = np.array([r["check"][m]["measured"] for r in runs])
+            pred = np.array([r["check"][m]["predicted"] for r in runs])
+            err = pred.mean() / meas.mean() - 1.0
+            spread = (meas.max() - meas.min()) / meas.mean()
+            rows.append([load, m, meas.mean(), 100 * spread, pred.mean(), 100 * err])
+            errors.append(abs(err))
+            spreads.append(spread)
+    text = table(rows, ["load", "metric", "measured (mean)", "repeats' spread %", "predicted (mean)", "error vs mean %"])
+    summary = {"median_error_vs_mean": float(np.median(errors)), "worst_error_vs_mean": float(max(errors)),
+               "median_spread": float(np.median(spreads)), "worst_spread": float(max(spreads))}
+    text += (f"\nerror against the mean of the repeats: median {100 * summary['median_error_vs_mean']:.1f}%, worst "
+             f"{100 * summary['worst_error_vs_mean']:.1f}%; the repeats' own spread: median {100 * summary['median_spread']:.1f}%, "
+             f"worst {100 * summary['worst_spread']:.1f}%")
+    return text, summary
+
+
 def table(rows: list[list], headers: list[str]) -> str:
     from draftsim.analysis.table import format_table
 
@@ -149,6 +174,8 @@ def main() -> int:
     p.add_argument("--sweep", default="0.15,0.3,0.6,1.0,1.5", help="sweep loads as multiples of the capacity")
     p.add_argument("--skip", default="", help="steps to skip: fidelity, batching, sweep")
     p.add_argument("--reuse", action="store_true", help="keep complete traces already in --out (re-check them only)")
+    p.add_argument("--repeats", type=int, default=1, help="serve each fidelity load this many times (seeds seed, seed+1, ...): "
+                   "errors against the mean of the repeats, with their own spread beside them (default 1)")
     p.add_argument("--capacity", type=float, help="requests/s the server sustains (default: measured by a saturated run)")
     a = p.parse_args()
     out = Path(a.out)
@@ -226,6 +253,18 @@ def main() -> int:
             print(f"\nfidelity, {what} (relative error %, predicted vs measured; load {uptime()})")
             print(text)
             results["fidelity"][key] = summary
+        if a.repeats > 1:
+            reps = {f["load"]: [f] for f in fid}
+            for i in range(1, a.repeats):
+                b = argparse.Namespace(**{**vars(a), "seed": a.seed + i})
+                for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
+                    trace = out / f"trace-{name}-r{i}"
+                    real = served(b, trace, f * capacity, "maxgram", policy, log)
+                    reps[name].append({"load": name, "qps": f * capacity, "real": real, "check": check(b, trace, log), "uptime": uptime()})
+            text, summary = repeats_table(reps)
+            print(f"\nfidelity over {a.repeats} repeats per load (costs from the profile; load {uptime()})")
+            print(text)
+            results["fidelity"]["repeats"] = {"n": a.repeats, **summary, "runs": {k: [r["check"] for r in v] for k, v in reps.items()}}
 
     # 5. batching pays
     if "batching" not in skip:
