@@ -15,6 +15,9 @@ damaged files). The contract, checked in-process in a fresh working folder:
 
 Real-model subcommands (run, serve, profile, record, train-head, distill, demo) are left to
 tests/test_badinput.py, whose cases are rejected before any model loads.
+
+``FUZZ_EXAMPLES=3000`` runs a longer campaign; ``FUZZ_LOG=FILE`` appends every invocation, its
+status and its error line to FILE (to see what the campaign covered).
 """
 
 from __future__ import annotations
