@@ -111,7 +111,7 @@ def figure(rows: list[dict], path: Path) -> Path:
     ax.set_ylim(lo, hi)
     ax.set_xlabel("published speedup")
     ax.set_ylabel("draftsim's prediction")
-    ax.set_title("Published speculative serving, predicted from the stated setups")
+    ax.set_title("Published speedups against draftsim's predictions", fontsize=10)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     path.parent.mkdir(parents=True, exist_ok=True)
