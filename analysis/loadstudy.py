@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -26,10 +27,11 @@ from ..sim.errors import DraftsimError  # noqa: E402
 from ..sim.serving import ServingConfig, run_replications  # noqa: E402
 from .figures import save_figure  # noqa: E402
 
-__all__ = ["sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load", "serving_study"]
+__all__ = ["autoregressive", "sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load", "serving_study"]
 
 
-def _autoregressive(config: ServingConfig) -> ServingConfig:
+def autoregressive(config: ServingConfig) -> ServingConfig:
+    """``config`` without speculation: plain decoding, no drafter (its memory goes to the KV cache)."""
     return replace(config, policy=policies.Autoregressive(), drafters=[], controller=NoControl())
 
 
@@ -40,7 +42,7 @@ def sweep_qps(config: ServingConfig, make_workload, qps_values, *, seed: int = 0
     qps_values = [float(q) for q in qps_values]
     if not qps_values or any(not (np.isfinite(q) and q > 0) for q in qps_values):
         raise DraftsimError(f"--sweep-qps needs rates > 0; got {qps_values}")
-    ar_config = _autoregressive(config)
+    ar_config = autoregressive(config)
     rows = []
     for q in sorted(set(qps_values)):
         spec = run_replications(config, lambda rng, q=q: make_workload(rng, q), seed=seed, replications=replications,
@@ -76,28 +78,38 @@ def crossover(rows: list[dict], key: str = "speedup") -> float | None:
     return None
 
 
+def _plain_log_ticks(ax) -> None:
+    """Log-scale x ticks written as plain numbers (2, 5, 10, 0.5), not as 2×10⁰."""
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(fmt)
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+
+
 def speedup_vs_load(path, rows: list[dict], title: str = "", cross: float | None = None) -> Path:
-    """Speedup of speculation over none against load; the crossover marked."""
+    """Speedup of speculation over none against load; the crossover marked (its label in the
+    upper corner, clear of the lines)."""
     q = [r["qps"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot(q, [r["speedup"] for r in rows], marker="o", label="E2E latency speedup")
     ax.plot(q, [r["tpot_speedup"] for r in rows], marker="s", ls="--", label="TPOT speedup")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     if cross is not None and np.isfinite(cross):
-        ax.axvline(cross, color="crimson", lw=1.0)
-        ax.annotate(f"crossover ≈ {cross:.3g} req/s", (cross, 1.0), textcoords="offset points", xytext=(6, 12), color="crimson")
+        ax.axvline(cross, color="crimson", lw=1.0, label=f"crossover ≈ {cross:.3g} req/s")
     ax.set_xscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlabel("load (requests/s)")
     ax.set_ylabel("speedup over no speculation")
     ax.set_title(title or "Speculative decoding under load")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
     return save_figure(fig, path)
 
 
-def latency_cdfs(path, runs: dict) -> Path:
-    """CDFs of TTFT, TPOT and E2E latency, one line per labelled run (a RunRecord)."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+def latency_cdfs(path, runs: dict, slo=None, title: str = "") -> Path:
+    """CDFs of TTFT, TPOT and E2E latency, one line per labelled run (a RunRecord; put the
+    baseline beside speculation); ``slo`` (:class:`~draftsim.sim.serving.metrics.SLO`) draws
+    its finite objectives as vertical lines."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
     for label, run in runs.items():
         ttft = run.first_token - run.arrival
         multi = run.output > 1
@@ -106,16 +118,23 @@ def latency_cdfs(path, runs: dict) -> Path:
         for ax, x in zip(axes, (ttft, tpot, e2e)):
             x = np.sort(x[np.isfinite(x)])
             ax.plot(x * 1e3, np.arange(1, len(x) + 1) / max(len(x), 1), label=label)
-    for ax, name in zip(axes, ("TTFT", "TPOT", "E2E latency")):
+    limits = (getattr(slo, "ttft", np.inf), getattr(slo, "tpot", np.inf), np.inf) if slo is not None else (np.inf,) * 3
+    for ax, name, limit in zip(axes, ("TTFT", "TPOT", "E2E latency"), limits):
+        if np.isfinite(limit):
+            ax.axvline(limit * 1e3, color="crimson", lw=1.0, ls="--", label=f"SLO {limit * 1e3:g} ms")
+            ax.legend(fontsize=8, loc="lower right")
         ax.set_xlabel(f"{name} (ms)")
         ax.set_xscale("log")
+        _plain_log_ticks(ax)
+        ax.set_title(name)
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("fraction of requests")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(title or "Latency distributions")
     return save_figure(fig, path)
 
 
-def load_over_time(path, run, kv_blocks: int | None = None) -> Path:
+def load_over_time(path, run, kv_blocks: int | None = None, title: str = "") -> Path:
     """Batch size, waiting requests and KV use over time (replica 0 of a run)."""
     s = run.steps
     mine = s["replica"] == 0
@@ -134,6 +153,7 @@ def load_over_time(path, run, kv_blocks: int | None = None) -> Path:
         ax2.legend(loc="upper right", fontsize=8)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
+    ax.set_title(title or "Batch size, waiting requests and KV use over time (replica 0)")
     return save_figure(fig, path)
 
 

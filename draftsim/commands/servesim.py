@@ -87,6 +87,9 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
                                      group="output")
     sweep_qps: str | None = option(help="serve at each rate with and without speculation; mark the crossover", metavar="Q1,Q2,...",
                                    group="output")
+    report: str | None = option(help="write a report into DIR: report.html (one self-contained page) and report.md with the setup, "
+                                "the assumptions and their sources, the headline table beside no speculation and the figures "
+                                "(serves the workload without speculation too)", metavar="DIR", group="output")
 
 
 #: ``--help`` titles of serve-sim's option groups.
@@ -266,8 +269,14 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
         a.output_file("--load-figure", config.load_figure, suffix=".png")
     a.distinct_outputs(("--timeline", config.timeline), ("--figure", config.figure), ("--load-figure", config.load_figure))
     serving = serving_config(config)
+    folder = None
+    if config.report is not None:
+        from draftsim.analysis.report import prepare_folder
+
+        check_workload(config)
+        folder = prepare_folder(config.report)
     if config.sweep_qps is not None:
-        return _sweep(config, serving, bar)
+        return _sweep(config, serving, bar, folder)
     arrivals, make = _workload_maker(config, config.qps)
     total = _expected_requests(config, config.qps)
     mean_output = parse_lengths(config.output_len, "--output-len").mean
@@ -276,9 +285,16 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
                    "give fewer --requests, a shorter --duration or fewer --replications")
     # validate the workload (lengths vs memory, trace columns) before the long part
     serving.check(make(np.random.default_rng(config.seed)))
-    with bar(total * config.replications, "serving") as b:
+    baseline = None
+    speculates = serving.policy.n_models > 1
+    with bar(total * config.replications * (2 if folder is not None and speculates else 1), "serving") as b:
         result = run_replications(serving, make, seed=config.seed, replications=config.replications,
                                   arrivals=arrivals if arrivals.closed else None, progress=b.update, keep_runs=False)
+        if folder is not None and speculates:  # the same workloads without speculation (no drafter in memory)
+            from draftsim.analysis.loadstudy import autoregressive
+
+            baseline = run_replications(autoregressive(serving), make, seed=config.seed, replications=config.replications,
+                                        arrivals=arrivals if arrivals.closed else None, progress=b.update, keep_runs=False)
     summary = result.summary
     written = {}
     if config.timeline:
@@ -296,6 +312,12 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
     data = dict(summary)
     data["config"] = _describe(serving)
     data.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
+    if folder is not None:
+        from draftsim.commands.reporting import serving_report
+
+        data["report"] = serving_report(config, serving, result, baseline, folder)
+        if baseline is not None:
+            data["baseline"] = dict(baseline.summary)
     return ServeSimResult(serving, typed(ServeSummary, summary), data)
 
 
@@ -312,7 +334,13 @@ def run(args: argparse.Namespace) -> int:
     for k in ("timeline", "figure", "load_figure"):
         if f"{k}_path" in result.data:
             print(f"{k} written to {result.data[f'{k}_path']}")
+    _print_report(result.data)
     return 0
+
+
+def _print_report(data: dict) -> None:
+    if "report" in data:
+        print(f"report written to {data['report']['html']} (and {data['report']['markdown']})")
 
 
 def _describe(config: ServingConfig) -> dict:
@@ -360,7 +388,7 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
               + " ".join(f"{x:.3f}" for x in per_pos[:8]))
 
 
-def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResult:
+def _sweep(config: ServeSimConfig, serving: ServingConfig, bar, folder=None) -> ServeSimResult:
     from draftsim.analysis.loadstudy import crossover, speedup_vs_load, sweep_qps
 
     if config.qps is not None:
@@ -392,6 +420,10 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResul
                        "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode")},
                        "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")}} for r in rows],
             "crossover_qps": cross, "figure_path": config.figure, "config": _describe(serving)}
+    if folder is not None:
+        from draftsim.commands.reporting import sweep_report
+
+        data["report"] = sweep_report(config, serving, rows, cross, folder)
     return ServeSimResult(serving, None, data, load_sweep=rows, crossover_qps=cross)
 
 
@@ -413,6 +445,7 @@ def _print_sweep(config: ServeSimConfig, result: ServeSimResult) -> None:
         print(f"crossover: speculation stops paying at about {cross:.3g} requests/s")
     if config.figure:
         print(f"figure written to {config.figure}")
+    _print_report(result.data)
 
 
 def _prev(rows, r) -> float:

@@ -63,6 +63,8 @@ class RunnerOptions:
     resume: bool = option(False, "continue a killed sweep in --out (runs only what is missing)", flag=True)
     force: bool = option(False, f"run more than {sw.MAX_TASKS:,} tasks", flag=True)
     check: bool = option(False, "validate the spec and every point, print the size, run nothing", flag=True)
+    report: str | None = option(help="also write a report into DIR: report.html (one self-contained page) and report.md",
+                                metavar="DIR")
 
 
 @dataclass(kw_only=True)
@@ -105,6 +107,7 @@ class SweepResult:
     #: runs stored in the folder, and how many of them failed (this run's and earlier ones)
     stored: int = 0
     stored_failed: int = 0
+    report: dict | None = None  #: the report's paths (--report)
 
     @property
     def all_failed(self) -> bool:
@@ -116,7 +119,7 @@ class SweepResult:
         if self.summary is None:
             return {"kind": spec.kind, "points": spec.n_points, "replications": spec.replications, "tasks": spec.n_tasks,
                     "axes": spec.axes, "metrics": list(spec.metrics), "valid": True}
-        return {**_summary_dict(self.summary, spec), "errors": self.errors}
+        return {**_summary_dict(self.summary, spec), "errors": self.errors, **({"report": self.report} if self.report else {})}
 
 
 @dataclass
@@ -129,6 +132,7 @@ class CapacityResult:
     summary: sw.Summary | None = None
     table: object = None  #: pyarrow.Table of the results
     figure: str | None = None
+    report: dict | None = None  #: the report's paths (--report)
 
     def to_dict(self) -> dict:
         spec, table = self.spec, self.table
@@ -138,6 +142,8 @@ class CapacityResult:
         out = _summary_dict(self.summary, spec)
         out["figure"] = self.figure
         out["slo"] = self.settings.slo
+        if self.report:
+            out["report"] = self.report
         data = {c: table.column(c).to_pylist() for c in table.column_names}
         out["configurations"] = [{c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed")}
                                  for i in range(table.num_rows)]
@@ -241,11 +247,26 @@ def sweep(config: SweepConfig, progress=None) -> SweepResult:
     if config.check:
         sw.validate_points(spec, kind)
         return SweepResult(spec)
+    folder = _report_folder(config)
     summary = sw.run_sweep(spec, kind, config.out, workers=workers, ray=config.ray is not None, ray_address=config.ray or None,
                            resume=config.resume, force=config.force, progress=progress)
     info = sw.read_manifest(config.out)
-    return SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [],
-                       int(info["done"]), int(info["failed"]))
+    result = SweepResult(spec, summary, _errors(config.out)[:5] if summary.failed or summary.already_done else [],
+                         int(info["done"]), int(info["failed"]))
+    if folder is not None:
+        from .reporting import sweep_table_report
+
+        result.report = sweep_table_report(config, result, sw.load(config.out), folder)
+    return result
+
+
+def _report_folder(config: RunnerOptions):
+    """The --report folder, made before the long work (None without --report)."""
+    if config.report is None:
+        return None
+    from draftsim.analysis.report import prepare_folder
+
+    return prepare_folder(config.report)
 
 
 def _failures(result: SweepResult) -> int:
@@ -275,6 +296,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     for e in result.errors:
         print(f"  failed: {e}")
     print(f"results: {summary.folder / 'results'}  (pyarrow.parquet.read_table({str(summary.folder / 'results')!r}))")
+    if result.report:
+        print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return _failures(result)
 
 
@@ -295,11 +318,17 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
     if config.figure is not None:
         a.output_file("--figure", config.figure, suffix=".png")
+    folder = _report_folder(config)
     summary, settings = cap.run_capacity(spec, kind, config.out, workers=workers, ray=config.ray is not None,
                                          ray_address=config.ray or None, resume=config.resume, force=config.force, progress=progress)
     table = sw.load(config.out)
     cap.figure(figure, table, spec.axes, settings)
-    return CapacityResult(spec, settings, summary, table, figure)
+    result = CapacityResult(spec, settings, summary, table, figure)
+    if folder is not None:
+        from .reporting import capacity_report
+
+        result.report = capacity_report(config, result, folder)
+    return result
 
 
 def run_capacity(args: argparse.Namespace) -> int:
@@ -324,6 +353,8 @@ def run_capacity(args: argparse.Namespace) -> int:
             print(f"fewest devices for {settings.load:g} requests/s: {best}")
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
           f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {result.figure}")
+    if result.report:
+        print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return 0
 
 
