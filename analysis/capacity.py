@@ -23,6 +23,7 @@ option, plus a ``[capacity]`` table::
     devices = ["replicas", "tp"]  # options whose product is the number of devices (default 1)
     compare = "policy"   # the axis drawn as side-by-side bars in the figure (default: policy)
     load = 40.0          # optional: a target load (requests/s) -> the fewest replicas that meet the SLOs at it
+    latency = "e2e_mean" # the latency whose crossover is reported (default e2e_mean, or latency_mean)
 
 With ``load``, each configuration's single-replica capacity c gives a first guess of
 ⌈load / c⌉ replicas, which is then checked by simulating that many replicas (round-robin) at the
@@ -30,12 +31,23 @@ load itself, and moved up or down until the fewest replicas that meet the SLOs a
 kind needs a ``replicas`` option). The row reports them, the devices they take (replicas × the
 configuration's ``devices``) and the margin at that count, replicas × c / load − 1.
 
+**Crossover.** Each search also keeps its configuration's ``latency`` (mean over the
+replications) at every rate it simulated (``latency_curve``). :func:`crossovers` pairs each
+configuration with the one of its group (the same values of every other axis) that does not
+speculate (``compare`` = policy, a policy drafting nothing: ``ar``, ``fixed:k=0``) and finds,
+from those already simulated rates — no new simulation — the single-replica load where
+speculation stops paying: where the baseline's latency over speculation's falls through 1
+(each curve interpolated linearly in log latency against log rate over the rates both searches
+covered; their log ratio is then piecewise linear, and its first zero is the crossover). The bracketing of both searches walks the
+same doubling grid from ``start``, so the two curves share those rates.
+
 Each configuration (point) is one task of the sweep machinery — run in parallel across
 configurations, stored as Parquet, resumable.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -49,10 +61,12 @@ from ..sim.errors import DraftsimError
 from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
-                 "max_evaluations", "load")
+                 "max_evaluations", "load", "latency")
 #: Columns of a capacity result, before the SLO metrics at capacity.
 CAPACITY_COLUMNS = ("capacity_qps", "bracket_low", "bracket_high", "evaluations", "throughput_at_capacity", "devices",
                     "cost_per_million_tokens", "replicas_for_load", "devices_for_load", "load_margin")
+#: Text columns of a capacity result: the latency at every rate simulated, JSON [[rate, latency], ...].
+CAPACITY_TEXT_COLUMNS = ("latency_curve",)
 
 
 @dataclass
@@ -168,6 +182,7 @@ class Settings:
     compare: str | None = None
     max_evaluations: int = 64
     load: float | None = None
+    latency: str | None = None
 
 
 def _positive(name: str, value) -> float:
@@ -221,8 +236,11 @@ def settings(spec: Spec, kind: Kind) -> Settings:
         raise DraftsimError(f"the capacity search sets {rate}; remove it from the spec")
     if s.load is not None and "replicas" in spec.axes:
         raise DraftsimError("[capacity] load searches the replicas itself: remove replicas from the varied options")
+    latency = table.get("latency", next((m for m in ("e2e_mean", "latency_mean") if m in kind.metrics), None))
+    if latency is not None and latency not in kind.metrics:
+        raise DraftsimError(f"[capacity] latency: unknown metric {latency!r}; valid metrics: {', '.join(kind.metrics)}")
     return Settings(out["slo"], s.start, s.minimum, s.maximum, s.tolerance, throughput, s.price_per_hour,
-                    tuple(d.replace("-", "_") for d in devices), compare, max_ev, s.load)
+                    tuple(d.replace("-", "_") for d in devices), compare, max_ev, s.load, latency)
 
 
 def device_count(config: dict, names: Sequence[str]) -> float:
@@ -256,6 +274,9 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
         values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high, "evaluations": float(len(cap.evaluations)),
                   "throughput_at_capacity": throughput, "devices": devices, "cost_per_million_tokens": cost}
         values.update({f"{m}_at_capacity": cap.metrics.get(m) for m in s.slo})
+        if s.latency:
+            curve = sorted({q: m.get(s.latency) for q, _, m in cap.evaluations}.items())
+            values["latency_curve"] = json.dumps([[q, v] for q, v in curve if v is not None and math.isfinite(v)])
         if s.load is not None:
             values.update(replicas_for_load(task.config, cap.qps, s, replicated(meets_with_replicas(run, rate_option, metric_paths, task.config),
                                                                                  seeds, s.slo), devices))
@@ -307,12 +328,81 @@ def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = Fals
     for p in points:
         device_count(p.config, s.devices)
     tasks = [Task(p.index, p.index, 0, derive_seed(spec.seed, p.index, 0), p.config) for p in points]
-    names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else [])]))
+    names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else []), *([s.latency] if s.latency else [])]))
     worker = partial(search_task, kind.run, kind.rate_option, {m: kind.metrics[m] for m in names}, s, spec.seed, spec.replications)
     columns = list(CAPACITY_COLUMNS) + [f"{m}_at_capacity" for m in s.slo]
     summary = run_tasks(spec, points, tasks, worker, columns, out, workers, ray, ray_address, resume, progress,
-                        extra={"capacity": {"slo": s.slo, "tolerance": s.tolerance, "price_per_hour": s.price_per_hour}})
+                        extra={"capacity": {"slo": s.slo, "tolerance": s.tolerance, "price_per_hour": s.price_per_hour}},
+                        text_columns=CAPACITY_TEXT_COLUMNS)
     return summary, s
+
+
+def _speculates(compare: str | None, value) -> bool | None:
+    """Whether a configuration with this value of the compare axis drafts (None: not known)."""
+    if compare != "policy" or not isinstance(value, str):
+        return None
+    from ..sim.policies import parse_policy
+
+    try:
+        return parse_policy(value).max_draft > 0
+    except DraftsimError:
+        return None
+
+
+def curve_crossover(baseline: Sequence, speculation: Sequence) -> tuple[float | None, float, float] | None:
+    """The load where speculation stops paying, from two latency curves [(rate, latency), ...]:
+    (crossover or None when it pays over the whole overlap, nan when it never pays, and the
+    overlap's ends); None when the curves do not overlap."""
+    b = np.array(baseline, dtype=np.float64).reshape(-1, 2)
+    p = np.array(speculation, dtype=np.float64).reshape(-1, 2)
+    b, p = b[(b > 0).all(axis=1)], p[(p > 0).all(axis=1)]
+    if len(b) == 0 or len(p) == 0:
+        return None
+    lo, hi = max(b[0, 0], p[0, 0]), min(b[-1, 0], p[-1, 0])
+    if lo > hi:
+        return None
+    q = np.unique(np.concatenate([b[:, 0], p[:, 0]]))
+    q = q[(q >= lo) & (q <= hi)]
+    x = np.log(q)
+    log_lat = lambda c: np.interp(x, np.log(c[:, 0]), np.log(c[:, 1]))  # noqa: E731
+    g = log_lat(b) - log_lat(p)  # log speedup: piecewise linear in log rate between the union's rates
+    if g[0] < 0:
+        return float("nan"), float(lo), float(hi)
+    for i in range(1, len(g)):
+        if g[i] < 0 <= g[i - 1]:
+            f = g[i - 1] / (g[i - 1] - g[i])
+            return float(np.exp(x[i - 1] + f * (x[i] - x[i - 1]))), float(lo), float(hi)
+    return None, float(lo), float(hi)
+
+
+def crossovers(table, spec_axes: Sequence[str], s: Settings) -> dict:
+    """Per row index of a speculative configuration with a non-speculative one in its group:
+    (crossover, overlap low, overlap high) as :func:`curve_crossover` gives it."""
+    data = {c: table.column(c).to_pylist() for c in table.column_names}
+    if not s.compare or "latency_curve" not in data:
+        return {}
+    others = [a for a in spec_axes if a != s.compare]
+    group = lambda i: tuple(str(data[a][i]) for a in others)  # noqa: E731
+    ok = [data["status"][i] == "ok" and data["latency_curve"][i] for i in range(table.num_rows)]
+    base = {group(i): i for i in range(table.num_rows) if ok[i] and _speculates(s.compare, data[s.compare][i]) is False}
+    out = {}
+    for i in range(table.num_rows):
+        j = base.get(group(i))
+        if ok[i] and j is not None and _speculates(s.compare, data[s.compare][i]):
+            found = curve_crossover(json.loads(data["latency_curve"][j]), json.loads(data["latency_curve"][i]))
+            if found is not None:
+                out[i] = found
+    return out
+
+
+def crossover_text(found) -> str:
+    """A crossover as the capacity table shows it."""
+    cross, lo, hi = found
+    if cross is None:
+        return f"pays to {hi:.3g}"
+    if not math.isfinite(cross):
+        return f"never (from {lo:.3g})"
+    return f"{cross:.3g}"
 
 
 def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str], list[list]]:
@@ -325,6 +415,9 @@ def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str],
         headers.append("tokens/s at cap.")
     if s.price_per_hour is not None:
         headers.append("$ per 1M tokens")
+    cross = crossovers(table, spec_axes, s)
+    if cross:
+        headers.append("crossover (req/s)")
     rows = []
     data = {c: table.column(c).to_pylist() for c in cols}
     for i in range(table.num_rows):
@@ -343,6 +436,8 @@ def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str],
             row.append(_fmt(data["throughput_at_capacity"][i]))
         if s.price_per_hour is not None:
             row.append(_fmt(data["cost_per_million_tokens"][i]))
+        if cross:
+            row.append(crossover_text(cross[i]) if i in cross else "-")
         rows.append(row)
     return headers, rows
 

@@ -4,6 +4,7 @@ end on the discrete-event engine, malformed capacity specs."""
 
 from __future__ import annotations
 
+import json
 import math
 import tomllib
 
@@ -243,3 +244,63 @@ def test_replicas_for_a_target_load(tmp_path, capsys):
             assert KINDS["serve"].run({**config, "replicas": n - 1}, seed).summary.tpot.p50 > 0.008
     ar, k4 = rows
     assert k4["replicas_for_load"] <= ar["replicas_for_load"]
+
+
+CROSS_SPEC = """
+version = 1
+kind = "serve"
+seed = 3
+[base]
+target = "qwen2.5-7b"
+drafter = ["qwen2.5-0.5b"]
+hardware = "h100-sxm"
+alpha = 0.6
+duration = 10.0
+prompt-len = "fixed:256"
+output-len = "fixed:64"
+replications = 1
+[grid]
+policy = ["ar", "fixed:k=6"]
+[capacity]
+slo = { e2e_mean = 2.0 }
+start = 4.0
+tolerance = 0.1
+"""
+
+
+def test_crossover_from_the_searches_own_rates(tmp_path, capsys):
+    """The crossover of a speculative configuration against its group's non-speculative one,
+    from the latencies both searches already simulated (the curve holds exactly those: the
+    capacity's row equals its curve's point), lies where direct simulations of the two put it:
+    speculation faster 12% below it, slower 12% above (k = 6 at alpha 0.6 turns the verification
+    compute-bound as the batch grows)."""
+    spec = tmp_path / "cross.toml"
+    spec.write_text(CROSS_SPEC)
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    ar, k6 = doc["configurations"]
+    assert ar["crossover_qps"] is None and ar["crossover"] is None  # the baseline itself
+    curve = dict(map(tuple, k6["latency_curve"]))
+    assert curve[k6["capacity_qps"]] == k6["e2e_mean_at_capacity"] and len(curve) == k6["evaluations"]
+    cross = k6["crossover_qps"]
+    assert cross is not None and 8.0 < cross < k6["capacity_qps"]
+    base = sw.parse_spec(tomllib.loads(CROSS_SPEC), KINDS).base
+
+    def speedup(q):
+        e2e = [KINDS["serve"].run({**base, "policy": p, "qps": q}, sw.derive_seed(3, i, 0)).summary.e2e.mean
+               for i, p in enumerate(("ar", "fixed:k=6"))]
+        return e2e[0] / e2e[1]
+
+    assert speedup(cross * 0.88) > 1 > speedup(cross * 1.12)
+
+
+def test_curve_crossover_edges():
+    """Pays over the whole overlap: None; never pays: nan; no overlap: None; exact on lines."""
+    pays = cap.curve_crossover([[1, 2.0], [10, 3.0]], [[1, 1.0], [10, 2.0]])
+    assert pays == (None, 1.0, 10.0)
+    never = cap.curve_crossover([[1, 1.0], [10, 2.0]], [[1, 2.0], [10, 3.0]])
+    assert math.isnan(never[0])
+    assert cap.curve_crossover([[1, 1.0], [2, 1.0]], [[3, 1.0], [4, 1.0]]) is None
+    # log-log straight lines crossing at q = 4: baseline 1·q^0, speculation 0.5·q^0.5
+    got = cap.curve_crossover([[1, 1.0], [16, 1.0]], [[1, 0.5], [16, 2.0]])
+    assert got[0] == pytest.approx(4.0, rel=1e-9)

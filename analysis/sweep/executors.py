@@ -156,7 +156,7 @@ class Summary:
 def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callable, metric_columns: Sequence[str], out,
               workers: int = 1, ray: bool = False, ray_address: str | None = None, resume: bool = False,
               progress: Callable[[int, int, int], None] | None = None, extra: dict | None = None,
-              flush_seconds: float = 2.0) -> Summary:
+              flush_seconds: float = 2.0, text_columns: Sequence[str] = ()) -> Summary:
     """Run ``worker`` over ``tasks`` (those the folder lacks), storing one row per task.
 
     ``worker(task) -> Outcome`` must be picklable (a
@@ -165,10 +165,11 @@ def run_tasks(spec: Spec, points: list[Point], tasks: list[Task], worker: Callab
     """
     if workers < 1:
         raise DraftsimError(f"--workers must be >= 1; got {workers}")
-    schema = schema_for(spec, points, metric_columns)
+    schema = schema_for(spec, points, metric_columns, text_columns)
     store = Store(Store.check(out, spec, resume), spec, schema, len(tasks), extra).open()
     try:
-        return _run_into(store, spec, points, tasks, worker, metric_columns, workers, ray, ray_address, progress, flush_seconds)
+        return _run_into(store, spec, points, tasks, worker, [*metric_columns, *text_columns], workers, ray, ray_address, progress,
+                         flush_seconds)
     finally:
         store.close()
 

@@ -269,14 +269,15 @@ def load(folder) -> pa.Table:
     return table.sort_by("task")
 
 
-def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str]) -> pa.Schema:
+def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str], text_columns: Sequence[str] = ()) -> pa.Schema:
     """The results schema: :class:`SweepRow`'s columns with the axes between ``seed`` and
-    ``status`` and one float64 column per metric at the end."""
+    ``status``, one float64 column per metric, then one string column per ``text_columns``."""
     record = record_fields()
     columns = [pa.field(n, record[n]) for n in LEAD_COLUMNS]
     columns += [pa.field(name, _arrow_type([p.values[name] for p in points])) for name in spec.axes]
     columns += [pa.field(n, record[n]) for n in STATUS_COLUMNS]
     columns += [pa.field(m, pa.float64()) for m in metric_columns]
+    columns += [pa.field(m, pa.string()) for m in text_columns]
     return pa.schema(columns)
 
 

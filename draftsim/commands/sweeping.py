@@ -5,6 +5,7 @@ function and a result each)."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -145,8 +146,16 @@ class CapacityResult:
         if self.report:
             out["report"] = self.report
         data = {c: table.column(c).to_pylist() for c in table.column_names}
-        out["configurations"] = [{c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed")}
-                                 for i in range(table.num_rows)]
+        cross = cap.crossovers(table, spec.axes, self.settings)
+        out["configurations"] = []
+        for i in range(table.num_rows):
+            row = {c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed", "latency_curve")}
+            curve = data.get("latency_curve", [None] * table.num_rows)[i]
+            row["latency_curve"] = json.loads(curve) if curve else None
+            found = cross.get(i)
+            row["crossover_qps"] = None if found is None or found[0] is None or not math.isfinite(found[0]) else found[0]
+            row["crossover"] = None if found is None else cap.crossover_text(found)
+            out["configurations"].append(row)
         return out
 
 
