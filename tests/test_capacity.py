@@ -121,6 +121,9 @@ def test_capacity_command_end_to_end(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "capacity (latency_mean <= 400; mean over 2 replication(s), tolerance 5%)" in text
     assert "$ per 1M tokens" in text and (out / "capacity.png").stat().st_size > 1000
+    costs = dict(zip(sw.load(out).column("policy").to_pylist(), sw.load(out).column("cost_per_million_tokens").to_pylist()))
+    assert costs["fixed:k=4"] < costs["fixed:k=0"]
+    assert f"cheapest per output token at capacity: policy=fixed:k=4: {costs['fixed:k=4']:.4g} per 1M tokens" in text
     table = sw.load(out)
     rows = {p: i for i, p in enumerate(table.column("policy").to_pylist())}
     capq = table.column("capacity_qps").to_pylist()

@@ -223,6 +223,11 @@ def capacity_report(config, result, folder: Path) -> dict:
         best = _fewest_devices(result.table, spec.axes)
         if best is not None:
             subtitle += f"; fewest devices for {settings.load:g} req/s: {best}"
+    from draftsim.commands.sweeping import _cheapest
+
+    cheapest = _cheapest(result.table, spec.axes)
+    if cheapest is not None:
+        subtitle += f"; cheapest per output token: {cheapest}"
     figures = [Figure("Capacity of each configuration", copy_figure(result.figure, folder, "capacity.png"))] if result.figure else []
     setup = [("spec", str(config.spec)), ("axes", ", ".join(spec.axes) or "none"), ("configurations", f"{spec.n_points:,}"),
              ("base options", " ".join(f"{k}={v}" for k, v in sorted(spec.base.items())) if isinstance(spec.base, dict) else str(spec.base)),

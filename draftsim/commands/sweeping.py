@@ -360,11 +360,24 @@ def run_capacity(args: argparse.Namespace) -> int:
         best = _fewest_devices(result.table, spec.axes)
         if best is not None:
             print(f"fewest devices for {settings.load:g} requests/s: {best}")
+    cheapest = _cheapest(result.table, spec.axes)
+    if cheapest is not None:
+        print(f"cheapest per output token at capacity: {cheapest}")
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
           f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {result.figure}")
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return 0
+
+
+def _cheapest(table, axes) -> str | None:
+    """The configuration with the lowest cost per million output tokens at capacity (None without a price)."""
+    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("cost_per_million_tokens") is not None]
+    if not rows:
+        return None
+    r = min(rows, key=lambda r: r["cost_per_million_tokens"])
+    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+    return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens at {r['capacity_qps']:.4g} req/s per replica"
 
 
 def _fewest_devices(table, axes) -> str | None:
