@@ -206,7 +206,7 @@ def model_name(option: str, text: str) -> str:
     from draftsim.realrun.methods import check_model_name
 
     if not text.strip():
-        raise DraftsimError(f"{option} needs a model: smollm2, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
+        raise DraftsimError(f"{option} needs a model: smollm2, tiny[:SEED], random:NAME[:SEED], a checkpoint folder or a .gguf file; got ''")
     return check_model_name(text, option)
 
 
@@ -225,9 +225,9 @@ def drafter_names(option: str, names: list[str], neural_only: bool = False) -> l
             if neural_only:
                 raise DraftsimError(f"{option} {name} is not a neural model; give distilled, tiny[:SEED], a checkpoint folder or a .gguf file")
         elif name != "distilled":
-            if not (name == "tiny" or name.startswith("tiny:") or name == "smollm2" or Path(name).expanduser().exists()):
+            if not (name == "tiny" or name.startswith(("tiny:", "random:")) or name == "smollm2" or Path(name).expanduser().exists()):
                 raise DraftsimError(f"{option} {name!r}: unknown drafter; use maxgram, bigram, ngram, suffix, distilled (draftsim distill), "
-                                    "tiny[:SEED], a checkpoint folder or a .gguf file")
+                                    "tiny[:SEED], random:NAME[:SEED], a checkpoint folder or a .gguf file")
             model_name(option, name)
     return names
 

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from ..sim.errors import DraftsimError
-from .models import LoadedModel
+from .models import LoadedModel, cache_arg
 
 __all__ = ["BatchKV", "CachedLM"]
 
@@ -173,8 +173,9 @@ class BatchKV:
         if self.cache is None:
             self.cache = DynamicCache()
         with torch.inference_mode():
-            out = model.get_decoder()(input_ids=ids.to(dev), attention_mask=mask, position_ids=None if pos is None else pos.to(dev),
-                                      past_key_values=self.cache, use_cache=True)
+            decoder = model.get_decoder()
+            out = decoder(input_ids=ids.to(dev), attention_mask=mask, position_ids=None if pos is None else pos.to(dev),
+                          use_cache=True, **{cache_arg(decoder): self.cache})
             states = logits = None
             if rows:
                 rr = torch.as_tensor([r for r, _ in rows], device=dev)

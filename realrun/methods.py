@@ -61,6 +61,16 @@ def check_model_name(name: str, role: str = "model") -> str:
         if seed and not (seed.isascii() and seed.isdigit()):
             raise DraftsimError(f"{role} {name!r}: tiny models are named tiny or tiny:SEED (SEED a non-negative integer)")
         return name
+    if name.startswith("random:"):
+        _, model, seed = (name.split(":", 2) + [""])[:3]
+        if not model or (seed and not (seed.isascii() and seed.isdigit())):
+            raise DraftsimError(f"{role} {name!r}: random models are named random:NAME or random:NAME:SEED (NAME from draftsim cost --list)")
+        from ..sim.cost import default_catalog
+
+        spec = default_catalog().model(model)  # an unknown name: the catalog's message
+        if spec.experts or spec.kv_lora_rank or spec.mlp != "gated":
+            raise DraftsimError(f"{role} {name!r}: random models are dense Llama-shaped decoders; {spec.name} is not")
+        return name
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return name
@@ -68,7 +78,7 @@ def check_model_name(name: str, role: str = "model") -> str:
         if not (path / "config.json").is_file():
             raise DraftsimError(f"{role} {name!r} is not a Hugging Face checkpoint (no config.json)")
         return name
-    raise DraftsimError(f"unknown {role} {name!r}: use {EMBEDDED}, tiny[:SEED], a checkpoint directory or a .gguf file")
+    raise DraftsimError(f"unknown {role} {name!r}: use {EMBEDDED}, tiny[:SEED], random:NAME[:SEED], a checkpoint directory or a .gguf file")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,13 @@
 * a directory with a Hugging Face checkpoint, or a ``.gguf`` file;
 * ``"tiny"`` / ``"tiny:SEED"`` — a small randomly initialised Llama built from a config,
   with a character-level tokenizer: what the tests use.
+* ``"random:NAME"`` / ``"random:NAME:SEED"`` — a model of the catalog's shape (layers, hidden,
+  MLP, heads, KV heads, head size, vocabulary, tied embeddings: :mod:`draftsim.sim.cost.catalog`)
+  with random weights, built on the device in the asked dtype: its forward costs what the named
+  model's does (a Llama-family decoder; dense models only), at any size, with nothing to download.
+  Its tokenizer is the character tokenizer padded with filler tokens to the model's vocabulary.
+  Real timing; its text is noise — pair it with the controlled drafter
+  (:class:`draftsim.realrun.drafters.Controlled`) for a known acceptance.
 
 Nothing is ever downloaded: hub access is switched off for every load.
 """
@@ -33,9 +40,12 @@ __all__ = [
     "locate_smollm2_gguf",
     "load_model",
     "tiny_model",
+    "random_model",
+    "padded_tokenizer",
     "char_tokenizer",
     "pick_device",
     "same_tokenizer",
+    "cache_arg",
     "sync",
 ]
 
@@ -218,8 +228,57 @@ def _smollm2(device: str, dtype: str) -> LoadedModel:
     return LoadedModel(EMBEDDED, model, tok, device, dtype, f"{gguf} (de-quantised; cached in {cached})")
 
 
+def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32", catalogs=()) -> LoadedModel:
+    """A randomly initialised model of the catalog's ``name`` shape (see the module docstring)."""
+    torch = _torch()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ..sim.cost import default_catalog
+
+    spec = default_catalog(list(catalogs)).model(name)
+    if spec.experts or spec.kv_lora_rank or spec.mlp != "gated":
+        raise DraftsimError(f"random:{name}: random models are dense Llama-shaped decoders (gated MLP, grouped-query attention); "
+                            f"{spec.name} is {'a mixture of experts' if spec.experts else 'MLA' if spec.kv_lora_rank else 'a plain-MLP model'}")
+    tok = padded_tokenizer(spec.vocab)
+    config = LlamaConfig(
+        vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate, num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads, head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_context or 4096, tie_word_embeddings=spec.tied_embeddings, initializer_range=0.02,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=_dtype(dtype)).eval()
+    params = sum(p.numel() for p in model.parameters())
+    return LoadedModel(f"random:{spec.name}:{seed}", model, tok, device, dtype,
+                       f"random init of {spec.name}'s shape (seed {seed}, {params / 1e9:.2f} B parameters; {spec.source})")
+
+
+def padded_tokenizer(vocab: int):
+    """:func:`char_tokenizer` with filler tokens ``<tN>`` up to ``vocab`` ids (every id a model
+    of that vocabulary emits decodes)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    base = char_tokenizer()
+    ids = dict(base.get_vocab())
+    if vocab < len(ids):
+        raise DraftsimError(f"a vocabulary of {vocab} ids is smaller than the character tokenizer's {len(ids)}")
+    ids.update({f"<t{i}>": i for i in range(len(ids), vocab)})
+    tok = Tokenizer(models.WordLevel(ids, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>")
+
+
 def load_model(name: str, device: str = "auto", dtype: str = "float32") -> LoadedModel:
-    """Load ``smollm2``, ``tiny[:SEED]``, a checkpoint directory or a ``.gguf`` file."""
+    """Load ``smollm2``, ``tiny[:SEED]``, ``random:NAME[:SEED]``, a checkpoint directory or a ``.gguf`` file."""
+    if name.startswith("random:"):
+        _, model_name, seed = (name.split(":", 2) + [""])[:3]
+        if not model_name or (seed and not seed.isdigit()):
+            raise DraftsimError(f"random models are named random:NAME or random:NAME:SEED (NAME from draftsim cost --list); got {name!r}")
+        device = pick_device(device)
+        return random_model(model_name, int(seed or 0), device, dtype)
     if name.startswith("tiny"):
         _, _, seed = name.partition(":")
         try:
@@ -239,7 +298,22 @@ def load_model(name: str, device: str = "auto", dtype: str = "float32") -> Loade
             raise DraftsimError(f"{path} is not a Hugging Face checkpoint (no config.json)")
         model, tok = _from_pretrained(path, None, device, dtype)
         return LoadedModel(path.name, model, tok, device, dtype, str(path))
-    raise DraftsimError(f"unknown model {name!r}: use {EMBEDDED}, tiny[:SEED], a checkpoint directory or a .gguf file")
+    raise DraftsimError(f"unknown model {name!r}: use {EMBEDDED}, tiny[:SEED], random:NAME[:SEED], a checkpoint directory or a .gguf file")
+
+
+def cache_arg(module) -> str:
+    """The keyword ``module``'s forward takes its KV cache by: ``cache`` (transformers ≥ 5.24,
+    where ``past_key_values`` is deprecated) or ``past_key_values`` (earlier releases)."""
+    import inspect
+
+    forward = type(module).forward
+    name = _CACHE_ARGS.get(forward)
+    if name is None:
+        name = _CACHE_ARGS[forward] = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    return name
+
+
+_CACHE_ARGS: dict = {}
 
 
 def same_tokenizer(a, b) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 from ..sim.cost.catalog import HardwareSpec, ModelSpec
 from ..sim.cost.profile import ProfileCost
 from ..sim.errors import DraftsimError, as_count
-from .models import sync
+from .models import cache_arg, sync
 
 __all__ = ["PATHS", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
 
@@ -103,7 +103,7 @@ class _ModelPath:
         if ids_c is not None:
             self.cache = DynamicCache()
             with _torch().inference_mode():
-                self.model(ids_c, past_key_values=self.cache, use_cache=True)
+                self.model(ids_c, use_cache=True, **{cache_arg(self.model): self.cache})
 
     def feed(self, ids):
         return ids
@@ -111,7 +111,7 @@ class _ModelPath:
     def call(self, ids, last_row: bool) -> None:
         extra = {"logits_to_keep": 1} if last_row else {}
         with _torch().inference_mode():
-            self.model(ids, past_key_values=self.cache, use_cache=self.cache is not None, **extra)
+            self.model(ids, use_cache=self.cache is not None, **{cache_arg(self.model): self.cache}, **extra)
 
     def undo(self, n: int) -> "_ModelPath":
         if self.cache is not None:

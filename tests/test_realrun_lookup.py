@@ -412,3 +412,53 @@ def test_controlled_drafting_on_real_models_is_lossless_and_counted(capsys):
     assert 0 < level["accepted"] < level["drafted"]
     assert main(["run", "--target", "tiny:1", "--method", "sd", "--drafter", "controlled:1.5", "--policy", "fixed:k=3"]) == 2
     assert "rates in [0, 1]" in capsys.readouterr().err
+
+
+# ------------------------------------------------- random-weight models of catalog shapes (issue 28)
+
+def test_a_random_model_has_the_catalog_shape():
+    """random:NAME builds the catalog entry's shape (so its forward costs the named model's):
+    layers, widths, heads, vocabulary and tied embeddings, its parameter count the catalog's;
+    the same seed, the same weights; every id it can emit decodes."""
+    import torch
+
+    from draftsim.realrun.models import load_model
+    from draftsim.sim.cost import default_catalog
+
+    spec = default_catalog().model("smollm2-135m")
+    a = load_model("random:smollm2-135m:3", "cpu")
+    cfg = a.model.config
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+            cfg.head_dim, cfg.vocab_size, cfg.tie_word_embeddings) == (spec.layers, spec.hidden, spec.intermediate, spec.heads,
+                                                                       spec.kv_heads, spec.head_dim, spec.vocab, spec.tied_embeddings)
+    params = sum(p.numel() for p in a.model.parameters())
+    assert abs(params - spec.params) / spec.params < 0.01, (params, spec.params)
+    assert len(a.tokenizer) == spec.vocab and a.tokenizer.decode([spec.vocab - 1]) == f"<t{spec.vocab - 1}>"
+    b = load_model("random:smollm2-135m:3", "cpu")
+    c = load_model("random:smollm2-135m:4", "cpu")
+    w = lambda m: m.model.model.layers[0].mlp.up_proj.weight  # noqa: E731
+    assert torch.equal(w(a), w(b)) and not torch.equal(w(a), w(c))
+
+
+def test_random_models_are_refused_before_loading(capsys):
+    """Unknown names, non-integer seeds and shapes a Llama cannot take (MoE, MLA): one line, exit 2."""
+    from draftsim.cli import main
+
+    for name, fragment in (("random:nope", "unknown model 'nope'"), ("random:smollm2-135m:x", "random:NAME:SEED"),
+                           ("random:", "random:NAME"), ("random:mixtral-8x7b", "dense Llama-shaped")):
+        assert main(["run", "--target", name, "--max-new-tokens", "4"]) == 2, name
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and fragment in err, (name, err)
+
+
+def test_controlled_acceptance_on_random_catalog_models(capsys):
+    """A random SmolLM2-360M target drafted by the controlled drafter over a random SmolLM2-135M:
+    lossless (the target's own output), and the acceptance the prescribed one within sampling error."""
+    from draftsim.cli import main
+
+    assert main(["run", "--target", "random:smollm2-360m", "--method", "sd", "--drafter", "controlled:0.7@random:smollm2-135m",
+                 "--policy", "fixed:k=3", "--prompts", "code", "--n", "2", "--max-new-tokens", "24", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["quality"]["identical_to_target"] == 1.0 and out["sim_check"]["counts_equal"]
+    (level,) = out["levels"]
+    assert level["drafted"] > 0 and 0.2 < level["accepted"] / level["drafted"] < 0.85

@@ -258,7 +258,7 @@ def register(sub, common) -> None:
 class ProfileConfig:
     """``draftsim profile``: a real model's forward times on this machine over a grid of shapes."""
 
-    model: str = option("smollm2", "smollm2 (embedded), distilled (draftsim distill's draft of smollm2), tiny[:SEED], a checkpoint "
+    model: str = option("smollm2", "smollm2 (embedded), distilled (draftsim distill's draft of smollm2), tiny[:SEED], random:NAME[:SEED], a checkpoint "
                         "folder or a .gguf file (one model per run: profile the target and each neural drafter, then pass every file "
                         "to cost --profile or check-sim --profile)")
     out: str = option(help="profile file to write", required=True, metavar="PROFILE.json")

@@ -29,7 +29,7 @@ class RunConfig:
     """``draftsim run``: a method on real models, measured against autoregressive decoding of the
     same prompts and replayed in the simulator."""
 
-    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
+    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
     method: str = option("sd", choices=METHODS)
     drafter: str | None = option(help="drafter(s), comma-separated: maxgram, bigram, ngram, suffix, distilled, controlled:R[@MODEL] "

@@ -23,7 +23,7 @@ class ServeConfig:
     """``draftsim serve``: a workload of real prompts served with continuous batching and
     speculative decoding on real models."""
 
-    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file",
+    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file",
                          aliases=("--model",))
     drafter: str = option("maxgram", "maxgram (default), bigram, distilled, a neural model, or none")
     policy: str | None = option(help="sim policy of one drafter (default fixed:k=4; ar without a drafter)")

@@ -27,7 +27,7 @@ from .simulation import McMetrics
 class RecordConfig:
     """``draftsim record``: a trace of real drafters against a real target on prompt sets."""
 
-    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], a checkpoint folder or a .gguf file (--model: the old "
+    target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
     drafter: list[str] = option(help="maxgram, bigram, ngram, suffix, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters "
                                 "first", append=True, required=True)
