@@ -227,8 +227,8 @@ class HardwareSpec:
                 raise DraftsimError(f"hardware {self.name!r}: {key} must be > 0 (and finite); got {v!r}")
         for key in ("mfu", "mbu", "ici_efficiency", "usable_memory"):
             v = getattr(self, key)
-            if not (isinstance(v, (int, float)) and 0 < v <= 1):
-                raise DraftsimError(f"hardware {self.name!r}: {key} must lie in (0, 1]; got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 1e-6 <= v <= 1):
+                raise DraftsimError(f"hardware {self.name!r}: {key} must lie in [1e-06, 1]; got {v!r}")
         for key in ("interconnect_bandwidth", "interconnect_latency", "overhead", "overhead_per_layer"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):

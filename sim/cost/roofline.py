@@ -344,10 +344,15 @@ def _accumulate(mem: np.ndarray, cmp: np.ndarray, tm, tc) -> None:
     cmp += np.where(is_mem, 0.0, tc)
 
 
+#: The smallest utilisation or efficiency accepted: below it a forward call's time overflows or
+#: means nothing (a fraction of a millionth of the hardware's peak).
+MIN_FRACTION = 1e-6
+
+
 def _fraction(name: str, x) -> float:
     v = float(as_positive(name, x))
-    if v > 1:
-        raise DraftsimError(f"{name} must lie in (0, 1]; got {v:g}")
+    if not MIN_FRACTION <= v <= 1:
+        raise DraftsimError(f"{name} must lie in [{MIN_FRACTION:g}, 1]; got {v:g}")
     return v
 
 

@@ -115,6 +115,14 @@ class ServingConfig:
             except DraftsimError as exc:
                 raise DraftsimError(f"{exc}" + (f"; memory: {plan.describe()}" if plan else "")) from None
         cfg = self.scheduler
+        n_models = self.policy.n_models
+        for role, model in [("target", self.target), *(("drafter", d) for d in self.drafters[: n_models - 1])]:
+            if not hasattr(model, "hardware"):  # measured profiles and fixed costs are finite by construction
+                continue
+            t = float(np.max(model.shape_time(1, cfg.max_num_batched_tokens, int(total.max()) if len(total) else 0)))
+            if not np.isfinite(t):  # e.g. a utilisation so small that a call's time overflows
+                raise DraftsimError(f"the {role}'s cost model ({getattr(model, 'name', model)}) prices a forward call of "
+                                    f"{cfg.max_num_batched_tokens:,} tokens at {t} s; check its hardware numbers (mfu, mbu, bandwidth)")
         if not cfg.chunked_prefill and int(total.max()) > cfg.max_num_batched_tokens:
             raise DraftsimError(f"without chunked prefill a prefill (prompt + tokens to recompute after a preemption, up to "
                                 f"{int(total.max()):,}) must fit max_num_batched_tokens = {cfg.max_num_batched_tokens:,}; "
