@@ -281,6 +281,12 @@ class _Run:
         self.state = policy.init(1)
         self._ahead: dict = {}  # model -> next-token logits already computed (acceptance heads)
 
+    def release(self) -> None:
+        """The generation is over: hand the models' caches back (static ones are reused)."""
+        for lm in self.lms:
+            if lm is not None:
+                lm.release()
+
     def call(self, model: int, kind: str, fn):
         """Run ``fn`` — a forward call of ``model``, or a statistical drafter's proposal — and log it."""
         sync(self.device)  # nothing queued before counts
@@ -522,9 +528,12 @@ def generate(
     started = _now()
     log = RunLog()
     run = _Run(target, drafters, policy, sampling, rule, rng, len(prompt), log)
-    if prefill_apart:
-        run.prefill(prompt)
-    return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), run.step, started)
+    try:
+        if prefill_apart:
+            run.prefill(prompt)
+        return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), run.step, started)
+    finally:
+        run.release()
 
 
 def token_cascade(
@@ -571,4 +580,7 @@ def token_cascade(
         log.drafts.append(DraftEvent(run.round, 0, 1, 1, len(context) - len(prompt), 0, tok, conf, conf, not defer))
         return RoundResult([tok], 1, int(not defer), t1 - t0, _now() - t1 if defer else 0.0)
 
-    return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), step, started)
+    try:
+        return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), step, started)
+    finally:
+        run.release()

@@ -32,7 +32,41 @@ import numpy as np
 from ..sim.errors import DraftsimError
 from .models import LoadedModel, cache_arg
 
-__all__ = ["BatchKV", "CachedLM"]
+__all__ = ["BatchKV", "CachedLM", "make_kv", "release_kv"]
+
+
+def make_kv(loaded: LoadedModel, rows: int = 1, graphs: bool | None = None):
+    """The cache ``loaded`` executes through: a :class:`~draftsim.realrun.statickv.StaticKV` of
+    ``rows`` rows when the model is set to a static cache (``static_tokens``), else a
+    :class:`BatchKV` (which grows as it goes). ``graphs`` overrides the model's setting (False:
+    a cache used once, e.g. a prefill's). A static cache handed back by :func:`release_kv` is
+    reused, emptied — its buffers and CUDA graphs with it (a graph is bound to its buffers)."""
+    if loaded.static_tokens is None:
+        return BatchKV(loaded)
+    from .statickv import StaticKV
+
+    graphs = loaded.graphs if graphs is None else graphs
+    free = _STATIC_POOL.get((id(loaded), rows, graphs, loaded.static_tokens))
+    if free:
+        kv = free.pop()
+        kv.ids = []
+        return kv
+    return StaticKV(loaded, rows, loaded.static_tokens, graphs=graphs)
+
+
+#: Static caches handed back, by (model, rows, graphs, tokens): reused by :func:`make_kv`.
+_STATIC_POOL: dict = {}
+
+
+def release_kv(kv) -> None:
+    """Hand a cache back when its generation is over (a static one is kept for reuse)."""
+    from .statickv import StaticKV
+
+    if isinstance(kv, StaticKV):
+        key = (id(kv.loaded), kv.capacity, kv.graphs_setting, kv.loaded.static_tokens)
+        pool = _STATIC_POOL.setdefault(key, [])
+        if kv not in pool and len(pool) < 4:
+            pool.append(kv)
 
 
 class BatchKV:
@@ -242,6 +276,10 @@ class BatchKV:
             return
         if rows == list(range(self.rows)):
             return
+        if self.valid is None:  # rows that hold nothing yet
+            self.ids = [self.ids[r] for r in rows]
+            self.slots = [self.slots[r] for r in rows]
+            return
         idx = torch.as_tensor(rows, dtype=torch.long)
         for layer in self._layers():
             layer.keys = layer.keys[idx.to(layer.keys.device)]
@@ -297,13 +335,17 @@ class CachedLM:
 
     def __init__(self, loaded: LoadedModel):
         self.loaded = loaded
-        self.kv = BatchKV(loaded)
+        self.kv = make_kv(loaded, 1)
         self.kv.add_rows(1)
         self.fed = 0
 
     @property
     def ids(self) -> list[int]:
         return self.kv.ids[0]
+
+    def release(self) -> None:
+        """The generation is over: hand the cache back (see :func:`release_kv`)."""
+        release_kv(self.kv)
 
     def rollback(self, context: list[int], limit: int) -> int:
         """Drop the cached slots past the longest prefix shared with ``context`` (at most

@@ -76,6 +76,11 @@ class LoadedModel:
     device: str
     dtype: str
     source: str
+    #: execute through a static KV cache of this many tokens per sequence (fixed shapes; CUDA
+    #: graphs on a CUDA device: :mod:`draftsim.realrun.statickv`); None: the eager ragged cache
+    static_tokens: int | None = None
+    #: capture CUDA graphs on the static path (None: on a CUDA device)
+    graphs: bool | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -84,7 +89,9 @@ class LoadedModel:
     def describe(self) -> dict:
         n_params = sum(p.numel() for p in self.model.parameters())
         return {"name": self.name, "source": self.source, "device": self.device, "dtype": self.dtype,
-                "parameters": int(n_params), "layers": int(self.model.config.num_hidden_layers), "vocab": self.vocab_size}
+                "parameters": int(n_params), "layers": int(self.model.config.num_hidden_layers), "vocab": self.vocab_size,
+                "execution": "eager" if self.static_tokens is None else f"static cache of {self.static_tokens} tokens"
+                + (", CUDA graphs" if (self.graphs if self.graphs is not None else str(self.device).startswith("cuda")) else "")}
 
 
 def cache_dir() -> Path:

@@ -73,7 +73,7 @@ from ..sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
 from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
-from .kvcache import BatchKV
+from .kvcache import BatchKV, make_kv
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
@@ -365,8 +365,8 @@ class Server:
         stash: dict[int, _Live] = {}  # preempted requests, by rid, until they are admitted again
         arrived = 0  # requests[:arrived] have reached the scheduler
         live: list[_Live] = []  # the running requests, in the caches' row order (the scheduler's running order)
-        self.kv = BatchKV(self.target)
-        self.dkv = BatchKV(self.drafter.loaded) if self.drafter is not None and self.drafter.neural else None
+        self.kv = make_kv(self.target, self.max_batch)
+        self.dkv = make_kv(self.drafter.loaded, self.max_batch) if self.drafter is not None and self.drafter.neural else None
         self._warm_up()  # a process's first calls set up its libraries and memory: not the first requests' time
         self.start = self.clock()
         while arrived < n or scheduler.running or scheduler.waiting:
@@ -402,8 +402,11 @@ class Server:
         a prefill, then decoding steps of two rows. A process's first calls set up CUDA's
         libraries; on a CPU its first prefill cost 1.6x the profile's and its first seconds of
         steps ~5% more (SmolLM2, one thread)."""
+        for kv in (self.kv, self.dkv):  # static caches on a CUDA device: every step's shape captured as a graph now
+            if kv is not None and getattr(kv, "graphs", False):
+                kv.precapture(self.max_draft + 1)
         for loaded in [self.target] + ([self.drafter.loaded] if self.dkv is not None else []):
-            kv = BatchKV(loaded)
+            kv = make_kv(loaded, 2, graphs=False)
             kv.add_rows(2)
             kv.forward([[kv.pad] * 64, [kv.pad] * 3], [1, 1])
             for _ in range(4):
@@ -559,17 +562,17 @@ class Server:
         joined = _Joined(joiners)
         if not joiners:
             return joined
-        joined.kv = BatchKV(self.target)
-        joined.dkv = BatchKV(self.drafter.loaded) if self.dkv is not None else None
+        joined.kv = make_kv(self.target, len(joiners), graphs=False)  # caches used once: no graphs to capture
+        joined.dkv = make_kv(self.drafter.loaded, len(joiners), graphs=False) if self.dkv is not None else None
         c0 = self._synced()
         for r in joiners:
-            one = BatchKV(self.target)
+            one = make_kv(self.target, 1, graphs=False)
             one.add_rows(1)
             joined.firsts.append(self._pick(r, one.forward([r.context], [1])[0][0]))
             joined.tokens.append(len(r.context))
             joined.kv.merge(one)
             if joined.dkv is not None:
-                one = BatchKV(self.drafter.loaded)
+                one = make_kv(self.drafter.loaded, 1, graphs=False)
                 one.add_rows(1)
                 one.forward([r.context[:-1]], [0])
                 joined.dkv.merge(one)

@@ -358,4 +358,8 @@ def generate_tree(
         stats.observe_round(g, tree, copied, path)
         return RoundResult([int(tree.tokens[c]) for c in path] + [token], tree.size, len(path), t1 - t0, t2 - t1)
 
-    return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), step, started, in_text=False)
+    try:
+        return decode(log, prompt, max_new_tokens, eos_id(target, stop_at_eos), step, started, in_text=False)
+    finally:
+        tgt.release()
+        dlm.release()

@@ -50,6 +50,8 @@ class RunConfig:
     resume: bool = option(False, "continue an existing --trace", flag=True)
     no_check: bool = option(False, "skip the simulator replay", flag=True)
     device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
+    static_cache: bool = option(False, "execute through a static KV cache with fixed shapes (CUDA graphs on a CUDA device; "
+                                "draftsim.realrun.statickv)", flag=True)
     profile: list[str] = option([], "price the simulator's replay with this draftsim profile (of the target or a drafter; repeatable); "
                                 "default: the run's own calls", append=True, metavar="FILE")
 
@@ -142,9 +144,31 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
     profiles = _profiles(config.profile)
     target = load_model(config.target, device=config.device)
     method = build_method(spec, target)
+    if config.static_cache:
+        from draftsim.realrun.prompts import format_prompt
+
+        longest = max(len(format_prompt(p, target.tokenizer)) for p in prompts)
+        static_cache([target, *(d.loaded for d in method.drafters if getattr(d, "neural", False))], longest + config.max_new_tokens + 512)
+        if str(target.device).startswith("cuda"):  # capture the first prompt's graph shapes before anything is timed
+            import numpy as np
+
+            from draftsim.realrun.executor import generate
+
+            ids = format_prompt(prompts[0], target.tokenizer)
+            ar = generate(target, ids, config.max_new_tokens, sampling=sampling, rng=np.random.default_rng(config.seed))
+            for d in method.drafters:
+                d.prepare(ids, ar.output)
+            if method.kind != "ar":
+                method.run(target, ids, config.max_new_tokens, sampling, np.random.default_rng(config.seed))
     m = measure(target, method, prompts, config.max_new_tokens, sampling, config.seed, config.trace, config.resume, progress=progress)
     out = held_to_sim(m, seed=config.seed, check=not config.no_check, profiles=profiles)
     return RunResult(m, out)
+
+
+def static_cache(models, tokens: int) -> None:
+    """Set ``models`` to execute through static KV caches of ``tokens`` tokens per sequence."""
+    for m in models:
+        m.static_tokens = int(tokens)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -51,6 +51,8 @@ class ServeConfig:
     trace: str | None = option(help="write the serving trace to this new folder")
     device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
     dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
+    static_cache: bool = option(False, "execute through static KV caches with fixed shapes (CUDA graphs on a CUDA device; "
+                                "draftsim.realrun.statickv)", flag=True)
     threads: int | None = option(help="torch CPU threads (default torch's; 1 is steadier on a busy machine)",
                                  type=a.count("threads", 1, 1024))
 
@@ -238,6 +240,11 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
     drafter = make_drafter(drafter_name, target) if drafter_name else None
     requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets), priority)
     check_requests(target, requests)
+    if config.static_cache:
+        from draftsim.commands.running import static_cache
+
+        longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+        static_cache([target] + ([drafter.loaded] if drafter is not None and drafter.neural else []), longest + policy.max_draft + 1)
     server = Server(target, drafter, policy, controller, sampling, max_batch=config.max_batch, seed=config.seed,
                     stop_at_eos=config.eos, scheduling=config.scheduling, kv_tokens=config.kv_tokens, block_size=config.block_size)
     if server.pool is not None:

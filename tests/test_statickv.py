@@ -1,0 +1,168 @@
+"""The static KV cache (realrun.statickv: fixed shapes, CUDA graphs on a CUDA device) against the
+eager ragged cache (realrun.kvcache.BatchKV): the same logits within float tolerance through
+ragged forwards, rollbacks, rows leaving, joining and moving, and tree attention; the same tokens
+end to end in `draftsim run` (chains and trees) and in `draftsim serve`; and refusals where it is
+full. On this CPU the fixed-shape path runs without capture (no CUDA here: the graphs' replay is
+exercised where a GPU is lent)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from draftsim.realrun.kvcache import BatchKV
+from draftsim.realrun.models import tiny_model
+from draftsim.realrun.statickv import StaticKV, bucket
+from draftsim.sim.errors import DraftsimError
+
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_model(5, layers=2, hidden=64)
+
+
+@given(n=st.integers(1, 5000), floor=st.integers(1, 64))
+def test_bucket_is_the_next_power_of_two(n, floor):
+    b = bucket(n, floor=floor)
+    assert b >= n and b >= floor and b & (b - 1) == 0 and (b // 2 < max(n, floor) or b == 1)
+
+
+def _close(a, b):
+    for x, y in zip(a, b):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert x.shape == y.shape and float((x - y).abs().max()) < ATOL
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_the_static_cache_computes_what_the_eager_one_does(tiny, seed):
+    """A random life of a batch: ragged feeds, rollbacks of random depth, rows leaving and
+    joining (a prefilled cache merged in): logits within 1e-4, the same tokens held per row."""
+    rng = np.random.default_rng(seed)
+    eager, static = BatchKV(tiny), StaticKV(tiny, rows=6, tokens=256)
+    for kv in (eager, static):
+        kv.add_rows(3)
+
+    def tokens(n):
+        return [int(t) for t in rng.integers(5, 95, n)]
+
+    for _ in range(6):
+        op = rng.integers(0, 4)
+        if op == 0 and eager.rows > 1:  # a row leaves, the others keep their order
+            keep = sorted(rng.choice(eager.rows, eager.rows - 1, replace=False).tolist())
+            eager.keep_rows(keep)
+            static.keep_rows(keep)
+        elif op == 1 and eager.rows < 6:  # a row joins, prefilled apart
+            prompt = tokens(int(rng.integers(1, 30)))
+            one_e, one_s = BatchKV(tiny), StaticKV(tiny, rows=1, tokens=256)
+            for one in (one_e, one_s):
+                one.add_rows(1)
+            _close(one_e.forward([prompt], [1]), one_s.forward([prompt], [1]))
+            eager.merge(one_e)
+            static.merge(one_s)
+        elif op == 2:  # rollbacks: each row keeps a random prefix of what it holds
+            for r in range(eager.rows):
+                held = list(eager.ids[r])
+                cut = int(rng.integers(0, len(held) + 1))
+                ctx = held[:cut] + tokens(3)
+                assert eager.rollback(r, ctx, len(ctx) - 1) == static.rollback(r, ctx, len(ctx) - 1)
+            eager.trim()
+            static.trim()
+        feeds = [tokens(int(rng.integers(0, 9))) if r else tokens(int(rng.integers(1, 9))) for r in range(eager.rows)]
+        keep = [int(rng.integers(0, len(f) + 1)) for f in feeds]
+        _close(eager.forward(feeds, keep), static.forward(feeds, keep))
+        assert eager.ids == static.ids
+
+
+def test_tree_attention_through_the_static_cache(tiny):
+    """attend (the single-stream tree verification) gives the eager cache's logits."""
+    import torch
+
+    eager, static = BatchKV(tiny), StaticKV(tiny, rows=1, tokens=128)
+    for kv in (eager, static):
+        kv.add_rows(1)
+        kv.forward([[7, 8, 9, 10, 11]], [0])
+    T = 5  # a root with two children, one grandchild under the first child
+    allowed = torch.zeros((4, T + 4), dtype=torch.bool)
+    allowed[:, :T] = True
+    for i, parents in enumerate([[0], [0, 1], [0, 2], [0, 1, 3]]):
+        allowed[i, [T + p for p in parents]] = True
+    nodes, positions = [12, 13, 14, 15], [5, 6, 6, 7]
+    _close([eager.attend(nodes, positions, allowed, 4)], [static.attend(nodes, positions, allowed, 4)])
+
+
+def test_a_full_static_cache_says_so(tiny):
+    kv = StaticKV(tiny, rows=2, tokens=16)
+    kv.add_rows(2)
+    with pytest.raises(DraftsimError, match="holds 2 rows"):
+        kv.add_rows(1)
+    with pytest.raises(DraftsimError, match="outgrows the static cache's 16 tokens"):
+        kv.forward([list(range(5, 25)), [5]], [1, 1])
+    with pytest.raises(DraftsimError, match="CUDA graphs need a CUDA device"):
+        StaticKV(tiny, rows=1, tokens=16, graphs=True)
+
+
+def _run(capsys, *extra):
+    from draftsim.cli import main
+
+    assert main(["run", "--target", "tiny:1", "--prompts", "code", "--n", "2", "--max-new-tokens", "20", "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_with_a_static_cache_keeps_the_target_output(capsys):
+    """`run --static-cache`: greedy output is the target's (chains and trees), with the eager
+    run's counts."""
+    for method in (["--method", "sd", "--drafter", "tiny:1", "--policy", "fixed:k=3"],
+                   ["--method", "tsd", "--drafter", "tiny:1", "--policy", "tree:width=2,depth=3"]):
+        eager, static = _run(capsys, *method), _run(capsys, *method, "--static-cache")
+        assert static["quality"]["identical_to_target"] == 1.0 == eager["quality"]["identical_to_target"]
+        assert [(lv["drafted"], lv["accepted"]) for lv in static["levels"]] == [(lv["drafted"], lv["accepted"]) for lv in eager["levels"]]
+
+
+def test_serving_with_static_caches_emits_the_same_tokens(tmp_path, capsys):
+    """`serve --static-cache`: every request's tokens and every round's acceptances equal the
+    eager server's (continuous batching: rows join, leave and move)."""
+    import pyarrow.parquet as pq
+
+    from draftsim.cli import main
+
+    runs = {}
+    for label, extra in (("eager", []), ("static", ["--static-cache"])):
+        out = tmp_path / label
+        assert main(["serve", "--target", "tiny:1", "--drafter", "tiny:3", "--policy", "fixed:k=3", "--qps", "20", "--requests", "10",
+                     "--max-batch", "4", "--trace", str(out), "--json", *extra]) == 0
+        capsys.readouterr()
+        tokens = pq.read_table(out / "tokens").sort_by([("request", "ascending"), ("index", "ascending")])
+        members = pq.read_table(out / "members")
+        runs[label] = (tokens.column("request").to_pylist(), tokens.column("token").to_pylist(),
+                       sorted(zip(members.column("request").to_pylist(), members.column("drafted").to_pylist(),
+                                  members.column("accepted").to_pylist())))
+    assert runs["eager"] == runs["static"] and len(runs["eager"][1]) > 0
+
+
+def test_precapture_walks_every_step_shape(tiny, monkeypatch):
+    """Before a timed serving run on a GPU every decoding shape is captured: padded batches up
+    to the capacity, new tokens up to the draft window, widths up to the buffer (the capture
+    itself needs CUDA; here the walk runs the decoder eagerly in its place)."""
+    kv = StaticKV(tiny, rows=3, tokens=64)
+    seen = []
+
+    def replay(ids, pos, write, allowed):
+        seen.append((ids.shape[0], ids.shape[1], allowed.shape[-1]))
+        return kv._decoder(ids, pos, write, allowed)
+
+    monkeypatch.setattr(kv, "_replay", replay)
+    kv.graphs = True
+    assert kv.precapture(5) == len(seen)
+    assert sorted(set(seen)) == sorted(seen)
+    assert {b for b, _, _ in seen} == {1, 2, 4} and {n for _, n, _ in seen} == {1, 2, 4, 8} and {t for _, _, t in seen} == {16, 32, 64}
+    kv.add_rows(1)
+    with pytest.raises(DraftsimError, match="before any row holds tokens"):
+        kv.precapture(5)
