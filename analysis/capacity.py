@@ -493,3 +493,24 @@ def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
     from .figures import save_figure
 
     return save_figure(fig, path)
+
+
+def cheapest(table, axes) -> str | None:
+    """The configuration with the lowest cost per million output tokens at capacity (None without a price)."""
+    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("cost_per_million_tokens") is not None]
+    if not rows:
+        return None
+    r = min(rows, key=lambda r: r["cost_per_million_tokens"])
+    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+    return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens at {r['capacity_qps']:.4g} req/s per replica"
+
+
+def fewest_devices(table, axes) -> str | None:
+    """The configuration that meets the load on the fewest devices (ties: the cheaper per token, then the first)."""
+    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("devices_for_load") is not None]
+    if not rows:
+        return None
+    key = lambda r: (r["devices_for_load"], r.get("cost_per_million_tokens") or 0.0)  # noqa: E731
+    r = min(rows, key=key)
+    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+    return f"{where}: {r['replicas_for_load']:.0f} replica(s), {r['devices_for_load']:.0f} device(s), margin {r['load_margin']:+.0%}"

@@ -54,6 +54,47 @@ def make_kv(loaded: LoadedModel, rows: int = 1, graphs: bool | None = None):
     return StaticKV(loaded, rows, loaded.static_tokens, graphs=graphs)
 
 
+def shared_prefix(held: Sequence[int], context: Sequence[int], limit: int) -> int:
+    """The length of the longest common prefix of ``held`` and ``context``, at most ``limit``."""
+    n = min(len(held), limit)
+    if list(held[:n]) == list(context[:n]):
+        return n
+    return int(np.flatnonzero(np.asarray(held[:n]) != np.asarray(context[:n]))[0])
+
+
+def feed_lengths(feeds: Sequence[Sequence[int]], rows: int) -> tuple[int, list[int], int]:
+    """(rows fed, each feed's length, the longest), checked against the batch's ``rows``."""
+    if len(feeds) != rows:
+        raise DraftsimError(f"{len(feeds)} feeds for a batch of {rows} rows")
+    lens = [len(f) for f in feeds]
+    return len(feeds), lens, max(lens, default=0)
+
+
+def split_rows(logits, states, keep: Sequence[int], hidden: bool):
+    """A forward's logits (and hidden states) asked for, split per row: ``keep[r]`` rows each
+    (None for a row that asked for none)."""
+    out, out_h, at = [], [], 0
+    for k in keep:
+        out.append(logits[at: at + k] if k else None)
+        out_h.append(states[at: at + k] if k and hidden else None)
+        at += k
+    return (out, out_h) if hidden else out
+
+
+def output_head(loaded: LoadedModel, hidden_states, rows: list):
+    """The model's output head on the ``rows`` ((row, index) pairs) of its last hidden states
+    (B, N, H): (logits as float, hidden states), or (None, None) for no rows."""
+    import torch
+
+    if not rows:
+        return None, None
+    dev = hidden_states.device
+    rr = torch.as_tensor([r for r, _ in rows], device=dev)
+    jj = torch.as_tensor([j for _, j in rows], device=dev)
+    states = hidden_states[rr, jj]  # (rows, H)
+    return loaded.model.get_output_embeddings()(states).float(), states
+
+
 #: Static caches handed back, by (model, rows, graphs, tokens): reused by :func:`make_kv`.
 _STATIC_POOL: dict = {}
 
@@ -112,10 +153,7 @@ class BatchKV:
         """Mask out row ``row``'s slots past its longest prefix shared with ``context`` (at most
         ``limit`` tokens) and return that prefix's length."""
         held = self.ids[row]
-        n = min(len(held), limit)
-        keep = n
-        if held[:n] != list(context[:n]):
-            keep = int(np.flatnonzero(np.asarray(held[:n]) != np.asarray(context[:n]))[0])
+        keep = shared_prefix(held, context, limit)
         if keep < len(held):
             drop = self.slots[row][keep:]
             self.valid[row, drop] = False
@@ -133,13 +171,9 @@ class BatchKV:
         own mask and positions (the single-stream executors' call, bit for bit)."""
         import torch
 
-        B = len(feeds)
-        if B != self.rows:
-            raise DraftsimError(f"{B} feeds for a batch of {self.rows} rows")
-        lens = [len(f) for f in feeds]
-        N = max(lens) if lens else 0
+        B, lens, N = feed_lengths(feeds, self.rows)
         if N == 0:
-            return ([None] * B, [None] * B) if hidden else [None] * B
+            return split_rows(None, None, [0] * B, hidden)
         T = self.length
         ids = torch.full((B, N), self.pad, dtype=torch.long)
         pos = torch.empty((B, N), dtype=torch.long)
@@ -162,12 +196,7 @@ class BatchKV:
         for r, f in enumerate(feeds):
             self.ids[r].extend(int(t) for t in f)
             self.slots[r].extend(range(T, T + len(f)))
-        out, out_h, at = [], [], 0
-        for r in range(B):
-            out.append(logits[at : at + keep[r]] if keep[r] else None)
-            out_h.append(states[at : at + keep[r]] if keep[r] and hidden else None)
-            at += keep[r]
-        return (out, out_h) if hidden else out
+        return split_rows(logits, states, keep, hidden)
 
     def attend(self, tokens: Sequence[int], positions: Sequence[int], allowed, keep: int):
         """Batch of one with an attention pattern of the caller's (tree attention): feed
@@ -210,12 +239,7 @@ class BatchKV:
             decoder = model.get_decoder()
             out = decoder(input_ids=ids.to(dev), attention_mask=mask, position_ids=None if pos is None else pos.to(dev),
                           use_cache=True, **{cache_arg(decoder): self.cache})
-            states = logits = None
-            if rows:
-                rr = torch.as_tensor([r for r, _ in rows], device=dev)
-                jj = torch.as_tensor([j for _, j in rows], device=dev)
-                states = out.last_hidden_state[rr, jj]  # (rows, H)
-                logits = model.get_output_embeddings()(states).float()
+            logits, states = output_head(self.loaded, out.last_hidden_state, rows)
         return logits, states if hidden else None
 
     def add_rows(self, n: int, front: bool = False) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..sim.errors import DraftsimError
+from .kvcache import feed_lengths, output_head, shared_prefix, split_rows
 from .models import LoadedModel, cache_arg
 
 __all__ = ["StaticKV", "bucket"]
@@ -129,14 +130,8 @@ class StaticKV:
     def rollback(self, row: int, context: Sequence[int], limit: int) -> int:
         """Shorten row ``row`` to its longest prefix shared with ``context`` (at most ``limit``
         tokens); that prefix's length."""
-        held = self.ids[row]
-        n = min(len(held), limit)
-        keep = n
-        for i in range(n):
-            if held[i] != context[i]:
-                keep = i
-                break
-        del held[keep:]
+        keep = shared_prefix(self.ids[row], context, limit)
+        del self.ids[row][keep:]
         return keep
 
     def add_rows(self, n: int, front: bool = False) -> None:
@@ -178,13 +173,9 @@ class StaticKV:
         also the last layer's hidden states there)."""
         import torch
 
-        B = len(feeds)
-        if B != self.rows:
-            raise DraftsimError(f"{B} feeds for a batch of {self.rows} rows")
-        lens = [len(f) for f in feeds]
-        N = max(lens) if lens else 0
+        B, lens, N = feed_lengths(feeds, self.rows)
         if N == 0:
-            return ([None] * B, [None] * B) if hidden else [None] * B
+            return split_rows(None, None, [0] * B, hidden)
         Bb, Nb = bucket(B, bucket(self.capacity)), bucket(N)
         need = max(len(r) + Nb for r in self.ids)
         if need > self.tokens:
@@ -206,12 +197,7 @@ class StaticKV:
         logits, states = self._run(ids, pos, allowed, rows, hidden)
         for r, f in enumerate(feeds):
             self.ids[r].extend(int(t) for t in f)
-        out, out_h, at = [], [], 0
-        for r in range(B):
-            out.append(logits[at: at + keep[r]] if keep[r] else None)
-            out_h.append(states[at: at + keep[r]] if keep[r] and hidden else None)
-            at += keep[r]
-        return (out, out_h) if hidden else out
+        return split_rows(logits, states, keep, hidden)
 
     def attend(self, tokens: Sequence[int], positions: Sequence[int], allowed, keep: int):
         """Batch of one with the caller's attention pattern (tree attention): as
@@ -290,12 +276,7 @@ class StaticKV:
                 states_all = self._replay(ids, pos, write, allowed)
             else:
                 states_all = self._decoder(ids, pos, write, allowed)
-            states = logits = None
-            if rows:
-                rr = torch.as_tensor([r for r, _ in rows], device=dev)
-                jj = torch.as_tensor([j for _, j in rows], device=dev)
-                states = states_all[rr, jj]
-                logits = self.loaded.model.get_output_embeddings()(states).float()
+            logits, states = output_head(self.loaded, states_all, rows)
         return logits, states if hidden else None
 
     def _replay(self, ids, pos, write, allowed):

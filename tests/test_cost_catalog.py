@@ -104,7 +104,8 @@ def hardware(**kw) -> HardwareSpec:
     (dict(peak_flops={"bfloat16": 0}), "must be > 0"),
     (dict(peak_flops={"int4": 1e12}), "unknown dtype 'int4'"),
     (dict(memory=0), "memory must be > 0"),
-    (dict(mfu=1.2), "mfu must lie in \\(0, 1\\]"),
+    (dict(mfu=1.2), "mfu must lie in \\[1e-06, 1\\]"),
+    (dict(mfu=1e-9), "mfu must lie in \\[1e-06, 1\\]; got 1e-09"),
     (dict(overhead=-1e-6), "overhead must be >= 0"),
 ])
 def test_hardware_record_checks(kw, match):

@@ -70,7 +70,8 @@ def test_kv_cache_per_device():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(hw="local-cpu", tp=2), "lists no interconnect"),
-    (dict(mfu=1.5), "mfu must lie in \\(0, 1\\]"),
+    (dict(mfu=1.5), "mfu must lie in \\[1e-06, 1\\]"),
+    (dict(mbu=1e-320), "mbu must lie in \\[1e-06, 1\\]"),
     (dict(overhead=-1.0), "overhead"),
     (dict(tp=0), "tp"),
     (dict(pp=33), "pp"),

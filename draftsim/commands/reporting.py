@@ -218,14 +218,10 @@ def capacity_report(config, result, folder: Path) -> dict:
                     note=f"SLOs: {slo}; mean over {spec.replications} replication(s); tolerance {settings.tolerance:.0%}.")]
     subtitle = f"{spec.kind} capacity at {slo}"
     if settings.load is not None:
-        from draftsim.commands.sweeping import _fewest_devices
-
-        best = _fewest_devices(result.table, spec.axes)
+        best = cap.fewest_devices(result.table, spec.axes)
         if best is not None:
             subtitle += f"; fewest devices for {settings.load:g} req/s: {best}"
-    from draftsim.commands.sweeping import _cheapest
-
-    cheapest = _cheapest(result.table, spec.axes)
+    cheapest = cap.cheapest(result.table, spec.axes)
     if cheapest is not None:
         subtitle += f"; cheapest per output token: {cheapest}"
     figures = [Figure("Capacity of each configuration", copy_figure(result.figure, folder, "capacity.png"))] if result.figure else []

@@ -357,10 +357,10 @@ def run_capacity(args: argparse.Namespace) -> int:
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
     if settings.load is not None:
-        best = _fewest_devices(result.table, spec.axes)
+        best = cap.fewest_devices(result.table, spec.axes)
         if best is not None:
             print(f"fewest devices for {settings.load:g} requests/s: {best}")
-    cheapest = _cheapest(result.table, spec.axes)
+    cheapest = cap.cheapest(result.table, spec.axes)
     if cheapest is not None:
         print(f"cheapest per output token at capacity: {cheapest}")
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
@@ -368,27 +368,6 @@ def run_capacity(args: argparse.Namespace) -> int:
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return 0
-
-
-def _cheapest(table, axes) -> str | None:
-    """The configuration with the lowest cost per million output tokens at capacity (None without a price)."""
-    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("cost_per_million_tokens") is not None]
-    if not rows:
-        return None
-    r = min(rows, key=lambda r: r["cost_per_million_tokens"])
-    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
-    return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens at {r['capacity_qps']:.4g} req/s per replica"
-
-
-def _fewest_devices(table, axes) -> str | None:
-    """The configuration that meets the load on the fewest devices (ties: the cheaper per token, then the first)."""
-    rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("devices_for_load") is not None]
-    if not rows:
-        return None
-    key = lambda r: (r["devices_for_load"], r.get("cost_per_million_tokens") or 0.0)  # noqa: E731
-    r = min(rows, key=key)
-    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
-    return f"{where}: {r['replicas_for_load']:.0f} replica(s), {r['devices_for_load']:.0f} device(s), margin {r['load_margin']:+.0%}"
 
 
 def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
