@@ -215,3 +215,12 @@ def test_a_bad_report_folder_is_refused_first(tmp_path, capsys, command):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "exists and is not a folder" in err and str(bad) in err
     assert bad.read_text() == "x" and not (tmp_path / "out" / "results").exists()
+
+
+def test_a_refused_run_makes_no_report_folder(tmp_path, capsys):
+    """Options refused after parsing (a bad length distribution, a rate sweep with --qps) leave
+    no report folder behind."""
+    for extra in (["--qps", "4", "--prompt-len", "fixed:-3"], ["--qps", "4", "--sweep-qps", "1,2"]):
+        folder = tmp_path / "never"
+        assert main([*SERVE, *extra, "--report", str(folder)]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1 and not folder.exists()

@@ -269,14 +269,8 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
         a.output_file("--load-figure", config.load_figure, suffix=".png")
     a.distinct_outputs(("--timeline", config.timeline), ("--figure", config.figure), ("--load-figure", config.load_figure))
     serving = serving_config(config)
-    folder = None
-    if config.report is not None:
-        from draftsim.analysis.report import prepare_folder
-
-        check_workload(config)
-        folder = prepare_folder(config.report)
     if config.sweep_qps is not None:
-        return _sweep(config, serving, bar, folder)
+        return _sweep(config, serving, bar)
     arrivals, make = _workload_maker(config, config.qps)
     total = _expected_requests(config, config.qps)
     mean_output = parse_lengths(config.output_len, "--output-len").mean
@@ -285,6 +279,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
                    "give fewer --requests, a shorter --duration or fewer --replications")
     # validate the workload (lengths vs memory, trace columns) before the long part
     serving.check(make(np.random.default_rng(config.seed)))
+    folder = _report_folder(config)  # everything checked: made before the long work
     baseline = None
     speculates = serving.policy.n_models > 1
     with bar(total * config.replications * (2 if folder is not None and speculates else 1), "serving") as b:
@@ -388,7 +383,15 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
               + " ".join(f"{x:.3f}" for x in per_pos[:8]))
 
 
-def _sweep(config: ServeSimConfig, serving: ServingConfig, bar, folder=None) -> ServeSimResult:
+def _report_folder(config: ServeSimConfig):
+    if config.report is None:
+        return None
+    from draftsim.analysis.report import prepare_folder
+
+    return prepare_folder(config.report)
+
+
+def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResult:
     from draftsim.analysis.loadstudy import crossover, speedup_vs_load, sweep_qps
 
     if config.qps is not None:
@@ -411,6 +414,7 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, bar, folder=None) -> 
     a.check_budget(f"a sweep of {len(qps)} rates ({total:,} requests)", total * SECONDS_PER_REQUEST,
                    biggest * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output), "give fewer rates, --requests or --replications")
     serving.check(make(np.random.default_rng(config.seed), max(qps)))
+    folder = _report_folder(config)
     with bar(total, "sweeping") as b:
         rows = sweep_qps(serving, lambda rng, q: make(rng, q), qps, seed=config.seed, replications=config.replications, progress=b.update)
     cross = crossover(rows)
