@@ -46,11 +46,12 @@ def make_kv(loaded: LoadedModel, rows: int = 1, graphs: bool | None = None):
     from .statickv import StaticKV
 
     graphs = loaded.graphs if graphs is None else graphs
-    free = _STATIC_POOL.get((id(loaded), rows, graphs, loaded.static_tokens))
-    if free:
+    free = loaded.kv_pool.get((rows, graphs))
+    while free:
         kv = free.pop()
-        kv.ids = []
-        return kv
+        if kv.tokens >= loaded.static_tokens:  # one made for a longer setting serves too
+            kv.ids = []
+            return kv
     return StaticKV(loaded, rows, loaded.static_tokens, graphs=graphs)
 
 
@@ -95,8 +96,6 @@ def output_head(loaded: LoadedModel, hidden_states, rows: list):
     return loaded.model.get_output_embeddings()(states).float(), states
 
 
-#: Static caches handed back, by (model, rows, graphs, tokens): reused by :func:`make_kv`.
-_STATIC_POOL: dict = {}
 
 
 def release_kv(kv) -> None:
@@ -104,8 +103,7 @@ def release_kv(kv) -> None:
     from .statickv import StaticKV
 
     if isinstance(kv, StaticKV):
-        key = (id(kv.loaded), kv.capacity, kv.graphs_setting, kv.loaded.static_tokens)
-        pool = _STATIC_POOL.setdefault(key, [])
+        pool = kv.loaded.kv_pool.setdefault((kv.capacity, kv.graphs_setting), [])
         if kv not in pool and len(pool) < 4:
             pool.append(kv)
 

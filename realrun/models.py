@@ -27,7 +27,7 @@ import re
 import shutil
 import string
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..sim.errors import DraftsimError
@@ -81,6 +81,9 @@ class LoadedModel:
     static_tokens: int | None = None
     #: capture CUDA graphs on the static path (None: on a CUDA device)
     graphs: bool | None = None
+    #: static caches handed back (:func:`draftsim.realrun.kvcache.release_kv`), by (rows,
+    #: graphs): reused with their buffers and graphs; they go when the model goes
+    kv_pool: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def vocab_size(self) -> int:
