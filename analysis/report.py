@@ -27,10 +27,7 @@ import numpy as np
 from ..sim.errors import DraftsimError
 from ..sim.files import atomic_write_text
 
-__all__ = ["Table", "Figure", "Report", "prepare_folder", "headline", "REPORT_FILES"]
-
-#: What a report folder holds besides its figures.
-REPORT_FILES = ("report.html", "report.md")
+__all__ = ["Table", "Figure", "Report", "prepare_folder", "headline", "copy_figure"]
 
 
 @dataclass
