@@ -346,12 +346,16 @@ def _drafter_cost(meta: dict, steps: list) -> CostModel:
     return CallCost(secs / calls if calls else 0.0)
 
 
-def cache_layout(meta: dict, path) -> RaggedLayout:
+def cache_layout(meta: dict, path) -> RaggedLayout | None:
     """The real server's cache layout as its trace records it (traces written before it was
-    recorded ran with :class:`RaggedLayout`'s defaults, the only values the server has had)."""
+    recorded ran with :class:`RaggedLayout`'s defaults, the only values the server had then).
+    A static cache (``draftsim serve --static-cache``) keeps its rows compact, no stale slots:
+    None, each sequence priced at its own context."""
     cache = meta.get("cache") or {}
+    if cache.get("layout") == "static":
+        return None
     if cache.get("layout", "ragged") != "ragged":
-        raise DraftsimError(f"serving trace {path}: cache layout {cache.get('layout')!r} is not one check-serve knows (ragged)")
+        raise DraftsimError(f"serving trace {path}: cache layout {cache.get('layout')!r} is not one check-serve knows (ragged, static)")
     try:
         return RaggedLayout(float(cache.get("compact_ratio", RaggedLayout.compact_ratio)),
                             int(cache.get("compact_min", RaggedLayout.compact_min)))
@@ -381,8 +385,13 @@ def trace_priorities(meta: dict, by_id: list, path) -> np.ndarray:
         raise DraftsimError(f"serving trace {path}: the metadata's requests hold no valid priority ({err})") from None
 
 
-def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None) -> dict:
-    """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring)."""
+def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None, models=None) -> dict:
+    """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring).
+    ``models`` = (target, drafters, description): cost models to price the run with instead of
+    measurements of it (the catalog rooflines with their engine overheads: what serve-sim
+    predicts for the deployment without a profile); nothing is fitted to the run then."""
+    if models is not None and (profile is not None or costs_from is not None):
+        raise DraftsimError("give the catalog deployment (--hardware) or measured costs (--profile, --costs-from), not both")
     from ..realrun.servetrace import ServeTrace, run_record
 
     trace = ServeTrace(path)
@@ -399,10 +408,21 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
-    target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
-    drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
+    if models is not None:
+        target, drafters, what = models
+        overhead = None
+        if len(drafters) < policy.n_models - 1:
+            raise DraftsimError(f"serving trace {path} drafts with {meta.get('drafter')}: give --drafter-model, the catalog model that "
+                                "prices its forwards")
+        drafters = list(drafters)[: policy.n_models - 1]
+    else:
+        target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
+        drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
     by_id = sorted(reqs, key=lambda r: r.request)
     kv_tokens = meta.get("kv_tokens")
+    if kv_tokens is None and models is not None:  # the server ran without a pool: one no request can fill, not the hardware's
+        sched = trace_scheduler(meta, path)
+        kv_tokens = sum(r.prompt_tokens + r.output_tokens + policy.max_draft + 1 + sched.block_size for r in reqs)
     cfg = ServingConfig(policy, process, target, drafters, controller=controller, scheduler=trace_scheduler(meta, path),
                         layout=cache_layout(meta, path), kv_tokens=int(kv_tokens) if kv_tokens is not None else None)
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),

@@ -221,13 +221,21 @@ def drafter_names(option: str, names: list[str], neural_only: bool = False) -> l
         if name in seen:
             raise DraftsimError(f"{option} {name} is given twice; name each drafter once")
         seen.add(name)
-        if name in STATISTICAL_DRAFTERS:
+        if name.startswith("controlled"):
+            from draftsim.realrun.drafters import parse_controlled
+
+            if neural_only:
+                raise DraftsimError(f"{option} {name} is not a neural model; give distilled, tiny[:SEED], a checkpoint folder or a .gguf file")
+            _, model = parse_controlled(name)
+            if model is not None:
+                model_name(f"{option} {name}: the cost model", model)
+        elif name in STATISTICAL_DRAFTERS:
             if neural_only:
                 raise DraftsimError(f"{option} {name} is not a neural model; give distilled, tiny[:SEED], a checkpoint folder or a .gguf file")
         elif name != "distilled":
             if not (name == "tiny" or name.startswith(("tiny:", "random:")) or name == "smollm2" or Path(name).expanduser().exists()):
                 raise DraftsimError(f"{option} {name!r}: unknown drafter; use maxgram, bigram, ngram, suffix, distilled (draftsim distill), "
-                                    "tiny[:SEED], random:NAME[:SEED], a checkpoint folder or a .gguf file")
+                                    "tiny[:SEED], random:NAME[:SEED], controlled:R[@MODEL], a checkpoint folder or a .gguf file")
             model_name(option, name)
     return names
 

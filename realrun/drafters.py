@@ -147,6 +147,27 @@ class Drafter:
         (a no-op but for :class:`Controlled`)."""
         return None
 
+    #: Whether :meth:`prepare` must see every prompt's continuation before the drafter proposes.
+    needs_continuations = False
+
+    @property
+    def batch_model(self):
+        """The model whose batched forwards the drafter's proposals cost in batched serving
+        (:class:`draftsim.realrun.serving.Server`: one forward per draft position over the rows
+        still drafting, with a KV cache of its own): a neural drafter's own model; the
+        controlled drafter's cost model; else None (a lookup's time is its own)."""
+        return self.loaded if self.neural else None
+
+    def model_ids(self, ids: Sequence[int]) -> list:
+        """Target token ids as :attr:`batch_model` reads them (the same ids but for
+        :class:`Controlled`, whose cost model's vocabulary may be smaller than the target's)."""
+        return ids
+
+    def serve_proposal(self, context: Sequence[int], k: int, prompt_len: int) -> list | None:
+        """Batched serving: the tokens this drafter proposes when its :attr:`batch_model`'s
+        forwards only cost time (the controlled drafter), else None (the model's own argmax)."""
+        return None
+
 
 def one_hot_rows(vocab: int, tokens: Sequence[int], conf=None) -> Rows:
     """Sparse one-hot rows for a deterministic drafter's ``tokens`` (none: an empty proposal)."""
@@ -496,6 +517,7 @@ class Controlled(Drafter):
     rejection sampler is for. Greedy decoding only (a sampled target has no one continuation)."""
 
     name = "controlled"
+    needs_continuations = True
 
     def __init__(self, vocab: int, rates: Sequence[float], cost=None, seed: int = 0, name: str | None = None):
         self.vocab = int(vocab)
@@ -509,21 +531,41 @@ class Controlled(Drafter):
             self.name = name
 
     def prepare(self, prompt, continuation) -> None:
-        self.refs[tuple(int(t) for t in prompt)] = [int(t) for t in continuation]
+        """Record ``continuation`` for ``prompt`` (the longest one given, when a prompt comes twice)."""
+        key = tuple(int(t) for t in prompt)
+        if len(continuation) >= len(self.refs.get(key, ())):
+            self.refs[key] = [int(t) for t in continuation]
 
-    def propose(self, context, k, prompt_len=None):
+    @property
+    def batch_model(self):
+        return self.cost
+
+    def model_ids(self, ids):
+        # the cost model reads target ids folded into its own vocabulary (its output is never used)
+        v = self.cost.vocab_size if self.cost is not None else self.vocab
+        return ids if v >= self.vocab else [int(t) % v for t in ids]
+
+    def serve_proposal(self, context, k, prompt_len):
+        return self._proposal(context, k, prompt_len)
+
+    def _proposal(self, context, k, prompt_len) -> list:
+        """The kept prefix of the recorded continuation, then one wrong token (see the class docstring)."""
         if prompt_len is None:
             raise DraftsimError("the controlled drafter needs to know where the prompt ends")
         ref = self.refs.get(tuple(int(t) for t in context[:prompt_len]))
         if ref is None:
             raise DraftsimError("the controlled drafter has no recorded continuation of this prompt: it drafts in draftsim run "
-                                "(greedy), which decodes each prompt autoregressively first")
+                                "and draftsim serve (greedy), which decode each prompt autoregressively first")
         at = len(context) - prompt_len
         tokens, kept = [], True
         for j in range(min(k, max(len(ref) - at, 0))):
             kept = kept and bool(self.rng.random() < self.rates[min(j, len(self.rates) - 1)])
             true = ref[at + j]
             tokens.append(true if kept else (true + 1) % self.vocab)
+        return tokens
+
+    def propose(self, context, k, prompt_len=None):
+        tokens = self._proposal(context, k, prompt_len)
         self._spend(context, len(tokens))
         return tokens, one_hot_rows(self.vocab, tokens)
 
@@ -533,7 +575,7 @@ class Controlled(Drafter):
             return
         import torch
 
-        ids = torch.tensor([[int(context[-1])]], device=self.cost.device)
+        ids = torch.tensor([self.model_ids(context[-1:])], device=self.cost.device)
         with torch.inference_mode():
             for _ in range(n):
                 self.cost.model(ids)

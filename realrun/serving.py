@@ -73,7 +73,7 @@ from ..sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
 from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
-from .kvcache import BatchKV, make_kv
+from .kvcache import BatchKV, make_kv, release_kv
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
@@ -322,6 +322,8 @@ class Server:
             check_drafters(target, [drafter])
             if drafter.head is not None:
                 raise DraftsimError("batched serving does not run acceptance heads")
+            if drafter.needs_continuations and not sampling.greedy:
+                raise DraftsimError(f"drafter {drafter.name} proposes the target's greedy output; serve it at temperature 0")
         if not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
             raise DraftsimError(f"max_batch must be an integer >= 1; got {max_batch!r}")
         self.target, self.drafter, self.controller = target, drafter, controller
@@ -332,6 +334,31 @@ class Server:
         self.max_draft = self.policy.max_draft
         self.scheduling = server_scheduler(self.max_batch, scheduling, block_size)
         self.pool = server_pool(kv_tokens, block_size, self.max_draft)
+
+    @property
+    def models(self) -> list[LoadedModel]:
+        """The models the server runs forwards of: the target, then the drafter's batch model
+        (:attr:`draftsim.realrun.drafters.Drafter.batch_model`) if it has one."""
+        draft = self.drafter.batch_model if self.drafter is not None else None
+        return [self.target] + ([draft] if draft is not None else [])
+
+    def _record_continuations(self, requests: Sequence[ServeRequest]) -> None:
+        """Before the clock: every distinct prompt's greedy continuation, decoded by an
+        autoregressive server of the same target and batch limit (all requests at once), for a
+        drafter that proposes the target's own output (the controlled drafter). Batched, as the
+        timed run is: its rows see the same batched arithmetic, so a near-tie decides alike more
+        often than against single-sequence decoding."""
+        longest: dict = {}
+        for r in requests:
+            if r.max_new_tokens > longest.get(r.prompt, (0, None))[0]:
+                longest[r.prompt] = (r.max_new_tokens, r)
+        probe = [ServeRequest(i, 0.0, prompt, n) for i, (prompt, (n, _)) in enumerate(longest.items())]
+        ar = Server(self.target, None, Autoregressive(), max_batch=self.max_batch, seed=self.seed, stop_at_eos=self.stop_at_eos,
+                    clock=self.clock, sleep=lambda _: None)
+        log = ar.run(probe, check=False)
+        release_kv(ar.kv)  # a static cache goes back to its model's pool: the timed server takes it, graphs and all
+        for r in probe:
+            self.drafter.prepare(r.prompt, log.outputs[r.id])
 
     @property
     def layout(self) -> RaggedLayout:
@@ -352,7 +379,7 @@ class Server:
         requests = sorted(requests, key=lambda r: (r.arrival, r.id))
         if check:
             check_requests(self.target, requests)
-            models = [self.target] + ([self.drafter.loaded] if self.drafter is not None and self.drafter.neural else [])
+            models = self.models
             check_memory(models, requests, self.max_batch, self.max_draft)
         if self.pool is not None:
             longest = max(requests, key=lambda r: len(r.prompt) + r.max_new_tokens)
@@ -366,7 +393,10 @@ class Server:
         arrived = 0  # requests[:arrived] have reached the scheduler
         live: list[_Live] = []  # the running requests, in the caches' row order (the scheduler's running order)
         self.kv = make_kv(self.target, self.max_batch)
-        self.dkv = make_kv(self.drafter.loaded, self.max_batch) if self.drafter is not None and self.drafter.neural else None
+        draft_model = self.models[1] if len(self.models) > 1 else None
+        self.dkv = make_kv(draft_model, self.max_batch) if draft_model is not None else None
+        if self.drafter is not None and self.drafter.needs_continuations:
+            self._record_continuations(requests)
         self._warm_up()  # a process's first calls set up its libraries and memory: not the first requests' time
         self.start = self.clock()
         while arrived < n or scheduler.running or scheduler.waiting:
@@ -405,7 +435,7 @@ class Server:
         for kv in (self.kv, self.dkv):  # static caches on a CUDA device: every step's shape captured as a graph now
             if kv is not None and getattr(kv, "graphs", False):
                 kv.precapture(self.max_draft + 1)
-        for loaded in [self.target] + ([self.drafter.loaded] if self.dkv is not None else []):
+        for loaded in self.models:
             kv = make_kv(loaded, 2, graphs=False)
             kv.add_rows(2)
             kv.forward([[kv.pad] * 64, [kv.pad] * 3], [1, 1])
@@ -511,7 +541,7 @@ class Server:
 
     def _draft(self, live: list) -> _Round:
         """Every running sequence's draft: its policy's draft length, capped by the controller
-        and its budget, proposed by the drafter (statistical: per sequence; neural: batched)."""
+        and its budget, proposed by the drafter (statistical: per sequence; a model's: batched)."""
         rnd = _Round()
         if not live:
             return rnd
@@ -524,7 +554,7 @@ class Server:
         rnd.ks = [_capped(self.controller, len(live), k, mean_ctx) for k in rnd.ks]
         if self.drafter is None or max(rnd.ks) == 0:
             rnd.drafts = [([], []) for _ in live]
-        elif self.drafter.neural:
+        elif self.drafter.batch_model is not None:
             rnd.drafts, rnd.draft_seconds = self._draft_neural(live, rnd.ks)
         else:
             c0 = self._synced()
@@ -563,7 +593,7 @@ class Server:
         if not joiners:
             return joined
         joined.kv = make_kv(self.target, len(joiners), graphs=False)  # caches used once: no graphs to capture
-        joined.dkv = make_kv(self.drafter.loaded, len(joiners), graphs=False) if self.dkv is not None else None
+        joined.dkv = make_kv(self.models[1], len(joiners), graphs=False) if self.dkv is not None else None
         c0 = self._synced()
         for r in joiners:
             one = make_kv(self.target, 1, graphs=False)
@@ -572,9 +602,9 @@ class Server:
             joined.tokens.append(len(r.context))
             joined.kv.merge(one)
             if joined.dkv is not None:
-                one = make_kv(self.drafter.loaded, 1, graphs=False)
+                one = make_kv(self.models[1], 1, graphs=False)
                 one.add_rows(1)
-                one.forward([r.context[:-1]], [0])
+                one.forward([self.drafter.model_ids(r.context[:-1])], [0])
                 joined.dkv.merge(one)
         joined.seconds = self._synced() - c0
         return joined
@@ -642,12 +672,20 @@ class Server:
         return tokens, q
 
     def _draft_neural(self, live: list, ks: list):
-        """Batched drafting: one forward of the drafter per draft position over the rows still
-        drafting (first position: each row catches up on the tokens it has not seen)."""
+        """Batched drafting: one forward of the drafter's model per draft position over the rows
+        still drafting (first position: each row catches up on the tokens it has not seen). A
+        drafter whose forwards only cost time (:meth:`~draftsim.realrun.drafters.Drafter.serve_proposal`:
+        the controlled drafter) proposes its own tokens; the forwards run all the same."""
         B = len(live)
         tokens = [[] for _ in range(B)]
         qs = [[] for _ in range(B)]
+        given = [self.drafter.serve_proposal(r.context, k, len(r.req.prompt)) if k else None for r, k in zip(live, ks)]
+        if any(g is not None for g in given):
+            ks = [len(g) if g is not None else 0 for g in given]
         active = [k > 0 for k in ks]
+        if not any(active):
+            return [(t, q) for t, q in zip(tokens, qs)], 0.0
+        ids = self.drafter.model_ids
         seconds = 0.0
         for j in range(max(ks)):
             feeds = []
@@ -655,10 +693,10 @@ class Server:
                 if not active[i]:
                     feeds.append([])
                 elif j == 0:
-                    keep = self.dkv.rollback(i, r.context, len(r.context) - 1)
-                    feeds.append(r.context[keep:])
+                    keep = self.dkv.rollback(i, ids(r.context), len(r.context) - 1)
+                    feeds.append(ids(r.context[keep:]))
                 else:
-                    feeds.append([tokens[i][-1]])
+                    feeds.append(ids(tokens[i][-1:]))
             if j == 0:
                 self.dkv.trim()
             c0 = self._synced()
@@ -668,7 +706,9 @@ class Server:
                 if not active[i]:
                     continue
                 logits = rows[i][0]
-                if self.sampling.greedy:
+                if given[i] is not None:
+                    tok, conf = given[i][j], 1.0
+                elif self.sampling.greedy:
                     tok = int(logits.argmax())
                     conf = 1.0
                     if self.has_stop:

@@ -769,3 +769,70 @@ def test_a_hand_edited_serving_trace_is_one_line(served, tmp_path, capsys, field
     assert main(["check-serve", str(copy)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+# ---------------------------------------------------------------- controlled acceptance in batched serving (issue 28)
+
+def test_the_controlled_drafter_serves_losslessly_at_its_rate_with_batched_cost_forwards(target):
+    """``draftsim serve`` with the controlled drafter: before the clock an autoregressive pass
+    records each prompt's greedy continuation; then every draft position costs one batched
+    forward of the cost model (over the rows still drafting), the proposals are the recorded
+    continuation kept at the prescribed rate, and the output is the target's own."""
+    from draftsim.realrun.drafters import Controlled
+
+    cost = load_model("tiny:2")
+    calls = []
+    decoder = cost.model.get_decoder()  # the caches call the decoder, then the output head on the rows they keep
+    hook = decoder.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        drafter = Controlled(target.vocab_size, [0.8], cost, seed=5)
+        reqs = [ServeRequest(i, 0.002 * i, ids(target, TEXTS[i % len(TEXTS)]), 30) for i in range(12)]
+        clock = FakeClock()
+        server = Server(target, drafter, P.FixedK(4), max_batch=4, clock=clock, sleep=clock.sleep, stop_at_eos=False)
+        log = server.run(reqs)
+    finally:
+        hook.remove()
+    for r in reqs:
+        assert log.outputs[r.id] == own_greedy(target, r.prompt, r.max_new_tokens), r.id
+    rounds = [m for m in log.members if not m.prefill and m.drafted]
+    # conditional acceptance at position 1: rounds that accepted >= 1 of those that drafted >= 1
+    first = np.mean([m.accepted >= 1 for m in rounds])
+    deeper = [m.accepted >= 2 for m in rounds if m.accepted >= 1 and m.drafted >= 2]
+    n = len(rounds)
+    assert n > 60 and abs(first - 0.8) < 4 * np.sqrt(0.16 / n), (first, n)
+    assert abs(np.mean(deeper) - 0.8) < 4 * np.sqrt(0.16 / len(deeper)), np.mean(deeper)
+    # one batched forward per draft position of each drafting step, batching the rows still drafting
+    drafting = [s for s in log.steps if s.drafted]
+    per_step = sum(max(m.drafted for m in log.members if m.step == s.step and not m.prefill) for s in drafting)
+    assert len(calls) >= per_step and max(calls) > 1
+    assert all(s.draft_seconds > 0 for s in drafting)
+    # sampling cannot follow a recorded greedy continuation
+    with pytest.raises(DraftsimError, match="temperature 0"):
+        Server(target, drafter, P.FixedK(4), sampling=Sampling(1.0))
+
+
+def test_serve_cli_runs_the_controlled_drafter_and_check_serve_replays_it(tmp_path, capsys):
+    from draftsim.cli import main
+
+    trace = tmp_path / "trace"
+    assert main(["serve", "--model", "tiny:1", "--drafter", "controlled:0.7@tiny:2", "--qps", "40", "--requests", "6",
+                 "--output-len", "fixed:16", "--max-batch", "3", "--trace", str(trace), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["drafter"] == "controlled:0.7@tiny:2" and out["spec_decode"]["num_drafts"] > 0
+    assert main(["check-serve", str(trace), "--json"]) == 0
+    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)}
+    assert np.isfinite(rows["throughput"]["predicted"])
+    # the same run priced by a catalog deployment's rooflines and overheads (no measurement of it): what serve-sim predicts
+    assert main(["check-serve", str(trace), "--hardware", "h100-sxm", "--target", "smollm2-135m", "--drafter-model", "smollm2-135m"]) == 0
+    text = capsys.readouterr().out
+    assert "catalog roofline of smollm2-135m on h100-sxm" in text and "throughput" in text
+    for args, fragment in ((["--hardware", "h100-sxm"], "tiny:1"), (["--hardware", "h100-sxm", "--profile", "p.json"], "not both")):
+        assert main(["check-serve", str(trace), *args]) == 2
+        err = capsys.readouterr().err.strip()
+        assert fragment in err and len(err.splitlines()) == 1, err
+    assert main(["serve", "--model", "tiny:1", "--drafter", "controlled:0.7@tiny:2", "--qps", "40", "--requests", "2",
+                 "--temperature", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--temperature 0" in err and len(err.splitlines()) == 1
+    assert main(["serve", "--model", "tiny:1", "--drafter", "controlled:0.7@nope", "--qps", "40", "--requests", "2"]) == 2
+    assert "nope" in capsys.readouterr().err

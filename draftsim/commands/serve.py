@@ -25,7 +25,8 @@ class ServeConfig:
 
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file",
                          aliases=("--model",))
-    drafter: str = option("maxgram", "maxgram (default), bigram, distilled, a neural model, or none")
+    drafter: str = option("maxgram", "maxgram (default), bigram, ngram, suffix, distilled, a neural model, controlled:R[@MODEL] "
+                                     "(prescribed acceptance R, each draft token costing a batched forward of MODEL), or none")
     policy: str | None = option(help="sim policy of one drafter (default fixed:k=4; ar without a drafter)")
     controller: str = option("none", "speculation controller per step (sim.controllers; default none)")
     qps: float | None = option(help="mean arrival rate, requests/s", type=a.positive("qps"))
@@ -66,15 +67,18 @@ class CheckServeConfig:
     vllm_result: str | None = option(help="a vllm bench serve --save-result --save-detailed file as the measurement: its workload "
                                      "replayed in serve-sim on --target/--hardware (a speculative run: with --drafter-model and the "
                                      "file's per-position acceptance)", metavar="FILE", group="vLLM result")
-    target: str | None = option(help="with --vllm-result: the served model (catalog name or config.json)", metavar="MODEL", group="vLLM result")
-    hardware: str | None = option(help="with --vllm-result: the catalog hardware it ran on", metavar="HW", group="vLLM result")
-    tp: int = option(1, "with --vllm-result: tensor-parallel devices (default 1)", type=a.count("tp", 1, 1024), group="vLLM result")
-    dtype: str = option("bfloat16", "with --vllm-result: dtype (default bfloat16)", group="vLLM result")
-    drafter_model: list[str] | None = option(help="with --vllm-result of a speculative run: its drafting method or model", append=True,
-                                             metavar="MODEL", group="vLLM result")
-    overheads: str = option("vllm", "with --vllm-result: engine overheads on the rooflines (default vllm)", group="vLLM result")
-    catalog: list[str] = option([], "with --vllm-result: extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
-                                group="vLLM result")
+    target: str | None = option(help="with --vllm-result or --hardware: the served model (catalog name or config.json; default for a "
+                                "trace: its target, random:NAME as NAME)", metavar="MODEL", group="catalog deployment")
+    hardware: str | None = option(help="the catalog hardware the run served on: with --vllm-result; with a TRACE, price it by the catalog rooflines "
+                                  "and engine overheads instead of measured costs", metavar="HW", group="catalog deployment")
+    tp: int = option(1, "tensor-parallel devices (default 1)", type=a.count("tp", 1, 1024), group="catalog deployment")
+    dtype: str = option("bfloat16", "dtype (default bfloat16)", group="catalog deployment")
+    drafter_model: list[str] | None = option(help="a speculative run's drafting method or model (default for a trace: its "
+                                             "drafter's model, a controlled drafter's cost model)", append=True,
+                                             metavar="MODEL", group="catalog deployment")
+    overheads: str = option("vllm", "engine overheads on the rooflines (default vllm)", group="catalog deployment")
+    catalog: list[str] = option([], "extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
+                                group="catalog deployment")
     profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
     prefill_profile: str | None = option(help="a second profile that prices the joiners' prefills (batch 1, new tokens up to the "
                                          "longest prompt, its last-row table): the step grid then needs no long calls "
@@ -231,6 +235,8 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
         server_pool(config.kv_tokens, config.block_size, policy.max_draft).check_request(int(prompt_tokens[i]), int(output_tokens[i]))
     if not np.all(np.isfinite(arrival)):
         raise DraftsimError("the workload has no arrival times; give --qps or a request trace with a time column")
+    if drafter_name is not None and drafter_name.startswith("controlled") and config.temperature != 0:
+        raise DraftsimError(f"--drafter {drafter_name} proposes the target's greedy output; give --temperature 0")
     sampling = Sampling(config.temperature, config.top_k)
     if config.threads:
         import torch
@@ -244,14 +250,14 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
         from draftsim.commands.running import static_cache
 
         longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
-        static_cache([target] + ([drafter.loaded] if drafter is not None and drafter.neural else []), longest + policy.max_draft + 1)
+        static_cache([target] + ([drafter.batch_model] if drafter is not None and drafter.batch_model is not None else []),
+                     longest + policy.max_draft + 1)
     server = Server(target, drafter, policy, controller, sampling, max_batch=config.max_batch, seed=config.seed,
                     stop_at_eos=config.eos, scheduling=config.scheduling, kv_tokens=config.kv_tokens, block_size=config.block_size)
     if server.pool is not None:
         longest = max(requests, key=lambda r: len(r.prompt) + r.max_new_tokens)
         server.pool.check_request(len(longest.prompt), longest.max_new_tokens)
-    models = [target] + ([drafter.loaded] if drafter is not None and drafter.neural else [])
-    check_memory(models, requests, config.max_batch, server.max_draft)
+    check_memory(server.models, requests, config.max_batch, server.max_draft)
     import torch
 
     meta = {
@@ -263,7 +269,8 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
                      "prompt_len": config.prompt_len, "output_len": config.output_len, "prompts": sets},
         "model": model_fingerprint(target), "machine": machine_fingerprint(target.device), "device": target.device,
         "threads": torch.get_num_threads(), "load_average_start": list(os.getloadavg()),
-        "cache": {"layout": "ragged", "compact_ratio": server.layout.compact_ratio, "compact_min": server.layout.compact_min},
+        "cache": ({"layout": "static", "static_tokens": target.static_tokens} if config.static_cache else
+                  {"layout": "ragged", "compact_ratio": server.layout.compact_ratio, "compact_min": server.layout.compact_min}),
     }
     writer = ServeTraceWriter(config.trace, meta) if config.trace else None
     total = sum(r.max_new_tokens for r in requests)
@@ -325,9 +332,44 @@ def check_serve(config: CheckServeConfig) -> CheckServeResult:
     if config.vllm_result is not None:
         out = _check_vllm(config)
     else:
-        out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile)
+        models = _catalog_models(config) if config.hardware else None
+        out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile, models=models)
     rows = [CheckRow(r["metric"], r["predicted"], r["measured"], r["relative_error"]) for r in out["metrics"]]
     return CheckServeResult(out["path"], out["target"], out["drafter"], out["policy"], out["requests"], out["costs"], rows, out)
+
+
+def catalog_name(model: str | None) -> str | None:
+    """The catalog entry a served model stands for: ``random:NAME[:SEED]`` is NAME's shape; the
+    controlled drafter's cost model is the model after its ``@``; other names as they are."""
+    if model is None:
+        return None
+    if model.startswith("controlled"):
+        model = model.partition("@")[2] or None
+        if model is None:
+            return None
+    if model.startswith("random:"):
+        return model.split(":")[1]
+    return model
+
+
+def _catalog_models(config: CheckServeConfig):
+    """A trace priced on the catalog deployment (--hardware): the target's and the drafter's
+    rooflines with engine overheads, named by the options or read from the trace."""
+    from draftsim.realrun.servetrace import ServeTrace
+
+    from .servesim import ServeSimConfig
+
+    if config.profile is not None or config.costs_from is not None:
+        raise DraftsimError("give --hardware (the catalog deployment) or --profile/--costs-from (measured costs), not both")
+    meta = ServeTrace(config.trace).metadata
+    target = config.target or catalog_name(meta.get("target"))
+    drafters = config.drafter_model or ([d] if (d := catalog_name(meta.get("drafter"))) else None)
+    ssc = ServeSimConfig(target=target, hardware=config.hardware, tp=config.tp, dtype=config.dtype, drafter_model=drafters,
+                         overheads=config.overheads, catalog=list(config.catalog))
+    built = ssc.assembly()
+    what = (f"catalog roofline of {target} on {config.hardware} (overheads {config.overheads}; not calibrated)"
+            + (f", drafter {', '.join(drafters)}" if drafters else ""))
+    return built.target, built.drafters, what
 
 
 def _check_vllm(config: CheckServeConfig) -> dict:
