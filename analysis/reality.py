@@ -174,12 +174,16 @@ def _price_prefill(trace: RunTrace, calls: dict, profiles, measured: float) -> t
 
 def _check_machine(trace: RunTrace, profiles) -> None:
     """Refuse a profile measured on another machine than the run (when both say), and one
-    of the serving loop's forward path (single-stream runs call the model itself)."""
+    of another forward path than the run's (single-stream runs call the model itself; with
+    ``--static-cache``, through the static cache: ``profile --path server-static``)."""
     here = trace.metadata.get("machine")
+    static = trace.metadata.get("cache") == "static"
+    want = "server-static" if static else "model"
     for prof in profiles:
-        if prof.path != "model":
-            raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs are "
-                                "priced by a profile of the model's own call (draftsim profile --path model)")
+        if prof.path != want:
+            raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs "
+                                f"{'with a static cache ' if static else ''}are priced by a profile of "
+                                f"{'that cache' if static else 'the model' + chr(39) + 's own call'} (draftsim profile --path {want})")
         if here:
             prof.check_fingerprint(machine=here)
 

@@ -310,8 +310,13 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
                 raise DraftsimError(f"the prefill profile {prefill_profile} must start its batch axis at 1 and its context axis at "
                                     "0 and hold a last-row table (draftsim profile --batch 1 --context 0 ...)")
         paths = {base.path} | ({prefill.path} if prefill is not None else set())
+        static = (meta.get("cache") or {}).get("layout") == "static"
+        if static != (base.path == "server-static"):
+            raise DraftsimError(f"the profile {profile} times the {base.path!r} path but the run used "
+                                f"{'the static cache (profile --path server-static)' if static else 'the ragged cache (profile --path server)'}")
         what = f"profile {profile}" + (f", prefills from {prefill_profile}" if prefill is not None else "") + (
-            "" if paths == {"server"} else " (of the model's own call: the server's forward adds its ragged mask; profile --path server)")
+            "" if paths <= {"server", "server-static"} else
+            " (of the model's own call: the server's forward adds its ragged mask; profile --path server)")
     elif costs_from is not None:
         from ..realrun.servetrace import ServeTrace
 

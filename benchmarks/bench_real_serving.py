@@ -3,6 +3,7 @@
     python benchmarks/bench_real_serving.py [--out DIR] [--threads 1] [--requests 20] [--output-len 32]
                                             [--profile PROFILE.json] [--skip fidelity,batching,sweep]
                                             [--device cpu|cuda] [--dtype float32|bfloat16] [--repeats 3]
+                                            [--drafter controlled:0.8@MODEL --k 4] [--static-cache] [--hardware HW]
 
 Every run is a ``draftsim`` command (printed before it runs), so each number can be
 reproduced alone. Steps:
@@ -25,6 +26,13 @@ reproduced alone. Steps:
 6. **sweep** — a QPS sweep with and without speculation, real and predicted side by side:
    the speedup of speculation (E2E p50 without / with, and throughput with / without) against
    load, and where it crosses 1 (figure ``serving_crossover.png``).
+
+The speculative runs draft with Max-Gram unless ``--drafter`` names another (then ``--k`` is
+required: the planner's α and c are Max-Gram's); ``--static-cache`` serves through static caches
+and profiles that path (``profile --path server-static``); ``--hardware HW`` also checks every
+fidelity run against the catalog roofline of ``--model`` on HW with engine overheads and no
+measurement (``check-serve --hardware``). ``benchmarks/gpu_fidelity.py`` runs this with the
+controlled drafter on random-weight catalog models for the GPU study.
 
 Prints tables; writes ``results.json`` and the figure to ``--out``. The CPU may be shared:
 ``uptime`` is printed with every table, and the numbers are only as steady as the machine.
@@ -69,6 +77,8 @@ def serve_args(a, qps: float, drafter: str, policy: str, trace: Path | None, max
     if a.threads:
         args += ["--threads", str(a.threads)]
     args += device_args(a)
+    if a.static_cache:
+        args += ["--static-cache"]
     if trace is not None:
         args += ["--trace", str(trace)]
     return args
@@ -104,9 +114,12 @@ def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
     return sh(serve_args(a, qps, drafter, policy, trace), log)
 
 
-def check(a, trace: Path, log, profile: bool = True) -> dict:
-    """check-serve of a trace: costs from the profile, or (``profile=False``) fitted to the run's own calls."""
+def check(a, trace: Path, log, profile: bool | str = True) -> dict:
+    """check-serve of a trace: costs from the profile, (``profile=False``) fitted to the run's own
+    calls, or (``profile="roofline"``) the catalog rooflines with engine overheads on ``--hardware``."""
     given = ["--profile", str(a.profile)] + (["--prefill-profile", str(a.prefill_profile)] if a.prefill_profile else [])
+    if profile == "roofline":
+        given = ["--hardware", a.hardware, "--dtype", a.dtype or "float32"]
     out = sh(["check-serve", str(trace), *(given if profile else []), "--json"], log)
     return {r["metric"]: r for r in out}
 
@@ -159,6 +172,13 @@ def table(rows: list[list], headers: list[str]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2")
+    p.add_argument("--drafter", default="maxgram", help="the speculative runs' drafter (default maxgram; e.g. "
+                   "controlled:0.8@random:llama-3.2-1b: prescribed acceptance, each draft token a batched forward of the cost model; "
+                   "other than maxgram, give --k)")
+    p.add_argument("--static-cache", action="store_true", help="serve through static caches (CUDA graphs on a GPU) and profile "
+                   "that path (profile --path server-static)")
+    p.add_argument("--hardware", help="also price every checked run by the catalog roofline of --model on this catalog hardware, "
+                   "with engine overheads and no measurement (check-serve --hardware): its error beside the profile's")
     p.add_argument("--out", default=str(ROOT / "figures" / "real-serving"))
     p.add_argument("--profile", help="the server-path profile of the steps (default: taken here)")
     p.add_argument("--prefill-profile", help="the server-path profile of the prefills (default: taken here, unless --profile)")
@@ -202,7 +222,8 @@ def main() -> int:
                                       "--repeats", "5"]))
         for path, grid in grids:
             if not Path(path).exists():
-                args = ["profile", "--model", a.model, "--path", "server", "--out", path, *grid, "--json"]
+                args = ["profile", "--model", a.model, "--path", "server-static" if a.static_cache else "server", "--out", path, *grid,
+                        "--json"]
                 if a.threads:
                     args += ["--threads", str(a.threads)]
                 sh(args + device_args(a), log)
@@ -211,6 +232,8 @@ def main() -> int:
     prof = load_profile(a.profile, extrapolate="clamp")
 
     # 2. plan
+    if a.drafter != "maxgram" and a.k is None:
+        raise SystemExit(f"--drafter {a.drafter}: give --k (the planner's alpha and c are Max-Gram's)")
     from draftsim.sim.plan import PlannedDrafter, plan
     from draftsim.sim.traces import EMBEDDED_TRACE, Trace
 
@@ -224,6 +247,8 @@ def main() -> int:
     verify = (t / t[0]).tolist()
     best = [s for s in plan([PlannedDrafter("maxgram", alpha, c)], k_max=16, verify=verify) if s.kind in ("sd", "autoregressive")][0]
     k = a.k or int(best.params["k"])
+    if a.drafter != "maxgram":
+        results["plan_note"] = f"k = {k} given (--k); the plan above is Max-Gram's, not {a.drafter}'s"
     policy = f"fixed:k={k}"
     results["plan"] = {"alpha": alpha, "c": c, "verify": verify, "k": k, "ewif": best.ewif}
     print(f"planner: Max-Gram alpha {alpha:.3f} (embedded trace), c {c:.4f}, target v(2..4) = "
@@ -234,7 +259,7 @@ def main() -> int:
     # 3. capacity: every request at once
     sat = None
     if a.capacity is None or "batching" not in skip:
-        sat = sh(serve_args(a, 1000.0, "maxgram", policy, None), log)
+        sat = sh(serve_args(a, 1000.0, a.drafter, policy, None), log)
         print(f"saturated speculative serving: {sat['throughput']:.2f} tokens/s, {sat['request_throughput']:.3f} requests/s (load {uptime()})")
     capacity = a.capacity or sat["request_throughput"]
     results["capacity"] = {"request_throughput": capacity, "throughput": sat["throughput"] if sat else None, "uptime": uptime()}
@@ -244,11 +269,16 @@ def main() -> int:
         fid = []
         for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
             trace = out / f"trace-{name}"
-            real = served(a, trace, f * capacity, "maxgram", policy, log)
+            real = served(a, trace, f * capacity, a.drafter, policy, log)
             fid.append({"load": name, "qps": f * capacity, "real": real, "check": check(a, trace, log),
                         "check_fit": check(a, trace, log, profile=False), "uptime": uptime()})
+            if a.hardware:
+                fid[-1]["check_roofline"] = check(a, trace, log, profile="roofline")
         results["fidelity"] = {"runs": fid}
-        for key, what in (("check", f"costs from the profile {a.profile}"), ("check_fit", "costs fitted to each run's own calls (in-sample)")):
+        kinds = [("check", f"costs from the profile {a.profile}"), ("check_fit", "costs fitted to each run's own calls (in-sample)")]
+        if a.hardware:
+            kinds.append(("check_roofline", f"the catalog roofline with engine overheads on {a.hardware} (no measurement)"))
+        for key, what in kinds:
             text, summary = error_table(fid, key)
             print(f"\nfidelity, {what} (relative error %, predicted vs measured; load {uptime()})")
             print(text)
@@ -259,7 +289,7 @@ def main() -> int:
                 b = argparse.Namespace(**{**vars(a), "seed": a.seed + i})
                 for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
                     trace = out / f"trace-{name}-r{i}"
-                    real = served(b, trace, f * capacity, "maxgram", policy, log)
+                    real = served(b, trace, f * capacity, a.drafter, policy, log)
                     reps[name].append({"load": name, "qps": f * capacity, "real": real, "check": check(b, trace, log), "uptime": uptime()})
             text, summary = repeats_table(reps)
             print(f"\nfidelity over {a.repeats} repeats per load (costs from the profile; load {uptime()})")
@@ -270,8 +300,8 @@ def main() -> int:
     if "batching" not in skip:
         rows = []
         bat = {}
-        for label, drafter, pol in (("autoregressive", "none", "ar"), (f"maxgram {policy}", "maxgram", policy)):
-            batched = sat if drafter == "maxgram" else sh(serve_args(a, 1000.0, drafter, pol, None), log)
+        for label, drafter, pol in (("autoregressive", "none", "ar"), (f"{a.drafter} {policy}", a.drafter, policy)):
+            batched = sat if drafter == a.drafter else sh(serve_args(a, 1000.0, drafter, pol, None), log)
             single = sh(serve_args(a, 1000.0, drafter, pol, None, max_batch=1), log)
             ratio = batched["throughput"] / single["throughput"]
             bat[label] = {"batched": batched["throughput"], "single": single["throughput"], "ratio": ratio}
@@ -286,7 +316,7 @@ def main() -> int:
         sweep = []
         for f in loads:
             point = {"load": f, "qps": f * capacity}
-            for label, drafter, pol in (("spec", "maxgram", policy), ("ar", "none", "ar")):
+            for label, drafter, pol in (("spec", a.drafter, policy), ("ar", "none", "ar")):
                 trace = out / f"sweep-{label}-{f:g}"
                 real = served(a, trace, f * capacity, drafter, pol, log)
                 cmp = check(a, trace, log)

@@ -157,6 +157,7 @@ def measure(
         "prompt_set": sorted({p.set for p in prompts}), "max_new_tokens": max_new_tokens,
         "sampling": "greedy" if sampling.greedy else f"temperature={sampling.temperature:g},top_k={sampling.top_k}", "seed": seed,
         "machine": machine_fingerprint(target.device),
+        "cache": "static" if target.static_tokens else "dynamic",
     }
     writer = RunWriter(trace_dir, meta, resume=resume)
     mode = "greedy" if sampling.greedy else "sampled"

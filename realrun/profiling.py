@@ -88,8 +88,10 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
 #: loop's forward (:meth:`draftsim.realrun.kvcache.BatchKV.forward`: for several rows an
 #: explicit ragged attention mask and position ids per row; one row without stale slots is
 #: the model's plain causal call; the logit rows picked after the decoder), the calls
-#: ``draftsim serve`` makes and ``check-serve`` prices.
-PATHS = ("model", "server")
+#: ``draftsim serve`` makes and ``check-serve`` prices; ``server-static`` — the same loop
+#: through the static cache (:class:`draftsim.realrun.statickv.StaticKV`: fixed shapes, each
+#: shape a CUDA graph on a CUDA device), as ``draftsim serve --static-cache`` runs it.
+PATHS = ("model", "server", "server-static")
 
 
 class _ModelPath:
@@ -125,10 +127,10 @@ class _ServerPath:
     rejection. Without a context every call gets a fresh cache, as the server's prefills do."""
 
     def __init__(self, loaded, b: int, ids_c):
-        from .kvcache import BatchKV
+        from .kvcache import make_kv
 
         self.loaded, self.b, self.held = loaded, b, None
-        self.kv = BatchKV(loaded)
+        self.kv = make_kv(loaded, b)  # a static cache when the model has static_tokens (path server-static)
         self.kv.add_rows(b)
         if ids_c is not None:
             self.held = ids_c.tolist()
@@ -142,6 +144,9 @@ class _ServerPath:
 
     def undo(self, n: int) -> "_ServerPath":
         if self.held is None:
+            from .kvcache import release_kv
+
+            release_kv(self.kv)
             return _ServerPath(self.loaded, self.b, None)
         for r, held in enumerate(self.held):
             self.kv.rollback(r, held, len(held))
@@ -178,7 +183,9 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     seconds = np.zeros((len(batch), len(new_tokens), len(context)))
     spread = np.zeros_like(seconds)
     model = loaded.model
-    Caller = _ServerPath if path == "server" else _ModelPath
+    Caller = _ServerPath if path.startswith("server") else _ModelPath
+    static_before = loaded.static_tokens
+    loaded.static_tokens = context[-1] + new_tokens[-1] + 16 if path == "server-static" else None
 
     def grid(b: int, last_row: bool = False) -> np.ndarray:
         """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
@@ -214,6 +221,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
     # callers that keep fewer rows than they feed are priced without the rest
     last = grid(1, last_row=True)[..., 0] if batch[0] == 1 else None
+    loaded.static_tokens = static_before
     return ProfileCost(
         model=loaded.name, batch=tuple(batch), new_tokens=tuple(new_tokens), context=tuple(context), seconds=seconds, spread=spread,
         repeats=repeats, dtype=loaded.dtype, device=dev,

@@ -274,8 +274,9 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
     names = trace.models() or [f"model {m}" for m in range(n_models)]
     context = run_context(trace)
     by_name = {p.model: p for p in profiles}
+    costs = {n.partition("@")[2]: n for n in names if n.startswith("controlled") and "@" in n}  # controlled:R@MODEL: MODEL's forwards
     for prof in profiles:
-        if prof.model not in names and not set(prof.drafters) & set(names):
+        if prof.model not in names and prof.model not in costs and not set(prof.drafters) & set(names):
             raise DraftsimError(f"the profile of {prof.model} prices no model of this run (models: {', '.join(names)}); "
                                 "profile the run's target or drafters with draftsim profile")
     kind = np.array(calls["kind"], dtype=object)
@@ -291,8 +292,12 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
         statistical = m > 0 and (not sel.any() or n_fed[sel].max() == 0)
         if statistical:
             drafter_profile = next((p for p in profiles if name in p.drafters), None)
+            cost_profile = next((p for p in profiles if costs.get(p.model) == name), None)
             models.append(None)
-            if drafter_profile is not None:
+            if cost_profile is not None:  # the controlled drafter: one forward of its cost model per proposed token, fed alone
+                per_proposal.append(float(cost_profile.shape_time(1, 1, 0)))
+                sources.append(f"profile of {cost_profile.model} (controlled drafter's cost model)")
+            elif drafter_profile is not None:
                 entry = drafter_profile.drafters[name]
                 per_proposal.append(float(entry["seconds_per_token"] if isinstance(entry, dict) else entry))
                 sources.append(f"profile {drafter_profile.model} (drafter {name})")

@@ -126,6 +126,28 @@ def test_run_with_a_static_cache_keeps_the_target_output(capsys):
         assert [(lv["drafted"], lv["accepted"]) for lv in static["levels"]] == [(lv["drafted"], lv["accepted"]) for lv in eager["levels"]]
 
 
+def test_check_sim_prices_a_static_run_and_a_controlled_drafter_by_profiles_of_their_path(tmp_path, capsys):
+    """A `run --static-cache` trace is priced by `profile --path server-static` (batch 1), not by a
+    profile of the model's own call; the controlled drafter by a profile of its cost model."""
+    from draftsim.cli import main
+
+    trace = tmp_path / "run"
+    assert main(["run", "--target", "tiny:1", "--method", "sd", "--drafter", "controlled:0.8@tiny:2", "--policy", "fixed:k=3",
+                 "--static-cache", "--prompts", "code", "--n", "1", "--max-new-tokens", "16", "--trace", str(trace), "--json"]) == 0
+    for model in ("tiny:1", "tiny:2"):
+        for path in ("server-static", "model"):
+            assert main(["profile", "--model", model, "--path", path, "--batch", "1", "--new-tokens", "1,2,4,8", "--context", "0,64,256",
+                         "--repeats", "1", "--drafters", "", "--out", str(tmp_path / f"{model}-{path}.json"), "--json"]) == 0
+    capsys.readouterr()
+    given = ["--profile", str(tmp_path / "tiny:1-server-static.json"), "--profile", str(tmp_path / "tiny:2-server-static.json")]
+    assert main(["check-sim", str(trace), *given]) == 0
+    out = capsys.readouterr().out
+    assert "profile of tiny:2 (controlled drafter's cost model)" in out and "counts identical" in out
+    assert main(["check-sim", str(trace), "--profile", str(tmp_path / "tiny:1-model.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--path server-static" in err and len(err.splitlines()) == 1
+
+
 def test_serving_with_static_caches_emits_the_same_tokens(tmp_path, capsys):
     """`serve --static-cache`: every request's tokens and every round's acceptances equal the
     eager server's (continuous batching: rows join, leave and move)."""
@@ -145,6 +167,17 @@ def test_serving_with_static_caches_emits_the_same_tokens(tmp_path, capsys):
                        sorted(zip(members.column("request").to_pylist(), members.column("drafted").to_pylist(),
                                   members.column("accepted").to_pylist())))
     assert runs["eager"] == runs["static"] and len(runs["eager"][1]) > 0
+    # the static run is recorded as such, and check-serve prices it with a profile of the same path only
+    for path in ("server-static", "server"):
+        assert main(["profile", "--model", "tiny:1", "--path", path, "--batch", "1,2,4", "--new-tokens", "1,4", "--context", "0,64",
+                     "--repeats", "1", "--drafters", "", "--out", str(tmp_path / f"{path}.json"), "--json"]) == 0
+    capsys.readouterr()
+    assert json.loads((tmp_path / "server-static.json").read_text())["fingerprint"]["path"] == "server-static"
+    assert main(["check-serve", str(tmp_path / "static"), "--profile", str(tmp_path / "server-static.json"), "--json"]) == 0
+    assert {r["metric"] for r in json.loads(capsys.readouterr().out)} >= {"ttft_p50", "throughput"}
+    assert main(["check-serve", str(tmp_path / "static"), "--profile", str(tmp_path / "server.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "server-static" in err and len(err.splitlines()) == 1
 
 
 def test_precapture_walks_every_step_shape(tiny, monkeypatch):

@@ -274,7 +274,8 @@ class ProfileConfig:
     threads: int | None = option(help="torch CPU threads (default torch's; 1 is steadier on a busy machine)", type=a.count("threads", 1, 1024))
     path: str = option("model", "the forward call timed: model = the model's own call (what the single-stream executors make and "
                        "check-sim prices, default); server = the batched serving loop's (ragged attention mask, per-row positions: "
-                       "what draftsim serve makes and check-serve prices)", choices=("model", "server"))
+                       "what draftsim serve makes and check-serve prices); server-static = the same through the static cache "
+                       "(draftsim serve --static-cache: fixed shapes, CUDA graphs on a CUDA device)", choices=("model", "server", "server-static"))
     seed: int = option(0, type=a.count("seed"))
 
 

@@ -50,6 +50,8 @@ class RunConfig:
     resume: bool = option(False, "continue an existing --trace", flag=True)
     no_check: bool = option(False, "skip the simulator replay", flag=True)
     device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
+    dtype: str = option("float32", "weights and activations of the target and its neural drafters (default float32)",
+                        choices=("float32", "bfloat16"))
     static_cache: bool = option(False, "execute through a static KV cache with fixed shapes (CUDA graphs on a CUDA device; "
                                 "draftsim.realrun.statickv)", flag=True)
     profile: list[str] = option([], "price the simulator's replay with this draftsim profile (of the target or a drafter; repeatable); "
@@ -142,7 +144,7 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
     prompts = [p for s in sets for p in prompt_set(s, config.split, config.n)]
     sampling = Sampling(config.temperature, config.top_k)
     profiles = _profiles(config.profile)
-    target = load_model(config.target, device=config.device)
+    target = load_model(config.target, device=config.device, dtype=config.dtype)
     method = build_method(spec, target)
     if config.static_cache:
         from draftsim.realrun.prompts import format_prompt

@@ -1,0 +1,157 @@
+"""The GPU fidelity study of issue 28, item 3, as one command: profile → serve → check-serve on a
+bandwidth-bound model, writing ``figures/gpu-<device>/`` with a README.
+
+    python benchmarks/gpu_fidelity.py [--device cuda] [--hardware h100-sxm] [--out DIR]
+                                      [--target random:llama-3.1-8b] [--cost random:qwen2.5-0.5b]
+                                      [--rate 0.8] [--k 4] [--requests 64] [--output-len 128]
+                                      [--max-batch 32] [--repeats 3] [--dtype bfloat16]
+
+What runs (every step a ``draftsim`` command, printed before it runs, so each number can be
+reproduced alone):
+
+1. **single stream** — ``draftsim profile --path server-static`` (batch 1: the static cache's
+   forward, as ``run --static-cache`` makes it) of the target and of the drafter's cost model, then ``draftsim run`` (speculative, the controlled drafter, ``--static-cache``) with a
+   trace, then ``draftsim check-sim --profile`` of that trace: predicted against measured
+   tokens/s (goal: median error ≤ 3%);
+2. **serving** — ``benchmarks/bench_real_serving.py`` with ``--static-cache``, the controlled
+   drafter and ``--hardware``: a server-path profile of the steps and prefills, the capacity, three
+   loads (light, medium, saturated) served ``--repeats`` times each and checked by
+   ``check-serve`` against the profile (goal: median over TTFT, TPOT, E2E p50 and throughput ≤ 5%,
+   each ≤ 10%, against the mean of the repeats) and against the catalog roofline with engine
+   overheads and no measurement (reported beside it), then the QPS sweep with and without
+   speculation;
+3. **README** — the tables and the setup (device, versions, models, commands) in
+   ``<out>/README.md``; the results as JSON beside it.
+
+The models are random-weight catalog shapes (``random:NAME``, no download): the target is
+bandwidth-bound on one GPU, and the controlled drafter proposes the target's own greedy
+continuation kept at ``--rate`` per position (a wrong token otherwise), each draft token a
+batched forward of the cost model — real timing, known acceptance. Nothing here needs a GPU to
+*run* (``--device cpu --target random:smollm2-360m --cost random:smollm2-135m`` walks every
+step on a CPU, slowly); the goals are the GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DRAFTSIM = [sys.executable, "-m", "draftsim.cli"]
+
+
+def sh(cmd: list[str], log: list, capture: bool = True) -> str:
+    """Run a command (draftsim's through this interpreter); print it; return its stdout."""
+    shown = ["draftsim", *cmd[len(DRAFTSIM):]] if cmd[: len(DRAFTSIM)] == DRAFTSIM else cmd
+    print("$ " + " ".join(shlex.quote(x) for x in shown), flush=True)
+    t0 = time.time()
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=capture, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"command failed ({out.returncode}): {(out.stderr or '').strip()}")
+    log.append({"command": " ".join(shown), "seconds": round(time.time() - t0, 1)})
+    return out.stdout or ""
+
+
+def device_name(device: str) -> str:
+    """The accelerator's name (``torch.cuda.get_device_name``), or the CPU's."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return platform.processor() or platform.machine()
+
+
+def slug(name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``h100``: the folder name figures/gpu-<slug>."""
+    words = [w for w in name.lower().replace("nvidia", "").split() if w]
+    return words[0] if words else "device"
+
+
+def single_stream(a, out: Path, log: list) -> dict:
+    """Profile both models (batch 1 through the static cache, as ``run --static-cache`` calls them), run, check-sim."""
+    dev = ["--device", a.device, "--dtype", a.dtype]
+    profiles = []
+    for name, model in (("target", a.target), ("cost", a.cost)):
+        path = out / f"profile-{name}-model.json"
+        if not path.exists():
+            sh([*DRAFTSIM, "profile", "--model", model, "--path", "server-static", "--batch", "1", "--new-tokens", "1,2,4,8,16",
+                "--context", "0,256,512,1024", "--repeats", "5", "--warmup", "3", "--drafters", "", "--out", str(path), *dev, "--json"],
+               log)
+        profiles.append(path)
+    trace = out / "run-trace"
+    drafter = f"controlled:{a.rate:g}@{a.cost}"
+    if not (trace / "manifest.json").exists():
+        sh([*DRAFTSIM, "run", "--target", a.target, "--method", "sd", "--drafter", drafter, "--policy", f"fixed:k={a.k}",
+            "--static-cache", "--max-new-tokens", str(a.output_len), "--n", str(a.prompts), "--trace", str(trace), *dev, "--json"], log)
+    checked = json.loads(sh([*DRAFTSIM, "check-sim", str(trace), *sum((["--profile", str(p)] for p in profiles), []), "--json"], log))
+    return checked
+
+
+def readme(a, out: Path, name: str, results: dict) -> str:
+    import torch
+    import transformers
+
+    lines = [f"# GPU fidelity: {a.target} drafted by controlled:{a.rate:g}@{a.cost} on {name}", "",
+             f"Written by `benchmarks/gpu_fidelity.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; python "
+             f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}; device `{a.device}`, "
+             f"{a.dtype}, static caches (CUDA graphs on a GPU). Catalog hardware for the roofline check: `{a.hardware}`.", "",
+             "## Single stream (check-sim, tokens/s)", "", "```", json.dumps(results.get("single_stream"), indent=1)[:4000], "```", "",
+             "## Serving (bench_real_serving.py)", "",
+             "See `serving/results.json` and the tables the run printed (`log.txt`). Goals: median |error| over TTFT, TPOT, E2E p50 "
+             "and throughput ≤ 5%, each ≤ 10% (profile-priced); the roofline's error is reported beside it.", "",
+             "## Commands", ""]
+    lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    p.add_argument("--hardware", default="h100-sxm", help="catalog hardware of this device, for the roofline check")
+    p.add_argument("--target", default="random:llama-3.1-8b")
+    p.add_argument("--cost", default="random:qwen2.5-0.5b", help="the controlled drafter's cost model")
+    p.add_argument("--rate", type=float, default=0.8, help="the controlled drafter's acceptance per position")
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=4, help="prompts of the single-stream run")
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--skip", default="", help="single, serving")
+    p.add_argument("--bench-args", default="", help="more options for bench_real_serving.py (e.g. \"--sweep 0.3,1 --skip batching\")")
+    p.add_argument("--out", help="default figures/gpu-<device>")
+    a = p.parse_args()
+    name = device_name(a.device)
+    out = Path(a.out) if a.out else ROOT / "figures" / f"gpu-{slug(name)}"
+    out.mkdir(parents=True, exist_ok=True)
+    skip = {s.strip() for s in a.skip.split(",") if s.strip()}
+    log: list = []
+    results: dict = {"device": name, "args": vars(a), "commands": log, "load_average_start": list(os.getloadavg())}
+    if "single" not in skip:
+        results["single_stream"] = single_stream(a, out, log)
+    if "serving" not in skip:
+        serving = out / "serving"
+        text = sh([sys.executable, str(ROOT / "benchmarks" / "bench_real_serving.py"), "--model", a.target, "--drafter",
+                   f"controlled:{a.rate:g}@{a.cost}", "--k", str(a.k), "--static-cache", "--hardware", a.hardware, "--device", a.device,
+                   "--dtype", a.dtype, "--requests", str(a.requests), "--output-len", str(a.output_len), "--max-batch", str(a.max_batch),
+                   "--repeats", str(a.repeats), "--profile-batch", ",".join(str(b) for b in (1, 2, 4, 8, 16, 24, 32, 48, 64)
+                                                                             if b <= a.max_batch), "--threads", "0", "--out", str(serving),
+                   "--reuse", *shlex.split(a.bench_args)], log)
+        (out / "log.txt").write_text(text)
+        print(text)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (out / "README.md").write_text(readme(a, out, name, results))
+    print(f"wrote {out}/README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
