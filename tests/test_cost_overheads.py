@@ -43,16 +43,46 @@ def test_the_engine_adds_its_step_and_draft_forward_times_and_pads():
     vllm = engine_overheads("vllm")
     plain = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3")))
     eng = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3"), overheads="vllm"))
-    # a call of 8 tokens is a captured size: no padding, the step's time on top
-    assert float(eng.target.shape_time(8, 1, 512)) == pytest.approx(float(plain.target.shape_time(8, 1, 512)) + vllm.per_step, rel=1e-12)
-    for a, b in zip(plain.drafters, eng.drafters):
-        assert float(b.shape_time(1, 1, 512)) == pytest.approx(float(a.shape_time(1, 1, 512)) + vllm.per_draft_forward, rel=1e-12)
+    # a call of 8 tokens is a captured size: no padding, the step's time on top of the forward with memory and compute added
+    added = RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=0.0)
+    assert float(eng.target.shape_time(8, 1, 512)) == pytest.approx(float(added.shape_time(8, 1, 512)) + vllm.per_step, rel=1e-12)
+    assert vllm.overlap == 0.0 and engine_overheads("none").overlap == 1.0
+    # the draft model's roofline likewise; the EAGLE-3 head (its own matmuls) gets the per-draft-forward time
+    qwen = RooflineModel(cat.model("qwen2.5-0.5b"), hw, overlap=0.0, check_memory=False)
+    assert float(eng.drafters[0].shape_time(1, 1, 512)) == pytest.approx(float(qwen.shape_time(1, 1, 512)) + vllm.per_draft_forward,
+                                                                        rel=1e-12)
+    assert float(eng.drafters[1].shape_time(1, 1, 512)) == pytest.approx(float(plain.drafters[1].shape_time(1, 1, 512))
+                                                                        + vllm.per_draft_forward, rel=1e-12)
     # 3 tokens run as the captured 4 in the dense operators (attention over the 3 real ones)
     padded = RooflineModel(cat.model("llama-3.1-8b"), hw, graph_tokens=SIZES)
     bare = RooflineModel(cat.model("llama-3.1-8b"), hw)
     assert float(padded.shape_time(1, 3, 0)) > float(bare.shape_time(1, 3, 0))
     assert float(padded.shape_time(1, 4, 0)) == float(bare.shape_time(1, 4, 0))
     assert "vllm engine overheads" in eng.target.name and "1.21 ms per step" in eng.info["engine"]
+    assert "memory and compute time added" in eng.info["engine"]
+
+
+def test_the_engines_forward_adds_memory_and_compute_time_as_its_measured_fit_does():
+    """SpecDecode-Bench's fit of vLLM's forward (Llama-3.1-8B, one H100: sim/data/engines.json) is
+    a constant plus 21.0 us per batched token. The roofline's max(memory, compute) has almost no
+    per-token term below the ridge; the sum of the two times (overlap 0, the vllm engine) has one
+    of the fit's size. Nothing is fitted: the catalog's MFU and MBU price both."""
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    fit_slope = 2.10103129e-05  # target_c_compute, s per batched token
+    slope = {}
+    for overlap in (1.0, 0.0):
+        m = RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=overlap)
+        t = m.shape_time(np.array([64, 256]), 1, 0)
+        slope[overlap] = float(t[1] - t[0]) / 192
+    assert slope[1.0] < 0.2 * fit_slope  # the max: 10x below the measured slope
+    assert 0.9 * fit_slope < slope[0.0] < 1.4 * fit_slope  # the sum: within 30% (the catalog's MFU 0.6 is below this GEMM's)
+    # overlap between: max + (1 - o) * min, per operator
+    half = RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=0.5)
+    lo, hi = (float(RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=o).shape_time(128, 1, 256)) for o in (1.0, 0.0))
+    assert float(half.shape_time(128, 1, 256)) == pytest.approx((lo + hi) / 2, rel=1e-12)
+    with pytest.raises(DraftsimError, match="overlap must lie in"):
+        RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=1.5)
 
 
 def test_every_engine_value_cites_its_source():

@@ -199,7 +199,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
             tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
         model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + extra,
-                              overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens)
+                              overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
+                              overlap=engine.overlap)
         if engine.name != "none":
             model.name += f" + {engine.name} engine overheads"
         info["backends"][name] = f"roofline: {model.name}{note}"

@@ -46,11 +46,15 @@ class EngineOverheads:
     per_draft_forward: float = 0.0
     graph_tokens: tuple[int, ...] | None = None
     source: str = ""
+    #: how far a forward's memory and compute times overlap (1: the roofline's max; 0: their sum)
+    overlap: float = 1.0
 
     def describe(self) -> str:
         if self.name == "none":
             return "engine overheads: none (the roofline alone)"
         pad = f", CUDA graphs padded to {len(self.graph_tokens)} sizes up to {self.graph_tokens[-1]} tokens" if self.graph_tokens else ""
+        if self.overlap < 1.0:
+            pad += ", memory and compute time " + ("added" if self.overlap == 0 else f"overlapping {self.overlap:g}")
         return (f"engine overheads: {self.name} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
                 f"forward{pad}; {self.source})")
 
@@ -63,7 +67,8 @@ def _load() -> dict[str, EngineOverheads]:
         out[name] = EngineOverheads(name, float(e["per_step_us"]) * 1e-6, float(e["per_draft_forward_us"]) * 1e-6,
                                     vllm_capture_sizes() if graphs else None,
                                     "per step: " + (e["per_step_source"]["repo"] + " " + e["per_step_source"]["path"]
-                                                    if isinstance(e.get("per_step_source"), dict) else e.get("source", "")))
+                                                    if isinstance(e.get("per_step_source"), dict) else e.get("source", "")),
+                                    float(e.get("forward_overlap", 1.0)))
     return out
 
 

@@ -61,7 +61,7 @@ class RooflineModel(CostModel):
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
-                 graph_tokens: tuple[int, ...] | None = None):
+                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -74,6 +74,11 @@ class RooflineModel(CostModel):
         self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
         #: CUDA-graph capture sizes in tokens: the dense operators run at the next size up (None: no padding)
         self.graph_tokens = None if graph_tokens is None else tuple(int(x) for x in graph_tokens)
+        #: how far an operator's memory and compute times overlap: its time is max(m, c) + (1 − overlap)·min(m, c)
+        #: (1: the roofline's max; 0: their sum, as a fit of a real engine's forward finds, sim/data/engines.json)
+        self.overlap = float(overlap)
+        if not 0.0 <= self.overlap <= 1.0:
+            raise DraftsimError(f"overlap must lie in [0, 1] (1: the roofline's max of memory and compute time; 0: their sum); got {overlap!r}")
         if model.heads % self.tp:
             raise DraftsimError(f"--tp {self.tp} does not divide {model.name}'s {model.heads} attention heads (tensor parallelism splits "
                                 f"them evenly, as vLLM requires); valid: {', '.join(str(t) for t in range(1, min(model.heads, 64) + 1) if model.heads % t == 0)}")
@@ -137,7 +142,7 @@ class RooflineModel(CostModel):
             b.extend(act_tok * mult / B)
             c.extend(flops_tok * mult / P)
         linear = self._comm_per_token + self._embed_bytes / B  # embedding rows and collectives, per new token
-        self._curve = _DenseCurve(np.array(a), np.array(b), np.array(c), linear, self._fixed + self._comm_fixed)
+        self._curve = _DenseCurve(np.array(a), np.array(b), np.array(c), linear, self._fixed + self._comm_fixed, self.overlap)
         self._kv_per_cached = self._kv_bytes / B
         self._kv_per_token = (self._kv_bytes + self._q_bytes) / B
         self._flops_per_pair = self._pair_flops / P
@@ -215,7 +220,9 @@ class RooflineModel(CostModel):
         kv = stats.cached * self._kv_per_cached
         kv += N * self._kv_per_token
         flops = stats.pairs * self._flops_per_pair
-        if np.ndim(kv):
+        if self.overlap < 1.0:
+            kv = _overlapped(kv, flops, self.overlap)
+        elif np.ndim(kv):
             np.maximum(kv, flops, out=kv)
         else:
             kv = np.maximum(kv, flops)
@@ -246,7 +253,10 @@ class RooflineModel(CostModel):
         kv = np.multiply(b, c, dtype=np.float64)
         kv *= self._kv_bytes / B
         kv += N
-        np.maximum(kv, flops, out=kv)
+        if self.overlap < 1.0:
+            kv = _overlapped(kv, flops, self.overlap)
+        else:
+            np.maximum(kv, flops, out=kv)
         out += kv
         if self._experts is not None:
             out += self._expert_seconds(np.multiply(b, n, dtype=np.float64))
@@ -291,7 +301,7 @@ class RooflineModel(CostModel):
         """The same roofline with another fixed overhead per call."""
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
-                             check_memory=False, graph_tokens=self.graph_tokens)
+                             check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap)
 
 
 class _DenseCurve:
@@ -299,13 +309,15 @@ class _DenseCurve:
     Σ_j max(a_j + b_j·N, c_j·N) + linear·N + const, a convex piecewise-linear function whose
     knots are 0, the operators' crossings a_j / (c_j − b_j) below the calls' largest N, and that
     largest N (at least 1). ``__call__`` interpolates at those knots; the knots and their values
-    are kept per largest N (a serving run asks for few distinct ones)."""
+    are kept per largest N (a serving run asks for few distinct ones). With ``overlap`` o < 1
+    each operator takes max + (1 − o)·min of its two times, o·max(…) + (1 − o)·(a_j + (b_j + c_j)·N):
+    the same knots, so the same interpolation."""
 
     #: Most tables kept (the cache is emptied when full).
     CACHE = 4096
 
-    def __init__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, linear: float, const: float):
-        self.a, self.b, self.c, self.linear, self.const = a, b, c, linear, const
+    def __init__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, linear: float, const: float, overlap: float = 1.0):
+        self.a, self.b, self.c, self.linear, self.const, self.overlap = a, b, c, linear, const, overlap
         with np.errstate(divide="ignore", invalid="ignore"):
             cross = np.where(c > b, a / (c - b), np.inf)
         cross = np.unique(cross[np.isfinite(cross) & (cross > 0.0)])  # 0 is a knot anyway
@@ -315,7 +327,11 @@ class _DenseCurve:
 
     def values(self, N: np.ndarray) -> np.ndarray:
         """The curve at the points ``N`` (1-D), summed operator by operator."""
-        return np.maximum(self.a + self.b * N[:, None], self.c * N[:, None]).sum(axis=-1) + N * self.linear + self.const
+        out = np.maximum(self.a + self.b * N[:, None], self.c * N[:, None]).sum(axis=-1)
+        if self.overlap < 1.0:
+            o = self.overlap
+            out = o * out + (1.0 - o) * (self.a.sum() + (self.b + self.c).sum() * N)
+        return out + N * self.linear + self.const
 
     def table(self, n_max: float) -> tuple[np.ndarray, np.ndarray]:
         """Knots and values for calls of at most ``n_max`` new tokens."""
@@ -333,6 +349,11 @@ class _DenseCurve:
     def __call__(self, N: np.ndarray) -> np.ndarray:
         knots, values = self.table(float(N.max()) if N.size else 0.0)
         return np.interp(N, knots, values)
+
+
+def _overlapped(m, c, overlap: float):
+    """max(m, c) + (1 − overlap)·min(m, c), elementwise."""
+    return np.maximum(m, c) + (1.0 - overlap) * np.minimum(m, c)
 
 
 def _accumulate(mem: np.ndarray, cmp: np.ndarray, tm, tc) -> None:
