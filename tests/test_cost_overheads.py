@@ -77,10 +77,12 @@ def test_the_engines_forward_adds_memory_and_compute_time_as_its_measured_fit_do
         slope[overlap] = float(t[1] - t[0]) / 192
     assert slope[1.0] < 0.2 * fit_slope  # the max: 10x below the measured slope
     assert 0.9 * fit_slope < slope[0.0] < 1.4 * fit_slope  # the sum: within 30% (the catalog's MFU 0.6 is below this GEMM's)
-    # overlap between: max + (1 - o) * min, per operator
-    half = RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=0.5)
-    lo, hi = (float(RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=o).shape_time(128, 1, 256)) for o in (1.0, 0.0))
-    assert float(half.shape_time(128, 1, 256)) == pytest.approx((lo + hi) / 2, rel=1e-12)
+    # overlap between: max + (1 - o) * min per operator, dense, attention and routed experts alike
+    for name, device in (("llama-3.1-8b", hw), ("qwen3-30b-a3b", cat.hardware_spec("h200"))):
+        half = RooflineModel(cat.model(name), device, overlap=0.5)
+        lo, hi = (RooflineModel(cat.model(name), device, overlap=o).shape_time(np.array([1, 8, 128]), 2, 256) for o in (1.0, 0.0))
+        assert np.allclose(half.shape_time(np.array([1, 8, 128]), 2, 256), (lo + hi) / 2, rtol=1e-12), name
+        assert np.all(hi > lo)
     with pytest.raises(DraftsimError, match="overlap must lie in"):
         RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=1.5)
 

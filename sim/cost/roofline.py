@@ -187,6 +187,9 @@ class RooflineModel(CostModel):
         """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
         if self._experts is None:
             return 0.0
+        if self.overlap < 1.0:
+            B, P = self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu
+            return _overlapped(self._experts.bytes(N) / B, self._experts.flops(N) / P, self.overlap)
         return self._experts.seconds(N, self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu)
 
     # -- the cost interface ----------------------------------------------------------------------
