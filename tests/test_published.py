@@ -33,9 +33,23 @@ def test_the_suite_predicts_every_point_with_the_same_defaults(tmp_path):
     rows = [r for doc in mod.sources() for r in mod.predict(doc)]
     assert len(rows) == sum(len(json.loads(p.read_text())["points"]) for p in FOLDER.glob("*.json"))
     s = mod.summary(rows)
-    assert s["points"] + s["brackets"] == len(rows) and s["brackets_holding_the_published_value"] == s["brackets"]
+    assert s["points"] + s["brackets"] + s["crossovers"] == len(rows) and s["brackets_holding_the_published_value"] == s["brackets"]
+    # a crossover point: the solved acceptance reproduces its calibration point, the curve falls with load
+    crossings = [r for r in rows if "held" in r]
+    assert s["crossovers"] == len(crossings) == 2
+    for r in crossings:
+        assert r["calibrated"] == pytest.approx(r["published"], rel=2e-3) and r["speedups"][-1] < r["speedups"][0]
+    sharegpt = next(r for r in crossings if "ShareGPT" in r["label"])
+    assert sharegpt["held"] and 1 < sharegpt["crossover_qps"] < 10
     # vLLM issue 20780's EAGLE rows (batch 1) are within 10% with the vLLM engine's overheads
     eagle = [r for r in rows if r["source"] == "vllm-issue-20780" and r["label"].startswith("EAGLE k=")]
     assert len(eagle) == 6 and max(abs(r["error"]) for r in eagle) < 0.10
     path = mod.figure(rows, tmp_path / "f.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_solving_the_unknown_acceptance_by_bisection():
+    mod = reproduce()
+    f = lambda a: 1.0 + 2.0 * a ** 2  # noqa: E731  (increasing on [0, 1])
+    assert mod.solve_alpha(f, 1.5) == pytest.approx(0.5, abs=1e-6)
+    assert mod.solve_alpha(f, 10.0) == 0.99 and mod.solve_alpha(f, 0.5) == 0.02  # beyond the range: its ends

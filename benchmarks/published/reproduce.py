@@ -13,6 +13,12 @@ concurrency) and ``tpot_speedup`` (TPOT without over with). A source marked ``br
 predictions per point (its data cannot tell two readings apart; see its ``unstated``); a bracket
 is reported with whether the published value lies inside it and is left out of the error
 statistics, which are over every other point: median and worst |predicted / published − 1|.
+A source marked ``crossover`` states a speedup at one load and where speculation stops paying
+but not the acceptance: the one unknown (a per-token acceptance) is solved so that the first
+load's speedup is the published one (that point is not scored), the speedup is predicted over
+the source's request rates, and the row says whether speculation becomes slower below the rate
+the source puts the crossover under (``crossover_below``); crossovers are counted apart, like
+brackets.
 
     python benchmarks/published/reproduce.py [--json] [--figure PATH] [--only ID]
 
@@ -56,11 +62,56 @@ def value(metric: str, spec, base) -> float:
         return spec.throughput / base.throughput
     if metric == "tpot_speedup":
         return base.tpot.mean / spec.tpot.mean
+    if metric == "e2e_speedup":
+        return base.e2e.mean / spec.e2e.mean
     raise SystemExit(f"unknown metric {metric!r}")
+
+
+def solve_alpha(speedup, target: float, lo: float = 0.02, hi: float = 0.99, steps: int = 30) -> float:
+    """The acceptance α in [lo, hi] at which ``speedup(α)`` (increasing in α) equals ``target``
+    (bisection; an end of the range when the target lies beyond it)."""
+    if speedup(hi) <= target:
+        return hi
+    if speedup(lo) >= target:
+        return lo
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if speedup(mid) < target else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def crossover_row(doc: dict, point: dict) -> dict:
+    """A ``crossover`` source's point (module docstring)."""
+    shared = {**doc["common"], **point.get("run", {})}
+    grid = [float(q) for q in doc["qps"]]
+    bases = {q: run({**shared, **doc["baseline"], "qps": q}) for q in grid}
+
+    def speedup(q: float, alpha: float) -> float:
+        return value(doc["metric"], run({**shared, **point["spec"], "alpha": alpha, "qps": q}), bases[q])
+
+    alpha = solve_alpha(lambda a: speedup(grid[0], a), point["published"])
+    curve = [speedup(q, alpha) for q in grid]
+    below = [q for q, s in zip(grid, curve) if s < 1.0]
+    cross = None
+    for (q0, s0), (q1, s1) in zip(zip(grid, curve), zip(grid[1:], curve[1:])):
+        if s0 >= 1.0 > s1:  # log-log interpolation of the speedup through 1
+            cross = float(np.exp(np.log(q0) + (np.log(q1) - np.log(q0)) * np.log(s0) / (np.log(s0) - np.log(s1))))
+            break
+    at = float(point["crossover_below"])
+    return {"source": doc["id"], "label": point["label"], "published": point["published"], "alpha": alpha,
+            "calibrated": curve[0], "qps": grid, "speedups": curve, "crossover_qps": cross,
+            "held": bool(below and min(below) <= at), "crossover_below": at,
+            "slowdown_at": at, "predicted_slowdown": 1.0 / float(np.interp(at, grid, curve)), "published_slowdown": point["published_slowdown"]}
 
 
 def predict(doc: dict, progress=None) -> list[dict]:
     rows = []
+    if doc.get("crossover"):
+        for point in doc["points"]:
+            rows.append(crossover_row(doc, point))
+            if progress is not None:
+                progress(rows[-1])
+        return rows
     baselines: dict = {}
     for point in doc["points"]:
         shared = {**doc["common"], **point.get("run", {})}
@@ -92,17 +143,27 @@ def figure(rows: list[dict], path: Path) -> Path:
 
     from draftsim.analysis.figures import save_figure
 
-    fig, ax = plt.subplots(figsize=(5.6, 5.2))
-    ids = sorted({r["source"] for r in rows})
+    curves = [r for r in rows if "speedups" in r]
+    pairs = [r for r in rows if "speedups" not in r]
+    panels = int(bool(pairs)) + int(bool(curves))
+    fig, axes = plt.subplots(1, panels, figsize=(5.6 * panels, 5.2), squeeze=False)
+    if curves:
+        crossover_panel(axes[0, -1], curves)
+    if not pairs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return save_figure(fig, path)
+    ax = axes[0, 0]
+    ids = sorted({r["source"] for r in pairs})
     for i, sid in enumerate(ids):
-        pts = [r for r in rows if r["source"] == sid]
+        pts = [r for r in pairs if r["source"] == sid]
         if "predicted" in pts[0]:
             ax.scatter([r["published"] for r in pts], [r["predicted"] for r in pts], s=18, label=sid, color=f"C{i}")
         else:
             for r in pts:
                 ax.plot([r["published"]] * 2, [r["low"], r["high"]], color=f"C{i}", lw=3, alpha=0.7)
             ax.plot([], [], color=f"C{i}", lw=3, label=f"{sid} (bracket)")
-    values = [v for r in rows for v in (r["published"], r.get("predicted"), r.get("low"), r.get("high")) if v is not None]
+    values = [v for r in rows if "speedups" not in r for v in (r["published"], r.get("predicted"), r.get("low"), r.get("high"))
+              if v is not None]
     lo, hi = min(values) * 0.9, max(values) * 1.1
     grid = np.linspace(lo, hi, 2)
     ax.plot(grid, grid, color="black", lw=0.8)
@@ -118,12 +179,32 @@ def figure(rows: list[dict], path: Path) -> Path:
     return save_figure(fig, path)
 
 
+def crossover_panel(ax, rows: list[dict]) -> None:
+    """Predicted speedup against the request rate for each crossover point: its QPS-1 calibration
+    (the published speedup, a dot) and the rate the source puts the crossover under (a dashed line)."""
+    for i, r in enumerate(rows):
+        color = f"C{i}"
+        ax.plot(r["qps"], r["speedups"], marker="o", ms=3, color=color,
+                label=f"{r['label']} (α {r['alpha']:.2f}: {'held' if r['held'] else 'not held'})")
+        ax.scatter([r["qps"][0]], [r["published"]], s=60, facecolors="none", edgecolors=color)
+        ax.axvline(r["crossover_below"], color=color, ls="--", lw=0.8)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("end-to-end speedup of speculation")
+    ax.set_title("Crossover: predicted speedup against load\n(circle: published QPS-1 speedup, calibrates α; dashed: slower by here)",
+                 fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+
+
 def summary(rows: list[dict]) -> dict:
     errors = np.array([abs(r["error"]) for r in rows if "error" in r])
     brackets = [r for r in rows if "low" in r]
+    crossings = [r for r in rows if "held" in r]
     return {"points": int(len(errors)), "median_abs_error": float(np.median(errors)) if len(errors) else None,
             "worst_abs_error": float(errors.max()) if len(errors) else None,
-            "brackets": len(brackets), "brackets_holding_the_published_value": sum(r["inside"] for r in brackets)}
+            "brackets": len(brackets), "brackets_holding_the_published_value": sum(r["inside"] for r in brackets),
+            "crossovers": len(crossings), "crossovers_held": sum(r["held"] for r in crossings)}
 
 
 def main() -> int:
@@ -137,7 +218,14 @@ def main() -> int:
     def show(r):
         if args.json:
             return
-        if "predicted" in r:
+        if "speedups" in r:
+            where = f"at {r['crossover_qps']:.1f} req/s" if r["crossover_qps"] else "not within the rates run"
+            print(f"  {r['label']:<22} alpha {r['alpha']:.3f} solved for the published {r['published']:.2f}x at QPS {r['qps'][0]:g}; "
+                  f"speedup {' '.join(f'{q:g}:{s:.2f}' for q, s in zip(r['qps'], r['speedups']))}; crossover {where} "
+                  f"({'held' if r['held'] else 'NOT held'}: published below {r['crossover_below']:g}); slowdown at "
+                  f"{r['slowdown_at']:g} req/s {r['predicted_slowdown']:.2f}x (published {r['published_slowdown']:.1f}x, rate unstated)",
+                  flush=True)
+        elif "predicted" in r:
             print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['predicted']:5.2f}  error {r['error']:+6.1%}", flush=True)
         else:
             print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['low']:.2f} .. {r['high']:.2f}  "
@@ -153,7 +241,8 @@ def main() -> int:
         print(json.dumps({"rows": rows, "summary": s, "figure": str(path)}))
     else:
         print(f"{s['points']} points: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}; "
-              f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value; figure {path}")
+              f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value; "
+              f"{s['crossovers_held']} of {s['crossovers']} crossovers held; figure {path}")
     return 0
 
 
