@@ -179,7 +179,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
             return CallCost(0.0)
         spec = parse_drafter(name) if drafter else None
         if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
-            model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead)
+            model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
+                              overlap=engine.overlap)
             if engine.per_draft_forward and isinstance(model, HeadCost):
                 model.overhead += engine.per_draft_forward
                 model.name += f" + {engine.name} engine overheads"

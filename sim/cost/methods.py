@@ -131,11 +131,13 @@ def parse_drafter(text: str) -> DrafterSpec:
 
 class Matmul(CostModel):
     """One weight matrix (``inputs`` × ``outputs``, columns split over ``tp`` devices) applied to
-    every new token: max(bytes / bandwidth, FLOPs / peak), the roofline of one operator."""
+    every new token: max(bytes / bandwidth, FLOPs / peak), the roofline of one operator (with
+    ``overlap`` o < 1, that max + (1 − o)·min, as :class:`~draftsim.sim.cost.roofline.RooflineModel`)."""
 
     def __init__(self, name: str, inputs: int, outputs: int, hardware: HardwareSpec, dtype_bytes: float, peak: float, mfu: float,
-                 mbu: float, tp: int = 1):
+                 mbu: float, tp: int = 1, overlap: float = 1.0):
         self.name = name
+        self.overlap = float(overlap)
         self.inputs, self.outputs = int(inputs), int(outputs) / tp
         self.weights = self.inputs * self.outputs
         self._bytes = dtype_bytes
@@ -149,7 +151,10 @@ class Matmul(CostModel):
         return (self.weights + (self.inputs + self.outputs) * np.asarray(tokens, dtype=np.float64)) * self._bytes
 
     def _time(self, stats: BatchStats) -> np.ndarray:
-        return np.maximum(self.bytes(stats.tokens) / self._B, self.flops(stats.tokens) / self._P)
+        m, c = self.bytes(stats.tokens) / self._B, self.flops(stats.tokens) / self._P
+        if self.overlap < 1.0:
+            return np.maximum(m, c) + (1.0 - self.overlap) * np.minimum(m, c)
+        return np.maximum(m, c)
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         return np.where(self.bytes(stats.tokens) / self._B >= self.flops(stats.tokens) / self._P, 2, 3)
@@ -205,7 +210,7 @@ class CappedContext(CostModel):
 
 
 def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtype: str, tp: int, *, mfu=None, mbu=None,
-              overhead=None) -> HeadCost | CappedContext:
+              overhead=None, overlap: float = 1.0) -> HeadCost | CappedContext:
     """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring)."""
     facts = FACTS.get(spec.method, {})
     layers = int(facts.get("layers", facts.get("layers_per_module", 1)))
@@ -216,12 +221,14 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                                     shared_experts=0, expert_intermediate=0, dense_layers=0, q_lora_rank=0, kv_lora_rank=0,
                                     qk_rope_head_dim=0, v_head_dim=0, mtp_layers=0,
                                     head_dim=target.v_head_dim if target.kv_lora_rank else target.head_dim)
-    kw = dict(mfu=mfu, mbu=mbu, check_memory=False)
+    kw = dict(mfu=mfu, mbu=mbu, check_memory=False, overlap=overlap)
     if spec.method == "selfspec":
         return CappedContext(RooflineModel(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead,
-                                           overhead_per_layer=None if overhead is None else 0.0), dict(spec.options)["window"])
+                                           overhead_per_layer=None if overhead is None else 0.0, overlap=overlap),
+                             dict(spec.options)["window"])
     probe = RooflineModel(layer, hardware, dtype, tp, **kw)
-    mm = lambda what, i, o: Matmul(f"{what} ({i}x{o})", i, o, hardware, probe.bytes, probe.peak, probe.mfu, probe.mbu, tp)  # noqa: E731
+    mm = lambda what, i, o: Matmul(f"{what} ({i}x{o})", i, o, hardware, probe.bytes, probe.peak, probe.mfu, probe.mbu, tp,  # noqa: E731
+                                   overlap)
     h = target.hidden
     # heads run inside the engine's step: no launch overhead of their own beyond the hardware's per-call one
     if spec.method == "medusa":
