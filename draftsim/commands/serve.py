@@ -156,7 +156,8 @@ def register(sub, common) -> None:
     c = sub.add_parser("check-serve", parents=[common], help="replay a serving trace in the serving simulator and compare",
                        description="Replay a real serving run (draftsim serve --trace) in the serving simulator: the same "
                        "arrivals and lengths, each request's realised acceptance, step costs from a draftsim profile of the same "
-                       "model and machine and the measured per-step overhead. Reports predicted against measured TTFT, TPOT, "
+                       "model and machine and the measured per-step overhead (or, with --hardware, the catalog rooflines and "
+                       "engine overheads of that deployment, nothing measured). Reports predicted against measured TTFT, TPOT, "
                        "end-to-end latency (p50, p90) and throughput with relative errors.")
     add_options(c, CheckServeConfig)
     c.set_defaults(run=run_check)
