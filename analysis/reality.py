@@ -179,11 +179,11 @@ def _check_machine(trace: RunTrace, profiles) -> None:
     here = trace.metadata.get("machine")
     static = trace.metadata.get("cache") == "static"
     want = "server-static" if static else "model"
+    what = "with a static cache are priced by a profile of that cache" if static else "are priced by a profile of the model's own call"
     for prof in profiles:
         if prof.path != want:
-            raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs "
-                                f"{'with a static cache ' if static else ''}are priced by a profile of "
-                                f"{'that cache' if static else 'the model' + chr(39) + 's own call'} (draftsim profile --path {want})")
+            raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs {what} "
+                                f"(draftsim profile --path {want})")
         if here:
             prof.check_fingerprint(machine=here)
 

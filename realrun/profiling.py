@@ -184,8 +184,6 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     spread = np.zeros_like(seconds)
     model = loaded.model
     Caller = _ServerPath if path.startswith("server") else _ModelPath
-    static_before = loaded.static_tokens
-    loaded.static_tokens = context[-1] + new_tokens[-1] + 16 if path == "server-static" else None
 
     def grid(b: int, last_row: bool = False) -> np.ndarray:
         """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
@@ -215,13 +213,17 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
             model(torch.randint(vocab, (batch[0], new_tokens[0]), generator=gen).to(dev))
     # each path enters inference mode where its caller does (the server's masks and cache
     # bookkeeping are ordinary tensors)
-    for i, b in enumerate(batch):
-        timed = grid(b)
-        seconds[i], spread[i] = timed[..., 0], timed[..., 1]
-    # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
-    # callers that keep fewer rows than they feed are priced without the rest
-    last = grid(1, last_row=True)[..., 0] if batch[0] == 1 else None
-    loaded.static_tokens = static_before
+    static_before = loaded.static_tokens  # path server-static: the calls go through a static cache of the grid's longest row
+    loaded.static_tokens = context[-1] + new_tokens[-1] + 16 if path == "server-static" else None
+    try:
+        for i, b in enumerate(batch):
+            timed = grid(b)
+            seconds[i], spread[i] = timed[..., 0], timed[..., 1]
+        # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
+        # callers that keep fewer rows than they feed are priced without the rest
+        last = grid(1, last_row=True)[..., 0] if batch[0] == 1 else None
+    finally:
+        loaded.static_tokens = static_before
     return ProfileCost(
         model=loaded.name, batch=tuple(batch), new_tokens=tuple(new_tokens), context=tuple(context), seconds=seconds, spread=spread,
         repeats=repeats, dtype=loaded.dtype, device=dev,

@@ -334,13 +334,13 @@ class Server:
         self.max_draft = self.policy.max_draft
         self.scheduling = server_scheduler(self.max_batch, scheduling, block_size)
         self.pool = server_pool(kv_tokens, block_size, self.max_draft)
+        #: the model whose batched forwards drafting runs (:attr:`draftsim.realrun.drafters.Drafter.batch_model`), else None
+        self.draft_model = drafter.batch_model if drafter is not None else None
 
     @property
     def models(self) -> list[LoadedModel]:
-        """The models the server runs forwards of: the target, then the drafter's batch model
-        (:attr:`draftsim.realrun.drafters.Drafter.batch_model`) if it has one."""
-        draft = self.drafter.batch_model if self.drafter is not None else None
-        return [self.target] + ([draft] if draft is not None else [])
+        """The models the server runs forwards of: the target, then :attr:`draft_model` if any."""
+        return [self.target] + ([self.draft_model] if self.draft_model is not None else [])
 
     def _record_continuations(self, requests: Sequence[ServeRequest]) -> None:
         """Before the clock: every distinct prompt's greedy continuation, decoded by an
@@ -350,9 +350,8 @@ class Server:
         often than against single-sequence decoding."""
         longest: dict = {}
         for r in requests:
-            if r.max_new_tokens > longest.get(r.prompt, (0, None))[0]:
-                longest[r.prompt] = (r.max_new_tokens, r)
-        probe = [ServeRequest(i, 0.0, prompt, n) for i, (prompt, (n, _)) in enumerate(longest.items())]
+            longest[r.prompt] = max(longest.get(r.prompt, 0), r.max_new_tokens)
+        probe = [ServeRequest(i, 0.0, prompt, n) for i, (prompt, n) in enumerate(longest.items())]
         ar = Server(self.target, None, Autoregressive(), max_batch=self.max_batch, seed=self.seed, stop_at_eos=self.stop_at_eos,
                     clock=self.clock, sleep=lambda _: None)
         log = ar.run(probe, check=False)
@@ -393,8 +392,7 @@ class Server:
         arrived = 0  # requests[:arrived] have reached the scheduler
         live: list[_Live] = []  # the running requests, in the caches' row order (the scheduler's running order)
         self.kv = make_kv(self.target, self.max_batch)
-        draft_model = self.models[1] if len(self.models) > 1 else None
-        self.dkv = make_kv(draft_model, self.max_batch) if draft_model is not None else None
+        self.dkv = make_kv(self.draft_model, self.max_batch) if self.draft_model is not None else None
         if self.drafter is not None and self.drafter.needs_continuations:
             self._record_continuations(requests)
         self._warm_up()  # a process's first calls set up its libraries and memory: not the first requests' time
@@ -554,7 +552,7 @@ class Server:
         rnd.ks = [_capped(self.controller, len(live), k, mean_ctx) for k in rnd.ks]
         if self.drafter is None or max(rnd.ks) == 0:
             rnd.drafts = [([], []) for _ in live]
-        elif self.drafter.batch_model is not None:
+        elif self.draft_model is not None:
             rnd.drafts, rnd.draft_seconds = self._draft_neural(live, rnd.ks)
         else:
             c0 = self._synced()
@@ -593,7 +591,7 @@ class Server:
         if not joiners:
             return joined
         joined.kv = make_kv(self.target, len(joiners), graphs=False)  # caches used once: no graphs to capture
-        joined.dkv = make_kv(self.models[1], len(joiners), graphs=False) if self.dkv is not None else None
+        joined.dkv = make_kv(self.draft_model, len(joiners), graphs=False) if self.dkv is not None else None
         c0 = self._synced()
         for r in joiners:
             one = make_kv(self.target, 1, graphs=False)
@@ -602,7 +600,7 @@ class Server:
             joined.tokens.append(len(r.context))
             joined.kv.merge(one)
             if joined.dkv is not None:
-                one = make_kv(self.models[1], 1, graphs=False)
+                one = make_kv(self.draft_model, 1, graphs=False)
                 one.add_rows(1)
                 one.forward([self.drafter.model_ids(r.context[:-1])], [0])
                 joined.dkv.merge(one)
@@ -684,7 +682,7 @@ class Server:
             ks = [len(g) if g is not None else 0 for g in given]
         active = [k > 0 for k in ks]
         if not any(active):
-            return [(t, q) for t, q in zip(tokens, qs)], 0.0
+            return list(zip(tokens, qs)), 0.0
         ids = self.drafter.model_ids
         seconds = 0.0
         for j in range(max(ks)):

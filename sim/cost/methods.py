@@ -64,7 +64,7 @@ import numpy as np
 from ..errors import DraftsimError, as_count
 from .base import BatchStats, CostModel
 from .catalog import HardwareSpec, ModelSpec
-from .roofline import RooflineModel
+from .roofline import RooflineModel, overlapped
 
 __all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "Matmul", "CappedContext", "head_cost",
            "EAGLE3_DRAFT_VOCAB"]
@@ -152,9 +152,7 @@ class Matmul(CostModel):
 
     def _time(self, stats: BatchStats) -> np.ndarray:
         m, c = self.bytes(stats.tokens) / self._B, self.flops(stats.tokens) / self._P
-        if self.overlap < 1.0:
-            return np.maximum(m, c) + (1.0 - self.overlap) * np.minimum(m, c)
-        return np.maximum(m, c)
+        return overlapped(m, c, self.overlap) if self.overlap < 1.0 else np.maximum(m, c)
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         return np.where(self.bytes(stats.tokens) / self._B >= self.flops(stats.tokens) / self._P, 2, 3)

@@ -43,7 +43,7 @@ from .catalog import HardwareSpec, ModelSpec, dtype_bytes
 from .moe import ExpertCost
 from .overheads import pad_tokens
 
-__all__ = ["RooflineModel", "fit_overhead"]
+__all__ = ["RooflineModel", "fit_overhead", "overlapped"]
 
 
 class RooflineModel(CostModel):
@@ -189,7 +189,7 @@ class RooflineModel(CostModel):
             return 0.0
         if self.overlap < 1.0:
             B, P = self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu
-            return _overlapped(self._experts.bytes(N) / B, self._experts.flops(N) / P, self.overlap)
+            return overlapped(self._experts.bytes(N) / B, self._experts.flops(N) / P, self.overlap)
         return self._experts.seconds(N, self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu)
 
     # -- the cost interface ----------------------------------------------------------------------
@@ -224,7 +224,7 @@ class RooflineModel(CostModel):
         kv += N * self._kv_per_token
         flops = stats.pairs * self._flops_per_pair
         if self.overlap < 1.0:
-            kv = _overlapped(kv, flops, self.overlap)
+            kv = overlapped(kv, flops, self.overlap)
         elif np.ndim(kv):
             np.maximum(kv, flops, out=kv)
         else:
@@ -257,7 +257,7 @@ class RooflineModel(CostModel):
         kv *= self._kv_bytes / B
         kv += N
         if self.overlap < 1.0:
-            kv = _overlapped(kv, flops, self.overlap)
+            kv = overlapped(kv, flops, self.overlap)
         else:
             np.maximum(kv, flops, out=kv)
         out += kv
@@ -354,8 +354,10 @@ class _DenseCurve:
         return np.interp(N, knots, values)
 
 
-def _overlapped(m, c, overlap: float):
-    """max(m, c) + (1 − overlap)·min(m, c), elementwise."""
+def overlapped(m, c, overlap: float):
+    """An operator's seconds from its memory time ``m`` and compute time ``c`` when the two
+    overlap by ``overlap`` ∈ [0, 1]: max(m, c) + (1 − overlap)·min(m, c), elementwise (1: the
+    roofline's max; 0: their sum)."""
     return np.maximum(m, c) + (1.0 - overlap) * np.minimum(m, c)
 
 
