@@ -500,7 +500,7 @@ def parse_controlled(name: str) -> tuple[list[float], str | None]:
         rates = [float(x) for x in rates_text.split("/")] if rates_text else []
     except ValueError:
         rates = []
-    if not rates or not all(0.0 <= r <= 1.0 for r in rates):
+    if not rates or not all(0.0 <= r <= 1.0 for r in rates) or (body.count("@") and not model.strip()):
         raise DraftsimError(f"drafter {name!r}: give controlled:R or controlled:R1/R2/...[@MODEL] with acceptance rates in [0, 1] "
                             "(e.g. controlled:0.8@tiny:2)")
     return rates, (model or None)

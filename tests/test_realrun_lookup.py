@@ -410,8 +410,10 @@ def test_controlled_drafting_on_real_models_is_lossless_and_counted(capsys):
     assert out["quality"]["identical_to_target"] == 1.0 and out["sim_check"]["counts_equal"]
     (level,) = out["levels"]
     assert 0 < level["accepted"] < level["drafted"]
-    assert main(["run", "--target", "tiny:1", "--method", "sd", "--drafter", "controlled:1.5", "--policy", "fixed:k=3"]) == 2
-    assert "rates in [0, 1]" in capsys.readouterr().err
+    for bad in ("controlled:1.5", "controlled:0.8@", "controlled:"):
+        assert main(["run", "--target", "tiny:1", "--method", "sd", "--drafter", bad, "--policy", "fixed:k=3"]) == 2, bad
+        err = capsys.readouterr().err.strip()
+        assert "rates in [0, 1]" in err and len(err.splitlines()) == 1, err
 
 
 # ------------------------------------------------- random-weight models of catalog shapes (issue 28)
