@@ -240,7 +240,8 @@ def main() -> int:
     if args.json:
         print(json.dumps({"rows": rows, "summary": s, "figure": str(path)}))
     else:
-        print(f"{s['points']} points: median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}; "
+        errors = (f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error")
+        print(f"{s['points']} points: {errors}; "
               f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value; "
               f"{s['crossovers_held']} of {s['crossovers']} crossovers held; figure {path}")
     return 0
