@@ -9,7 +9,7 @@ from toy import chi_square_pvalue
 
 from draftsim.realrun.drafters import MaxGram, NeuralDraft
 from draftsim.realrun.executor import Sampling, generate, token_cascade
-from draftsim.realrun.models import load_model, tiny_model
+from draftsim.realrun.models import cache_arg, load_model, tiny_model
 from draftsim.sim import policies as P
 from draftsim.sim.distributions import warp
 from draftsim.sim.errors import DraftsimError
@@ -378,7 +378,7 @@ def test_the_single_stream_cache_is_a_batch_of_one(target):
                 ref.crop(keep - len(held))
             del held[keep:]
         with torch.inference_mode():
-            out = target.model(torch.tensor([context[keep:]]), past_key_values=ref, use_cache=True, output_hidden_states=True,
+            out = target.model(torch.tensor([context[keep:]]), **{cache_arg(target.model): ref}, use_cache=True, output_hidden_states=True,
                                logits_to_keep=rows)
         held.extend(context[keep:])
         assert lm.fed == len(context) - keep and lm.ids == held
