@@ -104,3 +104,34 @@ def test_an_unknown_engine_is_one_line(capsys):
         engine_overheads("sglang-9")
     status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--overheads", "tgi")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and "tgi" in err and "vllm" in err
+
+
+def test_the_engines_measured_all_reduce_prices_tensor_parallel_steps():
+    """vLLM's custom all-reduce on H100 as SGLang PR #2904 measured it (sim/data/engines.json):
+    two per layer, each at the measured time for its message (h bfloat16 values per token),
+    interpolated between the measured sizes, the catalog's bandwidth beyond them; other
+    hardware and other tensor-parallel sizes keep latency + bytes / bandwidth."""
+    cat = default_catalog()
+    hw = cat.hardware_spec("h100-sxm")
+    spec = cat.model("llama-3-70b")
+    vllm = engine_overheads("vllm")
+    sizes, secs = vllm.allreduce_for("h100-sxm", 4)
+    assert len(sizes) == len(secs) == 6 and secs[3] == pytest.approx(20.6e-6)
+    measured = RooflineModel(spec, hw, tp=4, allreduce=(sizes, secs))
+    free = RooflineModel(spec, hw, tp=4, allreduce=(sizes, [0.0] * len(sizes)))
+    per_token = spec.hidden * 2  # bytes of a bfloat16 hidden state
+    n = np.array([1, 16, 32, 64])  # 16 KiB .. 1 MiB messages: 16 tokens = 262144 bytes
+    ar = measured.shape_time(n, 1, 256) - free.shape_time(n, 1, 256)
+    want = 2 * spec.layers * np.interp(n * per_token, sizes, secs)
+    assert np.allclose(ar, want, rtol=1e-9) and ar[1] == pytest.approx(2 * spec.layers * 20.6e-6, rel=1e-9)
+    # beyond 1 MiB: the 1 MiB time, then the catalog's ring bandwidth (the same growth as the zero table's)
+    big = measured.shape_time(np.array([64, 65, 128]), 1, 0) - free.shape_time(np.array([64, 65, 128]), 1, 0)
+    assert np.allclose(big, 2 * spec.layers * secs[-1], rtol=1e-9)
+    grow = free.shape_time(np.array([64, 128]), 1, 0)
+    assert grow[1] > grow[0]
+    # the engine applies it on h100-sxm at tp 2, 4, 8 only
+    on = assemble(Deployment("llama-3-70b", "h100-sxm", (), tp=4, overheads="vllm")).target
+    off = assemble(Deployment("llama-3-70b", "h200", (), tp=4, overheads="vllm")).target
+    assert on.allreduce is not None and off.allreduce is None
+    assert vllm.allreduce_for("h100-sxm", 3) is None and engine_overheads("none").allreduce_for("h100-sxm", 4) is None
+    assert "all-reduces at their measured times on h100-sxm" in vllm.describe()

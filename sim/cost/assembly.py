@@ -201,7 +201,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
             tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
         model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + extra,
                               overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
-                              overlap=engine.overlap)
+                              overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp))
         if engine.name != "none":
             model.name += f" + {engine.name} engine overheads"
         info["backends"][name] = f"roofline: {model.name}{note}"

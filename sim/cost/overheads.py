@@ -48,6 +48,16 @@ class EngineOverheads:
     source: str = ""
     #: how far a forward's memory and compute times overlap (1: the roofline's max; 0: their sum)
     overlap: float = 1.0
+    #: measured tensor-parallel all-reduce times: {"hardware": [names], "message_bytes": [...], "us": {tp: [...]}} or None
+    allreduce: dict | None = None
+
+    def allreduce_for(self, hardware: str, tp: int):
+        """(message bytes, seconds) of the engine's measured all-reduce on ``hardware`` at ``tp``
+        devices, or None where it measured none (the roofline's latency + bytes / bandwidth)."""
+        ar = self.allreduce
+        if ar is None or hardware not in ar["hardware"] or str(tp) not in ar["us"]:
+            return None
+        return tuple(float(x) for x in ar["message_bytes"]), tuple(float(x) * 1e-6 for x in ar["us"][str(tp)])
 
     def describe(self) -> str:
         if self.name == "none":
@@ -55,6 +65,8 @@ class EngineOverheads:
         pad = f", CUDA graphs padded to {len(self.graph_tokens)} sizes up to {self.graph_tokens[-1]} tokens" if self.graph_tokens else ""
         if self.overlap < 1.0:
             pad += ", memory and compute time " + ("added" if self.overlap == 0 else f"overlapping {self.overlap:g}")
+        if self.allreduce:
+            pad += f", all-reduces at their measured times on {', '.join(self.allreduce['hardware'])}"
         return (f"engine overheads: {self.name} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
                 f"forward{pad}; {self.source})")
 
@@ -68,7 +80,7 @@ def _load() -> dict[str, EngineOverheads]:
                                     vllm_capture_sizes() if graphs else None,
                                     "per step: " + (e["per_step_source"]["repo"] + " " + e["per_step_source"]["path"]
                                                     if isinstance(e.get("per_step_source"), dict) else e.get("source", "")),
-                                    float(e.get("forward_overlap", 1.0)))
+                                    float(e.get("forward_overlap", 1.0)), e.get("allreduce"))
     return out
 
 

@@ -61,7 +61,7 @@ class RooflineModel(CostModel):
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
-                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0):
+                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -77,6 +77,8 @@ class RooflineModel(CostModel):
         #: how far an operator's memory and compute times overlap: its time is max(m, c) + (1 − overlap)·min(m, c)
         #: (1: the roofline's max; 0: their sum, as a fit of a real engine's forward finds, sim/data/engines.json)
         self.overlap = float(overlap)
+        #: measured all-reduce times at this tp (message bytes, seconds; increasing), or None: latency + bytes / bandwidth
+        self.allreduce = None if allreduce is None else (np.asarray(allreduce[0], dtype=np.float64), np.asarray(allreduce[1], dtype=np.float64))
         if not 0.0 <= self.overlap <= 1.0:
             raise DraftsimError(f"overlap must lie in [0, 1] (1: the roofline's max of memory and compute time; 0: their sum); got {overlap!r}")
         if model.heads % self.tp:
@@ -126,10 +128,16 @@ class RooflineModel(CostModel):
         lat = self.hardware.interconnect_latency
         # collectives: per call a constant (latencies) plus seconds per new token
         self._comm_fixed, self._comm_per_token = 0.0, 0.0
+        self._ar = None  # (count per call, bytes per token, sizes, seconds, seconds per byte beyond the largest size)
         if t > 1:
             ring = 2 * (t - 1) / t
-            self._comm_fixed += (2 * L + 1) * lat
-            self._comm_per_token += 2 * L * ring * h * w / bw + (t - 1) / t * m.vocab * w / bw
+            self._comm_fixed += lat + (0 if self.allreduce is not None else 2 * L * lat)  # the logits' gather; the all-reduces
+            self._comm_per_token += (t - 1) / t * m.vocab * w / bw
+            if self.allreduce is None:
+                self._comm_per_token += 2 * L * ring * h * w / bw
+            else:  # two per layer, each at its measured time for its message: h values per token
+                sizes, secs = self.allreduce
+                self._ar = (2 * L, h * w, sizes, secs, ring / bw)
         if self.pp > 1:
             self._comm_fixed += (self.pp - 1) * lat
             self._comm_per_token += (self.pp - 1) * h * w / bw
@@ -183,6 +191,18 @@ class RooflineModel(CostModel):
         groups.append((np.array([head]), 1))
         return groups
 
+    def _allreduce_seconds(self, N) -> np.ndarray | float:
+        """The tensor-parallel all-reduces of calls of N tokens at their measured times (0 without
+        a measured table): interpolated between the measured message sizes, the smallest one's
+        time below them (a latency floor), and beyond the largest the catalog's interconnect
+        bandwidth from the largest one's time on."""
+        if self._ar is None:
+            return 0.0
+        count, per_token, sizes, secs, per_byte = self._ar
+        msg = np.asarray(N, dtype=np.float64) * per_token
+        t = np.where(msg <= sizes[-1], np.interp(msg, sizes, secs), secs[-1] + (msg - sizes[-1]) * per_byte)
+        return count * np.where(msg > 0, t, 0.0)
+
     def _expert_seconds(self, N) -> np.ndarray | float:
         """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
         if self._experts is None:
@@ -211,7 +231,7 @@ class RooflineModel(CostModel):
         if self._experts is not None:
             _accumulate(mem, cmp, self._experts.bytes(N) / B, self._experts.flops(N) / P)
         mem += N * (self._embed_bytes / B)
-        fixed = self._fixed + self._comm_fixed + self._comm_per_token * N
+        fixed = self._fixed + self._comm_fixed + self._comm_per_token * N + self._allreduce_seconds(N)
         return mem, cmp, fixed
 
     def _time(self, stats: BatchStats) -> np.ndarray:
@@ -219,7 +239,10 @@ class RooflineModel(CostModel):
         # N only and sum to a convex piecewise-linear function of N, evaluated by np.interp at
         # its breakpoints (:class:`_DenseCurve`); attention adds max(KV bytes / bandwidth, pair FLOPs / peak).
         N = stats.tokens
-        out = self._curve(N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens))
+        padded = N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens)
+        out = self._curve(padded)
+        if self._ar is not None:
+            out += self._allreduce_seconds(padded)
         kv = stats.cached * self._kv_per_cached
         kv += N * self._kv_per_token
         flops = stats.pairs * self._flops_per_pair
@@ -245,7 +268,10 @@ class RooflineModel(CostModel):
         P = self.peak * self.mfu
         B = self.hardware.memory_bandwidth * self.mbu
         N = np.multiply(b, n, dtype=np.float64)
-        out = self._curve(N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens))
+        padded = N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens)
+        out = self._curve(padded)
+        if self._ar is not None:
+            out = out + self._allreduce_seconds(padded)
         # attention: max(KV bytes, pair FLOPs) over KV entries b·c + N and pairs N·(c + (n + 1)/2)
         flops = np.add(n, 1.0, dtype=np.float64)
         flops *= 0.5
@@ -304,7 +330,7 @@ class RooflineModel(CostModel):
         """The same roofline with another fixed overhead per call."""
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
-                             check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap)
+                             check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce)
 
 
 class _DenseCurve:
