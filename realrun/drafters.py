@@ -545,10 +545,7 @@ class Controlled(Drafter):
         v = self.cost.vocab_size if self.cost is not None else self.vocab
         return ids if v >= self.vocab else [int(t) % v for t in ids]
 
-    def serve_proposal(self, context, k, prompt_len):
-        return self._proposal(context, k, prompt_len)
-
-    def _proposal(self, context, k, prompt_len) -> list:
+    def serve_proposal(self, context, k, prompt_len) -> list:
         """The kept prefix of the recorded continuation, then one wrong token (see the class docstring)."""
         if prompt_len is None:
             raise DraftsimError("the controlled drafter needs to know where the prompt ends")
@@ -565,7 +562,7 @@ class Controlled(Drafter):
         return tokens
 
     def propose(self, context, k, prompt_len=None):
-        tokens = self._proposal(context, k, prompt_len)
+        tokens = self.serve_proposal(context, k, prompt_len)
         self._spend(context, len(tokens))
         return tokens, one_hot_rows(self.vocab, tokens)
 

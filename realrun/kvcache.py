@@ -71,6 +71,22 @@ def feed_lengths(feeds: Sequence[Sequence[int]], rows: int) -> tuple[int, list[i
     return len(feeds), lens, max(lens, default=0)
 
 
+def pack_feeds(feeds: Sequence[Sequence[int]], held: Sequence[Sequence[int]], rows: int, width: int, pad: int):
+    """The feeds as a (rows, width) tensor of token ids right-padded with ``pad``, and each
+    token's position (row r's tokens follow the ``len(held[r])`` it holds; rows beyond the feeds
+    count from 0)."""
+    import torch
+
+    ids = torch.full((rows, width), pad, dtype=torch.long)
+    ar = torch.arange(width)
+    pos = ar.repeat(rows, 1)
+    for r, f in enumerate(feeds):
+        if f:
+            ids[r, : len(f)] = torch.as_tensor(list(f), dtype=torch.long)
+        pos[r] += len(held[r])
+    return ids, pos, ar
+
+
 def split_rows(logits, states, keep: Sequence[int], hidden: bool):
     """A forward's logits (and hidden states) asked for, split per row: ``keep[r]`` rows each
     (None for a row that asked for none)."""
@@ -173,13 +189,7 @@ class BatchKV:
         if N == 0:
             return split_rows(None, None, [0] * B, hidden)
         T = self.length
-        ids = torch.full((B, N), self.pad, dtype=torch.long)
-        pos = torch.empty((B, N), dtype=torch.long)
-        ar = torch.arange(N)
-        for r, f in enumerate(feeds):
-            if f:
-                ids[r, : len(f)] = torch.as_tensor(list(f), dtype=torch.long)
-            pos[r] = len(self.ids[r]) + ar
+        ids, pos, ar = pack_feeds(feeds, self.ids, B, N, self.pad)
         new_valid = ar[None, :] < torch.as_tensor(lens)[:, None]  # (B, N)
         key_valid = new_valid if self.valid is None else torch.cat([self.valid, new_valid], dim=1)  # (B, T + N)
         allowed = None

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..sim.errors import DraftsimError
-from .kvcache import feed_lengths, output_head, shared_prefix, split_rows
+from .kvcache import feed_lengths, output_head, pack_feeds, shared_prefix, split_rows
 from .models import LoadedModel, cache_arg
 
 __all__ = ["StaticKV", "bucket"]
@@ -184,14 +184,7 @@ class StaticKV:
             Nb = N  # the padded width would overflow the buffer: run this call at its own width
             need = max(len(r) + Nb for r in self.ids)
         Tb = min(bucket(need, floor=MIN_WIDTH), self.tokens)
-        ids = torch.full((Bb, Nb), self.pad, dtype=torch.long)
-        pos = torch.zeros((Bb, Nb), dtype=torch.long)
-        ar = torch.arange(Nb)
-        for r, f in enumerate(feeds):
-            if f:
-                ids[r, : len(f)] = torch.as_tensor(list(f), dtype=torch.long)
-            pos[r] = len(self.ids[r]) + ar
-        pos[B:] = ar  # scratch rows write their own first slots
+        ids, pos, ar = pack_feeds(feeds, self.ids, Bb, Nb, self.pad)  # scratch rows (beyond B) write their own first slots
         allowed = torch.arange(Tb)[None, None, :] <= pos[:, :, None]  # the ragged causal mask
         rows = [(r, j) for r in range(B) for j in range(lens[r] - keep[r], lens[r])]
         logits, states = self._run(ids, pos, allowed, rows, hidden)

@@ -345,7 +345,9 @@ def catalog_name(model: str | None) -> str | None:
     if model is None:
         return None
     if model.startswith("controlled"):
-        model = model.partition("@")[2] or None
+        from draftsim.realrun.drafters import parse_controlled
+
+        model = parse_controlled(model)[1]
         if model is None:
             return None
     if model.startswith("random:"):
