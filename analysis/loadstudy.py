@@ -31,8 +31,10 @@ __all__ = ["autoregressive", "sweep_qps", "crossover", "latency_cdfs", "load_ove
 
 
 def autoregressive(config: ServingConfig) -> ServingConfig:
-    """``config`` without speculation: plain decoding, no drafter (its memory goes to the KV cache)."""
-    return replace(config, policy=policies.Autoregressive(), drafters=[], controller=NoControl())
+    """``config`` without speculation: plain decoding, no drafter (its memory goes to the KV cache),
+    the target priced as the engine runs a server that does not speculate (``plain_target``)."""
+    return replace(config, policy=policies.Autoregressive(), drafters=[], controller=NoControl(),
+                   target=config.target if config.plain_target is None else config.plain_target, plain_target=None)
 
 
 def sweep_qps(config: ServingConfig, make_workload, qps_values, *, seed: int = 0, replications: int = 1, progress=None,

@@ -69,8 +69,9 @@ class HardwareOptions:
     mbu: float | None = option(help="override the hardware's memory bandwidth utilisation (0, 1]", type=a.positive("mbu"), group=HARDWARE)
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
-    overheads: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default) or vllm "
-                         "(1.21 ms per step and CUDA-graph padding, each value cited in sim/data/engines.json)",
+    overheads: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default), vllm "
+                         "(1.21 ms per step and CUDA-graph padding) or sglang (the same host work, overlapped with the forward "
+                         "when the server does not speculate); each value cited in sim/data/engines.json",
                          choices=tuple(ENGINES), group=HARDWARE)
 
     def uses_hardware(self) -> bool:
@@ -167,7 +168,7 @@ class CostRecord:
     target's one-new-token call at the same batch and context)."""
 
     model: str
-    role: str  #: "target" or "drafter"
+    role: str  #: "target", "plain target" (the target of a server without speculation, where the engine prices it apart) or "drafter"
     batch: int
     new_tokens: int
     context: int
@@ -206,11 +207,15 @@ def cost(config: CostConfig) -> CostResult:
     B, N, C = B.ravel(), N.ravel(), C.ravel()
     unit = built.target.shape_time(B, 1, C)
     records = []
-    for name, model in zip(names, built.models):
+    models = list(zip(names, built.models))
+    if built.plain_target is not None:  # the engine prices a server without speculation apart
+        models.insert(1, (f"{config.target} (without speculation)", built.plain_target))
+    for name, model in models:
         secs = np.atleast_1d(model.shape_time(B, N, C))
         bounds = np.atleast_1d(model.shape_bound(B, N, C))
         for b, n, c, s, bd, u in zip(B, N, C, secs, bounds, unit):
-            records.append(CostRecord(name, "target" if model is built.target else "drafter", int(b), int(n), int(c), float(s), str(bd),
+            role = "target" if model is built.target else "plain target" if model is built.plain_target else "drafter"
+            records.append(CostRecord(name, role, int(b), int(n), int(c), float(s), str(bd),
                                       float(s / u)))
     return CostResult(built.info, records)
 

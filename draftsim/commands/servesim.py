@@ -223,8 +223,11 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
     sched = SchedulerConfig(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                             chunked_prefill=not config.no_chunked_prefill, policy=config.scheduling, block_size=config.block_size)
     slo = SLO(ttft=config.slo_ttft or float("inf"), tpot=config.slo_tpot or float("inf"))
-    return ServingConfig(policy, process, built.target, built.drafters, controller=controller, scheduler=sched, kv_tokens=config.kv_tokens,
-                         separate_drafter=config.separate_drafter, replicas=config.replicas, router=config.router, slo=slo)
+    speculates = policy.n_models > 1
+    target = built.target if speculates or built.plain_target is None else built.plain_target
+    return ServingConfig(policy, process, target, built.drafters, controller=controller, scheduler=sched, kv_tokens=config.kv_tokens,
+                         separate_drafter=config.separate_drafter, replicas=config.replicas, router=config.router, slo=slo,
+                         plain_target=built.plain_target if speculates else None)
 
 
 def check_workload(config: ServeSimConfig) -> None:

@@ -73,6 +73,10 @@ class Assembly:
     target: CostModel
     drafters: list[CostModel]
     info: dict = field(default_factory=dict)
+    #: the target's cost model in a server that does not speculate, where the engine prices that
+    #: one apart (an overlapped scheduler that speculation turns off, sim/data/engines.json
+    #: ``host_overlap``); None: ``target``
+    plain_target: CostModel | None = None
 
     @property
     def models(self) -> list[CostModel]:
@@ -101,7 +105,13 @@ class Assembly:
 
     def costs(self, batch: int = 1, context: int = 512) -> Costs:
         """:class:`~draftsim.sim.cost.linear.Costs` in target calls for the simulators: each model's
-        t(n) at ``batch`` × ``context`` fitted as a + b·n (:meth:`Costs.from_models`)."""
+        t(n) at ``batch`` × ``context`` fitted as a + b·n (:meth:`Costs.from_models`). Refused
+        where plain decoding costs the target another call than speculation does (their speedups
+        count autoregressive decoding as one target call per token)."""
+        if self.plain_target is not None:
+            raise DraftsimError(f"{self.info.get('engine_name', 'this engine')} prices a server without speculation apart (its scheduler "
+                                "overlaps host work there), which speedups in target calls cannot hold; use serve-sim, capacity or "
+                                "sweep, or --overheads vllm")
         return Costs.from_models(self.models, batch=batch, context=context)
 
     def verify_table(self, n_max: int, batch: int = 1, context: int = 512) -> list[float]:
@@ -141,7 +151,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
     engine = engine_overheads(d.overheads)
     profiles = [load_profile(p) for p in d.profiles]
     used: set[int] = set()
-    info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe()}
+    info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
+            "engine_name": f"--overheads {engine.name}"}
 
     def profile_for(name: str):
         for i, prof in enumerate(profiles):
@@ -193,18 +204,24 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         if prof is not None:
             info["backends"][name] = f"profile {prof.name}"
             return prof
-        extra = engine.per_draft_forward if drafter else engine.per_step
-        base = hw.overhead if d.overhead is None else d.overhead
         spec_m = catalog.model(name)
         note = ""
         if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
             tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
-        model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + extra,
-                              overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
-                              overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp))
-        if engine.name != "none":
-            model.name += f" + {engine.name} engine overheads"
+        model = roofline(spec_m, tp, pp, engine.per_draft_forward if drafter else engine.per_step,
+                         hidden=not drafter and engine.host_overlap(speculative=True))
         info["backends"][name] = f"roofline: {model.name}{note}"
+        return model
+
+    def roofline(spec_m, tp: int, pp: int, host: float, hidden: bool) -> RooflineModel:
+        """The roofline with the engine's ``host`` seconds per call, added, or ``hidden`` behind the
+        forward (the call takes at least that long)."""
+        base = hw.overhead if d.overhead is None else d.overhead
+        model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
+                              overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
+                              overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp), floor=host if hidden else 0.0)
+        if engine.name != "none":
+            model.name += f" + {engine.name} engine overheads" + (" (host work overlapped)" if hidden else "")
         return model
 
     target = one(d.target, d.tp, d.pp)
@@ -212,4 +229,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
     unused = [i for i in range(len(profiles)) if i not in used]
     if unused:
         raise DraftsimError(f"the profile {d.profiles[unused[0]]} is of model {profiles[unused[0]].model!r}, neither the target nor a drafter")
-    return Assembly(target, drafters, info)
+    plain = None
+    if isinstance(target, RooflineModel) and engine.host_overlap(speculative=False) != engine.host_overlap(speculative=True):
+        plain = roofline(target.model, d.tp, d.pp, engine.per_step, hidden=engine.host_overlap(speculative=False))
+        info["without speculation"] = f"{d.target}: roofline: {plain.name}"
+    return Assembly(target, drafters, info, plain)

@@ -9,7 +9,11 @@ holds, per engine, with the measurement each value comes from:
 * ``per_draft_forward`` seconds, added to each draft model's forward beyond its roofline;
 * ``graph_tokens``, the captured batch sizes in tokens (None: no padding): a forward of N ≤ the
   largest tokens computes its dense operators at the smallest captured size ≥ N (attention over
-  the real tokens' contexts only).
+  the real tokens' contexts only);
+* ``host_overlap``, per server kind (``plain``: no speculation; ``speculative``), whether the
+  engine's scheduler prepares the next step while the GPU runs this one (SGLang's overlap
+  scheduler): the step then takes max(forward, per_step), not their sum. The serving simulator
+  prices a server without speculation by :meth:`Assembly.plain_target`.
 
 They apply to roofline-priced models (:class:`~draftsim.sim.cost.roofline.RooflineModel`); a measured
 profile already holds its engine's costs. ``--overheads none`` is the roofline alone.
@@ -50,6 +54,13 @@ class EngineOverheads:
     overlap: float = 1.0
     #: measured tensor-parallel all-reduce times: {"hardware": [names], "message_bytes": [...], "us": {tp: [...]}} or None
     allreduce: dict | None = None
+    #: whether the per-step host work runs beside the forward (max, not sum) in a server without / with speculation
+    plain_overlap: bool = False
+    speculative_overlap: bool = False
+
+    def host_overlap(self, speculative: bool) -> bool:
+        """Whether a server of this kind hides its per-step host work behind the forward."""
+        return self.speculative_overlap if speculative else self.plain_overlap
 
     def allreduce_for(self, hardware: str, tp: int):
         """(message bytes, seconds) of the engine's measured all-reduce on ``hardware`` at ``tp``
@@ -67,6 +78,9 @@ class EngineOverheads:
             pad += ", memory and compute time " + ("added" if self.overlap == 0 else f"overlapping {self.overlap:g}")
         if self.allreduce:
             pad += f", all-reduces at their measured times on {', '.join(self.allreduce['hardware'])}"
+        if self.plain_overlap or self.speculative_overlap:
+            kinds = [k for k, on in (("without", self.plain_overlap), ("with", self.speculative_overlap)) if on]
+            pad += f", per-step host work overlapped with the forward {' and '.join(kinds)} speculation"
         return (f"engine overheads: {self.name} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
                 f"forward{pad}; {self.source})")
 
@@ -80,7 +94,9 @@ def _load() -> dict[str, EngineOverheads]:
                                     vllm_capture_sizes() if graphs else None,
                                     "per step: " + (e["per_step_source"]["repo"] + " " + e["per_step_source"]["path"]
                                                     if isinstance(e.get("per_step_source"), dict) else e.get("source", "")),
-                                    float(e.get("forward_overlap", 1.0)), e.get("allreduce"))
+                                    float(e.get("forward_overlap", 1.0)), e.get("allreduce"),
+                                    bool(e.get("host_overlap", {}).get("plain", False)),
+                                    bool(e.get("host_overlap", {}).get("speculative", False)))
     return out
 
 

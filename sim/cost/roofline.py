@@ -56,12 +56,13 @@ class RooflineModel(CostModel):
     tp, pp : tensor-parallel and pipeline-parallel degrees, >= 1
     mfu, mbu, ici_efficiency, overhead, overhead_per_layer : override the hardware's factors
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
+    floor : the least a call takes (host work run beside the forward: an overlapped scheduler)
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
-                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None):
+                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -79,6 +80,9 @@ class RooflineModel(CostModel):
         self.overlap = float(overlap)
         #: measured all-reduce times at this tp (message bytes, seconds; increasing), or None: latency + bytes / bandwidth
         self.allreduce = None if allreduce is None else (np.asarray(allreduce[0], dtype=np.float64), np.asarray(allreduce[1], dtype=np.float64))
+        #: the least a call takes, seconds: host work that runs beside the forward (an engine's
+        #: overlapped scheduler) makes a step max(forward, host) rather than their sum
+        self.floor = float(_nonneg("floor", floor))
         if not 0.0 <= self.overlap <= 1.0:
             raise DraftsimError(f"overlap must lie in [0, 1] (1: the roofline's max of memory and compute time; 0: their sum); got {overlap!r}")
         if model.heads % self.tp:
@@ -255,6 +259,8 @@ class RooflineModel(CostModel):
         out += kv
         if self._experts is not None:
             out += self._expert_seconds(N)
+        if self.floor:
+            out = np.maximum(out, self.floor)
         return out
 
     def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
@@ -289,6 +295,8 @@ class RooflineModel(CostModel):
         out += kv
         if self._experts is not None:
             out += self._expert_seconds(np.multiply(b, n, dtype=np.float64))
+        if self.floor:
+            np.maximum(out, self.floor, out=out)
         return out.reshape(shape)[()]
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
@@ -330,7 +338,8 @@ class RooflineModel(CostModel):
         """The same roofline with another fixed overhead per call."""
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
-                             check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce)
+                             check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
+                             floor=self.floor)
 
 
 class _DenseCurve:

@@ -63,6 +63,9 @@ class ServingConfig:
     #: price the target's verification over a dense ragged cache's width (None: over the
     #: longest context, as a paged cache reads it); see :mod:`draftsim.sim.serving.layout`
     layout: RaggedLayout | None = None
+    #: the target's cost model in this server without speculation (analysis.loadstudy.autoregressive), where the
+    #: engine prices plain decoding apart (its scheduler overlaps host work only there); None: ``target``
+    plain_target: object = None
 
     def __post_init__(self):
         self.replicas = int(as_count("replicas", self.replicas, minimum=1, maximum=1024))
