@@ -129,12 +129,13 @@ def test_the_engines_measured_all_reduce_prices_tensor_parallel_steps():
     assert np.allclose(big, 2 * spec.layers * secs[-1], rtol=1e-9)
     grow = free.shape_time(np.array([64, 128]), 1, 0)
     assert grow[1] > grow[0]
-    # the engine applies it on h100-sxm at tp 2, 4, 8 only
+    # the engine applies it on the NVLink-4 parts (h100-sxm, h200: the same fabric) at tp 2, 4, 8 only
     on = assemble(Deployment("llama-3-70b", "h100-sxm", (), tp=4, overheads="vllm")).target
-    off = assemble(Deployment("llama-3-70b", "h200", (), tp=4, overheads="vllm")).target
-    assert on.allreduce is not None and off.allreduce is None
+    also = assemble(Deployment("llama-3-70b", "h200", (), tp=4, overheads="vllm")).target
+    off = assemble(Deployment("llama-3-70b", "a100-80g", (), tp=4, overheads="vllm")).target
+    assert on.allreduce is not None and also.allreduce is not None and off.allreduce is None
     assert vllm.allreduce_for("h100-sxm", 3) is None and engine_overheads("none").allreduce_for("h100-sxm", 4) is None
-    assert "all-reduces at their measured times on h100-sxm" in vllm.describe()
+    assert "all-reduces at their measured times on h100-sxm, h200" in vllm.describe()
 
 
 def test_sglangs_scheduler_hides_the_host_work_of_plain_decoding_only():
