@@ -130,3 +130,68 @@ def test_mtp_drafts_for_targets_with_mtp_modules():
     assert 0 < t1 < float(a.target.shape_time(1, 1, 512)) / 10  # one MoE block of 61 (+ the shared LM head)
     with pytest.raises(DraftsimError, match="declares none"):
         assemble(Deployment("llama-3.1-8b", "h100-sxm", ("mtp",)))
+
+
+def _simulate_busiest(E: int, k: int, g: int, n: int, trials: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Awake experts and token-expert pairs on the busiest of g devices (E/g whole experts each),
+    per simulated call of n tokens (k distinct experts of E per token, uniformly)."""
+    keys = rng.random((trials, n, E)).argsort(axis=-1)[..., :k]
+    counts = np.zeros((trials, E), dtype=np.int64)
+    for t in range(trials):
+        np.add.at(counts[t], keys[t].ravel(), 1)
+    per_device = counts.reshape(trials, g, E // g)
+    return (per_device > 0).sum(axis=2).max(axis=1), per_device.sum(axis=2).max(axis=1)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([(256, 8, 8), (128, 8, 4), (128, 8, 8), (8, 2, 2), (64, 6, 4), (32, 4, 8)]),
+       st.sampled_from([1, 2, 3, 5, 16, 40]), st.integers(0, 2**31 - 1))
+def test_the_busiest_expert_parallel_device_matches_simulated_routing(shape, n, seed):
+    """Expert parallelism: the expected awake experts and token-expert pairs of the busiest device
+    against simulated routing, within 2% plus 4 standard errors of the simulation."""
+    from draftsim.sim.cost.moe import busiest_device_experts, busiest_device_pairs
+
+    E, k, g = shape
+    awake, pairs = _simulate_busiest(E, k, g, n, 1500, np.random.default_rng(seed))
+    for sim, formula in ((awake, busiest_device_experts(n, E, k, g)), (pairs, busiest_device_pairs(n, E, k, g))):
+        se = sim.std() / np.sqrt(len(sim))
+        assert abs(float(formula) - sim.mean()) <= 0.02 * sim.mean() + 4 * se + 1e-9
+    # bounds: at least the mean device, at most everything
+    assert E / g * (1 - (1 - k / E) ** n) - 1e-9 <= float(busiest_device_experts(n, E, k, g)) <= min(E / g, n * k) + 1e-9
+    assert n * k / g - 1e-9 <= float(busiest_device_pairs(n, E, k, g)) <= n * k + 1e-9
+
+
+def test_expert_parallelism_places_whole_experts_and_waits_for_the_busiest_device(capsys):
+    from clirun import run
+
+    from draftsim.sim.cost.moe import busiest_device_experts, busiest_device_pairs
+
+    hw = CAT.hardware_spec("h200")
+    m = CAT.model("deepseek-v3")
+    tp = RooflineModel(m, hw, "float8", tp=8)
+    ep = RooflineModel(m, hw, "float8", tp=8, expert_parallel=True)
+    assert ep.weight_bytes_per_device() == tp.weight_bytes_per_device()  # the same weights per device, placed otherwise
+    n = np.array([1.0, 4.0, 64.0, 320.0])
+    e = ep._experts
+    assert e.groups == 8 and e.weight_bytes == m.expert_params * 1.0 and e.flops_per_token == 2 * m.expert_params
+    want = m.moe_layers * (busiest_device_experts(n, m.experts, m.experts_per_token, 8) * m.expert_params * 1.0
+                           + busiest_device_pairs(n, m.experts, m.experts_per_token, 8) * (2 * m.hidden + 2 * m.expert_intermediate))
+    assert np.allclose(e.bytes(n), want, rtol=1e-12)
+    # a decode step at batch 1 waits for the busiest device: 2.5 of its 32 experts, where the split reads 1 expert's worth
+    assert float(e.bytes(1.0)) > 2 * float(tp._experts.bytes(1.0)) - m.moe_layers * 8 * (2 * m.hidden + 2 * m.expert_intermediate)
+    assert float(ep.shape_time(1, 1, 512)) > float(tp.shape_time(1, 1, 512))
+    # one device, or a dense model's absence of experts: nothing changes, or one line
+    one = RooflineModel(CAT.model("qwen3-30b-a3b"), CAT.hardware_spec("h100-sxm"), expert_parallel=True)
+    assert float(one.shape_time(4, 5, 512)) == float(RooflineModel(CAT.model("qwen3-30b-a3b"), CAT.hardware_spec("h100-sxm")).shape_time(4, 5, 512))
+    with pytest.raises(DraftsimError, match="has none"):
+        RooflineModel(CAT.model("llama-3.1-8b"), hw, expert_parallel=True)
+    with pytest.raises(DraftsimError, match="128 routed experts do not split over --tp 3"):
+        RooflineModel(CAT.model("qwen3-30b-a3b"), hw, tp=3, expert_parallel=True, check_memory=False)
+    # the CLI: the assembled target says how its experts are placed; refusals are one line
+    built = assemble(Deployment("deepseek-v3", "h200", (), tp=8, dtype="float8", expert_parallel=True))
+    assert built.target.expert_parallel and "experts whole over 8 devices" in built.info["backends"]["deepseek-v3"]
+    status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h200", "--expert-parallel")
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and "dense model" in err
+    status, out, err = run(capsys, "cost", "--target", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--dtype", "float8",
+                           "--expert-parallel", "--json")
+    assert status == 0 and json.loads(out)["records"][0]["seconds"] == pytest.approx(float(ep.shape_time(1, 1, 512)), rel=1e-12)

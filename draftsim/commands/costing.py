@@ -73,6 +73,9 @@ class HardwareOptions:
                          "(1.21 ms per step and CUDA-graph padding) or sglang (the same host work, overlapped with the forward "
                          "when the server does not speculate); each value cited in sim/data/engines.json",
                          choices=tuple(ENGINES), group=HARDWARE)
+    expert_parallel: bool = option(False, "place a MoE target's routed experts whole across its --tp devices (vLLM's "
+                                   "--enable-expert-parallel at data parallelism 1): each step waits for the busiest device",
+                                   flag=True, group=HARDWARE)
 
     def uses_hardware(self) -> bool:
         """Whether any model or hardware is named (then calls are priced from them)."""
@@ -82,7 +85,7 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead, self.overheads)
+                          self.overhead, self.overheads, self.expert_parallel)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),

@@ -57,12 +57,14 @@ class RooflineModel(CostModel):
     mfu, mbu, ici_efficiency, overhead, overhead_per_layer : override the hardware's factors
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
     floor : the least a call takes (host work run beside the forward: an overlapped scheduler)
+    expert_parallel : place the routed experts whole across the tp devices (:mod:`draftsim.sim.cost.moe`)
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
-                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0):
+                 graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
+                 expert_parallel: bool = False):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -83,6 +85,15 @@ class RooflineModel(CostModel):
         #: the least a call takes, seconds: host work that runs beside the forward (an engine's
         #: overlapped scheduler) makes a step max(forward, host) rather than their sum
         self.floor = float(_nonneg("floor", floor))
+        #: routed experts placed whole across the tp devices (vLLM's --enable-expert-parallel at DP 1)
+        self.expert_parallel = bool(expert_parallel)
+        if self.expert_parallel:
+            if not model.experts:
+                raise DraftsimError(f"--expert-parallel places routed experts on devices; {model.name} has none (a dense model)")
+            if model.experts % self.tp:
+                raise DraftsimError(f"--expert-parallel places whole experts: {model.name}'s {model.experts} routed experts do not "
+                                    f"split over --tp {self.tp}; valid --tp: "
+                                    f"{', '.join(str(t) for t in range(1, model.experts + 1) if model.experts % t == 0 and model.heads % t == 0)}")
         if not 0.0 <= self.overlap <= 1.0:
             raise DraftsimError(f"overlap must lie in [0, 1] (1: the roofline's max of memory and compute time; 0: their sum); got {overlap!r}")
         if model.heads % self.tp:
@@ -189,9 +200,11 @@ class RooflineModel(CostModel):
                 sw = m.shared_experts * m.expert_params / t
                 rows.append((sw, 2 * sw, h + (m.mlp_matrices - 1) * m.shared_experts * m.expert_intermediate / t + h))
             groups.append((np.array(rows), m.moe_layers))
-            act = (h + (m.mlp_matrices - 1) * m.expert_intermediate / t + h) * w
-            self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / t * w, act,
-                                       2 * m.expert_params / t)
+            e = t if self.expert_parallel else 1  # devices the experts are spread over whole; else each split over t
+            split = t // e
+            act = (h + (m.mlp_matrices - 1) * m.expert_intermediate / split + h) * w
+            self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / split * w, act,
+                                       2 * m.expert_params / split, groups=e)
         groups.append((np.array([head]), 1))
         return groups
 
@@ -339,7 +352,7 @@ class RooflineModel(CostModel):
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
-                             floor=self.floor)
+                             floor=self.floor, expert_parallel=self.expert_parallel)
 
 
 class _DenseCurve:
