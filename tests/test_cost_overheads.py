@@ -208,3 +208,38 @@ def test_sglangs_plain_decoding_step_against_the_eagle3_papers_baseline():
     tpot = serve_sim(ServeSimConfig(target="llama-3.1-8b", hardware="h100-sxm", prompt_len="fixed:128", output_len="fixed:256",
                                     qps=0.05, requests=10, policy="ar", overheads="sglang")).summary.tpot.mean
     assert tpot == pytest.approx(measured, rel=0.05)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 8), st.integers(0, 4096))
+def test_batch_expansion_reads_each_positions_context(batch, new, context):
+    """A verification scored by batch expansion (every draft position a sequence of its own) reads
+    the KV cache once per query: its KV entries are the call's query-key pairs, b·n·(c + (n + 1)/2),
+    where one sequence's queries share b·c + b·n. Exact with memory and compute time added; a
+    decode step (n = 1) is unchanged; the batch-sum path agrees with the shape path."""
+    cat = default_catalog()
+    hw, spec = cat.hardware_spec("h100-sxm"), cat.model("llama-3-70b")
+    shared = RooflineModel(spec, hw, tp=4, overlap=0.0)
+    expanded = RooflineModel(spec, hw, tp=4, overlap=0.0, kv_per_query=True)
+    N = batch * new
+    kv_bytes = 2 * spec.kv_heads / 4 * spec.head_dim * 2 * spec.layers  # per entry, per device (8 KV heads over 4)
+    extra = (N * (context + (new + 1) / 2) - batch * context - N) * kv_bytes / (hw.memory_bandwidth * hw.mbu)
+    diff = float(expanded.shape_time(batch, new, context)) - float(shared.shape_time(batch, new, context))
+    assert diff == pytest.approx(extra, rel=1e-9, abs=1e-12)
+    if new == 1:
+        assert diff == pytest.approx(0.0, abs=1e-12)
+    stats = float(expanded.forward_time(np.full(batch, new), np.full(batch, context)))
+    assert stats == pytest.approx(float(expanded.shape_time(batch, new, context)), rel=1e-9)
+
+
+def test_vllm_of_october_2024_verifies_ngram_by_batch_expansion_only():
+    v06 = engine_overheads("vllm-v0.6")
+    assert v06.batch_expansion == ("ngram",) and "ngram proposals verified by batch expansion" in v06.describe()
+    ngram = assemble(Deployment("llama-3-70b", "h100-sxm", ("ngram",), tp=4, overheads="vllm-v0.6"))
+    assert ngram.target.kv_per_query and not ngram.plain_target.kv_per_query  # plain decoding has nothing to expand
+    assert "verified by batch expansion" in ngram.info["backends"]["llama-3-70b"]
+    model = assemble(Deployment("llama-3-70b", "h100-sxm", ("qwen2.5-0.5b",), tp=4, overheads="vllm-v0.6"))
+    assert not model.target.kv_per_query and model.plain_target is None  # draft models: the MQA scorer
+    assert not assemble(Deployment("llama-3-70b", "h100-sxm", ("ngram",), tp=4, overheads="vllm")).target.kv_per_query
+    doc = json.loads(ENGINES_FILE.read_text())["engines"]["vllm-v0.6"]["batch_expansion"]
+    assert doc["methods"] == ["ngram"] and all(s["url"] and s["quote"] for s in doc["source"])

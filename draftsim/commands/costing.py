@@ -70,8 +70,9 @@ class HardwareOptions:
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
     overheads: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default), vllm "
-                         "(1.21 ms per step and CUDA-graph padding) or sglang (the same host work, overlapped with the forward "
-                         "when the server does not speculate); each value cited in sim/data/engines.json",
+                         "(1.21 ms per step and CUDA-graph padding), sglang (the same host work, overlapped with the forward "
+                         "when the server does not speculate) or vllm-v0.6 (vllm's, n-gram verified by batch expansion as in "
+                         "October 2024); each value cited in sim/data/engines.json",
                          choices=tuple(ENGINES), group=HARDWARE)
     expert_parallel: bool = option(False, "place a MoE target's routed experts whole across its --tp devices (vLLM's "
                                    "--enable-expert-parallel at data parallelism 1): each step waits for the busiest device",

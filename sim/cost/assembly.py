@@ -210,18 +210,22 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
             tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
         model = roofline(spec_m, tp, pp, engine.per_draft_forward if drafter else engine.per_step,
-                         hidden=not drafter and engine.host_overlap(speculative=True), expert_parallel=not drafter and d.expert_parallel)
+                         hidden=not drafter and engine.host_overlap(speculative=True), expert_parallel=not drafter and d.expert_parallel,
+                         kv_per_query=not drafter and expanded)
         info["backends"][name] = f"roofline: {model.name}{note}"
         return model
 
-    def roofline(spec_m, tp: int, pp: int, host: float, hidden: bool, expert_parallel: bool = False) -> RooflineModel:
+    def roofline(spec_m, tp: int, pp: int, host: float, hidden: bool, expert_parallel: bool = False,
+                 kv_per_query: bool = False) -> RooflineModel:
         """The roofline with the engine's ``host`` seconds per call, added, or ``hidden`` behind the
         forward (the call takes at least that long)."""
         base = hw.overhead if d.overhead is None else d.overhead
         model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
                               overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
                               overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp), floor=host if hidden else 0.0,
-                              expert_parallel=expert_parallel)
+                              expert_parallel=expert_parallel, kv_per_query=kv_per_query)
+        if kv_per_query:
+            model.name += ", verified by batch expansion"
         if expert_parallel and tp > 1:
             model.name += f", experts whole over {tp} devices"
 
@@ -229,6 +233,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
             model.name += f" + {engine.name} engine overheads" + (" (host work overlapped)" if hidden else "")
         return model
 
+    # a drafter whose proposals the engine verifies by batch expansion: the target's attention reads per query
+    expanded = any(parse_drafter(name).method in engine.batch_expansion for name in d.drafters)
     target = one(d.target, d.tp, d.pp)
     if d.expert_parallel and not isinstance(target, RooflineModel):
         raise DraftsimError(f"--expert-parallel prices the catalog roofline's expert placement; {d.target} is priced by "
@@ -238,7 +244,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
     if unused:
         raise DraftsimError(f"the profile {d.profiles[unused[0]]} is of model {profiles[unused[0]].model!r}, neither the target nor a drafter")
     plain = None
-    if isinstance(target, RooflineModel) and engine.host_overlap(speculative=False) != engine.host_overlap(speculative=True):
+    if isinstance(target, RooflineModel) and (engine.host_overlap(speculative=False) != engine.host_overlap(speculative=True)
+                                              or target.kv_per_query):
         plain = roofline(target.model, d.tp, d.pp, engine.per_step, hidden=engine.host_overlap(speculative=False),
                          expert_parallel=d.expert_parallel)
         info["without speculation"] = f"{d.target}: roofline: {plain.name}"

@@ -13,7 +13,11 @@ holds, per engine, with the measurement each value comes from:
 * ``host_overlap``, per server kind (``plain``: no speculation; ``speculative``), whether the
   engine's scheduler prepares the next step while the GPU runs this one (SGLang's overlap
   scheduler): the step then takes max(forward, per_step), not their sum. The serving simulator
-  prices a server without speculation by :meth:`Assembly.plain_target`.
+  prices a server without speculation by :meth:`Assembly.plain_target`;
+* ``batch_expansion``, the drafting methods whose proposals the engine verifies by batch
+  expansion (vLLM V0 before its MQA scorer served them): every draft position a sequence of its
+  own, so the verification's attention reads each position's whole context
+  (``RooflineModel(kv_per_query=True)``).
 
 They apply to roofline-priced models (:class:`~draftsim.sim.cost.roofline.RooflineModel`); a measured
 profile already holds its engine's costs. ``--overheads none`` is the roofline alone.
@@ -57,6 +61,8 @@ class EngineOverheads:
     #: whether the per-step host work runs beside the forward (max, not sum) in a server without / with speculation
     plain_overlap: bool = False
     speculative_overlap: bool = False
+    #: drafting methods (sim/cost/methods.py names) verified by batch expansion
+    batch_expansion: tuple[str, ...] = ()
 
     def host_overlap(self, speculative: bool) -> bool:
         """Whether a server of this kind hides its per-step host work behind the forward."""
@@ -81,6 +87,8 @@ class EngineOverheads:
         if self.plain_overlap or self.speculative_overlap:
             kinds = [k for k, on in (("without", self.plain_overlap), ("with", self.speculative_overlap)) if on]
             pad += f", per-step host work overlapped with the forward {' and '.join(kinds)} speculation"
+        if self.batch_expansion:
+            pad += f", {', '.join(self.batch_expansion)} proposals verified by batch expansion"
         return (f"engine overheads: {self.name} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
                 f"forward{pad}; {self.source})")
 
@@ -96,7 +104,8 @@ def _load() -> dict[str, EngineOverheads]:
                                                     if isinstance(e.get("per_step_source"), dict) else e.get("source", "")),
                                     float(e.get("forward_overlap", 1.0)), e.get("allreduce"),
                                     bool(e.get("host_overlap", {}).get("plain", False)),
-                                    bool(e.get("host_overlap", {}).get("speculative", False)))
+                                    bool(e.get("host_overlap", {}).get("speculative", False)),
+                                    tuple(e.get("batch_expansion", {}).get("methods", ())))
     return out
 
 

@@ -64,7 +64,7 @@ class RooflineModel(CostModel):
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
                  graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
-                 expert_parallel: bool = False):
+                 expert_parallel: bool = False, kv_per_query: bool = False):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -85,6 +85,9 @@ class RooflineModel(CostModel):
         #: the least a call takes, seconds: host work that runs beside the forward (an engine's
         #: overlapped scheduler) makes a step max(forward, host) rather than their sum
         self.floor = float(_nonneg("floor", floor))
+        #: attention reads each query's whole context, with no reuse between a sequence's queries (a
+        #: verification scored by batch expansion: every draft position a sequence of its own)
+        self.kv_per_query = bool(kv_per_query)
         #: routed experts placed whole across the tp devices (vLLM's --enable-expert-parallel at DP 1)
         self.expert_parallel = bool(expert_parallel)
         if self.expert_parallel:
@@ -168,6 +171,7 @@ class RooflineModel(CostModel):
         self._curve = _DenseCurve(np.array(a), np.array(b), np.array(c), linear, self._fixed + self._comm_fixed, self.overlap)
         self._kv_per_cached = self._kv_bytes / B
         self._kv_per_token = (self._kv_bytes + self._q_bytes) / B
+        self._q_per_token = self._q_bytes / B
         self._flops_per_pair = self._pair_flops / P
 
     def _moe_groups(self, qkv, out, mlp, head) -> list:
@@ -242,7 +246,8 @@ class RooflineModel(CostModel):
                 tm = (wb + at * N) * (mult / B)
                 tc = N * (ft * mult / P)
                 _accumulate(mem, cmp, tm, tc)
-        tm = ((stats.cached + N) * self._kv_bytes + N * self._q_bytes) / B
+        read = stats.pairs if self.kv_per_query else stats.cached + N  # KV entries read (see _time)
+        tm = (read * self._kv_bytes + N * self._q_bytes) / B
         tc = stats.pairs * (self._pair_flops / P)
         _accumulate(mem, cmp, tm, tc)
         if self._experts is not None:
@@ -260,8 +265,11 @@ class RooflineModel(CostModel):
         out = self._curve(padded)
         if self._ar is not None:
             out += self._allreduce_seconds(padded)
-        kv = stats.cached * self._kv_per_cached
-        kv += N * self._kv_per_token
+        if self.kv_per_query:  # every query reads its own context: KV entries read = query-key pairs
+            kv = stats.pairs * self._kv_per_cached + N * self._q_per_token
+        else:
+            kv = stats.cached * self._kv_per_cached
+            kv += N * self._kv_per_token
         flops = stats.pairs * self._flops_per_pair
         if self.overlap < 1.0:
             kv = overlapped(kv, flops, self.overlap)
@@ -296,11 +304,16 @@ class RooflineModel(CostModel):
         flops *= 0.5
         flops += c
         flops *= N
+        if self.kv_per_query:  # KV entries read = query-key pairs (see _time)
+            kv = flops * (self._kv_bytes / B)
+            N *= self._q_bytes / B
+            kv += N
+        else:
+            N *= (self._kv_bytes + self._q_bytes) / B
+            kv = np.multiply(b, c, dtype=np.float64)
+            kv *= self._kv_bytes / B
+            kv += N
         flops *= self._pair_flops / P
-        N *= (self._kv_bytes + self._q_bytes) / B
-        kv = np.multiply(b, c, dtype=np.float64)
-        kv *= self._kv_bytes / B
-        kv += N
         if self.overlap < 1.0:
             kv = overlapped(kv, flops, self.overlap)
         else:
@@ -352,7 +365,7 @@ class RooflineModel(CostModel):
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
-                             floor=self.floor, expert_parallel=self.expert_parallel)
+                             floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query)
 
 
 class _DenseCurve:
