@@ -107,12 +107,14 @@ class Assembly:
     def costs(self, batch: int = 1, context: int = 512) -> Costs:
         """:class:`~draftsim.sim.cost.linear.Costs` in target calls for the simulators: each model's
         t(n) at ``batch`` × ``context`` fitted as a + b·n (:meth:`Costs.from_models`). Refused
-        where plain decoding costs the target another call than speculation does (their speedups
-        count autoregressive decoding as one target call per token)."""
-        if self.plain_target is not None:
-            raise DraftsimError(f"{self.info.get('engine_name', 'this engine')} prices a server without speculation apart (its scheduler "
-                                "overlaps host work there), which speedups in target calls cannot hold; use serve-sim, capacity or "
-                                "sweep, or --overheads vllm")
+        where a server without speculation decodes a token at another price than a speculating
+        one's one-token call (their speedups count autoregressive decoding as one target call per
+        token)."""
+        if self.plain_target is not None and not np.isclose(float(self.plain_target.shape_time(batch, 1, context)),
+                                                            float(self.target.shape_time(batch, 1, context)), rtol=1e-12, atol=0.0):
+            raise DraftsimError(f"{self.info.get('engine_name', 'this engine')} prices plain decoding's step apart from a speculating "
+                                "server's (an overlapped scheduler), which speedups counted in target calls cannot hold; use serve-sim, "
+                                "capacity or sweep, or --overheads vllm")
         return Costs.from_models(self.models, batch=batch, context=context)
 
     def verify_table(self, n_max: int, batch: int = 1, context: int = 512) -> list[float]:
