@@ -20,8 +20,8 @@ The markers are applied here, at collection, not in the test files. The rule:
 
 1. every test of a module that imports torch at its top level is ``real``;
 2. a test is ``real`` when its own code, or the code of a fixture it uses, loads a model:
-   calls ``load_model(``, skips without torch or transformers (``importorskip("torch")``),
-   or names a tiny model (``"tiny:N"``) or a randomly initialised catalog model
+   calls ``load_model(``, ``tiny_model(`` or ``random_model(``, skips without torch or
+   transformers (``importorskip("torch")``), or names a tiny model (``"tiny:N"``) or a randomly initialised catalog model
    (``"random:NAME"``), as the CLI takes them;
 3. tests that load models in ways the source does not show are listed in :data:`REAL`;
 4. tests measured slow are listed in :data:`SLOW`, with the seconds they took: one item
@@ -51,7 +51,7 @@ settings.register_profile("long", max_examples=5000, deadline=None, suppress_hea
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 #: Code that loads a model (rule 2).
-LOADS_A_MODEL = re.compile(r"""load_model\(|importorskip\(\s*["'](?:torch|transformers)["']|["']tiny:\d+["']|["']random:[\w.-]+""")
+LOADS_A_MODEL = re.compile(r"""(?:load|tiny|random)_model\(|importorskip\(\s*["'](?:torch|transformers)["']|["']tiny:\d+["']|["']random:[\w.-]+""")
 
 #: Tests that load models where their source does not show it (rule 3): module::function.
 REAL: frozenset[str] = frozenset({
