@@ -58,6 +58,7 @@ class RooflineModel(CostModel):
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
     floor : the least a call takes (host work run beside the forward: an overlapped scheduler)
     expert_parallel : place the routed experts whole across the tp devices (:mod:`draftsim.sim.cost.moe`)
+    kv_per_query : attention reads each query's whole context (a verification by batch expansion)
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
