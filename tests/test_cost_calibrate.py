@@ -78,8 +78,17 @@ def test_vllm_results_give_a_decode_step_per_run_and_the_prefill_of_light_runs(t
     assert res["points_fitted"] == 5 and res["hardware"] == "h100-sxm-calibrated"
     entry = json.loads(out.read_text())["hardware"]["h100-sxm-calibrated"]
     assert entry["mbu"] == pytest.approx(res["mbu"]) and "calibrated by draftsim calibrate" in entry["source"]
+    assert entry["measured"]["calibration"]["calls"] == 5 and "vllm bench serve" in entry["measured"]["calibration"]["fitted_to"]
     # the written catalog is usable at once
     status, text, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm-calibrated", "--catalog", str(out), "--json")
+    assert status == 0, err
+    # its fitted overhead holds the measured engine's: engine overheads on top are refused in one line
+    status, text, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm-calibrated", "--catalog", str(out),
+                            "--overheads", "vllm")
+    assert status == 2 and text == "" and len(err.strip().splitlines()) == 1 and "use --overheads none" in err
+    # check-serve's default engine is then none, and it says the hardware is calibrated
+    status, text, err = run(capsys, "check-serve", "--vllm-result", str(files[1]), "--target", "llama-3.1-8b",
+                            "--hardware", "h100-sxm-calibrated", "--catalog", str(out))
     assert status == 0, err
 
 

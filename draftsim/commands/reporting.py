@@ -53,7 +53,10 @@ def assumptions(config, serving) -> list[tuple[str, str, str]]:
         how = next((v for k, v in backends.items() if k == name or k.lower() == str(name).lower()), None)
         if how is None:  # a drafter method keyed by its model (draft_model:NAME)
             how = next((v for k, v in backends.items() if k.lower() in str(name).lower()), "")
-        status = "measured (profile)" if how.startswith("profile") or "measured" in how else "catalog architecture, roofline (not calibrated)"
+        calibrated = info.get("calibration")
+        status = ("measured (profile)" if how.startswith("profile") or "measured" in how else
+                  f"catalog architecture, roofline on hardware calibrated to {calibrated['fitted_to']}" if calibrated else
+                  "catalog architecture, roofline (not calibrated)")
         if how.startswith("free"):
             status = "no cost"
         src = _source(cat.model, name)

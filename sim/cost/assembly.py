@@ -152,10 +152,13 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
     catalog = default_catalog(list(d.catalogs))
     hw = catalog.hardware_spec(d.hardware)
     engine = engine_overheads(d.overheads)
+    if hw.calibration is not None and engine.name != "none":
+        raise DraftsimError(f"hardware {hw.name} is calibrated to measured steps ({hw.calibration.get('fitted_to', 'draftsim calibrate')}), "
+                            f"whose times already hold their engine's overheads: use --overheads none with it, not {engine.name}")
     profiles = [load_profile(p) for p in d.profiles]
     used: set[int] = set()
     info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
-            "engine_name": f"--overheads {engine.name}"}
+            "engine_name": f"--overheads {engine.name}", "calibration": hw.calibration}
 
     def profile_for(name: str):
         for i, prof in enumerate(profiles):

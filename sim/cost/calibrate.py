@@ -9,7 +9,9 @@ serve`` result (:mod:`draftsim.sim.vllm_bench`) — by least squares on the loga
 (relative errors count alike at every size), and reports the fit's error on the points it used
 and on points it held out (every m-th point, m = round(1 / holdout)), beside the catalog's
 defaults on the same points. The fitted entry keeps the catalog entry's peaks, memory and
-interconnect, and says in its ``source`` what it was fitted to.
+interconnect, and says in its ``source`` and ``measured["calibration"]`` what it was fitted to.
+Its overhead holds the measured engine's per-step costs, so it is priced without engine
+overheads (``--overheads none``; :func:`~draftsim.sim.cost.assembly.assemble` refuses another).
 """
 
 from __future__ import annotations
@@ -161,8 +163,11 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, points: StepPoints, *, d
     errors = {"fit": _errors(predict(fitted_model, fit), fit.seconds), "held_out": _errors(predict(fitted_model, test), test.seconds),
               "default_fit": _errors(predict(default, fit), fit.seconds),
               "default_held_out": _errors(predict(default, test), test.seconds)}
+    calibration = {"model": model.name, "fitted_to": points.source, "calls": len(fit), "dtype": dtype, "tp": tp,
+                   "median_error": errors["fit"]["median_abs"]}
     entry = dataclasses.replace(
         hardware, name=name or f"{hardware.name}-calibrated", mfu=mfu, mbu=mbu, overhead=overhead, overhead_per_layer=0.0,
+        measured={**hardware.measured, "calibration": calibration},
         source=f"{hardware.source}; calibrated by draftsim calibrate: mfu {mfu:.3g}, mbu {mbu:.3g}, overhead {overhead * 1e6:.1f} us per "
                f"call fitted to {len(fit)} calls of {model.name} ({points.source}), median error {errors['fit']['median_abs']:.1%}")
     return Calibration(entry, mfu, mbu, overhead, len(fit), len(test), errors)

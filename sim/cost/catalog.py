@@ -214,6 +214,13 @@ class HardwareSpec:
     notes: str = ""
     measured: dict = field(default_factory=dict)
 
+    @property
+    def calibration(self) -> dict | None:
+        """What ``draftsim calibrate`` fitted this entry's factors and overhead to (None: not
+        calibrated). Its measured steps already hold their engine's overheads."""
+        c = self.measured.get("calibration") if isinstance(self.measured, dict) else None
+        return c if isinstance(c, dict) else None
+
     def __post_init__(self):
         if not self.peak_flops:
             raise DraftsimError(f"hardware {self.name!r}: peak_tflops needs at least one dtype")
