@@ -62,6 +62,8 @@ def assumptions(config, serving) -> list[tuple[str, str, str]]:
         src = _source(cat.model, name)
         value = f"{name}: {how}" if how else str(name)
         out.append((role, value, status if src == "(not in the catalog)" else f"{status}; {src}"))
+    if "without speculation" in info:  # the engine prices a server that does not speculate apart
+        out.append(("target without speculation", info["without speculation"], "sim/data/engines.json (the baseline's server)"))
     out.append(("engine overheads", info["engine"], "sim/data/engines.json" if config.overheads != "none" else "none added"))
     out.append(("acceptance", repr(serving.process), _acceptance_source(config)))
     kv, plan = serving.kv_cache()
