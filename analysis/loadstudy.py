@@ -76,7 +76,8 @@ def crossover(rows: list[dict], key: str = "speedup") -> float | None:
         if s[i] < 1 <= s[i - 1]:
             x0, x1 = np.log(q[i - 1]), np.log(q[i])
             f = (s[i - 1] - 1) / (s[i - 1] - s[i])
-            return float(np.exp(x0 + f * (x1 - x0)))
+            # within the bracket: exp(log q) need not give q back to the last bit
+            return float(min(max(np.exp(x0 + f * (x1 - x0)), q[i - 1]), q[i]))
     return None
 
 
