@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from draftsim.analysis.loadstudy import crossover
 from draftsim.api import ServeSimConfig, serve_sim
 from draftsim.sim.acceptance_catalog import acceptance_entry
 
@@ -92,11 +93,8 @@ def crossover_row(doc: dict, point: dict) -> dict:
     alpha = solve_alpha(lambda a: speedup(grid[0], a), point["published"])
     curve = [speedup(q, alpha) for q in grid]
     below = [q for q, s in zip(grid, curve) if s < 1.0]
-    cross = None
-    for (q0, s0), (q1, s1) in zip(zip(grid, curve), zip(grid[1:], curve[1:])):
-        if s0 >= 1.0 > s1:  # log-log interpolation of the speedup through 1
-            cross = float(np.exp(np.log(q0) + (np.log(q1) - np.log(q0)) * np.log(s0) / (np.log(s0) - np.log(s1))))
-            break
+    cross = crossover([{"qps": q, "speedup": s} for q, s in zip(grid, curve)])  # the load study's definition
+    cross = None if cross is None or np.isnan(cross) else cross
     at = float(point["crossover_below"])
     return {"source": doc["id"], "label": point["label"], "published": point["published"], "alpha": alpha,
             "calibrated": curve[0], "qps": grid, "speedups": curve, "crossover_qps": cross,
