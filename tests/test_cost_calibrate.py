@@ -145,3 +145,12 @@ def test_check_serve_replays_a_vllm_result(tmp_path, capsys):
     assert status == 2 and "holds no spec_decode_per_position_acceptance_rates" in err
     status, out, err = run(capsys, "check-serve", "--vllm-result", str(tmp_path / "r.json"))
     assert status == 2 and "needs --target MODEL and --hardware HW" in err
+
+
+def test_a_holdout_too_small_to_hold_a_point_out_holds_none():
+    """--holdout 1e-320 (every 10^320-th point): none held out, no overflow (the fuzz test found it)."""
+    cat = default_catalog()
+    pts = StepPoints(np.array([1.0, 1, 4, 4, 16, 16]), np.array([1.0, 4, 1, 4, 1, 4]), np.full(6, 512.0),
+                     np.array([0.0061, 0.0064, 0.0064, 0.0076, 0.0076, 0.0124]), "table")
+    fit = calibrate(cat.model("llama-3.1-8b"), cat.hardware_spec("h100-sxm"), pts, holdout=1e-320)
+    assert fit.fitted == 6 and fit.held_out == 0 and fit.errors["held_out"]["median_abs"] is None

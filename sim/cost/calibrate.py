@@ -134,7 +134,7 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, points: StepPoints, *, d
     n = len(points)
     if n < 3:
         raise DraftsimError(f"{points.source}: a calibration fits 3 parameters and needs at least 3 measured calls; got {n}")
-    every = int(round(1 / holdout)) if holdout > 0 else 0
+    every = int(round(min(1.0 / holdout, n + 1.0))) if holdout > 0 else 0  # beyond n: none held out (and no overflow)
     held = np.zeros(n, dtype=bool)
     if every:
         held[every - 1::every] = True
