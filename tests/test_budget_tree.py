@@ -63,7 +63,9 @@ def test_sampled_rounds_accept_the_expected_tokens(case, seed):
     mean, second = at_least.sum(), ((2 * d - 1) * at_least).sum()
     assert mean == pytest.approx(bt.expected_accepted())
     se = np.sqrt(max(second - mean**2, 0.0) / n)
-    assert abs(got.mean() - mean) <= 5 * se + 1e-12
+    # 5 standard errors, plus three samples' worth: where a miss is rare (P ~ 1e-6, 0.025 expected in
+    # n draws) one occurrence moves the mean by depth / n, far beyond 5 normal standard errors
+    assert abs(got.mean() - mean) <= 5 * se + 3 * depth / n + 1e-12
 
 
 def test_monte_carlo_rounds_verify_the_budget_and_call_the_drafter_once_per_level():
