@@ -453,21 +453,39 @@ VLLM_CHECKED = (("ttft_mean", "mean_ttft", "ttft", "mean"), ("ttft_p50", "median
                 ("e2e_mean", "mean_e2el", "e2e", "mean"))
 
 
+#: The most requests check-serve replays from a ``vllm bench serve`` result (a replay of 100,000
+#: requests took 20 s on this repository's 2-core CPU; a larger run is a sample of the same workload: save a shorter one).
+MAX_VLLM_REPLAY = 100_000
+
+
 def vllm_workload(bench, seed: int = 0) -> Workload:
-    """The workload a ``vllm bench serve`` run sent: its requests' lengths, arriving at their
-    recorded start times, else all at once (request rate inf), else as a Poisson process at its
-    request rate (vLLM's default arrivals) drawn with ``seed``."""
+    """The workload a ``vllm bench serve`` run sent (its successful requests, in the order sent):
+    their lengths, arriving when the client meant to send them — the recorded start times less
+    the time each waited for the client's concurrency cap (``queue_times``), when saved — else all
+    at once (request rate inf), else at the run's request rate with gamma gaps of its
+    ``burstiness`` (vLLM's ``get_request``; 1: Poisson) drawn with ``seed``. The cap itself is
+    applied by the replay (:func:`check_vllm`)."""
     if not bench.detailed:
         raise DraftsimError(f"{bench.source}: per-request lengths are missing; save the run with --save-detailed")
     n = bench.completed
+    if n > MAX_VLLM_REPLAY:
+        raise DraftsimError(f"{bench.source}: field 'completed' is {n:,}; check-serve replays at most {MAX_VLLM_REPLAY:,} requests "
+                            "(save a shorter run: vllm bench serve --num-prompts)")
     if bench.start_times is not None:
-        arrival = bench.start_times - bench.start_times.min()
+        sent = bench.start_times - (bench.queue_times if bench.queue_times is not None else 0.0)
+        arrival = sent - sent.min()
         order = np.argsort(arrival, kind="stable")
     else:
+        if bench.ramp_up is not None:
+            raise DraftsimError(f"{bench.source}: field 'ramp_up_strategy' is {bench.ramp_up!r} and 'start_times' is missing: the "
+                                "arrivals of a ramped run are not its request_rate; save the run with a vLLM that writes start_times")
         if np.isinf(bench.request_rate):
             arrival = np.zeros(n)
         else:
-            arrival = np.cumsum(np.random.default_rng([seed, 5]).exponential(1.0 / bench.request_rate, n))
+            rng = np.random.default_rng([seed, 5])
+            b = bench.burstiness
+            gaps = rng.exponential(1.0 / bench.request_rate, n) if b == 1.0 else rng.gamma(b, 1.0 / (bench.request_rate * b), n)
+            arrival = np.cumsum(gaps)
             arrival -= arrival[0]
         order = np.arange(n)
     prompt = np.maximum(bench.input_lens.astype(np.int64), 1)
@@ -476,10 +494,12 @@ def vllm_workload(bench, seed: int = 0) -> Workload:
 
 
 def check_vllm(bench, config: ServingConfig, seed: int = 0) -> dict:
-    """Replay a ``vllm bench serve`` run's workload (:func:`vllm_workload`) on ``config`` and
-    compare the simulator's metrics with the run's own, per metric the file has."""
+    """Replay a ``vllm bench serve`` run's workload (:func:`vllm_workload`) on ``config``, at most
+    ``max_concurrency`` requests in flight as the run's client allowed (vLLM's TTFT is timed from
+    the send, after the client's queue, and so is the replay's), and compare the simulator's
+    metrics with the run's own, per metric the file measured (non-zero)."""
     wl = vllm_workload(bench, seed)
-    predicted = summarize_run(serve(config, wl, seed=seed))
+    predicted = summarize_run(serve(config, wl, seed=seed, max_in_flight=bench.max_concurrency))
     rows = []
     for name, key, metric, stat in VLLM_CHECKED:
         if key in bench.metrics:
@@ -488,6 +508,12 @@ def check_vllm(bench, config: ServingConfig, seed: int = 0) -> dict:
     measured_tp = float(bench.output_lens.sum() / bench.duration)
     rows.append({"metric": "throughput", "predicted": float(predicted["throughput"]), "measured": measured_tp,
                  "relative_error": _rel(float(predicted["throughput"]), measured_tp)})
-    return {"path": bench.source, "target": getattr(config.target, "name", None), "drafter": None, "policy": repr(config.policy),
+    for row in rows:
+        if not (np.isfinite(row["predicted"]) and np.isfinite(row["relative_error"])):
+            raise DraftsimError(f"{bench.source}: the replay gives no {row['metric']} to compare with the file's "
+                                f"{row['measured']:.6g} (predicted {row['predicted']:.6g}); the run's requests are too short to measure it")
+    drafter = ", ".join(getattr(d, "name", "?") for d in config.drafters) or None
+    return {"path": bench.source, "target": getattr(config.target, "name", None), "drafter": drafter, "policy": repr(config.policy),
             "controller": repr(config.controller), "requests": bench.completed, "costs": getattr(config.target, "name", "?"),
+            "max_concurrency": bench.max_concurrency, "failed": bench.failed,
             "metrics": rows, "predicted": predicted, "measured": {"duration": bench.duration, **bench.metrics}}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Callable
 
 from .errors import DraftsimError, file_mode
 
-__all__ = ["MAX_INPUT_BYTES", "read_bytes", "read_text", "file_kind",
+__all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "file_kind", "json_depth", "parse_json",
            "atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
 
 #: The largest input file read whole (a 256 MiB request trace is ~10 million requests).
@@ -79,6 +80,48 @@ def read_text(path, what: str, limit: int = MAX_INPUT_BYTES, *, fifo: bool = Tru
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 text (byte {exc.start:,})") from None
+
+
+#: The deepest nesting of arrays and objects a JSON input may have: every format draftsim reads
+#: nests a few levels (a vLLM result's ``itls``: 2); deeper input is refused before the parser
+#: recurses into it.
+MAX_JSON_DEPTH = 32
+
+#: A JSON string literal (the unrolled form: no backtracking over long strings).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def json_depth(text: str | bytes, chunk: int = 1 << 24) -> int:
+    """The deepest nesting of ``[``/``{`` in a JSON text, brackets inside strings left out; read in
+    chunks (bounded memory), without parsing."""
+    import numpy as np
+
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    data = _JSON_STRING.sub(b'""', data)
+    depth = deepest = 0
+    for start in range(0, len(data), chunk):
+        arr = np.frombuffer(data, dtype=np.uint8, count=min(chunk, len(data) - start), offset=start)
+        step = ((arr == 0x5B) | (arr == 0x7B)).astype(np.int32) - ((arr == 0x5D) | (arr == 0x7D)).astype(np.int32)
+        step = step[step != 0]
+        if step.size:
+            run = np.cumsum(step, dtype=np.int64) + depth
+            deepest, depth = max(deepest, int(run.max())), int(run[-1])
+    return deepest
+
+
+def parse_json(text: str, source: str, *, max_depth: int = MAX_JSON_DEPTH, error=DraftsimError):
+    """``text`` parsed as one JSON document, its nesting bounded by ``max_depth`` before parsing;
+    anything else (invalid JSON, an integer of more digits than Python converts, several
+    documents) raises ``error`` with one line naming ``source``."""
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise error(f"{source} nests arrays or objects {depth:,} levels deep; draftsim reads at most {max_depth}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
+    except (ValueError, RecursionError) as exc:  # an integer over Python's int-string limit
+        raise error(f"{source} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
 
 
 def atomic_write(path, write: Callable[[str], None], *, mkdir: bool = False, fsync: bool = False) -> Path:

@@ -25,7 +25,10 @@ from ..errors import DraftsimError
 from .catalog import HardwareSpec, ModelSpec
 from .roofline import RooflineModel
 
-__all__ = ["StepPoints", "Calibration", "calibrate", "points_from_profile", "points_from_table", "points_from_vllm"]
+__all__ = ["StepPoints", "Calibration", "calibrate", "points_from_profile", "points_from_table", "points_from_vllm", "MAX_SHAPE"]
+
+#: The largest batch, new tokens or context of a measured call (2^24: beyond any context window).
+MAX_SHAPE = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,19 @@ class StepPoints:
         n = len(self.seconds)
         if any(len(a) != n for a in (self.batch, self.new_tokens, self.context)):
             raise DraftsimError(f"{self.source}: measured calls need batch, new tokens, context and seconds of one length each")
-        if not (np.all(np.isfinite(self.seconds)) and np.all(self.seconds > 0)):
-            raise DraftsimError(f"{self.source}: every measured time must be finite and > 0")
-        if np.any(self.batch < 1) or np.any(self.new_tokens < 1) or np.any(self.context < 0):
-            raise DraftsimError(f"{self.source}: batch and new tokens must be >= 1, context >= 0")
+        for name, arr, low, whole, valid in (
+                ("batch", self.batch, 1, True, f"whole numbers from 1 to {MAX_SHAPE:,}"),
+                ("new_tokens", self.new_tokens, 1, True, f"whole numbers from 1 to {MAX_SHAPE:,}"),
+                ("context", self.context, 0, False, f"numbers from 0 to {MAX_SHAPE:,}"),
+                ("seconds", self.seconds, 0, False, "finite numbers > 0")):
+            arr = np.asarray(arr, dtype=np.float64)
+            ok = np.isfinite(arr) & (arr >= low)
+            ok &= (arr > 0) if name == "seconds" else (arr <= MAX_SHAPE)
+            if whole:
+                ok &= arr == np.floor(np.where(np.isfinite(arr), arr, 0.0))
+            if not ok.all():
+                i = int(np.argmin(ok))
+                raise DraftsimError(f"{self.source}: column '{name}' holds {float(arr[i])!r} at row {i + 1}; {valid} are valid")
 
     def __len__(self) -> int:
         return len(self.seconds)
@@ -92,8 +104,8 @@ def points_from_vllm(results: list) -> StepPoints:
         conc = max(1.0, r.mean_concurrency())
         prompt, out = float(r.input_lens.mean()), float(r.output_lens.mean())
         rows.append((round(conc), 1.0, prompt + out / 2, itl))
-        if conc <= 1.5 and r.metrics.get("median_ttft"):
-            rows.append((1.0, max(prompt, 1.0), 0.0, r.metrics["median_ttft"]))
+        if conc <= 1.5 and r.metrics.get("median_ttft"):  # the mean prompt, a whole call (544.67 tokens: 545)
+            rows.append((1.0, max(round(prompt), 1.0), 0.0, r.metrics["median_ttft"]))
     b, n, c, t = (np.array(x, dtype=float) for x in zip(*rows))
     return StepPoints(b, n, c, t, f"{len(results)} vllm bench serve result(s)")
 
@@ -149,13 +161,26 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, points: StepPoints, *, d
         return np.asarray(m.shape_time(p.batch, p.new_tokens, p.context), dtype=float).reshape(-1)
 
     def residuals(x):
-        return np.log(predict(model_at(x[0], x[1], x[2]), fit)) - np.log(fit.seconds)
+        with np.errstate(all="ignore"):
+            return np.log(predict(model_at(x[0], x[1], x[2]), fit)) - np.log(fit.seconds)
 
     x0 = np.array([hardware.mfu, hardware.mbu, min(max(hardware.overhead, 0.0), float(fit.seconds.min()))])
     lo, hi = np.array([1e-3, 1e-3, 0.0]), np.array([1.0, 1.0, float(fit.seconds.max())])
+    # the slowest and fastest factors the fit may try must price every call finitely (a denormal
+    # bandwidth in a catalog prices a call as infinite seconds: least squares on non-finite residuals)
+    for corner in (lo, hi):
+        if not np.all(np.isfinite(residuals(corner))):
+            raise DraftsimError(
+                f"hardware {hardware.name!r}: its peaks (memory_bandwidth {hardware.memory_bandwidth:g} B/s, peak FLOP/s "
+                f"{float(hardware.peak_flops.get(dtype, 0.0)):g} for {dtype}) price {model.name}'s calls as non-finite or zero seconds at "
+                "utilisations in [0.001, 1]; a calibration starts from an entry whose peaks price them finitely")
     best = None
     for start in (x0, np.array([0.3, 0.5, float(fit.seconds.min()) / 2])):  # two starts: the fit is not convex
-        res = least_squares(residuals, np.clip(start, lo, hi), bounds=(lo, hi), x_scale=np.array([0.1, 0.1, max(fit.seconds.min(), 1e-6)]))
+        try:
+            res = least_squares(residuals, np.clip(start, lo, hi), bounds=(lo, hi),
+                                x_scale=np.array([0.1, 0.1, max(fit.seconds.min(), 1e-6)]))
+        except ValueError as exc:  # residuals that turn non-finite inside the bounds
+            raise DraftsimError(f"{points.source}: the fit of {hardware.name!r} failed ({exc})") from None
         if best is None or res.cost < best.cost:
             best = res
     mfu, mbu, overhead = (float(v) for v in best.x)

@@ -66,6 +66,9 @@ class ServingConfig:
     #: the target's cost model in this server without speculation (analysis.loadstudy.autoregressive), where the
     #: engine prices plain decoding apart (its scheduler overlaps host work only there); None: ``target``
     plain_target: object = None
+    #: the serving engine (:class:`~draftsim.sim.cost.overheads.EngineOverheads`; None: none): the
+    #: memory plan takes out the CUDA-graph memory its KV budget leaves out
+    engine: object = None
 
     def __post_init__(self):
         self.replicas = int(as_count("replicas", self.replicas, minimum=1, maximum=1024))
@@ -90,7 +93,8 @@ class ServingConfig:
         tokens = self.kv_tokens
         if tokens is None:
             plan = memory_plan(self.target, self.drafters[: self.policy.n_models - 1],
-                               max_batched_tokens=self.scheduler.max_num_batched_tokens, separate_drafter=self.separate_drafter)
+                               max_batched_tokens=self.scheduler.max_num_batched_tokens, separate_drafter=self.separate_drafter,
+                               engine=self.engine)
             if plan is None:
                 return None, None
             tokens = plan.tokens
@@ -137,10 +141,13 @@ def workload_stream(seed: int, replication: int) -> np.random.Generator:
     return np.random.default_rng([int(seed), int(replication), 1])
 
 
-def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replication: int = 0, arrivals=None, progress=None) -> RunRecord:
+def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replication: int = 0, arrivals=None, progress=None,
+          max_in_flight: int | None = None) -> RunRecord:
     """Serve ``workload`` once. ``arrivals`` is a :class:`ClosedLoop` for closed-loop clients
     (the workload's arrival times are then ignored); ``progress(n)`` is called as requests
-    finish."""
+    finish. ``max_in_flight`` caps the requests sent and unfinished (a client's concurrency
+    limit, ``vllm bench serve --max-concurrency``): an open-loop request arriving at the cap
+    waits at the client, in arrival order, until one finishes."""
     config.check(workload)
     process, policy = config.process, config.policy
     output = workload.output.copy()
@@ -155,12 +162,13 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     env = simpy.Environment()
     recorder = Recorder(config.max_draft)
     closed = isinstance(arrivals, ClosedLoop)
+    capped = max_in_flight is not None and not closed
     kv, plan = config.kv_cache()
     if kv is not None:
         i = int(np.argmax(table.prompt + table.output))
         kv.check_request(int(table.prompt[i]), int(table.output[i]))
     n = len(table)
-    state = {"next": 0, "done": 0}
+    state = {"next": 0, "done": 0, "slot": None}
     heap: list = []
     finish_events: dict = {}
 
@@ -170,10 +178,17 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
                 heapq.heappop(heap)
             return heap[0] if heap else np.inf
         i = state["next"]
-        return float(workload.arrival[i]) if i < n else np.inf
+        if capped and i - state["done"] >= max_in_flight:
+            return np.inf  # sent when a request finishes (a finish cuts the window)
+        if i >= n:
+            return np.inf
+        return max(float(workload.arrival[i]), env.now) if capped else float(workload.arrival[i])
 
     def on_finish(rid: int) -> None:
         state["done"] += 1
+        if state["slot"] is not None:
+            state["slot"].succeed()
+            state["slot"] = None
         if progress is not None:
             progress(1)
         ev = finish_events.pop(rid, None)
@@ -181,7 +196,7 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
             ev.succeed()
 
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
-                    max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed,
+                    max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed or capped,
                     next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max,
                     tree_nodes=_tree_nodes(policy, config.process), layout=config.layout)
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv)) for r in range(config.replicas)]
@@ -196,6 +211,9 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
             delay = float(workload.arrival[rid]) - env.now
             if delay > 0:
                 yield env.timeout(delay)
+            while capped and rid - state["done"] >= max_in_flight:
+                state["slot"] = env.event()
+                yield state["slot"]
             state["next"] = rid + 1
             submit(rid)
 
