@@ -16,12 +16,14 @@ state (a :class:`Track`), e.g. the hidden regimes of a Markov-modulated process.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
 
+from .acceptance_rates import conditional_from_cumulative
 from .distributions import stationary
-from .errors import DraftsimError, as_cost, as_probability
+from .errors import DraftsimError, as_cost, as_probability, unknown
 
 __all__ = ["AcceptanceProcess", "Track", "Bernoulli", "Positional", "MarkovModulated", "TraceDriven"]
 
@@ -172,16 +174,41 @@ class _PositionalTrack(Track):
 
 
 class Positional(AcceptanceProcess):
-    """Acceptance α_i by draft index i within the round (i = 1, 2, …; the last value repeats)."""
+    """Acceptance α_i by draft index i within the round (i = 1, 2, …; the last value repeats):
+    conditional rates c_i = P(token i accepted | tokens 1..i−1 accepted).
+
+    Its ``repr`` echoes the rates in the convention they were given in: conditional, or
+    cumulative a_i (vLLM's, :meth:`from_cumulative`); ``drafts``, the policy's longest draft
+    when known, makes it say which given positions no round reaches."""
 
     stationary_rounds = True
 
-    def __init__(self, alphas, **kwargs):
+    def __init__(self, alphas, *, drafts: int | None = None, **kwargs):
         super().__init__(**kwargs)
         arr = as_probability("alphas", alphas)
         if arr.ndim != 1 or arr.size == 0:
             raise DraftsimError(f"alphas must be a non-empty 1-d sequence; got shape {arr.shape}")
         self.alphas = arr
+        self._given = ("conditional", arr)
+        self._drafts = None if drafts is None else int(drafts)
+
+    @classmethod
+    def from_cumulative(cls, cumulative, **kwargs) -> "Positional":
+        """The process of cumulative rates a_i = P(tokens 1..i all accepted) (vLLM's per-position
+        acceptance), echoed as such."""
+        given = as_probability("cumulative rates", cumulative)
+        process = cls(conditional_from_cumulative(given), **kwargs)
+        process._given = ("cumulative", given)
+        return process
+
+    def __repr__(self) -> str:
+        convention, values = self._given
+        rates = f"{convention}={[float(f'{x:.4g}') for x in values]!r}"
+        text = re.sub(r"alphas=\[[^\]]*\]", lambda _: rates, super().__repr__(), count=1)
+        if self._drafts is not None and values.size > self._drafts:
+            unused = f"{self._drafts + 1}" + (f"-{values.size}" if values.size > self._drafts + 1 else "")
+            text = text[:-1] + f"; positions {unused} unused: the policy drafts at most {self._drafts})"
+        return text
 
     def start(self, n_seq, max_len, rng):
         return _PositionalTrack(self.alphas)
@@ -352,9 +379,9 @@ class TraceDriven(AcceptanceProcess):
         names = drafters or trace.drafters()[:1]
         if not names:
             raise DraftsimError(f"trace {trace.path} records no drafter")
-        unknown = [n for n in names if n not in trace.drafters()]
-        if unknown:
-            raise DraftsimError(f"trace {trace.path} has no drafter {unknown[0]!r}; it has {trace.drafters()}")
+        missing = [n for n in names if n not in trace.drafters()]
+        if missing:
+            raise unknown("drafter", missing[0], trace.drafters(), known=f"trace {trace.path} has {', '.join(trace.drafters())}")
         models = ["target"] + list(names)
         available = set(trace.pairs())
         data = {}

@@ -40,7 +40,7 @@ from .acceptance_rates import (
     mean_length,
     mean_length_from_draft_rate,
 )
-from .errors import K_MAX_LIMIT, DraftsimError
+from .errors import K_MAX_LIMIT, DraftsimError, unknown
 
 __all__ = [
     "SCHEMA",
@@ -383,16 +383,13 @@ def acceptance_entry(name: str, path=None) -> AcceptanceEntry:
     catalog = load_catalog(path)
     if name in catalog:
         return catalog[name]
-    words = [w for w in re.split(r"[-.]", str(name).lower()) if w]
-    close = [n for n in catalog if words and all(w in n for w in words[:2])][:5]
-    hint = f"; close: {', '.join(close)}" if close else f"; {len(catalog)} entries (draftsim acceptance lists them)"
-    raise DraftsimError(f"no acceptance entry {name!r}{hint}")
+    raise unknown("acceptance entry", name, list(catalog), known=f"{len(catalog)} entries (draftsim acceptance lists them)")
 
 
 def list_entries(method: str | None = None, target: str | None = None, dataset: str | None = None, path=None) -> list[AcceptanceEntry]:
     """Entries, in file order, filtered by method, target model (:func:`same_model`) and dataset."""
     if method is not None and method not in METHODS:
-        raise DraftsimError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+        raise unknown("drafting method", method, METHODS)
     out = []
     for entry in load_catalog(path).values():
         if method is not None and entry.method != method:

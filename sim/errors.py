@@ -21,6 +21,36 @@ class DraftsimError(ValueError):
     """Invalid input to draftsim: the message names the value and the valid range."""
 
 
+def close_names(name, valid, n: int = 3) -> list[str]:
+    """Up to ``n`` of ``valid`` that ``name`` may have meant, case-insensitively: names that
+    begin with it (three characters or more), the closest spellings
+    (:func:`difflib.get_close_matches`, ratio >= 0.6), then names that contain it. ``valid``
+    may map spellings (aliases) to the name to suggest for each."""
+    import difflib
+
+    spellings = valid if isinstance(valid, dict) else {v: v for v in valid}
+    names = {str(k).lower(): str(v) for k, v in reversed(list(spellings.items()))}
+    text = str(name).strip().lower()
+    longer = len(text) >= 3
+    out = [k for k in names if longer and k.startswith(text)][::-1]
+    out += difflib.get_close_matches(text, list(names), n=n, cutoff=0.6)
+    out += [k for k in names if longer and text in k][::-1]
+    return list(dict.fromkeys(names[k] for k in out if k != text and names[k].lower() != text))[:n]
+
+
+def unknown(kind: str, name, valid, *, known: str | None = None) -> DraftsimError:
+    """The one-line error for a name that is none of ``valid`` (raise it): ``unknown KIND 'NAME';
+    did you mean A or B? known: …`` — the suggestions from :func:`close_names` (``valid`` may
+    map spellings to names), then the valid names (or ``known``, a sentence standing for a list
+    too long to print)."""
+    close = close_names(name, valid)
+    listed = ", ".join(dict.fromkeys(str(v) for v in (valid.values() if isinstance(valid, dict) else valid))) or "none"
+    message = f"unknown {kind} {name!r}"
+    if close:
+        message += f"; did you mean {' or '.join(close)}?"
+    return DraftsimError(f"{message}{' ' if close else '; '}{known if known is not None else 'known: ' + listed}")
+
+
 def _number(value) -> str:
     """A number as a user typed it: ``3`` for integral values, ``0.25``, ``nan``, ``inf``."""
     v = float(value)

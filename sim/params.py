@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .errors import DraftsimError
+from .errors import DraftsimError, unknown
 
 
 def parse_spec(spec: str, kind: str, known: dict[str, dict]) -> tuple[str, dict[str, str]]:
@@ -17,7 +17,7 @@ def parse_spec(spec: str, kind: str, known: dict[str, dict]) -> tuple[str, dict[
     name, _, rest = spec.strip().partition(":")
     name = name.strip().lower()
     if name not in known:
-        raise DraftsimError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+        raise unknown(kind, name, sorted(known))
     keys = known[name]
     params: dict[str, str] = {}
     if rest:
@@ -27,7 +27,7 @@ def parse_spec(spec: str, kind: str, known: dict[str, dict]) -> tuple[str, dict[
             if not eq or not value.strip():
                 raise DraftsimError(f"{kind} {name}: expected KEY=VALUE, got {item!r}")
             if key not in keys:
-                raise DraftsimError(f"{kind} {name}: unknown parameter {key!r}; known: {', '.join(keys) or 'none'}")
+                raise DraftsimError(f"{kind} {name}: {unknown('parameter', key, keys)}")
             if key in params:
                 raise DraftsimError(f"{kind} {name}: parameter {key!r} given twice")
             params[key] = value.strip()

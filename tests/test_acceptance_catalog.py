@@ -264,7 +264,7 @@ def test_summary_is_one_line():
 
 
 def test_unknown_entry_lists_close_names():
-    with pytest.raises(DraftsimError, match=r"no acceptance entry 'eagle3-llama'; close: eagle3-llama-3\.1-8b"):
+    with pytest.raises(DraftsimError, match=r"unknown acceptance entry 'eagle3-llama'; did you mean eagle3-llama-3\.1-8b"):
         acceptance_entry("eagle3-llama")
 
 

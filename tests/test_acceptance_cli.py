@@ -64,7 +64,7 @@ def test_the_printed_rates_read_back_give_the_same_rates(capsys):
     (["--positional", "0.5,0.6,0.7"], ["cumulative", "--conditional"]),
     (["--positional", "0.9,0.8"], ["gives 2 position(s)", "drafts up to 3", "never padded"]),
     (["--conditional", "--alpha", "0.7"], ["--conditional", "--positional"]),
-    (["--acceptance", "no-such-entry"], ["no acceptance entry 'no-such-entry'", "draftsim acceptance"]),
+    (["--acceptance", "no-such-entry"], ["unknown acceptance entry 'no-such-entry'", "draftsim acceptance"]),
     (["--acceptance", "eagle3-llama-3.1-8b-vllm-issue20780", "--alpha", "0.5"], ["exactly one acceptance process", "--acceptance"]),
     (["--acceptance", "eagle3-llama-3.1-8b-mt-bench-t0-eagle3-paper-table1"], ["tree draft", "chain"]),
 ])

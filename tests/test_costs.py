@@ -334,7 +334,7 @@ def test_shipped_catalog_is_complete_and_cited():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(DraftsimError, match=r"unknown model 'llama-9'; known: .*llama-2-7b"):
+    with pytest.raises(DraftsimError, match=r"unknown model 'llama-9'; did you mean llama-3-8b or .* known: .*llama-2-7b"):
         CAT.model("llama-9")
     with pytest.raises(DraftsimError, match=r"unknown hardware 'tpu'; known: .*h100-sxm"):
         CAT.hardware_spec("tpu")
@@ -396,7 +396,7 @@ def test_cost_text_and_list(capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--target", "llama-9", "--hardware", "h100"], "unknown model 'llama-9'; known:"),
+    (["--target", "llama-9", "--hardware", "h100"], "unknown model 'llama-9'; did you mean"),
     (["--target", "llama-2-7b", "--hardware", "tpu-v9"], "unknown hardware 'tpu-v9'; known:"),
     (["--target", "llama-2-70b", "--hardware", "a100-80g"], "GB short"),
     (["--target", "llama-2-7b", "--hardware", "l4", "--batch", "64", "--context", "4096"], "KV cache"),

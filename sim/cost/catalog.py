@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from ..errors import DraftsimError
+from ..errors import DraftsimError, unknown
 from ..files import atomic_write_json
 
 __all__ = [
@@ -342,21 +342,37 @@ class Catalog:
     def merge(self, other: "Catalog") -> "Catalog":
         return Catalog({**self.models, **other.models}, {**self.hardware, **other.hardware}, {**self.aliases, **other.aliases})
 
-    def model(self, name: str) -> ModelSpec:
-        """A model by catalog name (case-insensitive, aliases) or by a config.json / checkpoint path."""
+    def model(self, name: str, alternatives: tuple[str, ...] = ()) -> ModelSpec:
+        """A model by catalog name or alias (case-insensitive; an entry's aliases include the
+        Hugging Face repository ids of its weights, ``meta-llama/Llama-3.1-70B-Instruct``), or by
+        a config.json / checkpoint path. An unknown name is refused in one line with the closest
+        names (``alternatives``: what else the caller accepts there, e.g. drafting methods)."""
         path = Path(str(name)).expanduser()
         if path.is_dir() or (path.suffix == ".json" and path.is_file()):
             return model_from_hf_config(path)
-        key = self.aliases.get(str(name).lower(), str(name).lower())
+        key = self._key(name)
         if key not in self.models:
-            raise DraftsimError(f"unknown model {name!r}; known: {', '.join(sorted(self.models))} (or a path to a config.json)")
+            listed = ", ".join([*alternatives, *sorted(self.models)])
+            raise unknown("model", name, {**{a: a for a in alternatives}, **self._spellings(self.models)},
+                          known=f"known: {listed} (or a path to a config.json)")
         return model_from_entry(key, self.models[key])
 
     def hardware_spec(self, name: str) -> HardwareSpec:
-        key = self.aliases.get(str(name).lower(), str(name).lower())
+        key = self._key(name)
         if key not in self.hardware:
-            raise DraftsimError(f"unknown hardware {name!r}; known: {', '.join(sorted(self.hardware))}")
+            raise unknown("hardware", name, self._spellings(self.hardware),
+                          known=f"known: {', '.join(sorted(self.hardware))}")
         return hardware_from_entry(key, self.hardware[key])
+
+    def _key(self, name) -> str:
+        """The entry name ``name`` stands for (lower case, aliases resolved; blanks around it and a
+        ``https://huggingface.co/`` prefix ignored)."""
+        text = str(name).strip().lower().removeprefix("https://huggingface.co/").strip("/")
+        return self.aliases.get(text, text)
+
+    def _spellings(self, entries: dict) -> dict[str, str]:
+        """Each name and alias of ``entries`` → its entry's name (what "did you mean" suggests)."""
+        return {**{k: k for k in sorted(entries)}, **{a: k for a, k in sorted(self.aliases.items()) if k in entries}}
 
     def validate(self) -> None:
         """Build every record once: raises on the first bad entry."""

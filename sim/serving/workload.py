@@ -360,7 +360,7 @@ class ClosedLoop(Arrivals):
 
 
 #: Arrival processes on the command line (``--arrivals``).
-ARRIVALS = Registry("arrival process", entries=[
+ARRIVALS = Registry("arrival process", plural="arrival processes", entries=[
     Entry("poisson", Poisson, (), (("poisson", "exponential gaps at rate --qps (default)"),)),
     Entry("gamma", GammaArrivals, (Param("cv", ascii_float, required=True),),
           (("gamma:cv=2", "gamma gaps at rate --qps, coefficient of variation cv (>1: bursty)"),)),
