@@ -49,7 +49,7 @@ class StepPoints:
         for name, arr, low, whole, valid in (
                 ("batch", self.batch, 1, True, f"whole numbers from 1 to {MAX_SHAPE:,}"),
                 ("new_tokens", self.new_tokens, 1, True, f"whole numbers from 1 to {MAX_SHAPE:,}"),
-                ("context", self.context, 0, False, f"numbers from 0 to {MAX_SHAPE:,}"),
+                ("context", self.context, 0, True, f"whole numbers from 0 to {MAX_SHAPE:,}"),
                 ("seconds", self.seconds, 0, False, "finite numbers > 0")):
             arr = np.asarray(arr, dtype=np.float64)
             ok = np.isfinite(arr) & (arr >= low)
@@ -90,7 +90,7 @@ def points_from_table(rows: list[dict], source: str) -> StepPoints:
 def points_from_vllm(results: list) -> StepPoints:
     """Calls read off plain (non-speculative) ``vllm bench serve`` runs
     (:class:`draftsim.sim.vllm_bench.VllmBench`, per-request lengths saved): per run a decode
-    step at its mean concurrency (Little's law) and mean context (prompt + half the output)
+    step at its mean concurrency (Little's law) and mean context (prompt + half the output, in whole tokens)
     taking its median inter-token latency, and where at most 1.5 requests were in flight on
     average its prefill (batch 1, the mean prompt) taking its median TTFT. Several runs at
     several rates give the fit its range."""
@@ -103,8 +103,8 @@ def points_from_vllm(results: list) -> StepPoints:
             raise DraftsimError(f"{r.source}: no median_itl_ms or mean_tpot_ms to fit a decode step to")
         conc = max(1.0, r.mean_concurrency())
         prompt, out = float(r.input_lens.mean()), float(r.output_lens.mean())
-        rows.append((round(conc), 1.0, prompt + out / 2, itl))
-        if conc <= 1.5 and r.metrics.get("median_ttft"):  # the mean prompt, a whole call (544.67 tokens: 545)
+        rows.append((round(conc), 1.0, round(prompt + out / 2), itl))  # whole tokens: a mean prompt of 544.67 is 545
+        if conc <= 1.5 and r.metrics.get("median_ttft"):
             rows.append((1.0, max(round(prompt), 1.0), 0.0, r.metrics["median_ttft"]))
     b, n, c, t = (np.array(x, dtype=float) for x in zip(*rows))
     return StepPoints(b, n, c, t, f"{len(results)} vllm bench serve result(s)")

@@ -1,0 +1,213 @@
+"""The outside formats' readers held to issue 38's examples: each bad file refused in one line
+naming the file and the field, each valid one (as vLLM writes it) read.
+
+vLLM ``bench serve`` results (sim/vllm_bench.py, used by ``check-serve --vllm-result`` and
+``calibrate --vllm-result``), step tables and calibration catalogs (sim/cost/calibrate.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from clirun import run
+from vllmfiles import vllm_doc, write_vllm
+
+from draftsim.sim.cost import default_catalog
+from draftsim.sim.cost.catalog import write_catalog
+from draftsim.sim.errors import DraftsimError
+from draftsim.sim.files import json_depth, parse_json
+from draftsim.sim.vllm_bench import read_vllm_bench
+
+DEPLOY = ("--target", "llama-3.1-8b", "--hardware", "h100-sxm")
+
+
+def check_serve(capsys, path, *extra):
+    return run(capsys, "check-serve", "--vllm-result", str(path), *DEPLOY, *extra)
+
+
+def refused(status, out, err, *fragments):
+    assert status == 2 and out == "" and "Traceback" not in err, (status, out, err)
+    assert len(err.strip().splitlines()) == 1, err
+    for f in fragments:
+        assert f in err, (f, err)
+
+
+# -- refused in one line, naming the file and the field ------------------------------------------
+
+@pytest.mark.parametrize("change, fragments", [
+    ({"completed": "inf"}, ["'completed'", '"inf"', "whole number"]),
+    ({"completed": 1e309}, ["'completed'"]),
+    ({"failed": "inf"}, ["'failed'"]),
+    ({"max_concurrency": "inf"}, ["'max_concurrency'"]),
+    ({"max_concurrency": 0}, ["'max_concurrency'", "from 1"]),
+    ({"request_rate": 0}, ["'request_rate' is 0", "a positive rate (requests/s) or 'inf' is valid"]),
+    ({"request_rate": -2}, ["'request_rate' is -2"]),
+    ({"request_rate": "fast"}, ["'request_rate' is \"fast\""]),
+    ({"request_rate": 1e-300}, ["'request_rate' is 1e-300 req/s", "'duration'"]),
+    ({"duration": 0}, ["'duration' is 0"]),
+    ({"duration": "NaN"}, ["'duration'"]),
+    ({"burstiness": 0}, ["'burstiness'"]),
+    ({"mean_ttft_ms": -1}, ["'mean_ttft_ms' is -1"]),
+    ({"mean_ttft_ms": "slow"}, ["'mean_ttft_ms'"]),
+    ({"input_lens": [1e300] * 20}, ["'input_lens' holds 1e+300 at request 0", "whole numbers"]),
+    ({"input_lens": [544.5] * 20}, ["'input_lens' holds 544.5"]),
+    ({"output_lens": [0] * 20}, ["'output_lens' is 0 for every one of the 20 completed requests"]),
+    ({"ttfts": [0.0] * 20}, ["'ttfts' is 0 for every completed request while 'mean_ttft_ms' is not"]),
+    ({"itls": [[0.008, -1.0]] * 20}, ["'itls' holds a gap of -1.0"]),
+    ({"itls": [0.008] * 20}, ["'itls' holds 0.008 at request 0"]),
+    ({"start_times": [0.0] * 19 + [1e9]}, ["'start_times' span", "'duration'"]),
+    ({"ttfts": [0.03] * 19}, ["'ttfts' has 19 entries but 'input_lens' has 20"]),
+    ({"spec_decode_per_position_acceptance_rates": [0.5, 0.8]}, ["'spec_decode_per_position_acceptance_rates'", "must not increase"]),
+    ({"spec_decode_per_position_acceptance_rates": [180.0]}, ["'spec_decode_per_position_acceptance_rates' holds 180.0"]),
+    ({"spec_decode_per_position_acceptance_rates": "0.8"}, ["'spec_decode_per_position_acceptance_rates'"]),
+])
+def test_a_bad_field_is_one_line_naming_the_file_and_the_field(tmp_path, capsys, change, fragments):
+    doc = vllm_doc(start_times="start_times" in change or change.get("request_rate") not in (0, 1e-300))
+    doc.update(change)
+    path = write_vllm(tmp_path / "result.json", doc)
+    status, out, err = check_serve(capsys, path, "--drafter-model", "eagle3") if "spec_decode" in str(change) else check_serve(capsys, path)
+    refused(status, out, err, "result.json: field ", *fragments)
+    assert "--positional" not in err  # a rate inside the file is the file's, never an option the user did not give
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[" * 100_000 + "]" * 100_000, "nests arrays or objects 100,000 levels deep"),
+    ('{"completed": ' + "1" * 5000 + "}", "is not valid JSON"),
+    ("{nope", "is not valid JSON"),
+    ("[1, 2]", "a result file is a JSON object"),
+    (json.dumps(vllm_doc()) + "\n" + json.dumps(vllm_doc()), "several results one after another (vllm bench serve --append-result)"),
+])
+def test_a_damaged_file_is_one_line(tmp_path, capsys, text, fragment):
+    path = tmp_path / "result.json"
+    path.write_text(text)
+    refused(*check_serve(capsys, path), "result.json", fragment)
+
+
+def test_a_nan_in_a_step_table_names_the_file_column_and_row(tmp_path, capsys):
+    table = tmp_path / "steps.csv"
+    table.write_text("batch,new_tokens,context,seconds\n1,1,512,0.006\n4,nan,512,0.007\n16,4,512,0.01\n2,2,2,0.01\n")
+    status, out, err = run(capsys, "calibrate", *DEPLOY, "--step-table", str(table), "--out", str(tmp_path / "c.json"))
+    refused(status, out, err, "steps.csv", "column 'new_tokens' holds nan at row 2")
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_calibration_catalog_with_a_denormal_bandwidth_is_one_line(tmp_path, capsys):
+    hw = default_catalog().hardware_spec("h100-sxm")
+    write_catalog(tmp_path / "cat.json", hardware={"slow": dataclasses.replace(hw, name="slow", memory_bandwidth=1e-310)})
+    table = tmp_path / "steps.csv"
+    table.write_text("batch,new_tokens,context,seconds\n1,1,512,0.006\n4,1,512,0.007\n16,4,512,0.01\n2,2,2,0.01\n")
+    status, out, err = run(capsys, "calibrate", "--target", "llama-3.1-8b", "--hardware", "slow", "--catalog", str(tmp_path / "cat.json"),
+                           "--step-table", str(table), "--out", str(tmp_path / "o.json"))
+    refused(status, out, err, "hardware 'slow'", "memory_bandwidth", "non-finite")
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_the_replay_is_bounded(tmp_path, capsys, monkeypatch):
+    """A 2-million-request result is refused before the replay, saying the bound (patched down here
+    so that the file stays small)."""
+    import draftsim.analysis.servecheck as sc
+
+    assert sc.MAX_VLLM_REPLAY == 100_000
+    monkeypatch.setattr(sc, "MAX_VLLM_REPLAY", 10)
+    refused(*check_serve(capsys, write_vllm(tmp_path / "result.json", n=11)), "result.json: field 'completed' is 11",
+            "replays at most 10 requests")
+
+
+# -- valid files, as vLLM writes them, work --------------------------------------------------------
+
+def test_a_result_with_failed_requests_written_as_vllm_writes_it_is_read(tmp_path, capsys):
+    """vLLM writes the per-request arrays for every request sent, a failed one with output 0, TTFT
+    0, no gaps and its error: the reader keeps the successful ones."""
+    doc = vllm_doc(n=20, failed=3, output=64)
+    bench = read_vllm_bench(write_vllm(tmp_path / "result.json", doc))
+    assert bench.completed == 20 and bench.failed == 3
+    assert len(bench.input_lens) == len(bench.output_lens) == len(bench.ttfts) == len(bench.itls) == len(bench.start_times) == 20
+    assert (bench.output_lens == 64).all() and (bench.ttfts > 0).all() and all(len(g) == 63 for g in bench.itls)
+    ok = [not e for e in doc["errors"]]
+    assert bench.start_times.tolist() == [t for t, good in zip(doc["start_times"], ok) if good]
+    status, out, err = check_serve(capsys, tmp_path / "result.json", "--json")
+    assert status == 0, err
+    rows = {r["metric"]: r for r in json.loads(out)}
+    assert all(np.isfinite(r["relative_error"]) for r in rows.values())
+    # without 'errors' (an older vLLM), the requests with output 0 are the failed ones
+    doc.pop("errors")
+    assert read_vllm_bench(write_vllm(tmp_path / "older.json", doc)).completed == 20
+    # arrays of the successful requests only are read too
+    keep = [i for i, good in enumerate(ok) if good]
+    only = {k: ([v[i] for i in keep] if isinstance(v, list) and len(v) == 23 else v) for k, v in doc.items()}
+    assert read_vllm_bench(write_vllm(tmp_path / "only.json", only)).completed == 20
+    # a count that disagrees with the errors is refused, naming both fields
+    doc = vllm_doc(n=20, failed=3)
+    doc["completed"] = 21
+    doc["failed"] = 2
+    refused(*check_serve(capsys, write_vllm(tmp_path / "bad.json", doc)), "bad.json: field 'errors' marks 20", "'completed' is 21")
+
+
+def test_zero_metrics_are_not_measured_and_never_printed_as_nan(tmp_path, capsys):
+    """An endpoint that does not stream: vLLM writes TTFTs of 0 and mean_ttft_ms 0 — no TTFT row,
+    no NaN anywhere."""
+    doc = vllm_doc()
+    doc["ttfts"] = [0.0] * 20
+    for stat in ("mean", "median", "p99", "std"):
+        doc[f"{stat}_ttft_ms"] = 0.0
+    status, out, err = check_serve(capsys, write_vllm(tmp_path / "result.json", doc))
+    assert status == 0, err
+    assert "nan" not in out.lower() and "ttft" not in out and "tpot_mean" in out
+
+
+def test_plain_results_with_a_fractional_mean_prompt_calibrate(tmp_path, capsys):
+    """Five plain runs whose mean prompt is 544.67 tokens (not a whole number): the prefill point
+    is a whole call of 545 tokens."""
+    files = []
+    for i, (rate, itl) in enumerate([(0.2, 0.0075), (0.5, 0.0076), (4.0, 0.0085), (16.0, 0.0105), (40.0, 0.013)]):
+        files += ["--vllm-result", str(write_vllm(tmp_path / f"r{i}.json", n=3, rate=rate, prompt=[544, 545, 545], itl_s=itl))]
+    assert read_vllm_bench(tmp_path / "r0.json").input_lens.mean() == pytest.approx(544.67, abs=0.01)
+    status, out, err = run(capsys, "calibrate", *DEPLOY, *files, "--holdout", "0", "--out", str(tmp_path / "cat.json"), "--json")
+    assert status == 0, err
+    assert json.loads(out)["points_fitted"] >= 5
+
+
+def test_max_concurrency_is_honoured_by_the_replay(tmp_path, capsys):
+    """All requests sent at once under a client cap of 2: the replay keeps 2 in flight and times
+    TTFT from the send, as vLLM does — not a queue of 40 blamed on the model."""
+    from draftsim.analysis.servecheck import vllm_workload
+    from draftsim.commands.servesim import ServeSimConfig, serving_config
+    from draftsim.sim.serving import serve
+
+    capped = read_vllm_bench(write_vllm(tmp_path / "capped.json", n=40, rate="inf", max_concurrency=2, start_times=False))
+    assert capped.max_concurrency == 2
+    cfg = serving_config(ServeSimConfig(target="llama-3.1-8b", hardware="h100-sxm", policy="ar", alpha=0.5, requests=40))
+    wl = vllm_workload(capped)
+    rec = serve(cfg, wl, max_in_flight=2)
+    events = sorted([(t, 1) for t in rec.arrival] + [(t, -1) for t in rec.finish], key=lambda e: (e[0], e[1]))
+    assert max(np.cumsum([d for _, d in events])) == 2  # never more than the cap in flight
+    free = serve(cfg, wl)
+    assert np.median(rec.first_token - rec.arrival) < np.median(free.first_token - free.arrival) / 3
+    write_vllm(tmp_path / "free.json", n=40, rate="inf", max_concurrency=None, start_times=False)
+    ttft = {}
+    for name in ("capped", "free"):
+        status, out, err = check_serve(capsys, tmp_path / f"{name}.json", "--json")
+        assert status == 0, err
+        ttft[name] = {r["metric"]: r["predicted"] for r in json.loads(out)}["ttft_p50"]
+    assert ttft["capped"] < ttft["free"] / 3
+
+
+def test_a_speculative_result_names_its_drafter(tmp_path, capsys):
+    doc = vllm_doc()
+    doc["spec_decode_per_position_acceptance_rates"] = [0.8, 0.6, 0.45]  # fractions, as vLLM's benchmark() writes them
+    status, out, err = check_serve(capsys, write_vllm(tmp_path / "result.json", doc), "--drafter-model", "eagle3")
+    assert status == 0, err
+    assert "no drafter" not in out.splitlines()[0]
+
+
+# -- the bounded JSON parser (sim/files.py) ---------------------------------------------------------
+
+def test_json_depth_leaves_strings_out_and_parse_json_bounds_it():
+    assert json_depth('{"a": [[1], [2, [3]]], "b": "[[[[[[\\"[["}') == 4
+    assert json_depth("[" * 50 + "]" * 50) == 50
+    assert parse_json('{"a": [1]}', "x") == {"a": [1]}
+    with pytest.raises(DraftsimError, match="x nests arrays or objects 33 levels deep; draftsim reads at most 32"):
+        parse_json("[" * 33 + "]" * 33, "x")
