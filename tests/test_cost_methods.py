@@ -54,7 +54,8 @@ def test_a_head_call_on_many_tokens_does_two_flops_per_weight_per_token(method):
 def test_heads_add_to_the_targets_memory():
     a = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("eagle3",)))
     head = a.drafters[0]
-    assert head.weight_bytes() == pytest.approx(hand_params("eagle3") * 2)
+    # what one call reads, and the fusion layer (3h -> h, whole on every device) it holds beside them
+    assert head.weight_bytes() == pytest.approx((hand_params("eagle3") + 3 * H * H) * 2)
     assert head.kv_bytes_per_token() == pytest.approx(2 * KV * HD * 2)  # one layer's K and V
     # a KV cache that fills the target's devices but for 0.5 GB: the target alone fits, with the head's GB it does not
     target = a.target

@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import DraftsimError
 from .base import CostModel
 from .catalog import Catalog, default_catalog
-from .linear import CallCost, Costs
-from .methods import HEADS, LOOKUPS, HeadCost, head_cost, parse_drafter
+from .linear import Costs
+from .methods import HEADS, LOOKUPS, HeadCost, Lookup, head_cost, parse_drafter
 from .overheads import engine_overheads
 from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel
@@ -191,9 +191,9 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
                 if name.lower() in prof.drafters:
                     used.add(i)
                     info["backends"][name] = f"measured proposal time per token ({prof.model} profile)"
-                    return CallCost(0.0, float(prof.drafters[name.lower()]["seconds_per_token"]))
+                    return Lookup(0.0, float(prof.drafters[name.lower()]["seconds_per_token"]))
             info["backends"][name] = "free (no profile with its proposal timing)"
-            return CallCost(0.0)
+            return Lookup(0.0)
         spec = parse_drafter(name) if drafter else None
         if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
             model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,

@@ -26,10 +26,14 @@ SpecDec++ §3) is the ratio of two models' one-token calls: :func:`coefficient`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import DraftsimError, as_count
+
+if TYPE_CHECKING:
+    from .memory import MemoryFootprint
 
 __all__ = ["BOUNDS", "BatchStats", "CostModel", "coefficient"]
 
@@ -166,6 +170,13 @@ class CostModel:
     def one_token(self, context: int = 0) -> float:
         """Seconds of a one-sequence, one-token call at ``context`` (a decoding step)."""
         return float(self.shape_time(1, 1, context))
+
+    # -- device memory ---------------------------------------------------------------------------
+    def memory(self) -> "MemoryFootprint | None":
+        """What the model holds in device memory (:class:`~draftsim.sim.cost.memory.MemoryFootprint`),
+        or None where it is not known (a measured profile, a fixed or linear cost: give the KV
+        capacity directly). Backends that know their weights and KV cache override it."""
+        return None
 
     # -- shared plumbing -----------------------------------------------------------------------
     def stats_time(self, stats: BatchStats) -> np.ndarray:

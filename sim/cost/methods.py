@@ -64,9 +64,11 @@ import numpy as np
 from ..errors import DraftsimError, as_count
 from .base import BatchStats, CostModel
 from .catalog import HardwareSpec, ModelSpec
+from .linear import CallCost
+from .memory import NOTHING, MemoryFootprint, activation_bytes_per_token
 from .roofline import RooflineModel, overlapped
 
-__all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "Matmul", "CappedContext", "head_cost",
+__all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "Lookup", "Matmul", "CappedContext", "head_cost",
            "EAGLE3_DRAFT_VOCAB"]
 
 #: Drafting methods by the names engines use (``draft_model`` is any catalog model).
@@ -159,26 +161,42 @@ class Matmul(CostModel):
 
 
 class HeadCost(CostModel):
-    """A drafting head: the sum of its parts' times per call (each part a roofline)."""
+    """A drafting head: the sum of its parts' times per call (each part a roofline), and what it
+    holds on the target's devices (:meth:`memory`: every weight of the head as the engine loads
+    it, which may be more than one call reads — Medusa's other heads, EAGLE-3's fusion layer)."""
 
-    def __init__(self, name: str, parts: list[CostModel], weights: float, kv_per_token: float, overhead: float = 0.0):
+    def __init__(self, name: str, parts: list[CostModel], footprint: MemoryFootprint, overhead: float = 0.0):
         self.name, self.parts = name, parts
-        self._weights, self._kv = float(weights), float(kv_per_token)
+        self._footprint = dataclasses.replace(footprint, attached=True)
         self.overhead = float(overhead)  #: seconds per call beyond its parts' rooflines (an engine's per-draft-forward time)
+
+    def memory(self) -> MemoryFootprint:
+        """The head's weights, KV per cached token (0: no attention) and activations per new
+        token on each of the target's devices; it always shares them."""
+        return self._footprint
 
     def weight_bytes(self) -> float:
         """Bytes of the head's weights per device (what it adds to the target's memory)."""
-        return self._weights
+        return self._footprint.weights
 
     def kv_bytes_per_token(self) -> float:
         """Bytes of the head's KV cache per cached token per device (0: no attention)."""
-        return self._kv
+        return self._footprint.kv_per_token
 
     def _time(self, stats: BatchStats) -> np.ndarray:
         return sum(np.asarray(p.stats_time(stats), dtype=np.float64) for p in self.parts) + self.overhead
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         return self.parts[0]._bound(stats)
+
+
+class Lookup(CallCost):
+    """A lookup drafter (n-gram, suffix tree, Max-Gram, bigram): its proposal time per call and
+    per token (a measured profile's, else nothing); its tables live in host memory, so it holds
+    nothing on the device."""
+
+    def memory(self) -> MemoryFootprint:
+        return NOTHING
 
 
 class CappedContext(CostModel):
@@ -193,6 +211,12 @@ class CappedContext(CostModel):
         self.context_cap = self.window  #: each sequence's cached context is at most this (callers cap per sequence)
         self.own_prefill = False  #: the target's prefill fills the cache this drafter reads a window of
         self.name = f"{inner.name}, KV window {self.window}"
+
+    def memory(self) -> MemoryFootprint:
+        """Nothing of its own: the target's weights and a window of the target's cache, on the
+        target's devices (the step's working set is the target's)."""
+        inner = self.inner.memory()
+        return MemoryFootprint(0.0, 0.0, 0.0 if inner is None else inner.activation_per_token, attached=True)
 
     def _capped(self, stats: BatchStats) -> BatchStats:
         seqs = np.maximum(stats.sequences, 1)
@@ -225,22 +249,30 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                                            overhead_per_layer=None if overhead is None else 0.0, overlap=overlap),
                              dict(spec.options)["window"])
     probe = RooflineModel(layer, hardware, dtype, tp, **kw)
-    mm = lambda what, i, o: Matmul(f"{what} ({i}x{o})", i, o, hardware, probe.bytes, probe.peak, probe.mfu, probe.mbu, tp,  # noqa: E731
-                                   overlap)
+    whole = set(facts.get("replicated", {}).get("layers", ()))  # kept whole on every device (nn.Linear), not split over tp
+
+    def mm(what: str, inputs: int, outputs: int, key: str = "") -> Matmul:
+        return Matmul(f"{what} ({inputs}x{outputs})", inputs, outputs, hardware, probe.bytes, probe.peak, probe.mfu, probe.mbu,
+                      1 if key in whole else tp, overlap)
+
     h = target.hidden
+    act = activation_bytes_per_token(layer, tp, probe.bytes)
     # heads run inside the engine's step: no launch overhead of their own beyond the hardware's per-call one
     if spec.method == "medusa":
-        parts = [mm("residual block", h, h) for _ in range(int(facts["residual_blocks_per_head"]))] + [mm("LM head", h, target.vocab)]
-        return HeadCost(f"medusa head of {target.name}", parts, sum(p.weights for p in parts) * probe.bytes, 0.0)
+        parts = [mm("residual block", h, h, "residual_block") for _ in range(int(facts["residual_blocks_per_head"]))] + \
+                [mm("LM head", h, target.vocab)]
+        # the engine loads every head of the checkpoint; a call runs one
+        weights = int(facts["default_heads"]) * sum(p.weights for p in parts) * probe.bytes
+        return HeadCost(f"medusa head of {target.name}", parts, MemoryFootprint(weights, 0.0, act))
     if spec.method == "mtp":
         if getattr(target, "mtp_layers", 0) < 1:
             raise DraftsimError(f"drafter mtp needs a target with multi-token-prediction modules; {target.name} declares none "
                                 "(its catalog entry or config.json has no mtp_layers / num_nextn_predict_layers)")
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
-        parts = [block, mm("projection", facts["projection_inputs"] * h, h)]
+        parts = [block, mm("projection", facts["projection_inputs"] * h, h, "projection")]
     elif spec.method == "eagle":
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
-        parts = [block, mm("fc", facts["fc_inputs"] * h, h)]
+        parts = [block, mm("fc", facts["fc_inputs"] * h, h, "fc")]
     elif spec.method == "eagle3":
         vocab = dict(spec.options).get("draft_vocab", EAGLE3_DRAFT_VOCAB)
         if vocab > target.vocab:
@@ -256,5 +288,8 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
     matrix = block.model.vocab * h / tp * probe.bytes
     shared = (1 if block.model.tied_embeddings else 2) if spec.method in ("eagle", "mtp") else (0 if block.model.tied_embeddings else 1)
     weights = block.weight_bytes_per_device() - shared * matrix + sum(p.weights for p in parts[1:]) * probe.bytes
-    kv = float(block.kv_bytes_per_device(1, 1))
-    return HeadCost(f"{spec.label} head of {target.name}", parts, max(weights, 0.0), kv)
+    if spec.method == "eagle3":  # the fusion layer (3h -> h), run once per round over the verified tokens: held, not priced per call
+        weights += mm("fusion fc", facts["fusion_inputs"] * h, h, "fusion_fc").weights * probe.bytes
+    footprint = MemoryFootprint(max(weights, 0.0), float(block.kv_bytes_per_device(1, 1)),
+                                activation_bytes_per_token(block.model, tp, probe.bytes))
+    return HeadCost(f"{spec.label} head of {target.name}", parts, footprint)

@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import DraftsimError, as_count, as_positive
 from .base import BatchStats, CostModel, checked_sizes
 from .catalog import HardwareSpec, ModelSpec, dtype_bytes
+from .memory import MemoryFootprint, activation_bytes_per_token
 from .moe import ExpertCost
 from .overheads import pad_tokens
 
@@ -342,6 +343,11 @@ class RooflineModel(CostModel):
             kv_heads = np.ceil(m.kv_heads / self.tp)
             per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
         return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token
+
+    def memory(self) -> MemoryFootprint:
+        """Weights, KV per cached token and activations per new token on each of its devices."""
+        return MemoryFootprint(self.weight_bytes_per_device(), float(self.kv_bytes_per_device(1, 1)),
+                               activation_bytes_per_token(self.model, self.tp, self.bytes))
 
     def check_fits(self, batch, context, extra_weights: float = 0.0, extra_kv_per_token: float = 0.0) -> None:
         """Raise unless weights plus the KV cache of ``batch`` sequences of ``context`` tokens
