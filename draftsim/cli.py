@@ -33,6 +33,17 @@ from .commands import (
 COMMANDS = (planning, simulation, acceptance, optimization, costing, calibration, traces, distillation, heads, running, serve, servesim, sweeping, demo)
 
 
+#: ``draftsim --help`` lists the commands in these groups, in this order (a test checks that every
+#: command is in one).
+GROUPS = (
+    ("serve: capacity planning of speculative serving", ("capacity", "serve-sim", "check-serve")),
+    ("plan: closed forms, no simulation", ("ewif", "plan", "optimize", "cost", "acceptance")),
+    ("simulate: policies under acceptance processes", ("simulate", "sweep", "sweep-plot", "trace", "replay")),
+    ("measure: this machine, real runs, calibration", ("profile", "calibrate", "check-sim")),
+    ("real models: decode, serve and train on this CPU", ("run", "serve", "record", "distill", "train-head", "demo")),
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr, exit status 2."""
 
@@ -53,7 +64,28 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="write machine-readable JSON to stdout")
     for module in COMMANDS:
         module.register(sub, common)
+    parser.format_help = lambda: _grouped_help(parser, sub)  # noqa: E731 - argparse has no hook for grouped subcommands
     return parser
+
+
+def _grouped_help(parser: argparse.ArgumentParser, sub) -> str:
+    """``draftsim --help``: the usage, then every command under its group (:data:`GROUPS`)."""
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    width = max(len(name) for name in helps) + 2
+    lines = [parser.format_usage().rstrip(), "", parser.description, ""]
+    for title, names in GROUPS:
+        lines.append(f"{title}:")
+        lines += [f"  {name:<{width}}{helps[name]}" for name in names if name in helps]
+        lines.append("")
+    rest = [name for name in helps if not any(name in names for _, names in GROUPS)]
+    if rest:
+        lines.append("other:")
+        lines += [f"  {name:<{width}}{helps[name]}" for name in rest]
+        lines.append("")
+    lines += ["options:", "  -h, --help  show this help message and exit", "  --version   show the version and exit", "",
+              "Start with: draftsim capacity --target MODEL --hardware HW --tp N --load QPS --slo ttft:p99=2s "
+              "(draftsim COMMAND --help for each command)"]
+    return "\n".join(lines) + "\n"
 
 
 def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:

@@ -54,7 +54,7 @@ class Command:
 
 def _check_simulate(config) -> None:
     _, process, _, _ = simulation.prepare(config)
-    simulation.check_work(config.engine, process, config.tokens)
+    simulation.check_work(config.executor, process, config.tokens)
 
 
 def _check_optimize(config) -> None:
@@ -152,6 +152,8 @@ SERVE_METRICS = {
     **{f"{m}_ci95": f"summary.ci95.{m}" for m in _SERVE_SCALARS},
     **{m: f"summary.spec_decode.{m}" for m in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "mean_acceptance_length",
                                                "draft_acceptance_rate")},
+    # the steady state (draftsim.sim.serving.steady): flags as 0/1 (means over replications: the share), the window's seconds
+    **{m: f"summary.{m}" for m in ("steady", "overloaded", "warmup_s", "window_s")},
 }
 
 

@@ -97,7 +97,7 @@ def test_hardware_assembly_from_python():
 
 @pytest.mark.parametrize("config,message", [
     (lambda: SimulateConfig(policy="fixed:k=4", alpha=1.5, cost=[0.05]), r"alpha must lie in \[0, 1\]; got 1.5"),
-    (lambda: SimulateConfig(policy="fixed:k=4", alpha=0.8, cost=[0.05], engine="gpu"), "--engine must be one of mc, des"),
+    (lambda: SimulateConfig(policy="fixed:k=4", alpha=0.8, cost=[0.05], executor="gpu"), "--executor must be one of mc, des"),
     (lambda: SimulateConfig(policy="fixed:k=4", alpha=0.8, cost=0.05), "--cost takes a list of values"),
     (lambda: ServeSimConfig(**{**SERVE, "replicas": 0}), r"replicas must be an integer in \[1, 1024\]; got 0"),
     (lambda: SimulateConfig(policy=None, alpha=0.8), "--policy is required"),
@@ -202,7 +202,7 @@ def test_an_unknown_metric_is_refused_when_a_kind_is_made():
 
 #: A small point per kind (and per optimize subcommand) on which every metric exists.
 POINTS = {
-    "simulate": [dict(policy="fixed:k=4", alpha=0.8, cost=[0.05], tokens=4000, engine="des", requests=4, rate=0.5)],
+    "simulate": [dict(policy="fixed:k=4", alpha=0.8, cost=[0.05], tokens=4000, executor="des", requests=4, rate=0.5)],
     "serve": [SERVE],
     "optimize": [dict(what="kmatrix", alpha=0.8, cost=[0.2, 0.0], k_max=3),
                  dict(what="threshold", alpha=0.8, k_max=8, sweep="0.05,0.05,1"),

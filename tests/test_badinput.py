@@ -153,10 +153,10 @@ CASES = [
     (["simulate", "--policy", "fixed:k=3", "--markov", "0.9,0.3", "--stay", "0.9,1.5", "--cost", "0.1"], ["--stay must lie in [0, 1]; got 1.5"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--stay", "0.9", "--cost", "0.1"], ["--stay '0.9' applies to --markov only"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "-inf", "--cost", "0.1"], ["alpha must lie in [0, 1]; got -inf"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "1e10", "--engine", "des"],
-     ["--tokens 10,000,000,000 with --engine des", "memory", "the budget is", "or fewer"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "1e10", "--executor", "des"],
+     ["--tokens 10,000,000,000 with --executor des", "memory", "the budget is", "or fewer"]),
     (["simulate", "--policy", "fixed:k=3", "--markov", "0.9,0.3", "--cost", "0.1", "--tokens", "1e10"],
-     ["--tokens 10,000,000,000 with --engine mc", "the budget is", "or fewer"]),
+     ["--tokens 10,000,000,000 with --executor mc", "the budget is", "or fewer"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "0"], ["tokens must be an integer in [1, 10000000000]; got 0"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "１００"], ["'１００'", ASCII]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--pair", "1:0=0.5", "--pair", "1:0=0.6", "--cost", "0.1"],
@@ -165,32 +165,32 @@ CASES = [
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--pair", "1:2=0.5", "--cost", "0.1"], ["--pair 1:2=0.5", "need 0 <= V < M"]),
     (["simulate", "--policy", "vertical:n=2,k=3", "--alpha", "0.8", "--pair", "2:1=1.5", "--cost", "0.1", "--cost", "0"],
      ["--pair 2:1=1.5", "must lie in [0, 1]; got 1.5"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "/proc/tl.json"],
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "/proc/tl.json"],
      ["--timeline '/proc/tl.json'", "cannot create files in '/proc'"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "{W}/afile.txt/tl.json"],
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "{W}/afile.txt/tl.json"],
      ["afile.txt' is a file, not a folder"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "{W}/emptydir"],
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "{W}/emptydir"],
      ["emptydir' is a folder; give a file path"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "tl.json",
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "tl.json",
       "--timeline-png", "missing/tl.png"], ["--timeline-png 'missing/tl.png'", "folder 'missing' does not exist"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline-png", "tl.txt"],
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline-png", "tl.txt"],
      ["--timeline-png 'tl.txt'", "must end with .png"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "t.png",
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "t.png",
       "--timeline-png", "t.png"], ["name the same file 't.png'"]),
     # a special file of the fixture, never /dev/null: a regression would replace it (atomic rename), as root the device itself
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--timeline", "{W}/fifo/manifest.json"],
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "{W}/fifo/manifest.json"],
      ["manifest.json' exists and is not a regular file"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "tl.json"], ["--timeline applies to the discrete-event engine"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--rate", "2"], ["--rate applies to the discrete-event engine"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--sequences", "8"], ["--sequences 8 applies to --engine mc"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--sequences", "8"], ["--sequences 8 applies to --executor mc"]),
     (["simulate", "--policy", "warp:k=3", "--alpha", "0.8", "--cost", "0.1"], ["unknown policy 'warp'"]),
     (["simulate", "--policy", "fixed:k=x", "--alpha", "0.8", "--cost", "0.1"], ["k='x' is not a valid value"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "gpu"], ["invalid choice: 'gpu'", "'mc'"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "gpu"], ["invalid choice: 'gpu'", "'mc'"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--rank-alphas", "0.5,x"], ["--rank-alphas", "'0.5,x'"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--rank-alphas", "0.5,1.5"], ["--rank-alphas must lie in [0, 1]; got 1.5"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--verify-per-token", "-1"], ["verify_per_token must be a finite cost >= 0; got -1"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--requests", "0"], ["requests must be an integer in [1, 100000]; got 0"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--rate", "0"], ["rate must be finite and > 0; got 0"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--requests", "0"], ["requests must be an integer in [1, 100000]; got 0"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--rate", "0"], ["rate must be finite and > 0; got 0"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--seed", "-1"], ["seed must be an integer >= 0; got -1"]),
     # --- optimize kmatrix / threshold / tree
     (["optimize", "kmatrix", "--cost", "0.1", "--alpha", "1.2"], ["alpha must lie in [0, 1]; got 1.2"]),
@@ -370,7 +370,7 @@ CASES = [
     (["serve-sim", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--drafter-model", "selfspec", "--alpha", "0.7", "--requests", "3"],
      ["selfspec needs window=B"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.7", "--match", "2", "--cost", "0.1"], ["--match", "[0, 1]"]),
-    (["acceptance", "no-such-entry"], ["no acceptance entry 'no-such-entry'", "draftsim acceptance lists them"]),
+    (["acceptance", "no-such-entry"], ["unknown acceptance entry 'no-such-entry'", "draftsim acceptance lists them"]),
     (["acceptance", "--method", "lookahead"], ["--method", "'lookahead'"]),
     (["simulate", "--policy", "fixed:k=4", "--positional", "0.9,0.8", "--cost", "0.1"], ["gives 2 position(s)", "drafts up to 4"]),
     (["sweep-plot", "{W}/nothing", "--out", "plot.png", "--x", "a", "--metric", "b"], ["holds no sweep", "draftsim sweep"]),
@@ -440,7 +440,7 @@ def test_unwritable_outputs_leave_nothing_written(tmp_path, monkeypatch, capsys)
     """A bad second output is found before the first is written (the JSON timeline used to be
     left behind when the PNG's folder was missing)."""
     monkeypatch.chdir(tmp_path)
-    status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--tokens", "100",
+    status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--tokens", "100",
                    "--timeline", "tl.json", "--timeline-png", "missing/tl.png"])
     assert status == 2 and "missing" in capsys.readouterr().err
     assert not (tmp_path / "tl.json").exists() and list(tmp_path.iterdir()) == []
@@ -450,7 +450,7 @@ def test_written_files_respect_the_umask(tmp_path, capsys):
     """Atomic writes (temp file + rename) give the file the umask's mode, not mkstemp's 0600."""
     old = os.umask(0o022)
     try:
-        status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--tokens", "200",
+        status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--tokens", "200",
                        "--timeline", str(tmp_path / "tl.json")])
     finally:
         os.umask(old)
@@ -499,7 +499,7 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch, 
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(SimResult, "save_timeline", full)
-    status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--engine", "des", "--tokens", "100",
+    status = main(["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--tokens", "100",
                    "--timeline", str(tmp_path / "tl.json")])
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and err.count("\n") == 1

@@ -115,7 +115,7 @@ def test_simulate_des_text_and_timeline(capsys, tmp_path):
     tl = tmp_path / "tl.json"
     status, out, _ = run(
         capsys, "simulate", "--policy", "vertical:n=2,k=3", "--alpha", "0.8", "--pair", "2:1=0.6", "--cost", "0.1",
-        "--cost", "0", "--tokens", "20000", "--engine", "des", "--requests", "4", "--rate", "0.05",
+        "--cost", "0", "--tokens", "20000", "--executor", "des", "--requests", "4", "--rate", "0.05",
         "--timeline", str(tl), "--timeline-png", str(tmp_path / "tl.png"),
     )
     assert status == 0
@@ -131,7 +131,7 @@ def test_simulate_des_text_and_timeline(capsys, tmp_path):
         (["simulate", "--policy", "fixed:k=x", "--alpha", "0.8"], "k='x' is not a valid value"),
         (["simulate", "--policy", "fixed:k=3"], "give exactly one acceptance process"),
         (["simulate", "--policy", "horizontal:counts=2,2", "--alpha", "0.8", "--cost", "0.1"], "uses 2 drafter(s): give --cost"),
-        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--engine", "des", "--rate", "0"], "rate must be finite and > 0"),
+        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--executor", "des", "--rate", "0"], "rate must be finite and > 0"),
         (["simulate", "--policy", "vertical:K=0,1;1,0", "--alpha", "0.8", "--cost", "0.1"], "strictly upper triangular"),
         (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--pair", "1:2=0.5"], "need 0 <= V < M"),
         (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "x.json"], "--timeline applies to the discrete-event engine"),

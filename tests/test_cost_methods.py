@@ -28,7 +28,7 @@ def hand_params(method: str) -> float:
 
 
 def one_call(method: str, batch=1, context=0) -> tuple[float, object]:
-    a = assemble(Deployment("llama-3.1-8b", "h100-sxm", (method,)))
+    a = assemble(Deployment("llama-3.1-8b", "h100-sxm", (method,), overheads="none"))
     return float(a.drafters[0].shape_time(batch, 1, context)), a
 
 
@@ -52,7 +52,7 @@ def test_a_head_call_on_many_tokens_does_two_flops_per_weight_per_token(method):
 
 
 def test_heads_add_to_the_targets_memory():
-    a = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("eagle3",)))
+    a = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("eagle3",), overheads="none"))
     head = a.drafters[0]
     # what one call reads, and the fusion layer (3h -> h, whole on every device) it holds beside them
     assert head.weight_bytes() == pytest.approx((hand_params("eagle3") + 3 * H * H) * 2)
@@ -76,7 +76,7 @@ def test_a_draft_model_runs_at_the_targets_tp_unless_told():
 
 
 def test_self_speculation_caps_the_context_it_attends_to():
-    a = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("selfspec:window=1024",)))
+    a = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("selfspec:window=1024",), overheads="none"))
     target, draft = a.target, a.drafters[0]
     assert float(draft.shape_time(32, 1, 512)) == pytest.approx(float(target.shape_time(32, 1, 512)))
     assert float(draft.shape_time(32, 1, 60_000)) == pytest.approx(float(target.shape_time(32, 1, 1024)))

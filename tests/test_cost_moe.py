@@ -125,7 +125,7 @@ def test_hf_configs_of_moe_models_read_as_the_catalog_has_them(tmp_path):
 
 
 def test_mtp_drafts_for_targets_with_mtp_modules():
-    a = assemble(Deployment("deepseek-v3", "h200", ("mtp",), tp=8, dtype="float8"))
+    a = assemble(Deployment("deepseek-v3", "h200", ("mtp",), tp=8, dtype="float8", overheads="none"))
     t1 = float(a.drafters[0].shape_time(1, 1, 512))
     assert 0 < t1 < float(a.target.shape_time(1, 1, 512)) / 10  # one MoE block of 61 (+ the shared LM head)
     with pytest.raises(DraftsimError, match="declares none"):
@@ -188,10 +188,10 @@ def test_expert_parallelism_places_whole_experts_and_waits_for_the_busiest_devic
     with pytest.raises(DraftsimError, match="128 routed experts do not split over --tp 3"):
         RooflineModel(CAT.model("qwen3-30b-a3b"), hw, tp=3, expert_parallel=True, check_memory=False)
     # the CLI: the assembled target says how its experts are placed; refusals are one line
-    built = assemble(Deployment("deepseek-v3", "h200", (), tp=8, dtype="float8", expert_parallel=True))
+    built = assemble(Deployment("deepseek-v3", "h200", (), tp=8, dtype="float8", expert_parallel=True, overheads="none"))
     assert built.target.expert_parallel and "experts whole over 8 devices" in built.info["backends"]["deepseek-v3"]
     status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h200", "--expert-parallel")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and "dense model" in err
     status, out, err = run(capsys, "cost", "--target", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--dtype", "float8",
-                           "--expert-parallel", "--json")
+                           "--expert-parallel", "--engine", "none", "--json")
     assert status == 0 and json.loads(out)["records"][0]["seconds"] == pytest.approx(float(ep.shape_time(1, 1, 512)), rel=1e-12)

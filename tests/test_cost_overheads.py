@@ -42,7 +42,7 @@ def test_the_engine_adds_its_step_and_draft_forward_times_and_pads():
     cat = default_catalog()
     hw = cat.hardware_spec("h100-sxm")
     vllm = engine_overheads("vllm")
-    plain = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3")))
+    plain = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3"), overheads="none"))
     eng = assemble(Deployment("llama-3.1-8b", "h100-sxm", ("qwen2.5-0.5b", "eagle3"), overheads="vllm"))
     # a call of 8 tokens is a captured size: no padding, the step's time on top of the forward with memory and compute added
     added = RooflineModel(cat.model("llama-3.1-8b"), hw, overlap=0.0)
@@ -100,7 +100,7 @@ def test_every_engine_value_cites_its_source():
 
 
 def test_an_unknown_engine_is_one_line(capsys):
-    with pytest.raises(DraftsimError, match="--overheads 'sglang-9' is not a known engine; choose from none, vllm"):
+    with pytest.raises(DraftsimError, match="unknown engine 'sglang-9'; did you mean sglang\\? known: none, vllm"):
         engine_overheads("sglang-9")
     status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--overheads", "tgi")
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and "tgi" in err and "vllm" in err
@@ -175,15 +175,15 @@ def test_the_serving_simulator_prices_each_server_as_the_engine_runs_it(capsys):
     from draftsim.api import ServeSimConfig
     from draftsim.commands.servesim import serving_config
 
-    common = dict(target="llama-3.1-8b", hardware="h100-sxm", drafter_model=["eagle3"], overheads="sglang", alpha=0.7)
+    common = dict(target="llama-3.1-8b", hardware="h100-sxm", drafter_model=["eagle3"], engine="sglang", alpha=0.7)
     spec = serving_config(ServeSimConfig(policy="fixed:k=3", **common))
     ar = serving_config(ServeSimConfig(policy="ar", **common))
     assert spec.target.floor == 0.0 and spec.plain_target.floor > 0 and ar.target.floor > 0 and ar.plain_target is None
     assert autoregressive(spec).target is spec.plain_target and autoregressive(spec).plain_target is None
-    vllm = serving_config(ServeSimConfig(policy="fixed:k=3", **{**common, "overheads": "vllm"}))
+    vllm = serving_config(ServeSimConfig(policy="fixed:k=3", **{**common, "engine": "vllm"}))
     assert autoregressive(vllm).target is vllm.target
     # the single-stream planners count plain decoding as one target call a token: refused, one line
-    with pytest.raises(DraftsimError, match="--overheads sglang prices plain decoding's step apart"):
+    with pytest.raises(DraftsimError, match="--engine sglang prices plain decoding's step apart"):
         assemble(Deployment("llama-3.1-8b", "h100-sxm", ("eagle3",), overheads="sglang")).costs()
     status, out, err = run(capsys, "simulate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--drafter-model", "eagle3",
                            "--overheads", "sglang", "--alpha", "0.7", "--policy", "fixed:k=3")
@@ -206,7 +206,7 @@ def test_sglangs_plain_decoding_step_against_the_eagle3_papers_baseline():
     doc = json.loads(ENGINES_FILE.read_text())["engines"]["sglang"]["consistency"]
     measured = 1.0 / doc["tokens_per_second"]
     tpot = serve_sim(ServeSimConfig(target="llama-3.1-8b", hardware="h100-sxm", prompt_len="fixed:128", output_len="fixed:256",
-                                    qps=0.05, requests=10, policy="ar", overheads="sglang")).summary.tpot.mean
+                                    qps=0.05, requests=10, policy="ar", engine="sglang")).summary.tpot.mean
     assert tpot == pytest.approx(measured, rel=0.05)
 
 

@@ -495,7 +495,7 @@ def test_cost_refuses_a_profile_of_another_architecture(capsys, tmp_path):
 
 # -- the planning commands take the same model/hardware options --------------------------------
 
-HW = ["--target", "llama-2-70b", "--hardware", "a100-80g", "--tp", "2"]
+HW = ["--target", "llama-2-70b", "--hardware", "a100-80g", "--tp", "2", "--engine", "none"]  # the bare roofline
 
 
 def test_ewif_from_hardware_uses_the_roofline_coefficient(capsys):

@@ -24,7 +24,7 @@ def test_every_source_says_where_it_comes_from_and_what_it_assumes(path):
     assert doc["source"] and doc["stated"] and doc["unstated"] and doc["points"]
     assert all(u["what"] and u["assumption"] for u in doc["unstated"])
     # one set of defaults for every source: the engine entry of the engine the source ran
-    assert doc["common"]["overheads"].split("-")[0] == doc["stated"]["engine"].split()[0].lower()
+    assert doc["common"]["engine"].split("-")[0] == doc["stated"]["engine"].split()[0].lower()
     for p in doc["points"]:
         assert isinstance(p["published"], float) and p["label"]
 

@@ -389,7 +389,7 @@ BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.
     (BASE + "alpha = 0.8\nseparate-drafter = 1\n", "--separate-drafter is a flag"),
     (BASE + "alpha = [0.8, 0.9]\n", "--alpha takes one value"),
     ('version = 1\nkind = "simulate"\n[base\n', "is not valid TOML"),
-    (BASE + "[grid]\nalpha = [0.5]\nengine = ['des']\nsequences = [16]\n", "--sequences 16 applies to --engine mc"),
+    (BASE + "[grid]\nalpha = [0.5]\nexecutor = ['des']\nsequences = [16]\n", "--sequences 16 applies to --executor mc"),
     (BASE.replace("cost = [0.05]\n", "") + "alpha = 0.8\n", "policy fixed:k=4 uses 1 drafter(s): give --cost"),
     ('version = 1\nkind = "optimize"\n[base]\nwhat = "threshold"\n[grid]\nalpha = [0.5]\nmarkov = ["0.9,0.2"]\n',
      "give exactly one of --alpha or --markov"),

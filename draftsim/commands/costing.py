@@ -33,6 +33,19 @@ from ..config import add_options, as_dict, check, from_namespace, option
 from ..progress import count_bar
 
 HARDWARE = "hardware"
+
+
+def _engine_help() -> str:
+    """The engines of sim/data/engines.json, each with its version and per-step host time (from the data)."""
+    out = []
+    for name, e in ENGINES.items():
+        if name == "none":
+            out.append("none (the roofline alone)")
+        else:
+            out.append(f"{e.label} ({e.per_step * 1e3:.2f} ms per step" + (", host work overlapped without speculation" if e.plain_overlap
+                                                                          else "") + (", n-gram verified by batch expansion"
+                                                                                      if e.batch_expansion else "") + ")")
+    return ", ".join(out)
 #: ``--help`` titles of the hardware group: in place of ``--cost`` (planners) or the only costs.
 HARDWARE_TITLES = {HARDWARE: "models on hardware (in place of --cost)"}
 SHAPES_TITLES = {HARDWARE: "models and hardware"}
@@ -69,11 +82,10 @@ class HardwareOptions:
     mbu: float | None = option(help="override the hardware's memory bandwidth utilisation (0, 1]", type=a.positive("mbu"), group=HARDWARE)
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
-    overheads: str = option("none", "serving-engine overheads added to the rooflines: none (the roofline alone, default), vllm "
-                         "(1.21 ms per step and CUDA-graph padding), sglang (the same host work, overlapped with the forward "
-                         "when the server does not speculate) or vllm-v0.6 (vllm's, n-gram verified by batch expansion as in "
-                         "October 2024); each value cited in sim/data/engines.json",
-                         choices=tuple(ENGINES), group=HARDWARE)
+    engine: str | None = option(help=f"serving engine the deployment runs, with its overheads on the rooflines and its scheduler's "
+                                f"defaults on the device: {_engine_help()}; default: vllm on catalog GPUs, none on a CPU or "
+                                "calibrated hardware (each value cited in sim/data/engines.json)",
+                                choices=tuple(ENGINES), group=HARDWARE, aliases=("--overheads",))
     expert_parallel: bool = option(False, "place a MoE target's routed experts whole across its --tp devices (vLLM's "
                                    "--enable-expert-parallel at data parallelism 1): each step waits for the busiest device",
                                    flag=True, group=HARDWARE)
@@ -86,7 +98,7 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead, self.overheads, self.expert_parallel)
+                          self.overhead, self.engine, self.expert_parallel)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),

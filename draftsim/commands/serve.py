@@ -76,8 +76,9 @@ class CheckServeConfig:
     drafter_model: list[str] | None = option(help="a speculative run's drafting method or model (default for a trace: its "
                                              "drafter's model, a controlled drafter's cost model)", append=True,
                                              metavar="MODEL", group="catalog deployment")
-    overheads: str | None = option(help="engine overheads on the rooflines (default: vllm; none for a draftsim calibrate "
-                                   "entry, whose fit holds them)", group="catalog deployment")
+    engine: str | None = option(help="the serving engine whose overheads go on the rooflines (default: vllm on catalog GPUs; none "
+                                "for a draftsim calibrate entry, whose fit holds them)", group="catalog deployment",
+                                aliases=("--overheads",))
     catalog: list[str] = option([], "extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
                                 group="catalog deployment")
     profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
@@ -356,17 +357,6 @@ def catalog_name(model: str | None) -> str | None:
     return model
 
 
-def _overheads(config: CheckServeConfig) -> str:
-    """--overheads, or its default: vllm, or none for a calibrated hardware entry (its fitted
-    overhead already holds the measured engine's)."""
-    from draftsim.sim.cost import default_catalog
-
-    if config.overheads is not None:
-        return config.overheads
-    hw = default_catalog(list(config.catalog)).hardware_spec(config.hardware)
-    return "none" if hw.calibration is not None else "vllm"
-
-
 def _catalog_models(config: CheckServeConfig):
     """A trace priced on the catalog deployment (--hardware): the target's and the drafter's
     rooflines with engine overheads, named by the options or read from the trace."""
@@ -379,12 +369,11 @@ def _catalog_models(config: CheckServeConfig):
     meta = ServeTrace(config.trace).metadata
     target = config.target or catalog_name(meta.get("target"))
     drafters = config.drafter_model or ([d] if (d := catalog_name(meta.get("drafter"))) else None)
-    overheads = _overheads(config)
     ssc = ServeSimConfig(target=target, hardware=config.hardware, tp=config.tp, dtype=config.dtype, drafter_model=drafters,
-                         overheads=overheads, catalog=list(config.catalog))
+                         engine=config.engine, catalog=list(config.catalog))
     built = ssc.assembly()
     calibrated = built.info.get("calibration")
-    what = (f"catalog roofline of {target} on {config.hardware} (overheads {overheads}; "
+    what = (f"catalog roofline of {target} on {config.hardware} (engine {built.info['engine_label']}; "
             + (f"hardware calibrated to {calibrated['fitted_to']})" if calibrated else "not calibrated)")
             + (f", drafter {', '.join(drafters)}" if drafters else ""))
     return built.target, built.drafters, what
@@ -407,7 +396,7 @@ def _check_vllm(config: CheckServeConfig) -> dict:
                                 "speculative run's acceptance")
         spec = dict(policy=f"fixed:k={len(bench.spec_rates)}", positional=",".join(f"{x:.6f}" for x in bench.spec_rates))
     ssc = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, dtype=config.dtype,
-                         drafter_model=config.drafter_model, overheads=_overheads(config), catalog=list(config.catalog),
+                         drafter_model=config.drafter_model, engine=config.engine, catalog=list(config.catalog),
                          requests=bench.completed, **spec)
     return check_vllm(bench, serving_config(ssc))
 

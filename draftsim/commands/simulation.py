@@ -13,7 +13,6 @@ from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
 from draftsim.sim.acceptance_catalog import acceptance_entry, check_target
 from draftsim.sim.acceptance_import import StepLengths, load_acceptance_file
-from draftsim.sim.acceptance_rates import conditional_from_cumulative
 from draftsim.sim.cost import CallCost, Costs
 from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError, as_probability, parse_number, parse_numbers
 from draftsim.sim.metrics import Estimate
@@ -82,7 +81,7 @@ class SimulateConfig(PricedOptions, AcceptanceOptions):
                                              "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram",
                                              append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
     policy: str = option(help="policy in the mini-language below (e.g. fixed:k=5)", required=True)
-    engine: str = option("mc", "mc: vectorised Monte Carlo; des: simpy timeline", choices=ENGINES)
+    executor: str = option("mc", "how the policy is run: mc (vectorised Monte Carlo, default) or des (a simpy timeline)", choices=ENGINES)
     tokens: int = option(1_000_000, "tokens to simulate (default 1e6)", type=a.count("tokens", 1, 10**10))
     seed: int = option(0, type=a.count("seed"))
     sequences: int | None = option(help="Monte Carlo sequences (default: tokens/256)", type=a.count("sequences", 1, 1 << 20))
@@ -98,7 +97,7 @@ class SimulateConfig(PricedOptions, AcceptanceOptions):
 
 
 #: ``--help`` titles of simulate's option groups.
-SIMULATE_TITLES = {**HARDWARE_TITLES, ACCEPTANCE: "acceptance (pick one process)", "des": "discrete-event engine"}
+SIMULATE_TITLES = {**HARDWARE_TITLES, ACCEPTANCE: "acceptance (pick one process)", "des": "discrete-event executor (--executor des)"}
 
 
 @dataclass(frozen=True)
@@ -233,9 +232,9 @@ def build_process(args, n_models: int, max_draft: int | None = None, target: str
             raise DraftsimError(f"--positional {args.positional!r} gives {values.size} position(s); the policy drafts up to "
                                 f"{max_draft}: give one rate per position (values are never padded)")
         if args.conditional:
-            return A.Positional(values, **noise)
+            return A.Positional(values, drafts=max_draft, **noise)
         try:
-            return A.Positional(conditional_from_cumulative(values), **noise)
+            return A.Positional.from_cumulative(values, drafts=max_draft, **noise)
         except DraftsimError as e:
             raise DraftsimError(f"--positional {args.positional!r}: {e} (cumulative rates a_i never increase; "
                                 "add --conditional for conditional rates)") from None
@@ -298,8 +297,8 @@ def check_work(engine: str, process, tokens: int) -> None:
     kind = engine if engine == "des" else ("mc" if process.stationary_rounds else "mc-memory")
     nbytes, seconds = PER_TOKEN[kind]
     most = int(min(a.MEMORY_BUDGET / nbytes if nbytes else float("inf"), a.TIME_BUDGET / seconds))
-    a.check_budget(f"--tokens {tokens:,} with --engine {engine}", tokens * seconds, tokens * nbytes,
-                   f"give --tokens {most:,} or fewer" + (" (or --engine mc)" if engine == "des" else ""))
+    a.check_budget(f"--tokens {tokens:,} with --executor {engine}", tokens * seconds, tokens * nbytes,
+                   f"give --tokens {most:,} or fewer" + (" (or --executor mc)" if engine == "des" else ""))
 
 
 def prepare(config: SimulateConfig):
@@ -324,15 +323,15 @@ def prepare(config: SimulateConfig):
     if config.verify_per_token:
         costs = Costs((CallCost(1.0, config.verify_per_token),) + costs.models[1:])
     costs.require(policy.n_models)
-    if config.engine == "mc":
+    if config.executor == "mc":
         des_only = [("--timeline", config.timeline is not None), ("--timeline-png", config.timeline_png is not None),
                     ("--rate", config.rate is not None), ("--separate-drafter", config.separate_drafter),
                     ("--requests", config.requests != 1)]
         for flag, given in des_only:
             if given:
-                raise DraftsimError(f"{flag} applies to the discrete-event engine: add --engine des (the engine is mc)")
+                raise DraftsimError(f"{flag} applies to the discrete-event engine: add --executor des (the executor is mc)")
     elif config.sequences is not None:
-        raise DraftsimError(f"--sequences {config.sequences} applies to --engine mc; the des engine simulates --requests")
+        raise DraftsimError(f"--sequences {config.sequences} applies to --executor mc; the des executor simulates --requests")
     return policy, process, costs, cost_info
 
 
@@ -345,8 +344,8 @@ def simulate(config: SimulateConfig, progress=None) -> SimulateResult:
     if config.timeline_png is not None:
         a.output_file("--timeline-png", config.timeline_png, suffix=".png")
     a.distinct_outputs(("--timeline", config.timeline), ("--timeline-png", config.timeline_png))
-    check_work(config.engine, process, config.tokens)
-    result = run_engine(policy, process, costs, config.tokens, engine=config.engine, seed=config.seed, n_sequences=config.sequences,
+    check_work(config.executor, process, config.tokens)
+    result = run_engine(policy, process, costs, config.tokens, engine=config.executor, seed=config.seed, n_sequences=config.sequences,
                         requests=config.requests, rate=config.rate, separate_drafter=config.separate_drafter,
                         timeline=bool(config.timeline or config.timeline_png), progress=progress)
     if config.timeline:
@@ -371,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
     if out.cost_from:
         print(describe_coefficients(out.cost_from) + "; t(n) = a + b*n per model: "
               + ", ".join(f"{m.a:.4g} + {m.b:.4g}n" for m in costs.models))
-    print(f"engine {result.engine}: {result.tokens:,} tokens in {result.n_sequences:,} "
+    print(f"executor {result.engine}: {result.tokens:,} tokens in {result.n_sequences:,} "
           f"{'requests' if result.engine == 'des' else 'sequences'}; cost coefficients {costs.coefficient.round(6).tolist()}")
     rows = [[METRIC_LABELS.get(k, k), v.value, v.se] for k, v in result.metrics.items()]
     print(format_table(["metric", "value", "SE"], rows))

@@ -20,10 +20,10 @@ import numpy as np
 
 from ..errors import DraftsimError
 from .base import CostModel
-from .catalog import Catalog, default_catalog
+from .catalog import Catalog, HardwareSpec, default_catalog
 from .linear import Costs
 from .methods import HEADS, LOOKUPS, HeadCost, Lookup, head_cost, parse_drafter
-from .overheads import engine_overheads
+from .overheads import EngineOverheads, SchedulerDefaults, default_engine, engine_overheads
 from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel
 
@@ -45,9 +45,12 @@ class Deployment:
     ``profiles`` are measured profile files (``draftsim profile``) that replace the roofline
     of the model they name; ``catalogs`` extra model/hardware catalog files. ``mfu``/``mbu``
     override the hardware's utilisations (0, 1]; ``overhead`` replaces its per-call and
-    per-layer overhead by fixed seconds per forward call. ``overheads`` adds a serving engine's
-    overheads to the rooflines (:mod:`draftsim.sim.cost.overheads`): its per-step time to the
-    target's call, its per-draft-forward time to each draft model's, and its CUDA-graph padding.
+    per-layer overhead by fixed seconds per forward call. ``overheads`` names the serving engine
+    (``--engine``) whose overheads go on the rooflines (:mod:`draftsim.sim.cost.overheads`): its
+    per-step time to the target's call, its per-draft-forward time to each draft model's, and its
+    CUDA-graph padding; None: the hardware's default engine
+    (:func:`~draftsim.sim.cost.overheads.default_engine`: vllm on catalog GPUs, none on a CPU or
+    calibrated hardware).
     """
 
     target: str
@@ -62,7 +65,7 @@ class Deployment:
     mfu: float | None = None
     mbu: float | None = None
     overhead: float | None = None
-    overheads: str = "none"  # a serving engine's overheads on the rooflines (sim/data/engines.json)
+    overheads: str | None = None  # the serving engine (sim/data/engines.json); None: the hardware's default
     expert_parallel: bool = False  # the target's routed experts whole across its tp devices (draftsim.sim.cost.moe)
 
 
@@ -78,6 +81,16 @@ class Assembly:
     #: one apart (an overlapped scheduler that speculation turns off, sim/data/engines.json
     #: ``host_overlap``); None: ``target``
     plain_target: CostModel | None = None
+    #: the serving engine whose overheads and scheduler defaults the deployment runs
+    engine: EngineOverheads | None = None
+    #: the catalog hardware entry
+    hardware: HardwareSpec | None = None
+
+    def scheduler_defaults(self) -> SchedulerDefaults | None:
+        """The engine's scheduler defaults on this hardware (None without an engine)."""
+        if self.engine is None or self.hardware is None:
+            return None
+        return self.engine.scheduler(self.hardware)
 
     @property
     def models(self) -> list[CostModel]:
@@ -114,7 +127,7 @@ class Assembly:
                                                             float(self.target.shape_time(batch, 1, context)), rtol=1e-12, atol=0.0):
             raise DraftsimError(f"{self.info.get('engine_name', 'this engine')} prices plain decoding's step apart from a speculating "
                                 "server's (an overlapped scheduler), which speedups counted in target calls cannot hold; use serve-sim, "
-                                "capacity or sweep, or --overheads vllm")
+                                "capacity or sweep, or --engine vllm")
         return Costs.from_models(self.models, batch=batch, context=context)
 
     def verify_table(self, n_max: int, batch: int = 1, context: int = 512) -> list[float]:
@@ -151,14 +164,15 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
     catalog = default_catalog(list(d.catalogs))
     hw = catalog.hardware_spec(d.hardware)
-    engine = engine_overheads(d.overheads)
+    engine = engine_overheads(default_engine(hw) if d.overheads is None else d.overheads)
     if hw.calibration is not None and engine.name != "none":
         raise DraftsimError(f"hardware {hw.name} is calibrated to measured steps ({hw.calibration.get('fitted_to', 'draftsim calibrate')}), "
-                            f"whose times already hold their engine's overheads: use --overheads none with it, not {engine.name}")
+                            f"whose times already hold their engine's overheads: use --engine none with it, not {engine.name}")
     profiles = [load_profile(p) for p in d.profiles]
     used: set[int] = set()
     info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
-            "engine_name": f"--overheads {engine.name}", "calibration": hw.calibration}
+            "engine_name": f"--engine {engine.name}", "engine_label": engine.label,
+            "scheduler": engine.scheduler(hw).describe(), "calibration": hw.calibration}
 
     def profile_for(name: str):
         for i, prof in enumerate(profiles):
@@ -254,4 +268,4 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         plain = roofline(target.model, d.tp, d.pp, engine.per_step, hidden=engine.host_overlap(speculative=False),
                          expert_parallel=d.expert_parallel)
         info["without speculation"] = f"{d.target}: roofline: {plain.name}"
-    return Assembly(target, drafters, info, plain)
+    return Assembly(target, drafters, info, plain, engine, hw)

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DraftsimError
+from ..errors import unknown
 
-__all__ = ["EngineOverheads", "ENGINES", "engine_overheads", "pad_tokens", "vllm_capture_sizes"]
+__all__ = ["EngineOverheads", "ENGINES", "SchedulerDefaults", "default_engine", "engine_overheads", "pad_tokens", "vllm_capture_sizes"]
 
 #: The engines' overheads and their sources.
 ENGINES_FILE = Path(__file__).parent.parent / "data" / "engines.json"
@@ -43,6 +43,37 @@ def vllm_capture_sizes(largest: int = 512) -> tuple[int, ...]:
     """vLLM's CUDA-graph capture sizes (tokens): 1, 2, 4, then every 8 below 256, then every 16
     up to ``largest`` (vllm/config/compilation.py, sim/data/engines.json)."""
     return tuple([1, 2, 4] + list(range(8, 256, 8)) + list(range(256, largest + 1, 16)))
+
+
+@dataclass(frozen=True)
+class SchedulerDefaults:
+    """What an engine's scheduler does when its user sets nothing, on one device (each value cited
+    in sim/data/engines.json under the engine's ``scheduler``): the most running requests, the
+    token budget of a step, whether prompts are prefilled in chunks within it, the KV block size
+    in tokens and the share of device memory the engine takes."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    block_size: int
+    gpu_memory_utilization: float
+    entry_point: str = ""
+
+    def describe(self) -> str:
+        return (f"max_num_seqs {self.max_num_seqs}, max_num_batched_tokens {self.max_num_batched_tokens:,}, chunked prefill "
+                f"{'on' if self.chunked_prefill else 'off'}, block {self.block_size}, gpu-memory-utilization {self.gpu_memory_utilization:g}")
+
+
+def _tier(tiers: list[dict], memory_gb: float, name: str) -> dict:
+    """The first tier whose device conditions ``memory_gb`` (10^9 bytes) and ``name`` meet."""
+    gib = memory_gb * 1e9 / 2**30
+    for tier in tiers:
+        if gib < float(tier.get("min_memory_gib", 0.0)):
+            continue
+        if any(x in name.lower() for x in tier.get("exclude_names", ())):
+            continue
+        return tier
+    return tiers[-1]
 
 
 @dataclass(frozen=True)
@@ -63,6 +94,23 @@ class EngineOverheads:
     speculative_overlap: bool = False
     #: drafting methods (sim/cost/methods.py names) verified by batch expansion
     batch_expansion: tuple[str, ...] = ()
+    #: the engine's version these values describe (said in every output)
+    version: str = ""
+    #: the scheduler's defaults by device (engines.json ``scheduler``: tiers by device memory)
+    scheduler_entry: dict | None = None
+
+    @property
+    def label(self) -> str:
+        """The engine and its version, as outputs name it (``vllm v0.10.1``)."""
+        return f"{self.name} {self.version}".strip() if self.name != "none" else "none (the roofline alone)"
+
+    def scheduler(self, hardware) -> SchedulerDefaults:
+        """The scheduler's defaults of this engine on ``hardware`` (a catalog HardwareSpec)."""
+        s = self.scheduler_entry or ENGINES["none"].scheduler_entry
+        tier = _tier(s["tiers"], float(hardware.memory) / 1e9, hardware.name)
+        seqs = min(int(tier["max_num_seqs"]), int(tier["max_num_batched_tokens"]))
+        return SchedulerDefaults(seqs, int(tier["max_num_batched_tokens"]), bool(s["chunked_prefill"]), int(s["block_size"]),
+                                 float(s["gpu_memory_utilization"]), s.get("entry_point", ""))
 
     def host_overlap(self, speculative: bool) -> bool:
         """Whether a server of this kind hides its per-step host work behind the forward."""
@@ -78,7 +126,7 @@ class EngineOverheads:
 
     def describe(self) -> str:
         if self.name == "none":
-            return "engine overheads: none (the roofline alone)"
+            return "engine: none (the roofline alone, no engine overheads)"
         pad = f", CUDA graphs padded to {len(self.graph_tokens)} sizes up to {self.graph_tokens[-1]} tokens" if self.graph_tokens else ""
         if self.overlap < 1.0:
             pad += ", memory and compute time " + ("added" if self.overlap == 0 else f"overlapping {self.overlap:g}")
@@ -89,7 +137,7 @@ class EngineOverheads:
             pad += f", per-step host work overlapped with the forward {' and '.join(kinds)} speculation"
         if self.batch_expansion:
             pad += f", {', '.join(self.batch_expansion)} proposals verified by batch expansion"
-        return (f"engine overheads: {self.name} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
+        return (f"engine: {self.label} ({self.per_step * 1e3:.2f} ms per step, {self.per_draft_forward * 1e3:.2f} ms per draft "
                 f"forward{pad}; {self.source})")
 
 
@@ -105,7 +153,8 @@ def _load() -> dict[str, EngineOverheads]:
                                     float(e.get("forward_overlap", 1.0)), e.get("allreduce"),
                                     bool(e.get("host_overlap", {}).get("plain", False)),
                                     bool(e.get("host_overlap", {}).get("speculative", False)),
-                                    tuple(e.get("batch_expansion", {}).get("methods", ())))
+                                    tuple(e.get("batch_expansion", {}).get("methods", ())), str(e.get("version", "")),
+                                    e.get("scheduler"))
     return out
 
 
@@ -118,7 +167,16 @@ def engine_overheads(name: str) -> EngineOverheads:
     try:
         return ENGINES[str(name).strip().lower()]
     except KeyError:
-        raise DraftsimError(f"--overheads {name!r} is not a known engine; choose from {', '.join(ENGINES)}") from None
+        raise unknown("engine", name, list(ENGINES)) from None
+
+
+def default_engine(hardware) -> str:
+    """The engine a deployment runs when none is named: ``vllm`` on catalog GPUs (what a serving
+    team deploys), ``none`` on a CPU or on hardware calibrated to measured steps (whose fitted
+    overhead already holds the measured engine's costs)."""
+    if getattr(hardware, "calibration", None) is not None or getattr(hardware, "kind", "gpu") != "gpu":
+        return "none"
+    return "vllm"
 
 
 def pad_tokens(tokens: np.ndarray, sizes: tuple[int, ...] | None) -> np.ndarray:
