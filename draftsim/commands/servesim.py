@@ -25,7 +25,15 @@ from draftsim.sim.serving import (
 )
 from draftsim.sim.serving.router import ROUTERS
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
-from draftsim.sim.serving.workload import ARRIVAL_HELP, LENGTH_HELP, parse_arrivals, parse_lengths
+from draftsim.sim.serving.workload import (
+    ARRIVAL_HELP,
+    LENGTH_HELP,
+    WORKLOAD_HELP,
+    parse_arrivals,
+    parse_lengths,
+    workload_lengths,
+    workload_presets,
+)
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
@@ -61,8 +69,10 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     requests: int | None = option(help=f"number of requests (default {DEFAULT_REQUESTS} when neither --duration nor a --request-trace "
                                        "bounds the workload)", type=a.count("requests", 1, 1 << 24), group="workload")
     arrivals: str = option("poisson", "arrival process (default poisson; see below)", group="workload")
-    prompt_len: str = option("fixed:512", "prompt length distribution (default fixed:512)", group="workload")
-    output_len: str = option("fixed:256", "output length distribution (default fixed:256)", group="workload")
+    workload: str | None = option(help=f"a cited workload preset setting both length distributions: {', '.join(workload_presets())} "
+                                       "(see below)", metavar="NAME", group="workload")
+    prompt_len: str | None = option(help="prompt length distribution (default fixed:512, or the --workload preset's)", group="workload")
+    output_len: str | None = option(help="output length distribution (default fixed:256, or the --workload preset's)", group="workload")
     request_trace: str | None = option(help="CSV/JSONL request trace (Azure or Vidur columns)", metavar="FILE", group="workload")
     priorities: int = option(1, "priority classes drawn uniformly (default 1)", type=a.count("priorities", 1, 1 << 16), group="workload")
     max_num_seqs: int = option(256, "most running requests (default 256)", type=a.count("max_num_seqs", 1, 1 << 16), group="scheduler")
@@ -90,6 +100,11 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     report: str | None = option(help="write a report into DIR: report.html (one self-contained page) and report.md with the setup, "
                                 "the assumptions and their sources, the headline table beside no speculation and the figures "
                                 "(serves the workload without speculation too)", metavar="DIR", group="output")
+
+
+    def __post_init__(self):
+        # the lengths run: as given, else the --workload preset's, else fixed:512 / fixed:256
+        self.prompt_len, self.output_len = workload_lengths(self.workload, self.prompt_len, self.output_len)
 
 
 #: ``--help`` titles of serve-sim's option groups.
@@ -178,7 +193,7 @@ def register(sub, common) -> None:
         help="simulate a serving engine: continuous batching with speculative decoding under load",
         description="Serve a workload with continuous batching, a paged KV cache and speculative decoding; report TTFT, "
                     "TPOT, ITL, E2E latency, throughput, goodput and vLLM's spec-decode metrics, or sweep the load.",
-        epilog="\n\n".join([POLICY_HELP, CONTROLLER_HELP, LENGTH_HELP, ARRIVAL_HELP]),
+        epilog="\n\n".join([POLICY_HELP, CONTROLLER_HELP, LENGTH_HELP, WORKLOAD_HELP, ARRIVAL_HELP]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_options(p, ServeSimConfig, SERVE_TITLES)

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DraftsimError, as_count, as_positive
+from ..errors import DraftsimError, as_count, as_positive, unknown
 from ..files import read_text
 from ..params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int
 
@@ -54,6 +57,10 @@ __all__ = [
     "ARRIVALS",
     "parse_lengths",
     "parse_arrivals",
+    "WorkloadPreset",
+    "workload_preset",
+    "workload_presets",
+    "workload_lengths",
     "read_request_trace",
     "make_workload",
     "MAX_TOKENS",
@@ -284,6 +291,116 @@ def parse_lengths(spec: str, option: str = "length") -> LengthDist:
 
 
 LENGTH_HELP = LENGTHS.help
+
+
+# ---------------------------------------------------------------- workload presets
+
+#: Named workloads with their sources (``--workload NAME``).
+WORKLOADS_FILE = Path(__file__).parent.parent / "data" / "workloads.json"
+#: The standard normal's 90th percentile: a log-normal through a median M and a P90 has
+#: sigma = ln(P90 / M) / Z90.
+Z90 = NormalDist().inv_cdf(0.9)
+
+
+@dataclass(frozen=True)
+class LengthFacts:
+    """One length of a preset as its source states it: median, 90th percentile, the largest
+    length drawn (``max``) and the source's mean when it gives one."""
+
+    median: float
+    p90: float
+    max: int
+    mean: float | None = None
+
+    @property
+    def sigma(self) -> float:
+        """The log-normal's sigma through the median and the P90."""
+        return math.log(self.p90 / self.median) / Z90
+
+    @property
+    def spec(self) -> str:
+        """The fit in the ``--prompt-len`` / ``--output-len`` syntax."""
+        return f"lognormal:median={self.median:g},sigma={self.sigma:.6g},max={self.max}"
+
+
+@dataclass(frozen=True)
+class WorkloadPreset:
+    """A named workload (sim/data/workloads.json): the prompt and output lengths of one
+    source, each a log-normal through the source's median and P90 clipped to [1, max] (the
+    file's ``fit``), with the source and every assumption made in reading it."""
+
+    name: str
+    description: str
+    prompt: LengthFacts
+    output: LengthFacts
+    source: str
+    assumptions: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def prompt_len(self) -> str:
+        return self.prompt.spec
+
+    @property
+    def output_len(self) -> str:
+        return self.output.spec
+
+
+def _facts(name: str, which: str, raw) -> LengthFacts:
+    where = f"{WORKLOADS_FILE.name}: workload {name!r} {which}"
+    if not isinstance(raw, dict) or not {"median", "p90", "max"} <= set(raw):
+        raise DraftsimError(f"{where} needs median, p90 and max")
+    facts = LengthFacts(float(as_positive(f"{where} median", raw["median"])), float(as_positive(f"{where} p90", raw["p90"])),
+                        _length(f"{where} max", raw["max"]),
+                        None if raw.get("mean") is None else float(as_positive(f"{where} mean", raw["mean"])))
+    if not facts.median < facts.p90 <= facts.max:
+        raise DraftsimError(f"{where}: needs median < p90 <= max; got {facts.median:g}, {facts.p90:g}, {facts.max}")
+    return facts
+
+
+@lru_cache(maxsize=1)
+def workload_presets() -> dict[str, WorkloadPreset]:
+    """The presets by name (read once, validated: every entry cited, its lengths ordered)."""
+    doc = json.loads(WORKLOADS_FILE.read_text())
+    out = {}
+    for name, e in doc["workloads"].items():
+        if not e.get("source"):
+            raise DraftsimError(f"{WORKLOADS_FILE.name}: workload {name!r} has no source")
+        out[name] = WorkloadPreset(name, e["description"], _facts(name, "prompt", e.get("prompt")), _facts(name, "output", e.get("output")),
+                                   e["source"], tuple(e.get("assumptions", ())), tuple(e.get("aliases", ())))
+    return out
+
+
+def workload_preset(name: str) -> WorkloadPreset:
+    """The preset called ``name`` or one of its aliases (case-insensitive); an unknown name is
+    refused in one line listing the presets (with the closest ones)."""
+    presets = workload_presets()
+    spellings = {**{n: n for n in presets}, **{a: n for n, p in presets.items() for a in p.aliases}}
+    key = str(name).strip().lower()
+    if key not in spellings:
+        raise unknown("workload preset", name, spellings, known=f"known: {', '.join(presets)} (sim/data/workloads.json)")
+    return presets[spellings[key]]
+
+
+def workload_lengths(workload: str | None, prompt_len: str | None, output_len: str | None,
+                     default: tuple[str, str] = ("fixed:512", "fixed:256")) -> tuple[str, str]:
+    """The prompt and output length specs a command runs with: each as given, else the
+    ``workload`` preset's, else ``default``."""
+    preset = workload_preset(workload) if workload is not None else None
+    return (prompt_len if prompt_len is not None else preset.prompt_len if preset else default[0],
+            output_len if output_len is not None else preset.output_len if preset else default[1])
+
+
+def _workload_help() -> str:
+    lines = ["Workload presets (--workload NAME; --prompt-len/--output-len, when given, win): median / P90 tokens, "
+             "log-normal fits, sources in sim/data/workloads.json"]
+    for p in workload_presets().values():
+        also = f" (also {', '.join(p.aliases)})" if p.aliases else ""
+        lines.append(f"  {p.name:<20}prompt {p.prompt.median:g} / {p.prompt.p90:g}, output {p.output.median:g} / {p.output.p90:g}{also}")
+    return "\n".join(lines)
+
+
+WORKLOAD_HELP = _workload_help()
 
 
 # ---------------------------------------------------------------- arrival processes
