@@ -6,7 +6,10 @@ Two formats, told apart by their content (:func:`load_acceptance_file`):
   ``vllm:spec_decode_num_drafts``, ``vllm:spec_decode_num_draft_tokens``,
   ``vllm:spec_decode_num_accepted_tokens`` and ``vllm:spec_decode_num_accepted_tokens_per_pos``
   (label ``position``, 0-based), each possibly with the ``_total`` suffix Prometheus clients add
-  to counters (vLLM ``v1/spec_decode/metrics.py``; series of several engines are summed). They give
+  to counters (vLLM ``v1/spec_decode/metrics.py``; series of several engines — told apart by
+  their labels — are summed). A scrape holds each series once (the text exposition format: one
+  sample per series); the same series twice (two scrapes pasted together, before and after a
+  counter reset) is refused, never summed as two engines. They give
   the cumulative per-position rates a_i = accepted at position i / drafts, the convention of
   :mod:`draftsim.sim.acceptance_rates`, and a :class:`~draftsim.sim.acceptance.Positional` process.
 * **Per-request accepted lengths (JSONL)** — one JSON object per request, as speculative-decoding
@@ -18,6 +21,11 @@ Two formats, told apart by their content (:func:`load_acceptance_file`):
   included: accepted + 1). Each request replays its own steps
   (:meth:`StepLengths.process`: a :class:`~draftsim.sim.acceptance.TraceDriven` whose rounds
   follow the recorded ones exactly when the simulated k equals the recorded k).
+
+Both are read whole and bounded (:func:`draftsim.sim.files.read_text`: a regular file of at most
+:data:`MAX_BYTES`, UTF-8, else one line naming the file); a JSONL file's nesting is bounded before
+any line is parsed (:data:`MAX_DEPTH`), and the replay table the accepted lengths ask for
+(tokens × k) before it is allocated (:data:`MAX_TABLE_CELLS`).
 
 What neither format can tell: a step that accepted nothing because the drafter proposed nothing
 (an n-gram without a match) and one whose proposal was rejected look alike (``acc_len == 1``).
@@ -38,11 +46,17 @@ import numpy as np
 from .acceptance import Positional, TraceDriven
 from .acceptance_rates import conditional_from_cumulative
 from .errors import K_MAX_LIMIT, DraftsimError
+from .files import json_depth, read_text
 
 __all__ = ["SpecDecodeCounters", "StepLengths", "read_counters", "read_step_lengths", "load_acceptance_file", "MAX_BYTES"]
 
 #: Largest acceptance file read (bytes), checked before reading.
 MAX_BYTES = 256 << 20
+#: Deepest JSON nesting of an accepted-lengths line (an object of lists: 2), checked before parsing.
+MAX_DEPTH = 4
+#: Most cells of the replay table accepted lengths ask for (recorded tokens × k, float64: 1 GiB),
+#: checked before it is allocated.
+MAX_TABLE_CELLS = 1 << 27
 _COUNTERS = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "num_accepted_tokens_per_pos")
 _LINE = re.compile(r"^vllm:spec_decode_(num_drafts|num_draft_tokens|num_accepted_tokens_per_pos|num_accepted_tokens)(?:_total)?"
                    r"(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?$")
@@ -57,6 +71,12 @@ def _checked_path(path) -> Path:
     if size > MAX_BYTES:
         raise DraftsimError(f"acceptance file {str(path)!r} is {size / 2**20:.0f} MiB; at most {MAX_BYTES >> 20} MiB is read")
     return p
+
+
+def _text(path) -> str:
+    """The file's text, read once and bounded; not UTF-8 (a Latin-1 export) is one line."""
+    _checked_path(path)
+    return read_text(path, "acceptance file", MAX_BYTES, fifo=False)
 
 
 @dataclass(frozen=True)
@@ -101,34 +121,39 @@ def read_counters(path) -> SpecDecodeCounters:
     """The spec-decode counters of a Prometheus text scrape (see the module docstring), checked:
     every counter present, whole and non-negative, positions 0..k−1 without a gap, the
     per-position counts summing to the accepted tokens and never increasing."""
-    p = _checked_path(path)
     sums = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0}
     per_pos: dict[int, float] = {}
     seen = set()
-    with open(p, encoding="utf-8-sig", errors="replace") as fh:
-        for number, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            m = _LINE.match(line)
-            if not m:
-                continue
-            name, labels, value = m.group(1), m.group(2) or "", m.group(3)
-            try:
-                v = float(value)
-            except ValueError:
-                raise DraftsimError(f"{path}:{number}: vllm:spec_decode_{name} has value {value!r}; need a number") from None
-            if not math.isfinite(v) or v < 0 or v != int(v):
-                raise DraftsimError(f"{path}:{number}: vllm:spec_decode_{name} = {value}; a counter is a whole number >= 0")
-            seen.add(name)
-            if name == "num_accepted_tokens_per_pos":
-                pos = dict(_LABEL.findall(labels)).get("position")
-                if pos is None or not pos.isdigit() or int(pos) >= K_MAX_LIMIT:
-                    raise DraftsimError(f"{path}:{number}: num_accepted_tokens_per_pos needs a label position=\"0..{K_MAX_LIMIT - 1}\"; "
-                                        f"got {{{labels}}}")
-                per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + v
-            else:
-                sums[name] += v
+    series: dict[tuple, int] = {}  # (counter, labels) -> the line it was first read on
+    for number, line in enumerate(_text(path).splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        try:
+            v = float(value)
+        except ValueError:
+            raise DraftsimError(f"{path}:{number}: vllm:spec_decode_{name} has value {value!r}; need a number") from None
+        if not math.isfinite(v) or v < 0 or v != int(v):
+            raise DraftsimError(f"{path}:{number}: vllm:spec_decode_{name} = {value}; a counter is a whole number >= 0")
+        seen.add(name)
+        key = (name, tuple(sorted(_LABEL.findall(labels))))
+        if key in series:
+            raise DraftsimError(f"{path}:{number}: the series vllm:spec_decode_{name}{{{labels}}} appears again (first on line "
+                                f"{series[key]}); a scrape holds each series once — two scrapes pasted together (a counter "
+                                "reset between them) are not two engines: give one scrape")
+        series[key] = number
+        if name == "num_accepted_tokens_per_pos":
+            pos = dict(_LABEL.findall(labels)).get("position")
+            if pos is None or not pos.isdigit() or int(pos) >= K_MAX_LIMIT:
+                raise DraftsimError(f"{path}:{number}: num_accepted_tokens_per_pos needs a label position=\"0..{K_MAX_LIMIT - 1}\"; "
+                                    f"got {{{labels}}}")
+            per_pos[int(pos)] = per_pos.get(int(pos), 0.0) + v
+        else:
+            sums[name] += v
     missing = [n for n in _COUNTERS if n not in seen]
     if missing:
         raise DraftsimError(f"acceptance file {str(path)!r} has no vllm:spec_decode_{missing[0]} counter "
@@ -218,48 +243,51 @@ def _whole(path, number: int, field_: str, value, low: int, high: int) -> int:
 
 def read_step_lengths(path, k: int | None = None) -> StepLengths:
     """Per-request accepted lengths from a JSONL file (see the module docstring), checked line by line."""
-    p = _checked_path(path)
     ids, accepted, prompts, outputs, ks = [], [], [], [], []
-    with open(p, encoding="utf-8-sig", errors="strict") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise DraftsimError(f"{path}:{number}: not a JSON object ({str(e).split(':')[0]})") from None
-            if not isinstance(row, dict):
-                raise DraftsimError(f"{path}:{number}: each line must be a JSON object; got {type(row).__name__}")
-            rid = next((row[key] for key in ("id", "request_id", "rid") if key in row), None)
-            if rid is None or isinstance(rid, (dict, list)):
-                raise DraftsimError(f"{path}:{number}: no request id (id, request_id or rid)")
-            given = [key for key in ("accepted", "acc_len") if key in row]
-            if len(given) != 1:
-                raise DraftsimError(f"{path}:{number}: give one of accepted (draft tokens accepted per step) or acc_len "
-                                    f"(tokens emitted per step, bonus included); got {given or 'neither'}")
-            steps = row[given[0]]
-            if not isinstance(steps, list) or not steps or len(steps) > 10**6:
-                raise DraftsimError(f"{path}:{number}: {given[0]} must be a non-empty list of whole numbers (at most 1e6 steps)")
-            low = 1 if given[0] == "acc_len" else 0
-            values = [_whole(path, number, f"{given[0]}[{i}]", v, low, K_MAX_LIMIT + low) for i, v in enumerate(steps)]
-            arr = np.asarray(values, dtype=np.int64) - low
-            if "k" in row:
-                ks.append(_whole(path, number, "k", row["k"], 1, K_MAX_LIMIT))
-                if arr.max() > ks[-1]:
-                    raise DraftsimError(f"{path}:{number}: a step accepted {arr.max()} tokens but k is {ks[-1]}")
-            lengths = {}
-            for name, ids_key in (("prompt_len", "prompt_token_ids"), ("output_len", "output_token_ids")):
-                if name in row:
-                    lengths[name] = _whole(path, number, name, row[name], 0, 10**9)
-                elif ids_key in row or (name == "output_len" and "generated_token_ids" in row):
-                    seq = row.get(ids_key, row.get("generated_token_ids"))
-                    if not isinstance(seq, list):
-                        raise DraftsimError(f"{path}:{number}: {ids_key} must be a list of token ids")
-                    lengths[name] = len(seq)
-            ids.append(str(rid))
-            accepted.append(arr)
-            prompts.append(lengths.get("prompt_len"))
-            outputs.append(lengths.get("output_len"))
+    text = _text(path)
+    depth = json_depth(text)
+    if depth > MAX_DEPTH:
+        raise DraftsimError(f"acceptance file {str(path)!r} nests arrays or objects {depth:,} levels deep; an accepted-lengths line "
+                            f"nests at most {MAX_DEPTH}")
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer over Python's int-string limit
+            raise DraftsimError(f"{path}:{number}: not a JSON object ({str(e).split(':')[0][:80]})") from None
+        if not isinstance(row, dict):
+            raise DraftsimError(f"{path}:{number}: each line must be a JSON object; got {type(row).__name__}")
+        rid = next((row[key] for key in ("id", "request_id", "rid") if key in row), None)
+        if rid is None or isinstance(rid, (dict, list)):
+            raise DraftsimError(f"{path}:{number}: no request id (id, request_id or rid)")
+        given = [key for key in ("accepted", "acc_len") if key in row]
+        if len(given) != 1:
+            raise DraftsimError(f"{path}:{number}: give one of accepted (draft tokens accepted per step) or acc_len "
+                                f"(tokens emitted per step, bonus included); got {given or 'neither'}")
+        steps = row[given[0]]
+        if not isinstance(steps, list) or not steps or len(steps) > 10**6:
+            raise DraftsimError(f"{path}:{number}: {given[0]} must be a non-empty list of whole numbers (at most 1e6 steps)")
+        low = 1 if given[0] == "acc_len" else 0
+        values = [_whole(path, number, f"{given[0]}[{i}]", v, low, K_MAX_LIMIT + low) for i, v in enumerate(steps)]
+        arr = np.asarray(values, dtype=np.int64) - low
+        if "k" in row:
+            ks.append(_whole(path, number, "k", row["k"], 1, K_MAX_LIMIT))
+            if arr.max() > ks[-1]:
+                raise DraftsimError(f"{path}:{number}: a step accepted {arr.max()} tokens but k is {ks[-1]}")
+        lengths = {}
+        for name, ids_key in (("prompt_len", "prompt_token_ids"), ("output_len", "output_token_ids")):
+            if name in row:
+                lengths[name] = _whole(path, number, name, row[name], 0, 10**9)
+            elif ids_key in row or (name == "output_len" and "generated_token_ids" in row):
+                seq = row.get(ids_key, row.get("generated_token_ids"))
+                if not isinstance(seq, list):
+                    raise DraftsimError(f"{path}:{number}: {ids_key} must be a list of token ids")
+                lengths[name] = len(seq)
+        ids.append(str(rid))
+        accepted.append(arr)
+        prompts.append(lengths.get("prompt_len"))
+        outputs.append(lengths.get("output_len"))
     if not accepted:
         raise DraftsimError(f"acceptance file {str(path)!r} holds no request")
     if len(set(ids)) != len(ids):
@@ -271,6 +299,10 @@ def read_step_lengths(path, k: int | None = None) -> StepLengths:
     kk = ks[0] if ks else (k if k is not None else observed)
     if kk < observed or kk < 1:
         raise DraftsimError(f"acceptance file {str(path)!r}: a step accepted {observed} tokens, more than k={kk}")
+    tokens = sum(int(a.sum()) + len(a) for a in accepted)
+    if tokens * int(kk) > MAX_TABLE_CELLS:
+        raise DraftsimError(f"acceptance file {str(path)!r}: its steps emit {tokens:,} tokens at k={kk}, a replay table of "
+                            f"{tokens * int(kk):,} cells (tokens × k); draftsim replays at most {MAX_TABLE_CELLS:,}")
     return StepLengths(int(kk), ids, accepted, prompts, outputs, str(path))
 
 
@@ -280,7 +312,7 @@ def load_acceptance_file(path) -> SpecDecodeCounters | StepLengths:
     p = _checked_path(path)
     with open(p, "rb") as fh:
         head = fh.read(4096).decode("utf-8-sig", errors="replace").lstrip()
-    if head.startswith("{"):
+    if head.startswith(("{", "[")):
         return read_step_lengths(p)
     if head.startswith(("#", "vllm:")):
         return read_counters(p)

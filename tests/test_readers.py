@@ -211,3 +211,38 @@ def test_json_depth_leaves_strings_out_and_parse_json_bounds_it():
     assert parse_json('{"a": [1]}', "x") == {"a": [1]}
     with pytest.raises(DraftsimError, match="x nests arrays or objects 33 levels deep; draftsim reads at most 32"):
         parse_json("[" * 33 + "]" * 33, "x")
+
+
+# -- acceptance files (sim/acceptance_import.py) -----------------------------------------------------
+
+SCRAPE = ('vllm:spec_decode_num_drafts_total{engine="0"} 100\nvllm:spec_decode_num_draft_tokens_total{engine="0"} 300\n'
+          'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 150\n'
+          + "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="{i}"}} {v}\n'
+                    for i, v in enumerate([80, 50, 20])))
+
+
+@pytest.mark.parametrize("data, fragments", [
+    ('{"id": "caf\xe9", "acc_len": [1, 2]}\n'.encode("latin-1"), ["acc.txt is not UTF-8 text (byte 11)"]),
+    (('{"id": 1, "acc_len": ' + "[" * 100_000 + "]" * 100_000 + "}\n").encode(), ["acc.txt", "100,001 levels deep", "at most 4"]),
+    ((json.dumps({"id": 1, "k": 1024, "accepted": [1024] * 20_000}) + "\n").encode(),
+     ["acc.txt", "a replay table of 20,992,000,000 cells (tokens × k); draftsim replays at most 134,217,728"]),
+    (('{"id": 1, "acc_len": [' + "1" * 5000 + "]}\n").encode(), ["acc.txt:1: not a JSON object"]),
+    ((SCRAPE + SCRAPE).encode(), ["acc.txt:7: the series vllm:spec_decode_num_drafts{engine=\"0\"} appears again (first on line 1)",
+                                  "not two engines"]),
+    (SCRAPE.replace("num_drafts_total", "num_drafts").encode() + b'vllm:spec_decode_num_drafts_total{engine="0"} 100\n',
+     ["appears again"]),
+])
+def test_bad_acceptance_files_are_one_line_naming_the_file(tmp_path, capsys, data, fragments):
+    path = tmp_path / "acc.txt"
+    path.write_bytes(data)
+    refused(*run(capsys, "simulate", "--policy", "fixed:k=1", "--acceptance-file", str(path), "--cost", "0.1"), *fragments)
+
+
+def test_two_engines_are_summed_and_one_scrape_is_read(tmp_path, capsys):
+    from draftsim.sim.acceptance_import import read_counters
+
+    (tmp_path / "one.txt").write_text(SCRAPE)
+    (tmp_path / "two.txt").write_text(SCRAPE + SCRAPE.replace('engine="0"', 'engine="1"'))
+    one, two = read_counters(tmp_path / "one.txt"), read_counters(tmp_path / "two.txt")
+    assert two.num_drafts == 2 * one.num_drafts and two.accepted_per_pos == tuple(2 * a for a in one.accepted_per_pos)
+    assert two.cumulative.tolist() == one.cumulative.tolist() == [0.8, 0.5, 0.2]
