@@ -61,12 +61,19 @@ from ..sim.errors import DraftsimError
 from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
-                 "max_evaluations", "load", "latency")
-#: Columns of a capacity result, before the SLO metrics at capacity.
-CAPACITY_COLUMNS = ("capacity_qps", "bracket_low", "bracket_high", "evaluations", "throughput_at_capacity", "devices",
-                    "cost_per_million_tokens", "replicas_for_load", "devices_for_load", "load_margin")
-#: Text columns of a capacity result: the latency at every rate simulated, JSON [[rate, latency], ...].
-CAPACITY_TEXT_COLUMNS = ("latency_curve",)
+                 "max_evaluations", "load", "latency", "max_lengthening")
+#: Columns of a capacity result, before the SLO metrics at capacity (see the module docstring).
+CAPACITY_COLUMNS = ("capacity_qps", "bracket_low", "bracket_high", "capacity_ci_low", "capacity_ci_high", "evaluations",
+                    "lengthening", "throughput_at_capacity", "devices", "cost_per_million_tokens", "replicas_for_load",
+                    "devices_for_load", "load_margin", "load_margin_low", "load_margin_high", "margin_within_noise",
+                    "latency_at_load")
+#: Text columns of a capacity result: the latency at every rate simulated, JSON [[rate, latency], ...]; the runs
+#: lengthened or found overloaded, JSON ["...", ...].
+CAPACITY_TEXT_COLUMNS = ("latency_curve", "notes")
+#: Metrics of a kind that say whether a run settled (:mod:`draftsim.sim.serving.steady`); read when the kind has them.
+STEADY_METRICS = ("steady", "overloaded")
+#: Options a run is lengthened by (doubled) when it did not settle, in order of preference.
+LENGTH_OPTIONS = ("duration", "requests")
 
 
 @dataclass
@@ -152,16 +159,81 @@ def replicated(meets_slo: Callable[[float, int], object], seeds: Sequence[int], 
         if not all(isinstance(r, Mapping) for r in results):
             raise DraftsimError("meets_slo must return a bool or a mapping of metrics for every seed")
         names = set().union(*results)
-        means = {n: float(np.mean([float("nan") if r.get(n) is None else r[n] for r in results])) for n in names}
+        values = {n: np.array([float("nan") if r.get(n) is None else float(r[n]) for r in results]) for n in names}
+        means = {n: float(np.mean(v)) for n, v in values.items()}
         if slo is None:
             raise DraftsimError("meets_slo returned metrics: give the SLO bounds (metric -> upper bound)")
         missing = [m for m in slo if m not in means]
         if missing:
             raise DraftsimError(f"the simulation did not report SLO metric(s) {', '.join(missing)}")
-        ok = all(math.isfinite(means[m]) and means[m] <= bound for m, bound in slo.items())
+        for m in slo:
+            means[f"{m}_ci95"] = half_width(values[m])
+        ok = all(math.isfinite(means[m]) and means[m] <= bound for m, bound in slo.items()) and settled(means)
         return ok, means
 
     return evaluate
+
+
+def half_width(values: Sequence[float]) -> float:
+    """Half-width of the 95% Student-t interval of the mean of ``values`` (nan for fewer than two)."""
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) < 2:
+        return float("nan")
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
+
+
+def settled(metrics: Mapping[str, float]) -> bool:
+    """Every replication reached a steady state and none is overloaded (true for metrics that
+    carry no ``steady`` / ``overloaded`` flags: kinds without a steady-state test)."""
+    steady, overloaded = metrics.get("steady"), metrics.get("overloaded")
+    return (steady is None or steady >= 1.0) and (overloaded is None or not overloaded > 0.0)
+
+
+def slo_ratio(metrics: Mapping[str, float], slo: Mapping[str, float], side: float = 0.0) -> float:
+    """max over the SLO metrics of (mean + ``side`` × its 95% half-width) / bound: <= 1 meets the
+    SLOs (side 0), surely meets them (side +1), or may still meet them (side −1). An unsettled or
+    overloaded rate, or a missing metric, gives inf (one replication: no half-width, taken as 0)."""
+    if not settled(metrics):
+        return math.inf
+    worst = -math.inf
+    for m, bound in slo.items():
+        mean = metrics.get(m)
+        if mean is None or not math.isfinite(mean):
+            return math.inf
+        ci = metrics.get(f"{m}_ci95")
+        ci = ci if ci is not None and math.isfinite(ci) else 0.0
+        worst = max(worst, (mean + side * ci) / bound)
+    return worst
+
+
+def capacity_interval(cap: Capacity, slo: Mapping[str, float]) -> tuple[float, float] | None:
+    """The 95% interval of a capacity, from the rates its search simulated: from where the SLO
+    ratio's upper confidence limit (:func:`slo_ratio`, side +1) first passes 1 to where its lower
+    one does (side −1), each interpolated linearly in log rate between the simulated rates around
+    it, and widened to hold the bisection's bracket. None without half-widths (one replication)."""
+    points = sorted((q, m) for q, _, m in cap.evaluations)
+    finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
+    if not points or not any(finite(m.get(f"{x}_ci95")) for _, m in points for x in slo):
+        return None
+    q = np.array([p[0] for p in points])
+
+    def crossing(side: float) -> float:
+        g = np.array([slo_ratio(m, slo, side) for _, m in points])
+        above = np.flatnonzero(g > 1.0)
+        if not above.size:
+            return math.inf
+        i = int(above[0])
+        if i == 0:
+            return 0.0 if side > 0 else float(q[0])
+        if not math.isfinite(g[i]):
+            return float(q[i - 1])
+        f = (1.0 - g[i - 1]) / (g[i] - g[i - 1])
+        return float(np.exp(np.log(q[i - 1]) + f * (np.log(q[i]) - np.log(q[i - 1]))))
+
+    low, high = crossing(+1.0), crossing(-1.0)
+    return min(low, cap.low), max(high, cap.high)
 
 
 # --- capacity specs --------------------------------------------------------------------------
@@ -183,6 +255,7 @@ class Settings:
     max_evaluations: int = 64
     load: float | None = None
     latency: str | None = None
+    max_lengthening: int = 8
 
 
 def _positive(name: str, value) -> float:
@@ -239,8 +312,11 @@ def settings(spec: Spec, kind: Kind) -> Settings:
     latency = table.get("latency", next((m for m in ("e2e_mean", "latency_mean") if m in kind.metrics), None))
     if latency is not None and latency not in kind.metrics:
         raise DraftsimError(f"[capacity] latency: unknown metric {latency!r}; valid metrics: {', '.join(kind.metrics)}")
+    longest = table.get("max_lengthening", 8)
+    if isinstance(longest, bool) or longest not in (1, 2, 4, 8, 16, 32, 64):
+        raise DraftsimError(f"[capacity] max_lengthening must be one of 1, 2, 4, 8, 16, 32, 64 (runs are doubled); got {longest!r}")
     return Settings(out["slo"], s.start, s.minimum, s.maximum, s.tolerance, throughput, s.price_per_hour,
-                    tuple(d.replace("-", "_") for d in devices), compare, max_ev, s.load, latency)
+                    tuple(d.replace("-", "_") for d in devices), compare, max_ev, s.load, latency, longest)
 
 
 def device_count(config: dict, names: Sequence[str]) -> float:
@@ -254,32 +330,90 @@ def device_count(config: dict, names: Sequence[str]) -> float:
     return n
 
 
+def lengthened(evaluate_at: Callable[[object, int], tuple[bool, dict]], s: Settings, option: str | None, base,
+               describe: Callable[[object], str], notes: list) -> Callable[[object], tuple[bool, dict]]:
+    """``evaluate(point)`` that reruns a point whose runs did not settle (``steady`` < 1, not
+    overloaded) at twice the length, up to ``s.max_lengthening`` times the spec's (the
+    ``option``'s ``base`` value; None: no option to lengthen). ``evaluate_at(point, factor)`` runs
+    the point at ``factor`` times the length. Each lengthening, and each overloaded point, is
+    said in ``notes``; the metrics carry the ``lengthening`` used."""
+    def evaluate(point) -> tuple[bool, dict]:
+        factor = 1
+        while True:
+            ok, metrics = evaluate_at(point, factor)
+            steady, overloaded = metrics.get("steady"), metrics.get("overloaded")
+            if overloaded is not None and overloaded > 0:
+                notes.append(f"{describe(point)}: overloaded at {_length(option, base, factor)} (queue still growing): does not meet the SLOs")
+                break
+            if steady is None or steady >= 1.0:
+                break
+            if option is None or factor >= s.max_lengthening:
+                why = "nothing to lengthen (give duration or requests)" if option is None else f"the longest allowed ({s.max_lengthening}x)"
+                notes.append(f"{describe(point)}: not steady at {_length(option, base, factor)}, {why}: counted as not meeting the SLOs")
+                break
+            notes.append(f"{describe(point)}: not steady at {_length(option, base, factor)} (queue still growing: overloaded, or run "
+                         f"longer): rerun at {_length(option, base, factor * 2)}")
+            factor *= 2
+        metrics["lengthening"] = float(factor)
+        return ok, metrics
+
+    return evaluate
+
+
+def _length(option: str | None, base, factor: int) -> str:
+    if option is None:
+        return "the spec's length"
+    unit = " s" if option == "duration" else " requests"
+    return f"{base * factor:g}{unit}" + (f" ({factor}x)" if factor > 1 else "")
+
+
+def _scaled(config: dict, option: str | None, base, factor: int) -> dict:
+    if option is None or factor == 1:
+        return config
+    value = base * factor
+    return {**config, option: int(value) if option == "requests" else float(value)}
+
+
 def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings, spec_seed: int, replications: int,
                 task: Task) -> Outcome:
-    """One configuration's capacity search in a worker (the task's row values)."""
+    """One configuration's capacity search in a worker (the task's row values: see the module docstring)."""
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         seeds = [derive_seed(spec_seed, task.point, r) for r in range(replications)]
+        option = next((o for o in LENGTH_OPTIONS if task.config.get(o) is not None), None)
+        base = task.config.get(option) if option else None
+        notes: list = []
 
-        def meets(qps: float, seed: int) -> dict:
-            output = run({**task.config, rate_option: float(qps)}, seed)
-            return {m: as_metric(m, lookup(output, p)) for m, p in metric_paths.items()}
+        def at(qps: float, factor: int) -> tuple[bool, dict]:
+            def meets(q: float, seed: int) -> dict:
+                output = run({**_scaled(task.config, option, base, factor), rate_option: float(q)}, seed)
+                return {m: as_metric(m, lookup(output, p)) for m, p in metric_paths.items()}
+            return replicated(meets, seeds, s.slo)(qps)
 
-        cap = find_capacity(replicated(meets, seeds, s.slo), s.start, s.minimum, s.maximum, s.tolerance, s.max_evaluations)
+        evaluate = lengthened(at, s, option, base, lambda q: f"{q:.4g} req/s", notes)
+        cap = find_capacity(evaluate, s.start, s.minimum, s.maximum, s.tolerance, s.max_evaluations)
+        interval = capacity_interval(cap, s.slo)
         devices = device_count(task.config, s.devices)
         throughput = cap.metrics.get(s.throughput) if s.throughput else None
         cost = None
         if s.price_per_hour is not None and throughput and throughput > 0:
             cost = s.price_per_hour * devices / (throughput * 3600.0) * 1e6
-        values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high, "evaluations": float(len(cap.evaluations)),
+        values = {"capacity_qps": cap.qps, "bracket_low": cap.low, "bracket_high": cap.high,
+                  "capacity_ci_low": interval[0] if interval else None, "capacity_ci_high": interval[1] if interval else None,
+                  "evaluations": float(len(cap.evaluations)), "lengthening": cap.metrics.get("lengthening"),
                   "throughput_at_capacity": throughput, "devices": devices, "cost_per_million_tokens": cost}
         values.update({f"{m}_at_capacity": cap.metrics.get(m) for m in s.slo})
         if s.latency:
             curve = sorted({q: m.get(s.latency) for q, _, m in cap.evaluations}.items())
             values["latency_curve"] = json.dumps([[q, v] for q, v in curve if v is not None and math.isfinite(v)])
         if s.load is not None:
-            values.update(replicas_for_load(task.config, cap.qps, s, replicated(meets_with_replicas(run, rate_option, metric_paths, task.config),
-                                                                                 seeds, s.slo), devices))
+            def at_load(point, factor: int) -> tuple[bool, dict]:
+                return replicated(meets_with_replicas(run, rate_option, metric_paths, _scaled(task.config, option, base, factor)),
+                                  seeds, s.slo)(point)
+
+            load_eval = lengthened(at_load, s, option, base, lambda p: f"{p[0]:g} replica(s) at {p[1]:.4g} req/s", notes)
+            values.update(replicas_for_load(task.config, cap.qps, s, load_eval, devices, interval))
+        values["notes"] = json.dumps(notes)
         return Outcome(task.id, values, None, time.perf_counter() - t0, time.process_time() - c0)
     except Exception as exc:  # recorded with its error; the other configurations go on
         return Outcome(task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0)
@@ -298,14 +432,26 @@ def meets_with_replicas(run: Callable, rate_option: str, metric_paths: dict, con
 MAX_REPLICAS = 1024
 
 
-def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Callable, devices: float) -> dict:
+def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Callable, devices: float,
+                      interval: tuple[float, float] | None = None) -> dict:
     """The fewest replicas that meet the SLOs at ``s.load`` (see the module docstring), from the
-    first guess ⌈load / capacity⌉; ``evaluate((replicas, qps))`` runs the configuration."""
+    first guess ⌈load / capacity⌉; ``evaluate((replicas, qps))`` runs the configuration and
+    returns (meets, metrics). With the capacity's 95% ``interval``, the margin's interval and
+    whether it is within the noise: its interval reaches 0, or the SLOs are not surely met at
+    the load with that many replicas (:func:`slo_ratio`)."""
     base = config.get("replicas", 1)
+    none = {"replicas_for_load": None, "devices_for_load": None, "load_margin": None, "load_margin_low": None,
+            "load_margin_high": None, "margin_within_noise": None, "latency_at_load": None}
     if capacity <= 0:
-        return {"replicas_for_load": None, "devices_for_load": None, "load_margin": None}
+        return none
+    seen: dict = {}
+
+    def meets(n: int) -> bool:
+        ok, metrics = evaluate((n * base, s.load))
+        seen[n] = metrics
+        return ok
+
     r = max(1, math.ceil(s.load / capacity - 1e-9))
-    meets = lambda n: evaluate((n * base, s.load))[0]  # noqa: E731
     if meets(r):
         while r > 1 and meets(r - 1):
             r -= 1
@@ -315,8 +461,13 @@ def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Call
             r += 1
             if r > MAX_REPLICAS:
                 raise DraftsimError(f"no count of replicas up to {MAX_REPLICAS} meets the SLOs at {s.load:g} requests/s")
-    return {"replicas_for_load": float(r * base), "devices_for_load": float(r * devices),
-            "load_margin": r * capacity / s.load - 1.0}
+    out = {**none, "replicas_for_load": float(r * base), "devices_for_load": float(r * devices), "load_margin": r * capacity / s.load - 1.0,
+           "latency_at_load": seen[r].get(s.latency) if s.latency else None}
+    if interval is not None:
+        low, high = r * interval[0] / s.load - 1.0, r * interval[1] / s.load - 1.0
+        out.update({"load_margin_low": low, "load_margin_high": high if math.isfinite(high) else None,
+                    "margin_within_noise": float(low <= 0.0 or slo_ratio(seen[r], s.slo, +1.0) > 1.0)})
+    return out
 
 
 def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
@@ -328,7 +479,8 @@ def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = Fals
     for p in points:
         device_count(p.config, s.devices)
     tasks = [Task(p.index, p.index, 0, derive_seed(spec.seed, p.index, 0), p.config) for p in points]
-    names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else []), *([s.latency] if s.latency else [])]))
+    names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else []), *([s.latency] if s.latency else []),
+                                *[f for f in STEADY_METRICS if f in kind.metrics]]))
     worker = partial(search_task, kind.run, kind.rate_option, {m: kind.metrics[m] for m in names}, s, spec.seed, spec.replications)
     columns = list(CAPACITY_COLUMNS) + [f"{m}_at_capacity" for m in s.slo]
     summary = run_tasks(spec, points, tasks, worker, columns, out, workers, ray, ray_address, resume, progress,

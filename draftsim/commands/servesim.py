@@ -124,9 +124,10 @@ class LatencyStats:
 
 @dataclass(frozen=True)
 class ServeMetrics:
-    """The serving metrics of :func:`draftsim.sim.serving.metrics.summarize_run` (TTFT, TPOT,
-    ITL, E2E and queueing latency; throughput in output tokens/s, request throughput and
-    goodput in requests/s; KV use only where the KV cache is bounded)."""
+    """The serving metrics of :func:`draftsim.sim.serving.metrics.summarize_run` at the steady
+    state (TTFT, TPOT, ITL, E2E and queueing latency; throughput in output tokens/s, request
+    throughput and goodput in requests/s; KV use only where the KV cache is bounded; whether
+    the run settled, why not, the warm-up cut and the window measured)."""
 
     ttft: LatencyStats
     tpot: LatencyStats
@@ -146,6 +147,13 @@ class ServeMetrics:
     preemptions: float
     kv_utilisation: float | None = None
     kv_utilisation_max: float | None = None
+    #: the steady state (draftsim.sim.serving.steady): rates are over the window after the warm-up, drain cut
+    steady: bool | None = None
+    overloaded: bool | None = None
+    steady_reason: str | None = None
+    warmup_s: float | None = None
+    window_s: float | None = None
+    measured_requests: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,28 @@ Definitions (vLLM's benchmark_serving and DistServe's goodput):
 * ITL — inter-token latency: the gaps between consecutive emissions of a request (a
   speculative step emits several tokens at once: one gap per step, as a streaming client sees);
 * E2E — end-to-end latency: finish − arrival;
-* throughput — output tokens / (last finish − first arrival);
-* goodput — requests per second that meet both SLOs (TTFT ≤ ``ttft`` and TPOT ≤ ``tpot``);
+* throughput — output tokens emitted per second at the steady state: over the window from the
+  warm-up's end (MSER-5) to the last arrival, so that neither the warm-up nor the drain counts
+  (:mod:`draftsim.sim.serving.steady`); request throughput likewise (requests finished in it);
+* goodput — requests per second that meet both SLOs (TTFT ≤ ``ttft`` and TPOT ≤ ``tpot``):
+  request throughput × the share of the latency sample meeting them (0 for an overloaded run,
+  whose queue grows without bound);
+* steady state — ``steady`` (the run settled), ``overloaded`` (its waiting queue grows: no SLO
+  holds), ``steady_reason`` (why not; "" when steady), ``steady_tested`` (False: fewer than 50
+  requests or all arriving at once — the whole run is then measured), ``warmup_s`` (seconds cut
+  after the first arrival), ``window_s`` (seconds measured), ``measured_requests`` (the latency
+  sample: requests arriving in the window and served before the drain); ``whole_run`` keeps
+  throughput, request throughput and goodput over the whole run (first arrival to last finish);
 * spec_decode — vLLM's speculative-decoding counters: ``num_drafts`` (rounds that drafted),
   ``num_draft_tokens``, ``num_accepted_tokens``, ``num_accepted_tokens_per_pos`` and
   ``mean_acceptance_length`` = 1 + accepted / drafts (tokens per verification), plus
   ``draft_acceptance_rate`` = accepted / draft tokens.
 
-Each latency is summarised by mean, p50, p90 and p99; with several replications every
-number comes with the half-width of its 95% Student-t confidence interval across them.
+Each latency is summarised by mean, p50, p90 and p99 over the latency sample (ITL over every
+gap of the run: the recorder keeps no emission times); mean batch, busy share and KV use are
+over the steps that start in the window (max batch and max KV use over the run). With several
+replications every number comes with the half-width of its 95% Student-t confidence interval
+across them; the flags combine as all steady, any overloaded.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import numpy as np
 
 from ..errors import DraftsimError, as_positive
 from ..files import atomic_write_json
+from .steady import emitted_between, steady_state
 
 __all__ = ["Recorder", "RunRecord", "SLO", "summarize_run", "combine", "LATENCIES", "write_chrome_trace", "TIMELINE_SCHEMA"]
 
@@ -150,36 +164,70 @@ def _stats(x: np.ndarray) -> dict:
 
 
 def summarize_run(run: RunRecord, slo: SLO = SLO()) -> dict:
-    """The metrics of one replication (see the module docstring)."""
+    """The metrics of one replication at its steady state (see the module docstring and
+    :mod:`draftsim.sim.serving.steady`): latencies over the latency sample, rates over the
+    window; ``whole_run`` keeps the rates over the whole run (first arrival to last finish)."""
+    ss = steady_state(run.arrival, run.admitted, run.finish)
     ttft = run.first_token - run.arrival
     e2e = run.finish - run.arrival
     multi = run.output > 1
     tpot = np.full(len(e2e), np.nan)
     tpot[multi] = (run.finish[multi] - run.first_token[multi]) / (run.output[multi] - 1)
-    span = float(np.nanmax(run.finish) - np.nanmin(run.arrival))
-    span = span if span > 0 else float("nan")
     ok = (ttft <= slo.ttft) & (np.nan_to_num(tpot, nan=0.0) <= slo.tpot)
+    first, last = float(np.nanmin(run.arrival)), float(np.nanmax(run.finish))
+    whole = last - first if last > first else float("nan")
     steps = run.steps
-    busy = float(steps["duration"].sum())
-    out = {name: _stats(v) for name, v in (("ttft", ttft), ("tpot", tpot), ("itl", run.itl), ("e2e", e2e))}
-    out["queue"] = _stats(run.admitted - run.arrival)
-    out["throughput"] = float(run.output.sum() / span)
-    out["request_throughput"] = float(len(run.output) / span)
-    out["goodput"] = float(ok.sum() / span)
-    out["slo_attainment"] = float(ok.mean())
+    if ss.tested:
+        a, b = ss.start, ss.end
+        span = b - a if b > a else float("nan")
+        sample = (run.arrival >= a) & (run.arrival <= ss.latency_end)
+        tokens = emitted_between(run.first_token, run.finish, run.output, a, b)
+        done = int(((run.finish >= a) & (run.finish <= b)).sum())
+        in_window = (steps["start"] >= a) & (steps["start"] < b)
+    else:
+        span = whole
+        sample = np.ones(len(e2e), dtype=bool)
+        tokens, done = float(run.output.sum()), len(run.output)
+        in_window = np.ones(len(steps["duration"]), dtype=bool)
+    attainment = float(ok[sample].mean()) if sample.any() else float("nan")
+    if ss.overloaded:  # its queue, and so its TTFT, grows without bound: in the long run no request meets the SLOs
+        attainment = 0.0
+    batch, duration = steps["batch"][in_window], steps["duration"][in_window]
+    busy = float(duration.sum())
+    out = {name: _stats(v[sample]) for name, v in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e))}
+    out["itl"] = _stats(run.itl)
+    out = {k: out[k] for k in LATENCIES}
+    out["queue"] = _stats((run.admitted - run.arrival)[sample])
+    out["throughput"] = float(tokens / span)
+    out["request_throughput"] = float(done / span)
+    out["goodput"] = out["request_throughput"] * attainment
+    out["slo_attainment"] = attainment
     out["requests"] = int(len(run.output))
     out["output_tokens"] = int(run.output.sum())
     out["steps"] = int(len(steps["duration"]))
     out["busy"] = busy / max(run.replicas, 1) / span
-    out["mean_batch"] = float((steps["batch"] * steps["duration"]).sum() / busy) if busy > 0 else float("nan")
+    out["mean_batch"] = float((batch * duration).sum() / busy) if busy > 0 else float("nan")
     out["max_batch"] = int(steps["batch"].max(initial=0))
     if run.kv_blocks:
-        used = steps["kv"] / run.kv_blocks
-        out["kv_utilisation"] = float((used * steps["duration"]).sum() / busy) if busy > 0 else float("nan")
-        out["kv_utilisation_max"] = float(used.max(initial=0.0))
+        used = steps["kv"][in_window] / run.kv_blocks
+        out["kv_utilisation"] = float((used * duration).sum() / busy) if busy > 0 else float("nan")
+        out["kv_utilisation_max"] = float((steps["kv"] / run.kv_blocks).max(initial=0.0))
     out["preemptions"] = int(run.preemptions.sum())
     out["spec_decode"] = dict(run.spec)
+    out["steady"] = bool(ss.steady)
+    out["overloaded"] = bool(ss.overloaded)
+    out["steady_reason"] = ss.reason
+    out["steady_tested"] = bool(ss.tested)
+    out["warmup_s"] = float(ss.warmup)
+    out["window_s"] = float(span)
+    out["measured_requests"] = int(sample.sum())
+    out["whole_run"] = {"throughput": float(run.output.sum() / whole), "request_throughput": float(len(run.output) / whole),
+                        "goodput": float(ok.sum() / whole), "duration_s": whole}
     return out
+
+
+#: Keys of a summary merged by :func:`combine` as flags, not averaged: all steady, any overloaded.
+FLAGS = ("steady", "overloaded", "steady_tested")
 
 
 def _t95(n: int) -> float:
@@ -205,7 +253,17 @@ def combine(summaries: list[dict]) -> dict:
         arr = np.array(values, dtype=np.float64)
         return float(arr.mean()) if not isinstance(first, int) or n > 1 else first
 
+    flags = {k: [s[k] for s in summaries] for k in FLAGS if k in summaries[0]}
+    reasons = [s.get("steady_reason", "") for s in summaries]
+    summaries = [{k: v for k, v in s.items() if k not in FLAGS and k != "steady_reason"} for s in summaries]
     out = merge(summaries)
+    if flags:
+        out["steady"] = all(flags["steady"])
+        out["overloaded"] = any(flags["overloaded"])
+        out["steady_tested"] = all(flags["steady_tested"])
+        unsteady = [r for r, ok in zip(reasons, flags["steady"]) if not ok]
+        out["steady_reason"] = (unsteady or reasons)[0]
+        out["steady_replications"] = int(sum(flags["steady"]))
 
     def ci(values: list):
         first = values[0]
