@@ -521,3 +521,16 @@ def test_a_hand_edited_manifest_is_one_line(tmp_path, capsys, field, value):
     path.write_text(json.dumps(info))
     with pytest.raises(DraftsimError, match=f"manifest field {field} must be"):
         sw.read_manifest(tmp_path / "out")
+
+
+def test_sweep_prints_a_table_of_its_points(tmp_path, capsys, monkeypatch):
+    """After a sweep, one row per point (sorted by its axes) with each metric's mean over the
+    replications that succeeded and their count; a failed point shows "-"; --json is unchanged."""
+    monkeypatch.setitem(KINDS, "toy", TOY)
+    spec = write(tmp_path, 'version = 1\nkind = "toy"\nreplications = 2\nmetrics = ["x2"]\n[grid]\nx = [3, 1, 2, 0]\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split() == ["x", "x2", "runs"])
+    assert [line.split() for line in lines[at + 2:at + 6]] == [["0", "0", "2"], ["1", "2", "2"], ["2", "-", "0"], ["3", "6", "2"]]
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "json"), "--workers", "1", "--json"]) == 0
+    assert "runs" not in capsys.readouterr().out.split("\n", 1)[0]

@@ -304,6 +304,11 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"on {summary.backend} with {summary.workers} worker(s)")
     for e in result.errors:
         print(f"  failed: {e}")
+    headers, rows, more = result_table(sw.load(config.out), spec)
+    if rows:
+        print(format_table(headers, rows, floatfmt="g"))
+    if more:
+        print(f"  ... {more:,} more point(s): draftsim sweep-plot {config.out} --x AXIS --metric METRIC, or the Parquet files")
     print(f"results: {summary.folder / 'results'}  (pyarrow.parquet.read_table({str(summary.folder / 'results')!r}))")
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
@@ -368,6 +373,30 @@ def run_capacity(args: argparse.Namespace) -> int:
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return 0
+
+
+#: Points a sweep's result table prints (the Parquet files hold them all).
+TABLE_ROWS = 40
+
+
+def result_table(table, spec: sw.Spec, limit: int = TABLE_ROWS) -> tuple[list[str], list[list], int]:
+    """A sweep's results as printed: one row per point (its axis values, sorted), each metric's
+    mean over the replications that succeeded (± its standard error with two or more), the
+    runs behind it; at most ``limit`` rows, and how many more points there are."""
+    axes = [x for x in spec.axes if x in table.column_names]
+    metrics = [m for m in spec.metrics if m in table.column_names]
+    stats = {m: sw.aggregate(table, axes, m) for m in metrics}
+    points = list(stats[metrics[0]]) if metrics else []
+    points.sort(key=lambda key: tuple((0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)) for v in key))
+
+    def cell(mean: float, se: float) -> str:
+        if not math.isfinite(mean):
+            return "-"
+        return f"{mean:.4g}" + (f" ± {se:.2g}" if math.isfinite(se) and se > 0 else "")
+
+    rows = [[*key, *(cell(*stats[m][key][:2]) for m in metrics), stats[metrics[0]][key][2]] for key in points[:limit]]
+    runs = ["runs"] if metrics else []
+    return [*axes, *metrics, *runs], rows, max(len(points) - limit, 0)
 
 
 def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:
