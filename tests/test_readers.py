@@ -246,3 +246,47 @@ def test_two_engines_are_summed_and_one_scrape_is_read(tmp_path, capsys):
     one, two = read_counters(tmp_path / "one.txt"), read_counters(tmp_path / "two.txt")
     assert two.num_drafts == 2 * one.num_drafts and two.accepted_per_pos == tuple(2 * a for a in one.accepted_per_pos)
     assert two.cumulative.tolist() == one.cumulative.tolist() == [0.8, 0.5, 0.2]
+
+
+# -- Hugging Face config.json (sim/cost/catalog.py model_from_hf_config) -------------------------------
+
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}}
+MOE_CONFIG = {**LLAMA_CONFIG, "model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768}
+
+
+@pytest.mark.parametrize("base, change, fragments", [
+    (MOE_CONFIG, {"num_experts_per_tok": "two"}, ["field 'num_experts_per_tok' is \"two\"; a whole number"]),
+    (MOE_CONFIG, {"num_experts_per_tok": 129}, ["field 'num_experts_per_tok' is 129"]),
+    (MOE_CONFIG, {"num_experts": 1e300}, ["field 'num_experts' is 1e+300"]),
+    (LLAMA_CONFIG, {"max_position_embeddings": "lots"}, ["field 'max_position_embeddings' is \"lots\""]),
+    (LLAMA_CONFIG, {"num_attention_heads": 0}, ["field 'num_attention_heads' is 0"]),
+    (LLAMA_CONFIG, {"num_key_value_heads": 0}, ["field 'num_key_value_heads' is 0"]),
+    (LLAMA_CONFIG, {"num_key_value_heads": 7}, ["field 'num_key_value_heads' is 7; a divisor of num_attention_heads (32)"]),
+    (LLAMA_CONFIG, {"hidden_size": 4096.5}, ["field 'hidden_size' is 4096.5"]),
+    (LLAMA_CONFIG, {"num_hidden_layers": True}, ["field 'num_hidden_layers' is true"]),
+    (LLAMA_CONFIG, {"vocab_size": [1]}, ["field 'vocab_size' is list"]),
+    (LLAMA_CONFIG, {"hidden_size": 16}, ["field 'hidden_size' is 16, less than num_attention_heads"]),
+    (LLAMA_CONFIG, {"tie_word_embeddings": "no"}, ["field 'tie_word_embeddings' is \"no\""]),
+    (LLAMA_CONFIG, {"rope_scaling": {"a": json.loads("[" * 40 + "]" * 40)}}, ["nests arrays or objects 42 levels deep"]),
+])
+def test_a_bad_config_json_is_one_line_naming_the_file_and_the_field(tmp_path, capsys, base, change, fragments):
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**base, **change}))
+    refused(*run(capsys, "cost", "--target", str(path), "--hardware", "h100-sxm"), "config.json", *fragments)
+
+
+def test_a_valid_config_json_reads(tmp_path):
+    from draftsim.sim.cost.catalog import model_from_hf_config
+
+    (tmp_path / "config.json").write_text(json.dumps({**MOE_CONFIG, "hidden_size": 4096.0}))  # an integral float reads as its integer
+    m = model_from_hf_config(tmp_path / "config.json")
+    assert (m.hidden, m.experts, m.experts_per_token, m.expert_intermediate, m.kv_heads, m.head_dim) == (4096, 128, 8, 768, 8, 128)
+
+
+def test_a_draft_vocab_of_thousands_of_digits_is_one_line(capsys):
+    refused(*run(capsys, "cost", *DEPLOY, "--drafter", "eagle3:draft_vocab=" + "9" * 5000),
+            "draft_vocab must be a whole number from 1 to 10,000,000")

@@ -446,12 +446,39 @@ _PLAIN_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "phi", "falcon", "bloom", "star
 _TIED_DEFAULT = {"gemma", "gemma2", "gemma3_text", "gpt2", "opt", "phi"}
 
 
+#: The largest whole number a config.json field is read as (int32: every real config fits).
+_HF_MAX = 2**31 - 1
+
+
+def _hf_show(v) -> str:
+    text = json.dumps(v) if isinstance(v, (str, int, float, bool, type(None))) else type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _hf_int(cfg: dict, key: str, path, low: int = 1, default=None) -> int:
+    """``cfg[key]`` as a whole number in [low, 2^31 − 1] (an integral float such as 4096.0 too);
+    anything else — a string ("lots", "two"), a bool, a fraction, an out-of-range value — one line
+    naming the file and the field. Missing or null: ``default`` (None: required)."""
+    v = cfg.get(key)
+    if v is None:
+        if default is None:
+            raise DraftsimError(f"{path}: field '{key}' is missing (needed by the roofline)")
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()) or not low <= v <= _HF_MAX:
+        raise DraftsimError(f"{path}: field '{key}' is {_hf_show(v)}; a whole number from {low} to {_HF_MAX:,} is valid")
+    return int(v)
+
+
 def model_from_hf_config(path) -> ModelSpec:
-    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (or a folder holding one)."""
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (or a folder holding one): every
+    field read is typed and ranged where it is read (:func:`_hf_int`), the file's size and nesting
+    bounded before it is parsed; a refusal is one line naming the file and the field."""
+    from ..files import parse_json, read_text
+
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    cfg = _read_json(path)
+    cfg = parse_json(read_text(path, "config file", 64 * 2**20, fifo=False), f"config file {path}")
     if not isinstance(cfg, dict):
         raise DraftsimError(f"{path}: a config.json must be a JSON object")
     cfg = {**{v: cfg[k] for k, v in _HF_ALIASES.items() if k in cfg}, **cfg}
@@ -459,54 +486,71 @@ def model_from_hf_config(path) -> ModelSpec:
         raise DraftsimError(f"{path}: encoder-decoder models ({cfg.get('model_type', '?')}) are not supported by the roofline (dense decoder LMs only)")
     moe = _moe_fields(cfg, path)
     model_type = cfg.get("model_type", "")
+    if not isinstance(model_type, str):
+        raise DraftsimError(f"{path}: field 'model_type' is {_hf_show(model_type)}; a model type name (a string) is valid")
     if "intermediate_size" not in cfg and model_type in _PLAIN_MLP and "hidden_size" in cfg:
-        cfg["intermediate_size"] = 4 * cfg["hidden_size"]
+        cfg["intermediate_size"] = 4 * _hf_int(cfg, "hidden_size", path)
     missing = [hf for hf in _HF_KEYS.values() if cfg.get(hf) is None]
     if missing:
         raise DraftsimError(f"{path} is missing field(s) {', '.join(missing)} (needed by the roofline)")
-    heads = cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    heads = _hf_int(cfg, "num_attention_heads", path)
+    hidden = _hf_int(cfg, "hidden_size", path)
+    kv_heads = _hf_int(cfg, "num_key_value_heads", path, default=heads)
+    if heads % kv_heads:
+        raise DraftsimError(f"{path}: field 'num_key_value_heads' is {kv_heads}; a divisor of num_attention_heads ({heads}) is valid")
+    head_dim = _hf_int(cfg, "head_dim", path, low=0, default=0) or hidden // heads
+    if head_dim < 1:
+        raise DraftsimError(f"{path}: field 'hidden_size' is {hidden}, less than num_attention_heads ({heads}): no head dimension "
+                            "(give head_dim)")
     if moe.get("kv_lora_rank"):
-        head_dim = int(cfg.get("qk_nope_head_dim") or 0) + moe["qk_rope_head_dim"]
+        head_dim = _hf_int(cfg, "qk_nope_head_dim", path, low=0, default=0) + moe["qk_rope_head_dim"]
+    tied = cfg.get("tie_word_embeddings", model_type in _TIED_DEFAULT)
+    if not isinstance(tied, bool):
+        raise DraftsimError(f"{path}: field 'tie_word_embeddings' is {_hf_show(tied)}; true or false is valid")
     return ModelSpec(
         name=path.parent.name or path.stem,
-        layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], intermediate=cfg["intermediate_size"], heads=heads,
-        kv_heads=cfg.get("num_key_value_heads") or heads, head_dim=head_dim,
-        vocab=cfg["vocab_size"], tied_embeddings=bool(cfg.get("tie_word_embeddings", model_type in _TIED_DEFAULT)),
-        mlp="plain" if model_type in _PLAIN_MLP else "gated", max_context=int(cfg.get("max_position_embeddings") or 0),
+        layers=_hf_int(cfg, "num_hidden_layers", path), hidden=hidden, intermediate=_hf_int(cfg, "intermediate_size", path),
+        heads=heads, kv_heads=kv_heads, head_dim=head_dim, vocab=_hf_int(cfg, "vocab_size", path), tied_embeddings=tied,
+        mlp="plain" if model_type in _PLAIN_MLP else "gated", max_context=_hf_int(cfg, "max_position_embeddings", path, low=0, default=0),
         source=str(path), **moe,
     )
 
 
 def _moe_fields(cfg: dict, path) -> dict:
     """The mixture-of-experts, latent-attention and MTP fields of a config.json (Mixtral, Qwen3-MoE,
-    DeepSeek-V2/V3, gpt-oss, GLM-4.5 layouts); refuses a layout the roofline cannot price."""
+    DeepSeek-V2/V3, gpt-oss, GLM-4.5 layouts), each typed and ranged (:func:`_hf_int`); refuses a
+    layout the roofline cannot price."""
     out: dict = {}
-    experts = next((cfg[k] for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), 0)
+    key = next((k for k in ("n_routed_experts", "num_local_experts", "num_experts") if cfg.get(k)), None)
+    experts = _hf_int(cfg, key, path, low=0) if key else 0
     if experts:
-        k = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
-        if not k:
+        k_key = "num_experts_per_tok" if cfg.get("num_experts_per_tok") is not None else "experts_per_token"
+        if not cfg.get(k_key):
             raise DraftsimError(f"{path}: a mixture of experts without num_experts_per_tok (how many experts run per token)")
+        k = _hf_int(cfg, k_key, path)
+        if k > experts:
+            raise DraftsimError(f"{path}: field '{k_key}' is {k}; from 1 to {key} ({experts}) is valid")
         if cfg.get("shared_expert_intermediate_size"):
             raise DraftsimError(f"{path}: a shared expert of its own size (shared_expert_intermediate_size, Qwen2-MoE) is not priced "
                                 "by the roofline")
-        for key, ok in (("moe_layer_freq", 1), ("decoder_sparse_step", 1)):
-            if cfg.get(key, ok) != ok:
-                raise DraftsimError(f"{path}: {key} = {cfg[key]!r}: MoE layers other than every layer after the first dense ones are "
-                                    "not priced by the roofline")
+        for name, ok in (("moe_layer_freq", 1), ("decoder_sparse_step", 1)):
+            if cfg.get(name, ok) != ok:
+                raise DraftsimError(f"{path}: {name} = {_hf_show(cfg[name])}: MoE layers other than every layer after the first dense "
+                                    "ones are not priced by the roofline")
         if cfg.get("mlp_only_layers"):
-            raise DraftsimError(f"{path}: mlp_only_layers {cfg['mlp_only_layers']!r}: dense layers between MoE layers are not priced")
-        out.update(experts=int(experts), experts_per_token=int(k), shared_experts=int(cfg.get("n_shared_experts") or 0),
-                   expert_intermediate=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
-                   dense_layers=int(cfg.get("first_k_dense_replace") or 0))
+            raise DraftsimError(f"{path}: mlp_only_layers {_hf_show(cfg['mlp_only_layers'])}: dense layers between MoE layers are not priced")
+        inter = "moe_intermediate_size" if cfg.get("moe_intermediate_size") is not None else "intermediate_size"
+        out.update(experts=experts, experts_per_token=k, shared_experts=_hf_int(cfg, "n_shared_experts", path, low=0, default=0),
+                   expert_intermediate=_hf_int(cfg, inter, path),
+                   dense_layers=_hf_int(cfg, "first_k_dense_replace", path, low=0, default=0))
     if cfg.get("kv_lora_rank"):
-        for key in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
-            if not cfg.get(key):
-                raise DraftsimError(f"{path}: latent attention (kv_lora_rank) without {key}")
-        out.update(kv_lora_rank=int(cfg["kv_lora_rank"]), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-                   qk_rope_head_dim=int(cfg["qk_rope_head_dim"]), v_head_dim=int(cfg["v_head_dim"]))
+        for name in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            if not cfg.get(name):
+                raise DraftsimError(f"{path}: latent attention (kv_lora_rank) without {name}")
+        out.update(kv_lora_rank=_hf_int(cfg, "kv_lora_rank", path), q_lora_rank=_hf_int(cfg, "q_lora_rank", path, low=0, default=0),
+                   qk_rope_head_dim=_hf_int(cfg, "qk_rope_head_dim", path), v_head_dim=_hf_int(cfg, "v_head_dim", path))
     if cfg.get("num_nextn_predict_layers"):
-        out["mtp_layers"] = int(cfg["num_nextn_predict_layers"])
+        out["mtp_layers"] = _hf_int(cfg, "num_nextn_predict_layers", path, low=0)
     return out
 
 

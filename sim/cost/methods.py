@@ -123,8 +123,9 @@ def parse_drafter(text: str) -> DrafterSpec:
         if not eq or key not in _OPTIONS[method]:
             valid = ", ".join(sorted(_OPTIONS[method])) or "none"
             raise DraftsimError(f"drafter {raw!r}: unknown option {part!r} for {method} (valid: {valid})")
-        if not re.fullmatch(r"[0-9]+", value.strip()):
-            raise DraftsimError(f"drafter {raw!r}: {key} must be a whole number; got {value!r}")
+        if not re.fullmatch(r"[0-9]+", value.strip()) or len(value.strip().lstrip("0")) > 8:  # int() of thousands of digits raises
+            raise DraftsimError(f"drafter {raw[:60]!r}: {key} must be a whole number from 1 to 10,000,000; got {value[:20]!r}"
+                                + ("..." if len(value) > 20 else ""))
         opts[key] = int(as_count(f"{method} {key}", int(value), minimum=1, maximum=10**7))
     if method == "selfspec" and "window" not in opts:
         raise DraftsimError(f"drafter {raw!r}: selfspec needs window=B (the KV tokens the drafting pass attends to, e.g. selfspec:window=2048)")
