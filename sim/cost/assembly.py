@@ -224,7 +224,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         if prof is not None:
             info["backends"][name] = f"profile {prof.name}"
             return prof
-        spec_m = catalog.model(name)
+        spec_m = catalog.model(name, alternatives=(*HEADS, "selfspec:window=B", *LOOKUPS) if drafter else ())
         note = ""
         if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
             tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"

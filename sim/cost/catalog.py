@@ -346,7 +346,7 @@ class Catalog:
         """A model by catalog name or alias (case-insensitive; an entry's aliases include the
         Hugging Face repository ids of its weights, ``meta-llama/Llama-3.1-70B-Instruct``), or by
         a config.json / checkpoint path. An unknown name is refused in one line with the closest
-        names (``alternatives``: what else the caller accepts there, e.g. drafting methods)."""
+        names (``alternatives``: what else the caller accepts there, e.g. a drafter's methods)."""
         path = Path(str(name)).expanduser()
         if path.is_dir() or (path.suffix == ".json" and path.is_file()):
             return model_from_hf_config(path)
