@@ -277,7 +277,7 @@ def test_lookup_filters_by_method_target_and_dataset():
         "eagle3-llama-3.1-8b-gsm8k-t0-eagle3-paper-table1",
     }
     assert list_entries(target="llama-2-7b") == []
-    with pytest.raises(DraftsimError, match=r"method must be one of draft_model, eagle, .*; got 'eagle2'"):
+    with pytest.raises(DraftsimError, match=r"unknown drafting method 'eagle2'; did you mean eagle or eagle3\? known: draft_model, eagle, "):
         list_entries(method="eagle2")
 
 
