@@ -250,7 +250,7 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
     target = built.target if speculates or built.plain_target is None else built.plain_target
     return ServingConfig(policy, process, target, built.drafters, controller=controller, scheduler=sched, kv_tokens=config.kv_tokens,
                          separate_drafter=config.separate_drafter, replicas=config.replicas, router=config.router, slo=slo,
-                         plain_target=built.plain_target if speculates else None)
+                         plain_target=built.plain_target if speculates else None, engine=built.engine)
 
 
 def check_workload(config: ServeSimConfig) -> None:
