@@ -123,14 +123,13 @@ def _where(section: str, key: str | None = None) -> str:
 
 
 def _check_value(where: str, value, allow_list: bool = True):
-    """A configuration value: a string, number, bool, or (once) a list of those."""
+    """A configuration value: a string, number, bool, or (once) a list of those; an empty list is a
+    repeatable option given no value (``drafter-model = []``: no drafter)."""
     if isinstance(value, bool) or isinstance(value, (int, float, str)):
         if isinstance(value, float) and not math.isfinite(value):
             raise DraftsimError(f"{where}: value {value!r} is not a finite number")
         return value
     if isinstance(value, list) and allow_list:
-        if not value:
-            raise DraftsimError(f"{where}: an empty list gives no value; give at least one")
         return [_check_value(where, v, allow_list=False) for v in value]
     raise DraftsimError(f"{where}: values must be strings, numbers, booleans or lists of those; got {type(value).__name__} {value!r}")
 

@@ -73,14 +73,44 @@ class SweepConfig(RunnerOptions):
     """``draftsim sweep``: every point of a TOML spec, in a process pool or on Ray, into Parquet."""
 
 
+FRONT = "front door (flags instead of a SPEC)"
+
+
 @dataclass(kw_only=True)
 class CapacityConfig(RunnerOptions):
-    """``draftsim capacity``: per configuration, the largest request rate meeting the spec's SLOs."""
+    """``draftsim capacity``: per configuration, the largest request rate meeting the spec's SLOs;
+    without a SPEC, the front door's flags build the spec (:mod:`draftsim.commands.frontdoor`)."""
 
+    spec: str | None = option(help="capacity spec (TOML); or leave it out and give the front door's flags", positional=True,
+                              nargs="?", metavar="SPEC")
+    out: str | None = option(help="output folder (results/ Parquet shards + manifest.json; default for the front door: "
+                             "runs/capacity-TARGET)")
     price: float | None = option(help="price of one device-hour (overrides price_per_hour of the spec)", type=a.positive("price"))
     load: float | None = option(help="target load in requests/s: also the fewest replicas per configuration that meet the SLOs at it "
                                 "(overrides load of the spec)", type=a.positive("load"))
     figure: str | None = option(help="figure path (default: OUT/capacity.png)", metavar="OUT.png")
+    target: str | None = option(help="target model (catalog name or Hugging Face id)", metavar="MODEL", group=FRONT)
+    hardware: str | None = option(help="catalog hardware", metavar="HW", group=FRONT)
+    tp: int = option(1, "tensor-parallel devices per replica (default 1)", type=a.count("tp", 1, 1024), group=FRONT)
+    engine: str | None = option(help="serving engine (default: vllm on catalog GPUs): its overheads and scheduler defaults",
+                                group=FRONT)
+    slo: list[str] = option([], "a percentile SLO, NAME:STAT=VALUE[UNIT] (repeat): ttft:p99=2s, tpot:p90=60ms", append=True,
+                            metavar="SLO", group=FRONT)
+    method: list[str] = option([], "a drafting method and its draft lengths to try (repeat): eagle3:k=1..4, ngram:k=2,4, "
+                               "qwen2.5-0.5b:k=3 (plain decoding is always tried)", append=True, metavar="METHOD", group=FRONT)
+    alpha: float | None = option(help="acceptance rate per drafted token of every method", type=a.probability("alpha"), group=FRONT)
+    acceptance: str | None = option(help="a cited acceptance entry (draftsim acceptance lists them)", metavar="NAME", group=FRONT)
+    workload: str | None = option(help="a cited workload preset (serve-sim --help lists them)", metavar="PRESET", group=FRONT)
+    request_trace: str | None = option(help="a request trace (CSV/JSONL) instead of a preset", metavar="FILE", group=FRONT)
+    duration: float | None = option(help="seconds of arrivals per simulation to start from (default 120; runs that do not settle "
+                                    "are lengthened)", type=a.positive("duration"), group=FRONT)
+    replications: int = option(3, "replications per rate: the intervals (default 3)", type=a.count("replications", 2, 100), group=FRONT)
+    seed: int = option(0, "seed of the search", type=a.count("seed"), group=FRONT)
+
+    @property
+    def front_door(self) -> bool:
+        """Whether the flags, not a SPEC, name the search."""
+        return self.spec is None
 
 
 @dataclass(kw_only=True)
@@ -134,6 +164,12 @@ class CapacityResult:
     table: object = None  #: pyarrow.Table of the results
     figure: str | None = None
     report: dict | None = None  #: the report's paths (--report)
+    #: the front door's answer (draftsim.commands.frontdoor.Recommendation) and the engine configuration deploying it
+    recommendation: object = None
+    deployment: dict | None = None
+    #: the engine and its scheduler defaults the search ran on (front door)
+    engine: str | None = None
+    scheduler: str | None = None
 
     def to_dict(self) -> dict:
         spec, table = self.spec, self.table
@@ -141,6 +177,11 @@ class CapacityResult:
             return {"kind": spec.kind, "configurations": spec.n_points, "replications": spec.replications, "axes": spec.axes,
                     "slo": self.settings.slo, "valid": True}
         out = _summary_dict(self.summary, spec)
+        if self.recommendation is not None:
+            out["recommendation"] = self.recommendation.sentence
+            out["deployment"] = self.deployment
+        if self.engine is not None:
+            out["engine"], out["scheduler"] = self.engine, self.scheduler
         out["figure"] = self.figure
         out["slo"] = self.settings.slo
         if self.report:
@@ -149,9 +190,10 @@ class CapacityResult:
         cross = cap.crossovers(table, spec.axes, self.settings)
         out["configurations"] = []
         for i in range(table.num_rows):
-            row = {c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed", "latency_curve")}
+            row = {c: data[c][i] for c in table.column_names if c not in ("task", "replication", "seed", "latency_curve", "notes")}
             curve = data.get("latency_curve", [None] * table.num_rows)[i]
             row["latency_curve"] = json.loads(curve) if curve else None
+            row["notes"] = json.loads(data["notes"][i]) if data.get("notes", [None] * table.num_rows)[i] else []
             found = cross.get(i)
             row["crossover_qps"] = None if found is None or found[0] is None or not math.isfinite(found[0]) else found[0]
             row["crossover"] = None if found is None else cap.crossover_text(found)
@@ -223,7 +265,20 @@ def _bar(desc: str):
 
 
 def _prepare(config: RunnerOptions):
-    spec = sw.load_spec(config.spec, KINDS)
+    if getattr(config, "front_door", False):
+        from .frontdoor import build_spec
+
+        raw = build_spec(config)
+        spec = sw.parse_spec(raw, KINDS)
+        spec.raw = raw
+        if config.out is None:
+            config.out = os.path.join("runs", f"capacity-{config.target.replace('/', '_')}")
+    else:
+        if isinstance(config, CapacityConfig) and any(getattr(config, f) for f in ("target", "hardware", "slo", "method")):
+            raise DraftsimError("give either a SPEC or the front door's flags (--target, --hardware, --slo, --method), not both")
+        spec = sw.load_spec(config.spec, KINDS)
+        if config.out is None:
+            raise DraftsimError("give --out DIR (the results folder)")
     kind = KINDS[spec.kind]
     a.output_folder("--out", config.out)
     sw.Store.check(config.out, spec, config.resume)
@@ -338,11 +393,38 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     table = sw.load(config.out)
     cap.figure(figure, table, spec.axes, settings)
     result = CapacityResult(spec, settings, summary, table, figure)
+    if config.front_door:
+        _answer(config, result)
     if folder is not None:
         from .reporting import capacity_report
 
         result.report = capacity_report(config, result, folder)
     return result
+
+
+def _answer(config: CapacityConfig, result: CapacityResult) -> None:
+    """The front door's answer: the recommendation, the engine configuration deploying it, and
+    the spec written to OUT/spec.toml (rerun or edit it)."""
+    from draftsim.sim.files import atomic_write_text
+
+    from .frontdoor import deploy, recommend
+    from .servesim import ServeSimConfig
+
+    built = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, engine=config.engine).assembly()
+    result.engine = built.engine.label if built.engine is not None else None
+    sched = built.scheduler_defaults()
+    result.scheduler = sched.describe() if sched is not None else None
+    rec = recommend(result.table, config, config.tp, built.hardware.name if built.hardware is not None else config.hardware)
+    if rec is not None:
+        result.recommendation = rec
+        result.deployment = deploy(rec, config, built)
+    atomic_write_text(os.path.join(config.out, "spec.toml"), _toml(result.spec.raw))
+
+
+def _toml(raw: dict) -> str:
+    from .frontdoor import toml_text
+
+    return toml_text(raw)
 
 
 def run_capacity(args: argparse.Namespace) -> int:
@@ -357,10 +439,19 @@ def run_capacity(args: argparse.Namespace) -> int:
         print(f"{spec.kind} capacity search: {spec.n_points:,} configuration(s) over {', '.join(spec.axes) or 'no axis'}, "
               f"{spec.replications} replication(s) per rate; every configuration is valid")
         return 0
+    if result.recommendation is not None:
+        print(f"answer: {result.recommendation.sentence}")
+        print(f"  on {result.engine} ({result.scheduler}); SLOs {', '.join(f'{m} <= {b:g} s' for m, b in settings.slo.items())} "
+              f"at {settings.load:g} req/s, steady state, {spec.replications} replications per rate")
+        print("")
     headers, rows = cap.table_rows(result.table, spec.axes, settings)
     slo = ", ".join(f"{m} <= {b:g}" for m, b in settings.slo.items())
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
+    notes = cap.lengthening_notes(result.table, spec.axes)
+    if notes:
+        print("steady state (runs that had not settled are rerun longer; overloaded rates fail):")
+        print("\n".join(f"  {n}" for n in notes))
     if settings.load is not None:
         best = cap.fewest_devices(result.table, spec.axes)
         if best is not None:
@@ -368,8 +459,14 @@ def run_capacity(args: argparse.Namespace) -> int:
     cheapest = cap.cheapest(result.table, spec.axes)
     if cheapest is not None:
         print(f"cheapest per output token at capacity: {cheapest}")
+    if result.deployment is not None:
+        print("")
+        print(f"deploy ({result.deployment['engine']}, {result.deployment['replicas']} replica(s) behind a round-robin router):")
+        print(f"  {result.deployment['command']}")
     print(f"{summary.ran} configuration(s) searched ({summary.already_done} already done, {summary.failed} failed) in "
           f"{summary.seconds:.1f} s; results in {summary.folder / 'results'}; figure {result.figure}")
+    if config.front_door:
+        print(f"the search's spec: {os.path.join(config.out, 'spec.toml')} (draftsim capacity SPEC --out DIR reruns it)")
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return 0

@@ -1,0 +1,344 @@
+"""``draftsim capacity`` without a spec: the serving team's front door.
+
+    draftsim capacity --target llama-3.1-70b --hardware h100-sxm --tp 4 --load 12 \\
+        --slo ttft:p99=2s --slo tpot:p90=60ms --method eagle3:k=1..4 --workload sharegpt --alpha 0.7
+
+builds the capacity spec a TOML file would hold (:func:`build_spec`; written to OUT/spec.toml so
+the same search can be rerun or edited), searches it with the serving simulator on the engine's
+own defaults, and ends in the answer: which method and k (or none), how many replicas, the
+margin and its interval (:func:`recommend`), and the engine configuration that deploys it
+(:func:`deploy`: ``vllm serve`` flags with its ``--speculative-config`` JSON, or SGLang's
+``launch_server`` flags). Plain decoding is always searched beside the methods: it is what the
+answer is measured against.
+
+Grammar of the flags:
+
+* ``--slo NAME:STAT=VALUE[UNIT]``: NAME one of ttft, tpot, itl, e2e, queue; STAT one of mean,
+  p50, p90, p99; UNIT s (default), ms or us (``ttft:p99=2s``, ``tpot:p90=60ms``);
+* ``--method NAME[:k=K]``: NAME a drafting method (eagle, eagle3, medusa, mtp, ngram, suffix) or
+  a catalog draft model (``qwen2.5-0.5b``); K a list or range of draft lengths (``k=2``,
+  ``k=1..4``, ``k=2,4,6``; default 1..4).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from dataclasses import dataclass
+
+from draftsim.sim.errors import DraftsimError
+
+__all__ = ["SLO_NAMES", "SLO_STATS", "parse_slo", "parse_method", "Method", "build_spec", "Recommendation", "recommend", "deploy",
+           "hf_id", "toml_text"]
+
+SLO_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
+SLO_STATS = ("mean", "p50", "p90", "p99")
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+#: The most draft lengths one --method may search (each is a configuration of its own).
+MAX_KS = 16
+#: Seconds of arrivals per simulation the front door starts from (capacity lengthens runs that have not settled).
+DEFAULT_DURATION = 120.0
+
+_METHOD_NAMES = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP", "ngram": "n-gram lookup",
+                 "suffix": "suffix decoding"}
+
+
+def parse_slo(text: str) -> tuple[str, float]:
+    """``ttft:p99=2s`` → (``ttft_p99``, 2.0): the serve kind's metric name and its bound in seconds."""
+    m = re.fullmatch(r"\s*([a-z0-9]+)\s*:\s*([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*([a-z]*)\s*", str(text).lower())
+    if not m:
+        raise DraftsimError(f"--slo {text!r}: write NAME:STAT=VALUE[UNIT], e.g. ttft:p99=2s or tpot:p90=60ms "
+                            f"(NAME: {', '.join(SLO_NAMES)}; STAT: {', '.join(SLO_STATS)}; UNIT: s, ms, us)")
+    name, stat, value, unit = m.groups()
+    if name not in SLO_NAMES:
+        raise DraftsimError(f"--slo {text!r}: unknown latency {name!r}; valid: {', '.join(SLO_NAMES)}")
+    if stat not in SLO_STATS:
+        raise DraftsimError(f"--slo {text!r}: unknown statistic {stat!r}; valid: {', '.join(SLO_STATS)}")
+    if unit not in _UNITS and unit != "":
+        raise DraftsimError(f"--slo {text!r}: unknown unit {unit!r}; valid: s, ms, us")
+    try:
+        v = float(value) * _UNITS.get(unit or "s")
+    except ValueError:
+        raise DraftsimError(f"--slo {text!r}: {value!r} is not a number") from None
+    if not (math.isfinite(v) and v > 0):
+        raise DraftsimError(f"--slo {text!r}: the bound must be a finite number > 0")
+    return f"{name}_{stat}", v
+
+
+@dataclass(frozen=True)
+class Method:
+    """One ``--method``: the drafter option serve-sim takes and the draft lengths to search."""
+
+    name: str  #: as the user wrote it (eagle3, qwen2.5-0.5b)
+    drafter: str  #: serve-sim's --drafter value
+    ks: tuple[int, ...]
+
+    @property
+    def title(self) -> str:
+        return _METHOD_NAMES.get(self.name, f"draft model {self.name}")
+
+
+def _ks(text: str, where: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("..")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise DraftsimError(f"{where}: k={text!r} is not a list or range of integers (k=2, k=1..4, k=2,4)") from None
+        if not (1 <= a <= b <= 64):
+            raise DraftsimError(f"{where}: draft lengths must lie in 1..64 with low <= high; got {part!r}")
+        out += range(a, b + 1)
+    ks = tuple(sorted(set(out)))
+    if len(ks) > MAX_KS:
+        raise DraftsimError(f"{where}: {len(ks)} draft lengths; search at most {MAX_KS} per method")
+    return ks
+
+
+def parse_method(text: str, catalog=None) -> Method:
+    """``eagle3:k=1..4`` → Method('eagle3', 'eagle3', (1, 2, 3, 4)); a catalog model name is a
+    draft model (``qwen2.5-0.5b:k=3``)."""
+    from draftsim.sim.cost.methods import HEADS, LOOKUPS
+
+    raw = str(text).strip()
+    name, _, rest = raw.partition(":k=")
+    if ":" in name and not rest:
+        name, _, tail = name.partition(":")
+        raise DraftsimError(f"--method {text!r}: write NAME or NAME:k=K (k=2, k=1..4, k=2,4); got {tail!r} after the name")
+    ks = _ks(rest, f"--method {text!r}") if rest else (1, 2, 3, 4)
+    low = name.lower()
+    if low in HEADS or low in ("ngram", "suffix"):
+        return Method(low, low, ks)
+    if low in LOOKUPS:
+        raise DraftsimError(f"--method {low}: Max-Gram and bigram are the papers' drafters, not a serving engine's; "
+                            f"valid methods: {', '.join(HEADS)}, ngram, suffix or a catalog draft model")
+    if catalog is None:
+        from draftsim.sim.cost import default_catalog
+
+        catalog = default_catalog()
+    try:
+        spec = catalog.model(name)
+    except DraftsimError:
+        from draftsim.sim.errors import unknown
+
+        raise unknown("--method", name, [*HEADS, "ngram", "suffix"],
+                      known=f"known: {', '.join(HEADS)}, ngram, suffix, or a catalog draft model (draftsim cost --list)") from None
+    return Method(name, spec.name, ks)
+
+
+def build_spec(config) -> dict:
+    """The capacity spec (a dict as TOML reads it) that the front-door flags of ``config`` name."""
+    from draftsim.sim.cost import default_catalog
+
+    if not config.target or not config.hardware:
+        raise DraftsimError("give a spec, or --target MODEL --hardware HW (and --load, --slo, --method) for the front door")
+    if not config.slo:
+        raise DraftsimError("give at least one --slo, e.g. --slo ttft:p99=2s --slo tpot:p90=60ms")
+    catalog = default_catalog()
+    catalog.model(config.target)
+    catalog.hardware_spec(config.hardware)
+    slo = dict(parse_slo(s) for s in config.slo)
+    methods = [parse_method(m, catalog) for m in config.method]
+    if methods and config.alpha is None and config.acceptance is None:
+        raise DraftsimError("say how often drafts are accepted: --alpha A (per token) or --acceptance NAME (draftsim acceptance lists them)")
+    base: dict = {"target": config.target, "hardware": config.hardware, "tp": config.tp, "replications": 1,
+                  "duration": config.duration or DEFAULT_DURATION}
+    if config.engine is not None:
+        base["engine"] = config.engine
+    if config.request_trace:
+        base["request-trace"] = config.request_trace
+        base.pop("duration")
+    elif config.workload:
+        base["workload"] = config.workload
+    if config.alpha is not None:
+        base["alpha"] = config.alpha
+    if config.acceptance is not None:
+        base["acceptance"] = config.acceptance
+    policies, drafters = ["ar"], [[]]
+    for m in methods:
+        for k in m.ks:
+            policies.append(f"fixed:k={k}")
+            drafters.append([m.drafter])
+    raw = {"version": 1, "kind": "serve", "seed": config.seed,
+           "description": f"front door: {config.target} on {config.tp}x {config.hardware}, load {config.load:g} req/s"
+           if config.load else f"front door: {config.target} on {config.tp}x {config.hardware}",
+           "replications": config.replications, "base": base}
+    if len(policies) > 1:
+        raw["zip"] = [{"policy": policies, "drafter-model": drafters}]
+    else:
+        raw["base"]["policy"] = "ar"
+    cap = {"slo": slo, "devices": ["replicas", "tp"], "tolerance": 0.05}
+    if len(policies) > 1:
+        cap["compare"] = "policy"
+    if config.load is not None:
+        cap["load"] = config.load
+        cap["start"] = max(config.load / 4.0, 0.01)
+    if config.price is not None:
+        cap["price_per_hour"] = config.price
+    raw["capacity"] = cap
+    return raw
+
+
+def toml_text(raw: dict) -> str:
+    """The spec as a TOML file (what ``draftsim capacity SPEC`` reads back)."""
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        raise TypeError(type(v))
+
+    lines = ["# written by draftsim capacity's front door; rerun with: draftsim capacity THIS_FILE --out DIR"]
+    lines += [f"{k} = {value(v)}" for k, v in raw.items() if not isinstance(v, (dict, list))]
+    lines += ["", "[base]"] + [f"{json.dumps(k)} = {value(v)}" for k, v in raw["base"].items()]
+    for z in raw.get("zip", []):
+        lines += ["", "[[zip]]"] + [f"{json.dumps(k)} = {value(v)}" for k, v in z.items()]
+    lines += ["", "[capacity]"] + [f"{json.dumps(k)} = {value(v)}" for k, v in raw["capacity"].items()]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The answer of a front-door search: the winning configuration (``policy``, ``drafter``),
+    the plain-decoding baseline's replicas, and the sentence that says it."""
+
+    sentence: str
+    policy: str
+    drafter: str | None
+    k: int
+    replicas: int | None
+    baseline_replicas: int | None
+    row: dict
+
+
+def _k(policy: str) -> int:
+    m = re.search(r"k=(\d+)", str(policy))
+    return int(m.group(1)) if m else 0
+
+
+def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Recommendation | None:
+    """The fewest devices meeting the SLOs at ``--load`` (ties: the lower steady-state cost, then
+    the lower latency); a method that needs no fewer replicas than plain decoding is not
+    recommended, and neither is a margin inside its interval's noise."""
+    rows = [{c: table.column(c)[i].as_py() for c in table.column_names} for i in range(table.num_rows)]
+    rows = [r for r in rows if r.get("status", "ok") == "ok"]
+    if not rows or config.load is None:
+        return None
+
+    def drafter_of(r) -> str | None:
+        d = r.get("drafter_model")
+        if isinstance(d, list):
+            return d[0] if d else None
+        return d or None
+
+    def key(r):
+        reps = r.get("replicas_for_load")
+        return (math.inf if reps is None else reps, r.get("cost_per_million_tokens") or math.inf, r.get("latency_at_load") or math.inf)
+
+    base = next((r for r in rows if str(r.get("policy")) == "ar"), None)
+    best = min(rows, key=key)
+    base_reps = None if base is None or base.get("replicas_for_load") is None else int(base["replicas_for_load"])
+    reps = None if best.get("replicas_for_load") is None else int(best["replicas_for_load"])
+
+    def margin(r) -> str:
+        m, lo, hi = r.get("load_margin"), r.get("load_margin_low"), r.get("load_margin_high")
+        if m is None:
+            return "margin unknown"
+        text = f"margin {m:+.0%}"
+        if lo is not None and hi is not None:
+            text += f" (95% interval {lo:+.0%} to {hi:+.0%})"
+        if r.get("margin_within_noise"):
+            text += ", within the noise: add a replica to be sure"
+        return text
+
+    def fleet(n: int | None) -> str:
+        if n is None:
+            return "no replica count found within the search"
+        return f"{n} replica{'s' if n != 1 else ''} ({n * devices_per_replica}x {hardware_name})"
+
+    title = {m.drafter: m.title for m in (parse_method(x) for x in config.method)}
+    if reps is None:
+        sentence = f"no configuration met the SLOs at {config.load:g} req/s within the search"
+        return Recommendation(sentence, "ar", None, 0, None, base_reps, best)
+    spec = str(best.get("policy")) != "ar" and (base_reps is None or reps < base_reps)
+    if spec:
+        d = drafter_of(best)
+        sentence = (f"enable {title.get(d, d)} with k = {_k(best['policy'])}: {fleet(reps)} instead of "
+                    f"{fleet(base_reps) if base_reps is not None else 'more than the search reached'} for plain decoding, {margin(best)}")
+        return Recommendation(sentence, str(best["policy"]), d, _k(best["policy"]), reps, base_reps, best)
+    chosen = base if base is not None and base.get("replicas_for_load") is not None else best
+    same = [r for r in rows if str(r.get("policy")) != "ar" and r.get("replicas_for_load") == chosen.get("replicas_for_load")]
+    note = (f"; speculation needs as many ({', '.join(sorted({title.get(drafter_of(r), drafter_of(r)) + ' k=' + str(_k(r['policy'])) for r in same})[:3])})"
+            if same else "; no method needs fewer")
+    sentence = f"do not enable speculation: plain decoding needs {fleet(int(chosen['replicas_for_load']))}, {margin(chosen)}{note}"
+    return Recommendation(sentence, "ar", None, 0, int(chosen["replicas_for_load"]), base_reps, chosen)
+
+
+def hf_id(name: str) -> str | None:
+    """The Hugging Face repo id a catalog model is published under (the first alias with an owner,
+    as sim/data/models.json spells it), or None."""
+    from importlib import resources
+
+    entry = json.loads((resources.files("draftsim.sim") / "data" / "models.json").read_text())["models"].get(name, {})
+    return next((a for a in entry.get("aliases", ()) if "/" in a), None)
+
+
+def deploy(rec: Recommendation, config, assembly) -> dict:
+    """The engine configuration that deploys ``rec``: the command line of the engine the
+    deployment runs (vLLM's ``vllm serve`` with ``--speculative-config``; SGLang's
+    ``launch_server``), its scheduler settings as simulated, and the replicas behind a router."""
+    from draftsim.sim.cost import default_catalog
+
+    catalog = default_catalog()
+    spec = catalog.model(config.target)
+    model = hf_id(spec.name) or f"<the Hugging Face id or path of {spec.name}>"
+    engine = assembly.engine.name if assembly.engine is not None else "vllm"
+    sched = assembly.scheduler_defaults()
+    out: dict = {"engine": assembly.engine.label if assembly.engine is not None else engine, "replicas": rec.replicas,
+                 "router": "round-robin over the replicas (as simulated)"}
+    if engine.startswith("sglang"):
+        cmd = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(config.tp)]
+        if rec.drafter in ("eagle", "eagle3"):
+            cmd += ["--speculative-algorithm", "EAGLE3" if rec.drafter == "eagle3" else "EAGLE",
+                    "--speculative-draft-model-path", f"<the {rec.drafter.upper()} head trained for {spec.name}>",
+                    "--speculative-num-steps", str(rec.k), "--speculative-eagle-topk", "1",
+                    "--speculative-num-draft-tokens", str(rec.k + 1)]
+        elif rec.drafter is not None:
+            cmd += ["# SGLang's launch flags for this method were not modelled; see its docs"]
+        out["command"] = " ".join(shlex.quote(c) if not c.startswith("#") else c for c in cmd)
+        return out
+    cmd = ["vllm", "serve", model, "--tensor-parallel-size", str(config.tp)]
+    if sched is not None:
+        cmd += ["--max-num-seqs", str(sched.max_num_seqs), "--max-num-batched-tokens", str(sched.max_num_batched_tokens),
+                "--block-size", str(sched.block_size), "--gpu-memory-utilization", f"{sched.gpu_memory_utilization:g}"]
+    spec_cfg = None
+    if rec.drafter in ("eagle", "eagle3"):
+        spec_cfg = {"method": rec.drafter, "model": f"<the {rec.drafter.upper()} head trained for {spec.name}>",
+                    "num_speculative_tokens": rec.k}
+    elif rec.drafter == "mtp":
+        spec_cfg = {"method": "deepseek_mtp", "num_speculative_tokens": rec.k}
+    elif rec.drafter == "medusa":
+        spec_cfg = {"method": "medusa", "model": f"<the Medusa heads trained for {spec.name}>", "num_speculative_tokens": rec.k}
+    elif rec.drafter == "ngram":
+        spec_cfg = {"method": "ngram", "num_speculative_tokens": rec.k, "prompt_lookup_max": 4}
+    elif rec.drafter == "suffix":
+        spec_cfg = {"method": "suffix", "num_speculative_tokens": rec.k}
+    elif rec.drafter is not None:
+        dm = catalog.model(rec.drafter)
+        spec_cfg = {"model": hf_id(dm.name) or f"<the Hugging Face id or path of {dm.name}>", "num_speculative_tokens": rec.k}
+    if spec_cfg is not None:
+        cmd += ["--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
+        out["speculative_config"] = spec_cfg
+    out["command"] = " ".join(shlex.quote(c) for c in cmd)
+    return out
