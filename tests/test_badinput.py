@@ -354,6 +354,8 @@ CASES = [
     (["serve", "--qps", "-1"], ["qps must be finite and > 0; got -1"]),
     (["serve", "--prompts", ""], ["--prompts must be comma-separated prompt sets", "got ''"]),
     (["serve-sim", "--alpha", "1.5"], ["alpha must lie in [0, 1]; got 1.5"]),
+    (["serve-sim", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter-model", "eagle3", "--hardware", "h100-sxm", "--qps", "2",
+      "--workload", "sharegtp"], ["unknown workload preset 'sharegtp'", "did you mean sharegpt", "lmsys-chat"]),
     # found by tests/test_fuzz.py: a denormal utilisation made every step infinite and the clock nan (a traceback)
     (["serve-sim", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter-model", "eagle3", "--hardware", "h100-sxm", "--qps", "2",
       "--requests", "8", "--mbu", "1e-320"], ["mbu must lie in [1e-06, 1]"]),
