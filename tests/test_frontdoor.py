@@ -80,11 +80,14 @@ def test_help_groups_every_command():
 
 def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsys):
     """One command, no spec: the answer is the first line, then the table, then the vLLM command
-    line that deploys the answer, and the spec written beside the results."""
+    line that deploys the answer, and the spec written beside the results; the report, rendered
+    in a real browser, leads with the same answer above its first table."""
+    from tests.test_report import render
+
     args = ["capacity", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--hardware", "h100-sxm", "--load", "4",
             "--slo", "ttft:p99=2s", "--slo", "tpot:p90=60ms", "--method", "eagle3:k=2", "--alpha", "0.7", "--workload", "sharegpt",
             "--duration", "20", "--replications", "2", "--workers", "1", "--out", str(tmp_path / "out")]
-    assert main(args) == 0
+    assert main([*args, "--report", str(tmp_path / "report")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("answer: ") and "replica" in out[0] and "margin" in out[0]
     assert "vllm v0.10.1" in out[1] and "max_num_seqs 1024" in out[1]
@@ -96,6 +99,10 @@ def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     assert doc["recommendation"] == out[0][len("answer: "):] and doc["deployment"]["command"] == command.strip()
     assert doc["engine"] == "vllm v0.10.1"
+    dom, shot = render(tmp_path / "report" / "report.html")
+    answer = out[0][len("answer: "):]
+    assert "Answer: " + answer[:40] in dom and dom.index("Answer: ") < dom.index("<table") and shot.shape[0] > 0
+    assert "vllm serve meta-llama/Llama-3.1-8B" in dom
 
 
 def test_a_spec_and_the_flags_together_are_refused(tmp_path, capsys):

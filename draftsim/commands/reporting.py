@@ -64,7 +64,9 @@ def assumptions(config, serving) -> list[tuple[str, str, str]]:
         out.append((role, value, status if src == "(not in the catalog)" else f"{status}; {src}"))
     if "without speculation" in info:  # the engine prices a server that does not speculate apart
         out.append(("target without speculation", info["without speculation"], "sim/data/engines.json (the baseline's server)"))
-    out.append(("engine overheads", info["engine"], "sim/data/engines.json" if config.overheads != "none" else "none added"))
+    out.append(("engine", info["engine"], "sim/data/engines.json" if info.get("engine_label", "").split()[0] != "none" else "none added"))
+    if "scheduler" in info:
+        out.append(("engine scheduler defaults", info["scheduler"], "sim/data/engines.json (the engine's own defaults on this device)"))
     out.append(("acceptance", repr(serving.process), _acceptance_source(config)))
     kv, plan = serving.kv_cache()
     if plan is not None:
@@ -229,8 +231,15 @@ def capacity_report(config, result, folder: Path) -> dict:
     cheapest = cap.cheapest(result.table, spec.axes)
     if cheapest is not None:
         subtitle += f"; cheapest per output token: {cheapest}"
+    rec = getattr(result, "recommendation", None)
+    if rec is not None:  # the front door: the answer leads, the deployment follows the table
+        subtitle = f"Answer: {rec.sentence} (on {result.engine}; SLOs {slo} at {settings.load:g} req/s, steady state)"
+        tables.append(Table("Deploy the answer", ["engine", "replicas", "command"],
+                            [[result.deployment["engine"], result.deployment["replicas"], result.deployment["command"]]],
+                            note=f"the scheduler as simulated: {result.scheduler}; replicas behind a round-robin router"))
     figures = [Figure("Capacity of each configuration", copy_figure(result.figure, folder, "capacity.png"))] if result.figure else []
-    setup = [("spec", str(config.spec)), ("axes", ", ".join(spec.axes) or "none"), ("configurations", f"{spec.n_points:,}"),
+    setup = [("spec", str(config.spec) if config.spec is not None else f"the front door's flags ({Path(config.out) / 'spec.toml'})"),
+             ("axes", ", ".join(spec.axes) or "none"), ("configurations", f"{spec.n_points:,}"),
              ("base options", " ".join(f"{k}={v}" for k, v in sorted(spec.base.items())) if isinstance(spec.base, dict) else str(spec.base)),
              ("results", str(Path(config.out) / "results"))]
     cmd = _command_line()
