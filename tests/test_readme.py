@@ -1,4 +1,4 @@
-"""The README's command lines are the CLI's: every ``draftsim`` command in its shell blocks parses
+"""The README's (and the research tour's, docs/tour.md) command lines are the CLI's: every ``draftsim`` command in its shell blocks parses
 with the parser the CLI builds (placeholders written as ``...`` aside), and an example shown with
 its error output fails with that error."""
 
@@ -14,14 +14,15 @@ import pytest
 
 from draftsim.cli import _join_dash_values, build_parser
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = (ROOT / "README.md", ROOT / "docs" / "tour.md")
 ERROR_LINE = re.compile(r"^draftsim [\w-]+(?: [\w-]+)?: error: ")
 
 
 def commands() -> list[tuple[str, str | None]]:
     """(command, the error line the README shows after it, or None) of every shell block."""
     out, block, lang = [], None, None
-    for line in README.read_text().splitlines():
+    for line in "\n".join(p.read_text() for p in PAGES).splitlines():
         if line.startswith("```"):
             if block is None:
                 block, lang = [], line[3:].strip()
