@@ -321,6 +321,11 @@ def read_vllm_bench(path) -> VllmBench:
     # cross-field consistency
     if output_lens is not None and not output_lens.sum() > 0:
         f.fail("output_lens", f"is 0 for every one of the {completed:,} completed requests: no output to compare a replay with")
+    if output_lens is not None and output_lens.max() <= 1:
+        for key in ("mean_tpot", "median_tpot", "mean_itl", "median_itl"):
+            if key in metrics:
+                f.fail(f"{key}_ms", f"is {metrics[key] * 1e3:g} ms but every completed request has at most 1 output token "
+                                    "('output_lens'): no token follows a first one")
     if ttfts is not None and metrics.get("mean_ttft") is not None and not ttfts.max() > 0:
         f.fail("ttfts", "is 0 for every completed request while 'mean_ttft_ms' is not; the two disagree")
     if start_times is not None and completed > 1:

@@ -13,10 +13,16 @@ damaged files). The contract, checked in-process in a fresh working folder:
 * nothing half-written: no hidden temporary files left in the working folder, and a refused
   invocation writes nothing at all.
 
+The same contract holds for the files draftsim reads from outside (the second half of this
+module): vllm bench serve results (check-serve, calibrate), acceptance JSONL and Prometheus
+scrapes (simulate --acceptance-file) and Hugging Face config.json files (cost --target), each
+generated valid, damaged and extreme.
+
 Real-model subcommands (run, serve, profile, record, train-head, distill, demo) are left to
 tests/test_badinput.py, whose cases are rejected before any model loads.
 
-``FUZZ_EXAMPLES=3000`` runs a longer campaign; ``FUZZ_LOG=FILE`` appends every invocation, its
+``FUZZ_EXAMPLES=3000`` runs a longer campaign (of every test here; by default 300 invocations and 40
+files of each format, the fast tier); ``FUZZ_LOG=FILE`` appends every invocation, its
 status and its error line to FILE (to see what the campaign covered).
 """
 
@@ -116,6 +122,12 @@ def test_every_invocation_ends_cleanly(tmp_path_factory, capsys, case):
              "cat": "cat.json"}
     for key, file in names.items():
         argv = [a.replace("{" + key + "}", str(work / file)) for a in argv]
+    ends_cleanly(capsys, argv, work)
+
+
+def ends_cleanly(capsys, argv: list[str], work) -> tuple[int, str]:
+    """Run ``draftsim argv`` in ``work`` and hold it to the contract (module docstring); return
+    (status, stderr)."""
     before = set(os.listdir(work))
     cwd = os.getcwd()
     os.chdir(work)
@@ -147,3 +159,212 @@ def test_every_invocation_ends_cleanly(tmp_path_factory, capsys, case):
             json.loads(out.out)
     left = [f for _, _, files in os.walk(work) for f in files if f.startswith(".") and f.endswith(".tmp")]
     assert not left, (argv, left)
+    return status, out.err
+
+
+# -- the readers of outside formats: valid, damaged and extreme files --------------------------------
+#
+# Each example writes one file of a format draftsim reads — a vllm bench serve result, an
+# acceptance JSONL, a Prometheus scrape, a Hugging Face config.json — valid (as its producer
+# writes it), damaged (a field replaced by a hostile value or removed, an array cut or holding a
+# hostile entry, the bytes cut, re-encoded, nested deep, doubled) or extreme, and runs the
+# command that reads it, held to the same contract (:func:`ends_cleanly`). ``FUZZ_EXAMPLES`` sets
+# their count too (default :data:`READER_EXAMPLES`: the fast tier).
+
+from vllmfiles import vllm_doc  # noqa: E402
+
+READER_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
+READER_SETTINGS = settings(max_examples=READER_EXAMPLES, deadline=None,
+                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+#: Hostile JSON values for a field (NaN and the infinities as Python's json writes them).
+JSON_VALUES = ["inf", "nan", "Infinity", float("nan"), float("inf"), float("-inf"), -1, 0, -0.0, 1e-300, 5e-324, 1e300, 2**70,
+               10**400, "", "two", "lots", None, True, False, [], {}, [1, "a"], [[]], [[[[[1]]]]], 1.5, 544.67, "１２", "\x00"]
+
+
+def _hostile(draw, value):
+    """``value`` damaged: replaced, or (a list) one entry replaced, cut or emptied."""
+    if isinstance(value, list) and value and draw(st.booleans()):
+        value = list(value)
+        how = draw(st.sampled_from(["entry", "cut", "empty", "grow"]))
+        if how == "entry":
+            value[draw(st.integers(0, len(value) - 1))] = draw(st.sampled_from(JSON_VALUES))
+        elif how == "cut":
+            value = value[: draw(st.integers(0, len(value) - 1))]
+        elif how == "empty":
+            value = []
+        else:
+            value = value + value[:1]
+        return value
+    return draw(st.sampled_from(JSON_VALUES))
+
+
+def _damage_doc(draw, doc: dict, extra_keys=()) -> dict:
+    doc = dict(doc)
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(sorted(doc) + list(extra_keys)))
+        if key in doc and draw(st.integers(0, 4)) == 0:
+            del doc[key]
+        else:
+            doc[key] = _hostile(draw, doc.get(key))
+    return doc
+
+
+def _damage_bytes(draw, data: bytes) -> bytes:
+    how = draw(st.sampled_from(["cut", "latin1", "nul", "deep", "twice", "bom", "flip"]))
+    if how == "cut":
+        return data[: draw(st.integers(0, max(len(data) - 1, 0)))]
+    if how == "latin1":
+        return data.decode("utf-8").replace("e", "\xe9", 1).encode("latin-1", "replace")
+    if how == "nul":
+        return data + b"\x00"
+    if how == "deep":
+        n = draw(st.sampled_from([40, 5000, 100_000]))
+        return b"[" * n + data + b"]" * n
+    if how == "twice":
+        return data + b"\n" + data
+    if how == "bom":
+        return b"\xef\xbb\xbf" + data
+    i = draw(st.integers(0, max(len(data) - 1, 0)))
+    return data[:i] + bytes([draw(st.integers(0, 255))]) + data[i + 1:]
+
+
+def _dumps(doc) -> bytes:
+    return json.dumps(doc, allow_nan=True).encode()
+
+
+@st.composite
+def vllm_results(draw):
+    """A vllm bench serve result (tests/vllmfiles.py: as vLLM's serve.py writes it) and what
+    reads it: check-serve or calibrate."""
+    doc = vllm_doc(n=draw(st.integers(1, 12)), failed=draw(st.integers(0, 3)), rate=draw(st.sampled_from(["inf", 0.5, 2.0, 20.0])),
+                   max_concurrency=draw(st.sampled_from([None, 1, 4])), prompt=draw(st.lists(st.integers(1, 4000), min_size=1, max_size=4)),
+                   output=draw(st.integers(1, 200)), detailed=draw(st.booleans()) or draw(st.booleans()),
+                   start_times=draw(st.booleans()), seed=draw(st.integers(0, 9)))
+    if draw(st.booleans()):
+        doc["spec_decode_per_position_acceptance_rates"] = draw(st.sampled_from([[0.8, 0.6, 0.4], [80.0, 50.0], [0.5]]))
+    kind = draw(st.sampled_from(["valid", "field", "field", "bytes"]))
+    if kind == "field":
+        doc = _damage_doc(draw, doc, extra_keys=("ramp_up_strategy", "p99_ttft_ms"))
+    data = _dumps(doc)
+    if kind == "bytes":
+        data = _damage_bytes(draw, data)
+    command = draw(st.sampled_from(["check-serve", "calibrate"]))
+    return data, command
+
+
+@READER_SETTINGS
+@given(vllm_results())
+def test_every_vllm_result_ends_cleanly(tmp_path_factory, capsys, case):
+    data, command = case
+    work = tmp_path_factory.mktemp("vllm")
+    (work / "result.json").write_bytes(data)
+    if command == "check-serve":
+        argv = ["check-serve", "--vllm-result", str(work / "result.json"), "--target", "llama-3.1-8b", "--hardware", "h100-sxm"]
+        if b"spec_decode_per_position" in data:  # a speculative run: replayed with its acceptance
+            argv += ["--drafter-model", "eagle3"]
+    else:
+        argv = ["calibrate", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--holdout", "0", "--out", str(work / "cat.json")]
+        argv += ["--vllm-result", str(work / "result.json")] * 3
+    status, err = ends_cleanly(capsys, argv, work)
+    if status == 2 and "vllm result" in err:
+        assert "result.json" in err, err  # a refusal of the file names it
+
+
+@st.composite
+def acceptance_files(draw):
+    """Per-request accepted lengths (JSONL) or a vLLM Prometheus scrape, valid or damaged."""
+    if draw(st.booleans()):
+        rows = []
+        for i in range(draw(st.integers(1, 5))):
+            k = draw(st.integers(1, 5))
+            key = draw(st.sampled_from(["acc_len", "accepted"]))
+            low = 1 if key == "acc_len" else 0
+            row = {"id": f"r{i}", key: draw(st.lists(st.integers(low, k + low), min_size=1, max_size=30)), "k": k}
+            if draw(st.booleans()):
+                row["prompt_len"] = draw(st.integers(0, 5000))
+            rows.append(row)
+        kk = max(r["k"] for r in rows)
+        for r in rows:
+            r["k"] = kk
+        if draw(st.booleans()):
+            i = draw(st.integers(0, len(rows) - 1))
+            rows[i] = _damage_doc(draw, rows[i])
+        if draw(st.integers(0, 5)) == 0:  # extreme: a short line asking for a huge replay table
+            rows.append({"id": "big", "k": 1024, "accepted": [1024] * 20_000})
+        data = b"".join(_dumps(r) + b"\n" for r in rows)
+    else:
+        k = draw(st.integers(1, 4))
+        drafts = draw(st.integers(0, 10**6))
+        per_pos = sorted(draw(st.lists(st.integers(0, drafts), min_size=k, max_size=k)), reverse=True)
+        engines = draw(st.integers(1, 2))
+        lines = []
+        for e in range(engines):
+            lab = f'engine="{e}"'
+            lines += [f"vllm:spec_decode_num_drafts_total{{{lab}}} {drafts}", f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {drafts * k}",
+                      f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {sum(per_pos)}"]
+            lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {v}' for i, v in enumerate(per_pos)]
+        if draw(st.booleans()):
+            i = draw(st.integers(0, len(lines) - 1))
+            how = draw(st.sampled_from(["value", "again", "drop", "garbage"]))
+            if how == "value":
+                name = lines[i].rsplit(" ", 1)[0]
+                lines[i] = f"{name} {draw(st.sampled_from(['-1', 'NaN', '+Inf', '1e400', '1.5', '', 'x', '9' * 5000]))}"
+            elif how == "again":
+                lines.append(lines[i])
+            elif how == "drop":
+                del lines[i]
+            else:
+                lines.insert(i, draw(st.sampled_from(["vllm:spec_decode_num_drafts_total{", "# TYPE x counter", "vllm:", "{}"])))
+        data = ("# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.\n" + "\n".join(lines) + "\n").encode()
+    if draw(st.integers(0, 3)) == 0:
+        data = _damage_bytes(draw, data)
+    return data
+
+
+@READER_SETTINGS
+@given(acceptance_files())
+def test_every_acceptance_file_ends_cleanly(tmp_path_factory, capsys, data):
+    work = tmp_path_factory.mktemp("acc")
+    (work / "acc.txt").write_bytes(data)
+    ends_cleanly(capsys, ["simulate", "--policy", "fixed:k=1", "--acceptance-file", str(work / "acc.txt"), "--cost", "0.1",
+                          "--tokens", "2000"], work)
+
+
+#: config.json of a dense (Llama-3.1-8B's fields) and a MoE (Qwen3-MoE layout) and an MLA
+#: (DeepSeek-V3 layout) target, trimmed to the fields the roofline reads.
+CONFIGS = [
+    {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+     "max_position_embeddings": 131072, "tie_word_embeddings": False, "rope_scaling": {"factor": 8.0, "rope_type": "llama3"}},
+    {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+     "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960, "num_experts": 128,
+     "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 61, "num_attention_heads": 128,
+     "num_key_value_heads": 128, "vocab_size": 129280, "max_position_embeddings": 163840, "n_routed_experts": 256,
+     "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+     "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+     "num_nextn_predict_layers": 1},
+]
+
+
+@st.composite
+def config_files(draw):
+    doc = dict(draw(st.sampled_from(CONFIGS)))
+    if draw(st.integers(0, 3)):
+        doc = _damage_doc(draw, doc, extra_keys=("head_dim", "num_key_value_heads", "is_encoder_decoder", "shared_expert_intermediate_size"))
+    data = _dumps(doc)
+    if draw(st.integers(0, 4)) == 0:
+        data = _damage_bytes(draw, data)
+    return data
+
+
+@READER_SETTINGS
+@given(config_files())
+def test_every_config_json_ends_cleanly(tmp_path_factory, capsys, data):
+    work = tmp_path_factory.mktemp("cfg")
+    (work / "m").mkdir()
+    (work / "m" / "config.json").write_bytes(data)
+    status, err = ends_cleanly(capsys, ["cost", "--target", str(work / "m" / "config.json"), "--hardware", "h100-sxm"], work)
+    if status == 2 and "field '" in err:
+        assert "config.json" in err, err

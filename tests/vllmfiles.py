@@ -50,7 +50,8 @@ def vllm_doc(n: int = 20, failed: int = 0, rate=2.0, max_concurrency=None, promp
            "queue_times": [0.0] * sent, "generated_texts": ["text" if g else "" for g in ok],
            "errors": ["" if g else "Traceback (most recent call last): aiohttp.ClientError" for g in ok],
            "max_output_tokens_per_s": 1.0, "max_concurrent_requests": 1, "rtfx": 0.0}
-    ms = {"ttft": ttft_s * 1e3, "tpot": itl_s * 1e3, "itl": itl_s * 1e3, "e2el": (ttft_s + (output - 1) * itl_s) * 1e3}
+    gaps = itl_s * 1e3 if output > 1 else 0.0  # one-token outputs: no TPOT, no gaps (vLLM writes 0 for an empty list)
+    ms = {"ttft": ttft_s * 1e3, "tpot": gaps, "itl": gaps, "e2el": (ttft_s + (output - 1) * itl_s) * 1e3}
     for metric, value in ms.items():
         for stat in ("mean", "median", "p99"):
             doc[f"{stat}_{metric}_ms"] = value
