@@ -23,6 +23,7 @@ import json
 import os
 import re
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -121,6 +122,8 @@ def parse_json(text: str, source: str, *, max_depth: int = MAX_JSON_DEPTH, error
     except json.JSONDecodeError as exc:
         raise error(f"{source} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # an integer over Python's int-string limit
+        if "integer string conversion" in str(exc):
+            raise error(f"{source} holds an integer of more digits than draftsim reads ({sys.get_int_max_str_digits():,})") from None
         raise error(f"{source} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
 
 

@@ -75,7 +75,7 @@ def test_a_bad_field_is_one_line_naming_the_file_and_the_field(tmp_path, capsys,
 
 @pytest.mark.parametrize("text, fragment", [
     ("[" * 100_000 + "]" * 100_000, "nests arrays or objects 100,000 levels deep"),
-    ('{"completed": ' + "1" * 5000 + "}", "is not valid JSON"),
+    ('{"completed": ' + "1" * 5000 + "}", "holds an integer of more digits than draftsim reads (4,300)"),
     ("{nope", "is not valid JSON"),
     ("[1, 2]", "a result file is a JSON object"),
     (json.dumps(vllm_doc()) + "\n" + json.dumps(vllm_doc()), "several results one after another (vllm bench serve --append-result)"),
@@ -92,6 +92,17 @@ def test_a_nan_in_a_step_table_names_the_file_column_and_row(tmp_path, capsys):
     status, out, err = run(capsys, "calibrate", *DEPLOY, "--step-table", str(table), "--out", str(tmp_path / "c.json"))
     refused(status, out, err, "steps.csv", "column 'new_tokens' holds nan at row 2")
     assert not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[" * 100_000 + "]" * 100_000, "nests arrays or objects 100,000 levels deep"),
+    ('[{"batch": ' + "1" * 5000 + "}]", "holds an integer of more digits"),
+    ('[{"batch": 1, "new_tokens": 1, "context": 0, "seconds": 1e400}] ', "column 'seconds' holds inf at row 1"),
+])
+def test_a_damaged_json_step_table_is_one_line(tmp_path, capsys, text, fragment):
+    (tmp_path / "steps.json").write_text(text)
+    status, out, err = run(capsys, "calibrate", *DEPLOY, "--step-table", str(tmp_path / "steps.json"), "--out", str(tmp_path / "c.json"))
+    refused(status, out, err, "steps.json", fragment)
 
 
 def test_a_calibration_catalog_with_a_denormal_bandwidth_is_one_line(tmp_path, capsys):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 
 from draftsim.analysis.table import format_table
@@ -21,7 +20,7 @@ from draftsim.sim.cost.calibrate import Calibration, calibrate, points_from_prof
 from draftsim.sim.cost.catalog import DTYPE_BYTES, model_from_hf_config, write_catalog
 from draftsim.sim.cost.profile import load_profile
 from draftsim.sim.errors import DraftsimError
-from draftsim.sim.files import read_text
+from draftsim.sim.files import parse_json, read_text
 from draftsim.sim.vllm_bench import read_vllm_bench
 
 from .. import args as a
@@ -63,10 +62,7 @@ class CalibrateResult:
 def _table(path: str):
     text = read_text(path, "step table", fifo=False)
     if path.lower().endswith(".json"):
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DraftsimError(f"step table {path} is not valid JSON ({exc.msg})") from None
+        rows = parse_json(text, f"step table {path}", max_depth=4)  # bounded nesting, one line for any invalid JSON
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise DraftsimError(f"step table {path}: a JSON step table is a list of objects")
     else:
