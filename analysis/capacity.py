@@ -24,6 +24,7 @@ option, plus a ``[capacity]`` table::
     compare = "policy"   # the axis drawn as side-by-side bars in the figure (default: policy)
     load = 40.0          # optional: a target load (requests/s) -> the fewest replicas that meet the SLOs at it
     latency = "e2e_mean" # the latency whose crossover is reported (default e2e_mean, or latency_mean)
+    max_lengthening = 8  # an unsettled run is rerun at 2x, 4x, ... up to this many times the spec's length
 
 With ``load``, each configuration's single-replica capacity c gives a first guess of
 ⌈load / c⌉ replicas, which is then checked by simulating that many replicas (round-robin) at the
@@ -40,6 +41,36 @@ speculation stops paying: where the baseline's latency over speculation's falls 
 (each curve interpolated linearly in log latency against log rate over the rates both searches
 covered; their log ratio is then piecewise linear, and its first zero is the crossover). The bracketing of both searches walks the
 same doubling grid from ``start``, so the two curves share those rates.
+
+**Steady state.** A kind whose results say whether a run settled (``steady``, ``overloaded``:
+the serve kind, :mod:`draftsim.sim.serving.steady`) has every rate judged at its steady state: a
+rate meets the SLOs only when every replication settled and none is overloaded. A rate whose
+runs did not settle (warm-up not over, queue still growing) is rerun at twice the spec's
+``duration`` (or ``requests``), then four times, ... up to ``max_lengthening`` times (default 8;
+one of 1, 2, 4, ..., 64); still unsettled there, it fails. An overloaded rate (its waiting queue
+grows) fails at once. Each lengthening is noted (``notes``), so the answer does not hang on the
+spec's duration: a 60 s spec and a 600 s one find the same capacity within their intervals.
+
+**Confidence.** With two or more replications, each SLO metric's 95% half-width over them rides
+along (``<metric>_ci95``). :func:`capacity_interval` turns them into the capacity's 95% interval:
+from the highest simulated rate where the SLOs are surely met (mean + half-width within the
+bound) to the lowest where they surely fail (mean − half-width over it), simulating a few more
+rates beyond the bracket when none does (:func:`confirm_interval`); it always holds the
+bisection's bracket. With a load, the margin's interval is
+replicas × that interval / load − 1, and a margin whose interval reaches 0 (or whose SLOs are
+not surely met at the load) is *within the noise*: :func:`recommend` does not call it a win.
+The recommendation breaks ties on devices, then on the steady-state cost per 1M tokens at
+capacity (costs whose intervals overlap tie), then on the latency at the load.
+
+Row fields (one row per configuration, Parquet; :data:`CAPACITY_COLUMNS`):
+``capacity_qps`` (0: even ``minimum`` fails), ``bracket_low``/``bracket_high`` (the bisection's
+last bracket; high inf: ``maximum`` still meets), ``capacity_ci_low``/``capacity_ci_high`` (95%
+interval; None with one replication), ``evaluations``, ``lengthening`` (the run-length factor at
+capacity), ``throughput_at_capacity`` (steady-state output tokens/s), ``devices``,
+``cost_per_million_tokens``; with a load ``replicas_for_load``, ``devices_for_load``,
+``load_margin`` and its ``load_margin_low``/``load_margin_high``, ``margin_within_noise``
+(1/0; None without intervals), ``latency_at_load``; ``<metric>_at_capacity`` per SLO metric;
+text: ``latency_curve`` and ``notes`` (JSON lists).
 
 Each configuration (point) is one task of the sweep machinery — run in parallel across
 configurations, stored as Parquet, resumable.
@@ -209,31 +240,49 @@ def slo_ratio(metrics: Mapping[str, float], slo: Mapping[str, float], side: floa
 
 
 def capacity_interval(cap: Capacity, slo: Mapping[str, float]) -> tuple[float, float] | None:
-    """The 95% interval of a capacity, from the rates its search simulated: from where the SLO
-    ratio's upper confidence limit (:func:`slo_ratio`, side +1) first passes 1 to where its lower
-    one does (side −1), each interpolated linearly in log rate between the simulated rates around
-    it, and widened to hold the bisection's bracket. None without half-widths (one replication)."""
+    """The 95% interval of a capacity, from the rates its search simulated: from the highest rate
+    that surely meets the SLOs (the SLO ratio's upper confidence limit, :func:`slo_ratio` side
+    +1, within 1 there and at every lower simulated rate; 0 when the lowest does not) to the
+    lowest rate that surely fails them (its lower limit, side −1, above 1; inf when none does),
+    widened to hold the bisection's bracket. Simulated rates only, no interpolation: a latency
+    curve bends upwards near capacity, and a line between two rates would cut the upper end
+    short. None without half-widths (one replication)."""
     points = sorted((q, m) for q, _, m in cap.evaluations)
     finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
     if not points or not any(finite(m.get(f"{x}_ci95")) for _, m in points for x in slo):
         return None
-    q = np.array([p[0] for p in points])
-
-    def crossing(side: float) -> float:
-        g = np.array([slo_ratio(m, slo, side) for _, m in points])
-        above = np.flatnonzero(g > 1.0)
-        if not above.size:
-            return math.inf
-        i = int(above[0])
-        if i == 0:
-            return 0.0 if side > 0 else float(q[0])
-        if not math.isfinite(g[i]):
-            return float(q[i - 1])
-        f = (1.0 - g[i - 1]) / (g[i] - g[i - 1])
-        return float(np.exp(np.log(q[i - 1]) + f * (np.log(q[i]) - np.log(q[i - 1]))))
-
-    low, high = crossing(+1.0), crossing(-1.0)
+    low = 0.0
+    for q, m in points:
+        if slo_ratio(m, slo, +1.0) > 1.0:
+            break
+        low = q
+    high = next((q for q, m in points if slo_ratio(m, slo, -1.0) > 1.0), math.inf)
     return min(low, cap.low), max(high, cap.high)
+
+
+#: Most rates simulated beyond the bisection to find the ends of the capacity's interval.
+MAX_INTERVAL_EVALUATIONS = 4
+
+
+def confirm_interval(evaluate: Callable[[float], tuple[bool, dict]], cap: Capacity, s) -> tuple[float, float] | None:
+    """:func:`capacity_interval`, after simulating the rates it needs: while no simulated rate
+    surely fails the SLOs, twice the highest one (up to ``s.maximum``); while none surely meets
+    them, half the lowest (down to ``s.minimum``); at most :data:`MAX_INTERVAL_EVALUATIONS` more
+    rates, added to ``cap.evaluations``."""
+    for _ in range(MAX_INTERVAL_EVALUATIONS):
+        interval = capacity_interval(cap, s.slo)
+        if interval is None:
+            return None
+        rates = [q for q, _, _ in cap.evaluations]
+        if math.isinf(interval[1]) and math.isfinite(cap.high) and max(rates) < s.maximum:
+            q = min(max(rates) * 2.0, s.maximum)
+        elif interval[0] <= 0.0 and cap.qps > 0 and min(rates) > s.minimum:
+            q = max(min(rates) / 2.0, s.minimum)
+        else:
+            return interval
+        ok, metrics = evaluate(q)
+        cap.evaluations.append((q, bool(ok), dict(metrics)))
+    return capacity_interval(cap, s.slo)
 
 
 # --- capacity specs --------------------------------------------------------------------------
@@ -392,7 +441,7 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
 
         evaluate = lengthened(at, s, option, base, lambda q: f"{q:.4g} req/s", notes)
         cap = find_capacity(evaluate, s.start, s.minimum, s.maximum, s.tolerance, s.max_evaluations)
-        interval = capacity_interval(cap, s.slo)
+        interval = confirm_interval(evaluate, cap, s)
         devices = device_count(task.config, s.devices)
         throughput = cap.metrics.get(s.throughput) if s.throughput else None
         cost = None
@@ -558,11 +607,24 @@ def crossover_text(found) -> str:
 
 
 def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str], list[list]]:
-    """Headers and rows of the capacity table (one row per configuration)."""
+    """Headers and rows of the capacity table (one row per configuration): the capacity, the
+    bracket the bisection ended on and the 95% interval (results that carry them), the SLO
+    metrics at capacity, with a load the replicas, devices and margin (with its interval,
+    "noise" when it reaches 0), the run length the capacity was measured at when any was
+    lengthened, throughput, cost and crossover."""
     cols = table.column_names
-    headers = [*spec_axes, "capacity (req/s)", *[f"{m} at cap." for m in s.slo]]
+    data = {c: table.column(c).to_pylist() for c in cols}
+    ok = [st == "ok" for st in data["status"]]
+    intervals = "capacity_ci_low" in data
+    longer = "lengthening" in data and any(o and (x or 1.0) > 1.0 for o, x in zip(ok, data["lengthening"]))
+    headers = [*spec_axes, "capacity (req/s)"]
+    if intervals:
+        headers += ["bracket", "95% interval"]
+    headers += [f"{m} at cap." for m in s.slo]
     if s.load is not None:
         headers += [f"replicas for {s.load:g} req/s", "devices", "margin"]
+    if longer:
+        headers.append("run length")
     if s.throughput:
         headers.append("tokens/s at cap.")
     if s.price_per_hour is not None:
@@ -571,19 +633,24 @@ def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str],
     if cross:
         headers.append("crossover (req/s)")
     rows = []
-    data = {c: table.column(c).to_pylist() for c in cols}
     for i in range(table.num_rows):
         row = [data[a][i] for a in spec_axes]
-        if data["status"][i] != "ok":
+        if not ok[i]:
             rows.append(row + [f"failed: {data['error'][i]}"] + [""] * (len(headers) - len(row) - 1))
             continue
         cap, high = data["capacity_qps"][i], data["bracket_high"][i]
         row.append(f">= {cap:.4g}" if high is None or math.isinf(high) else f"{cap:.4g}")
+        if intervals:
+            row.append(_range(data["bracket_low"][i], high))
+            lo, hi = data["capacity_ci_low"][i], data["capacity_ci_high"][i]
+            row.append("- (1 replication)" if lo is None else _range(lo, hi))
         row += [_fmt(data[f"{m}_at_capacity"][i]) for m in s.slo]
         if s.load is not None:
             reps = data["replicas_for_load"][i]
-            row += ["none meets" if reps is None else f"{reps:.0f}", _fmt(data["devices_for_load"][i]),
-                    "-" if data["load_margin"][i] is None else f"{data['load_margin'][i]:+.0%}"]
+            row += ["none meets" if reps is None else f"{reps:.0f}", _fmt(data["devices_for_load"][i]), margin_text(
+                {k: data[k][i] for k in ("load_margin", "load_margin_low", "load_margin_high", "margin_within_noise") if k in data})]
+        if longer:
+            row.append(f"{data['lengthening'][i] or 1.0:g}x")
         if s.throughput:
             row.append(_fmt(data["throughput_at_capacity"][i]))
         if s.price_per_hour is not None:
@@ -592,6 +659,41 @@ def table_rows(table, spec_axes: Sequence[str], s: Settings) -> tuple[list[str],
             row.append(crossover_text(cross[i]) if i in cross else "-")
         rows.append(row)
     return headers, rows
+
+
+def _range(low, high) -> str:
+    top = "inf" if high is None or not math.isfinite(high) else f"{high:.4g}"
+    return f"[{low:.4g}, {top}]"
+
+
+def margin_text(row: Mapping) -> str:
+    """A load margin as the table shows it: "+7% [+3%, +11%]", "(noise)" when its interval
+    reaches 0 (or the SLOs are not surely met at the load)."""
+    m = row.get("load_margin")
+    if m is None:
+        return "-"
+    text = f"{m:+.0%}"
+    low = row.get("load_margin_low")
+    if low is not None:
+        high = row.get("load_margin_high")
+        text += f" [{low:+.0%}, {'+inf' if high is None else f'{high:+.0%}'}]"
+    if row.get("margin_within_noise"):
+        text += " (noise)"
+    return text
+
+
+def lengthening_notes(table, axes: Sequence[str]) -> list[str]:
+    """Per configuration, every run lengthened because it had not settled, and every rate found
+    overloaded (the ``notes`` column), as lines "where: note"."""
+    if "notes" not in table.column_names:
+        return []
+    out = []
+    for r in table.to_pylist():
+        if r.get("status") != "ok" or not r.get("notes"):
+            continue
+        where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+        out += [f"{where}: {n}" for n in json.loads(r["notes"])]
+    return out
 
 
 def _fmt(value) -> str:
@@ -657,12 +759,52 @@ def cheapest(table, axes) -> str | None:
     return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens at {r['capacity_qps']:.4g} req/s per replica"
 
 
-def fewest_devices(table, axes) -> str | None:
-    """The configuration that meets the load on the fewest devices (ties: the cheaper per token, then the first)."""
+def _cost_interval(r: Mapping) -> tuple[float, float]:
+    """The cost per 1M tokens at capacity over the capacity's 95% interval (cost ∝ 1 / capacity)."""
+    cost, cap = r.get("cost_per_million_tokens"), r.get("capacity_qps")
+    lo, hi = r.get("capacity_ci_low"), r.get("capacity_ci_high")
+    if cost is None:
+        return math.inf, math.inf
+    if lo is None or not cap:
+        return cost, cost
+    return (cost * cap / hi if hi and math.isfinite(hi) else 0.0), (cost * cap / lo if lo > 0 else math.inf)
+
+
+def recommend(table, axes: Sequence[str]) -> tuple[dict | None, list[dict]]:
+    """The configuration that meets the load on the fewest devices, and the others within its
+    noise. Candidates are the rows whose margin is a clear win (its 95% interval above 0: a
+    margin within the noise is not a win; rows without intervals, one replication, count as
+    clear). Ties on devices are broken on the steady-state cost per 1M tokens at capacity —
+    unless the cost intervals overlap (then the costs tie) — then on the latency at the load,
+    then by order. Returns (winner or None, rows with fewer devices whose margin is within the
+    noise)."""
     rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("devices_for_load") is not None]
-    if not rows:
-        return None
-    key = lambda r: (r["devices_for_load"], r.get("cost_per_million_tokens") or 0.0)  # noqa: E731
-    r = min(rows, key=key)
-    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
-    return f"{where}: {r['replicas_for_load']:.0f} replica(s), {r['devices_for_load']:.0f} device(s), margin {r['load_margin']:+.0%}"
+    clear = [r for r in rows if not r.get("margin_within_noise")]
+    if not clear:
+        return None, rows
+    fewest = min(r["devices_for_load"] for r in clear)
+    tied = [r for r in clear if r["devices_for_load"] == fewest]
+    cheapest_row = min(tied, key=lambda r: _cost_interval(r)[1] if r.get("cost_per_million_tokens") is None
+                       else r["cost_per_million_tokens"])
+    c_lo, c_hi = _cost_interval(cheapest_row)
+    same_cost = [r for r in tied if r is cheapest_row or (_cost_interval(r)[0] <= c_hi and c_lo <= _cost_interval(r)[1])]
+    latency = lambda r: r["latency_at_load"] if r.get("latency_at_load") is not None else math.inf  # noqa: E731
+    best = min(same_cost, key=latency)
+    noisy = [r for r in rows if r.get("margin_within_noise") and r["devices_for_load"] < fewest]
+    return best, noisy
+
+
+def fewest_devices(table, axes) -> str | None:
+    """The configuration that meets the load on the fewest devices (:func:`recommend`), with
+    its replicas and margin's interval; the configurations that might need fewer but whose
+    margin is within the noise are named as such."""
+    best, noisy = recommend(table, axes)
+    where = lambda r: ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"  # noqa: E731
+    parts = []
+    if best is not None:
+        parts.append(f"{where(best)}: {best['replicas_for_load']:.0f} replica(s), {best['devices_for_load']:.0f} device(s), "
+                     f"margin {margin_text(best)}")
+    for r in noisy:
+        parts.append(f"not a clear win: {where(r)} on {r['devices_for_load']:.0f} device(s), margin {margin_text(r)} "
+                     "(within the noise: more replications or a longer run may settle it)")
+    return "; ".join(parts) or None

@@ -378,6 +378,21 @@ def _ms(x: float) -> str:
     return "nan" if not np.isfinite(x) else f"{x * 1e3:.2f}"
 
 
+def steady_line(s: dict) -> str:
+    """One line on the steady state of a summary (:mod:`draftsim.sim.serving.steady`): what was
+    cut and measured, or the warning of a run that did not settle."""
+    if "steady" not in s:
+        return ""
+    if not s["steady"]:
+        reps = s.get("replications", 1)
+        which = f" ({reps - s.get('steady_replications', 0)} of {reps} replications)" if reps > 1 else ""
+        return f"WARNING: not at steady state{which}: {s['steady_reason']}"
+    if not s.get("steady_tested", True):
+        return f"steady state {s['steady_reason']}"
+    return (f"steady state: {s['warmup_s']:.3g} s of warm-up (MSER-5) and the drain cut; rates over {s['window_s']:.3g} s, "
+            f"latencies over {s['measured_requests']:.0f} requests" + (" per replication" if s.get("replications", 1) > 1 else ""))
+
+
 def _print_summary(config: ServingConfig, s: dict) -> None:
     kv, plan = config.kv_cache()
     print(f"{config.policy!r} under {config.process!r}; controller {config.controller!r}")
@@ -398,6 +413,7 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
     slo = np.isfinite(config.slo.ttft) or np.isfinite(config.slo.tpot)
     print(f"throughput {s['throughput']:.1f} output tokens/s{pm('throughput')}; {s['request_throughput']:.3g} requests/s"
           + (f"; goodput {s['goodput']:.3g} requests/s{pm('goodput')} ({s['slo_attainment']:.1%} within the SLOs)" if slo else ""))
+    print(steady_line(s))
     extra = f"; KV use {s['kv_utilisation']:.1%} (max {s['kv_utilisation_max']:.1%})" if "kv_utilisation" in s else ""
     print(f"mean batch {s['mean_batch']:.1f} (max {s['max_batch']:.3g}){extra}; preemptions {s['preemptions']:.0f}; "
           f"busy {s['busy']:.1%}; {reps} replication(s), {s['requests']:.0f} requests each")

@@ -27,7 +27,7 @@ Definitions (vLLM's benchmark_serving and DistServe's goodput):
 
 Each latency is summarised by mean, p50, p90 and p99 over the latency sample (ITL over every
 gap of the run: the recorder keeps no emission times); mean batch, busy share and KV use are
-over the steps that start in the window (max batch and max KV use over the run). With several
+over the steps' time inside the window (max batch and max KV use over the run). With several
 replications every number comes with the half-width of its 95% Student-t confidence interval
 across them; the flags combine as all steady, any overloaded.
 """
@@ -183,16 +183,18 @@ def summarize_run(run: RunRecord, slo: SLO = SLO()) -> dict:
         sample = (run.arrival >= a) & (run.arrival <= ss.latency_end)
         tokens = emitted_between(run.first_token, run.finish, run.output, a, b)
         done = int(((run.finish >= a) & (run.finish <= b)).sum())
-        in_window = (steps["start"] >= a) & (steps["start"] < b)
+        in_window = (steps["start"] < b) & (steps["start"] + steps["duration"] > a)
+        overlap = np.minimum(steps["start"] + steps["duration"], b) - np.maximum(steps["start"], a)
     else:
         span = whole
         sample = np.ones(len(e2e), dtype=bool)
         tokens, done = float(run.output.sum()), len(run.output)
         in_window = np.ones(len(steps["duration"]), dtype=bool)
+        overlap = steps["duration"]
     attainment = float(ok[sample].mean()) if sample.any() else float("nan")
     if ss.overloaded:  # its queue, and so its TTFT, grows without bound: in the long run no request meets the SLOs
         attainment = 0.0
-    batch, duration = steps["batch"][in_window], steps["duration"][in_window]
+    batch, duration = steps["batch"][in_window], overlap[in_window]  # each step's time inside the window
     busy = float(duration.sum())
     out = {name: _stats(v[sample]) for name, v in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e))}
     out["itl"] = _stats(run.itl)
