@@ -92,17 +92,14 @@ MAX_JSON_DEPTH = 32
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 
 
-def json_depth(text: str | bytes, chunk: int = 1 << 24) -> int:
-    """The deepest nesting of ``[``/``{`` in a JSON text, brackets inside strings left out; read in
-    chunks (bounded memory), without parsing."""
+def _bracket_depth(data: bytes, chunk: int) -> int:
+    """The deepest running count of ``[``/``{`` less ``]``/``}`` in ``data`` (chunked: bounded memory)."""
     import numpy as np
 
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    data = _JSON_STRING.sub(b'""', data)
     depth = deepest = 0
     for start in range(0, len(data), chunk):
         arr = np.frombuffer(data, dtype=np.uint8, count=min(chunk, len(data) - start), offset=start)
-        step = ((arr == 0x5B) | (arr == 0x7B)).astype(np.int32) - ((arr == 0x5D) | (arr == 0x7D)).astype(np.int32)
+        step = ((arr == 0x5B) | (arr == 0x7B)).astype(np.int8) - ((arr == 0x5D) | (arr == 0x7D)).astype(np.int8)
         step = step[step != 0]
         if step.size:
             run = np.cumsum(step, dtype=np.int64) + depth
@@ -110,11 +107,24 @@ def json_depth(text: str | bytes, chunk: int = 1 << 24) -> int:
     return deepest
 
 
+def json_depth(text: str | bytes, chunk: int = 1 << 24, bound: int | None = None) -> int:
+    """The deepest nesting of ``[``/``{`` in a JSON text, brackets inside strings left out, without
+    parsing. With ``bound``, a text whose every bracket (strings included) nests no deeper than
+    ``bound`` is answered from that count alone (an upper bound; the string-stripping pass, the
+    slow one, runs only when it exceeds ``bound``)."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if bound is not None:
+        upper = _bracket_depth(data, chunk)
+        if upper <= bound:
+            return upper
+    return _bracket_depth(_JSON_STRING.sub(b'""', data), chunk)
+
+
 def parse_json(text: str, source: str, *, max_depth: int = MAX_JSON_DEPTH, error=DraftsimError):
     """``text`` parsed as one JSON document, its nesting bounded by ``max_depth`` before parsing;
     anything else (invalid JSON, an integer of more digits than Python converts, several
     documents) raises ``error`` with one line naming ``source``."""
-    depth = json_depth(text)
+    depth = json_depth(text, bound=max_depth)
     if depth > max_depth:
         raise error(f"{source} nests arrays or objects {depth:,} levels deep; draftsim reads at most {max_depth}")
     try:

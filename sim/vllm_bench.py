@@ -313,8 +313,13 @@ def read_vllm_bench(path) -> VllmBench:
             i = next(i for i, r in enumerate(rows) if not isinstance(r, list))
             f.fail("itls", f"holds {_show(rows[i])} at request {i}; a list of inter-token gaps (s) per request is valid")
         flat = [x for r in rows for x in r]
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in flat):
-            x = next(x for x in flat if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0))
+        typed = all(type(x) is float or type(x) is int for x in flat)  # (bools are ints' subclass: refused)
+        try:
+            gaps = np.asarray(flat, dtype=np.float64) if typed else None
+        except OverflowError:
+            gaps = None
+        if gaps is None or not (np.isfinite(gaps) & (gaps >= 0)).all():
+            x = next(x for x in flat if not (type(x) in (int, float) and math.isfinite(x) and x >= 0))
             f.fail("itls", f"holds a gap of {_show(x)}; finite gaps >= 0 s are valid")
         itls = [r for r, good in zip(rows, ok) if good]
 
