@@ -24,6 +24,7 @@ from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, Assembly, Deployment, assemble
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
+from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
 from draftsim.sim.cost.overheads import ENGINES
 from draftsim.sim.cost.profile import ProfileCost
 from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
@@ -89,6 +90,11 @@ class HardwareOptions:
     expert_parallel: bool = option(False, "place a MoE target's routed experts whole across its --tp devices (vLLM's "
                                    "--enable-expert-parallel at data parallelism 1): each step waits for the busiest device",
                                    flag=True, group=HARDWARE)
+    cost_model: str = option("roofline", "how a model's forward is priced: roofline (the catalog's peak and utilisations, default) or "
+                             "operators (kernel times measured on real GPUs by NVIDIA AIConfigurator, aiconfigurator-core 0.12.0: "
+                             "pip install 'draftsim[operators]'; dense bfloat16 models on h100-sxm, h200, a100-80g, l4; the engine's "
+                             "host costs on top; draftsim.sim.cost.operators says what is measured and what estimated)",
+                             choices=COST_MODELS, group=HARDWARE)
 
     def uses_hardware(self) -> bool:
         """Whether any model or hardware is named (then calls are priced from them)."""
@@ -98,7 +104,7 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead, self.engine, self.expert_parallel)
+                          self.overhead, self.engine, self.expert_parallel, cost_model=self.cost_model)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),
@@ -233,7 +239,17 @@ def cost(config: CostConfig) -> CostResult:
             role = "target" if model is built.target else "plain target" if model is built.plain_target else "drafter"
             records.append(CostRecord(name, role, int(b), int(n), int(c), float(s), str(bd),
                                       float(s / u)))
-    return CostResult(built.info, records)
+    info = dict(built.info)
+    breakdown = [{"model": name, "batch": int(b), "new_tokens": int(n), "context": int(c),
+                  "parts": [p.to_dict() for p in model.breakdown(int(b), int(n), int(c))]}
+                 for name, model in models if isinstance(model, OperatorModel) for b, n, c in list(zip(B, N, C))[:MAX_BREAKDOWN]]
+    if breakdown:  # --cost-model operators: each call part by part, measured or estimated
+        info["breakdown"] = breakdown
+    return CostResult(info, records)
+
+
+#: Most shapes per model whose operator breakdown ``cost`` reports.
+MAX_BREAKDOWN = 64
 
 
 def catalog_listing(catalogs: list[str]) -> dict:
@@ -332,6 +348,14 @@ def run_cost(args: argparse.Namespace) -> int:
     print(f"  {info['engine']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))
+    for text in info.get("operators", {}).values():
+        print(text)
+    if info.get("breakdown"):
+        shown = info["breakdown"]
+        print(f"each call by operator (measured: from a table; estimated: a formula or the roofline; engine: its cited host time){'; the first ' + str(MAX_BREAKDOWN) + ' shapes per model' if len(shown) >= MAX_BREAKDOWN else ''}:")
+        print(format_table(["model", "batch", "new tokens", "context", "part", "ms", "", "note"],
+                           [[e["model"], e["batch"], e["new_tokens"], e["context"], p["part"], f"{p['seconds'] * 1e3:.4g}",
+                             p["basis"], p["note"]] for e in shown for p in e["parts"]]))
     return 0
 
 

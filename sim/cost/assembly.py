@@ -18,11 +18,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import DraftsimError
+from ..errors import DraftsimError, unknown
 from .base import CostModel
 from .catalog import Catalog, HardwareSpec, default_catalog
 from .linear import Costs
 from .methods import HEADS, LOOKUPS, HeadCost, Lookup, head_cost, parse_drafter
+from .operators import COST_MODELS, OperatorModel
 from .overheads import EngineOverheads, SchedulerDefaults, default_engine, engine_overheads
 from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel
@@ -50,7 +51,9 @@ class Deployment:
     per-step time to the target's call, its per-draft-forward time to each draft model's, and its
     CUDA-graph padding; None: the hardware's default engine
     (:func:`~draftsim.sim.cost.overheads.default_engine`: vllm on catalog GPUs, none on a CPU or
-    calibrated hardware).
+    calibrated hardware). ``cost_model`` ``"operators"`` prices the target and draft models from kernel
+    times measured on real GPUs (:mod:`draftsim.sim.cost.operators`, the ``operators`` extra) in
+    place of the catalog roofline, the engine's host costs on top; heads stay roofline-priced.
     """
 
     target: str
@@ -67,6 +70,7 @@ class Deployment:
     overhead: float | None = None
     overheads: str | None = None  # the serving engine (sim/data/engines.json); None: the hardware's default
     expert_parallel: bool = False  # the target's routed experts whole across its tp devices (draftsim.sim.cost.moe)
+    cost_model: str = "roofline"  # "operators": models priced from measured kernel tables (draftsim.sim.cost.operators)
 
 
 @dataclass
@@ -162,6 +166,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
     d = deployment
     if not d.target or not d.hardware:
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
+    if d.cost_model not in COST_MODELS:
+        raise unknown("cost model", d.cost_model, COST_MODELS)
     catalog = default_catalog(list(d.catalogs))
     hw = catalog.hardware_spec(d.hardware)
     engine = engine_overheads(default_engine(hw) if d.overheads is None else d.overheads)
@@ -231,7 +237,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         model = roofline(spec_m, tp, pp, engine.per_draft_forward if drafter else engine.per_step,
                          hidden=not drafter and engine.host_overlap(speculative=True), expert_parallel=not drafter and d.expert_parallel,
                          kv_per_query=not drafter and expanded)
-        info["backends"][name] = f"roofline: {model.name}{note}"
+        info["backends"][name] = f"{'operators' if isinstance(model, OperatorModel) else 'roofline'}: {model.name}{note}"
         return model
 
     def roofline(spec_m, tp: int, pp: int, host: float, hidden: bool, expert_parallel: bool = False,
@@ -239,7 +245,9 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         """The roofline with the engine's ``host`` seconds per call, added, or ``hidden`` behind the
         forward (the call takes at least that long)."""
         base = hw.overhead if d.overhead is None else d.overhead
-        model = RooflineModel(spec_m, hw, d.dtype, tp, pp, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
+        priced = {"engine": engine.name} if d.cost_model == "operators" else {}  # measured kernels (sim/cost/operators.py)
+        cls = OperatorModel if priced else RooflineModel
+        model = cls(spec_m, hw, d.dtype, tp, pp, **priced, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
                               overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
                               overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp), floor=host if hidden else 0.0,
                               expert_parallel=expert_parallel, kv_per_query=kv_per_query)
@@ -250,6 +258,8 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
 
         if engine.name != "none":
             model.name += f" + {engine.name} engine overheads" + (" (host work overlapped)" if hidden else "")
+        if priced:
+            info.setdefault("operators", {})[spec_m.name] = model.describe()
         return model
 
     # a drafter whose proposals the engine verifies by batch expansion: the target's attention reads per query

@@ -221,8 +221,14 @@ class Part:
     source: str
     note: str = ""
 
+    @property
+    def basis(self) -> str:
+        """``measured`` (a table), ``engine`` (the engine's cited host time) or ``estimated``."""
+        return "measured" if self.measured else "engine" if self.part == "host" else "estimated"
+
     def to_dict(self) -> dict:
-        return {"part": self.part, "seconds": self.seconds, "measured": self.measured, "source": self.source, "note": self.note}
+        return {"part": self.part, "seconds": self.seconds, "measured": self.measured, "basis": self.basis, "source": self.source,
+                "note": self.note}
 
 
 class OperatorModel(RooflineModel):
@@ -277,6 +283,9 @@ class OperatorModel(RooflineModel):
         h, hd, L = m.hidden, m.head_dim, m.layers
         q_heads, kv_heads = m.heads // t, int(np.ceil(m.kv_heads / t))
         self._sources: dict[str, str] = {}
+        # the catalog roofline of attention (outside the tables): seconds per KV entry read, per new token, per query-key pair
+        bw, peak = self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu
+        self._roof_attention = (2 * kv_heads * hd * self.bytes * L / bw, 2 * q_heads * hd * self.bytes * L / bw, 4 * q_heads * hd * L / peak)
         # GEMMs: (name, n, k, times per call) at the call's tokens; the LM head apart (its rows)
         gemm_path = self._table("gemm", "gemm_perf.parquet")
         if gemm_path is None:
@@ -417,8 +426,8 @@ class OperatorModel(RooflineModel):
         if np.any(miss):
             self._note("attention", "batch x context outside the measured table: catalog roofline")
             read = pairs if self.kv_per_query else cached + N
-            kv = read * self._kv_per_cached + N * self._q_per_token
-            out[miss] = np.maximum(kv, pairs * self._flops_per_pair)[miss]
+            kv_s, q_s, pair_s = self._roof_attention
+            out[miss] = np.maximum(read * kv_s + N * q_s, pairs * pair_s)[miss]
         return out
 
     def _measured_allreduce_seconds(self, Np) -> np.ndarray | float:
@@ -481,7 +490,7 @@ class OperatorModel(RooflineModel):
             "allreduce": np.broadcast_to(self._measured_allreduce_seconds(Np), N.shape),
             "elementwise": self._elementwise_seconds(Np),
             "other collectives": np.broadcast_to(self._other_comm_seconds(N), N.shape),
-            "host": np.full(N.shape, self._fixed),
+            "host": np.full(N.shape, self.overhead + self.overhead_per_layer * self.model.layers),
         }
 
     def _time(self, stats: BatchStats) -> np.ndarray:
