@@ -30,8 +30,9 @@ A call of N new tokens over B sequences (contexts c_i) on one of ``tp`` devices 
   tokens (exact for a whole prompt). Mixed batches are priced at their means (B, N/B, Σc/B).
 * **All-reduces** at tp > 1: two per layer and one after the vocabulary-parallel embedding
   (AIConfigurator's Llama model), each of N·hidden elements, from ``custom_allreduce_perf.parquet``
-  at the tp size — the CUDA-graph rows where the engine replays the step as a graph, else the
-  eager ones — linear between measured message sizes.
+  at the tp size — the CUDA-graph rows (the kernel alone) unless the engine runs the step eagerly
+  (more tokens than its largest captured size), then the eager ones — linear between measured
+  message sizes.
 * **Estimated, not measured**: residual-add+RMSNorm (twice per layer) and the MLP activation, and
   the embedding lookup, by AIConfigurator's own analytic memory-op formula (bytes / (memory
   bandwidth · ``mem_bw_empirical_scaling_factor``) + ``mem_empirical_constant_latency``, from
@@ -390,7 +391,8 @@ class OperatorModel(RooflineModel):
         """A curve over the table's m at ``tokens``: linear between measured m; above the largest
         the roofline scaled at it (recorded)."""
         g = self._gemm
-        out = np.interp(tokens, g.m, curve)
+        tokens = np.asarray(tokens, np.float64)
+        out = np.array(np.interp(tokens, g.m, curve), dtype=np.float64)
         over = tokens > g.m[-1]
         if np.any(over):
             self._note(what, f"more than {g.m[-1]:.0f} tokens: roofline scaled at m={g.m[-1]:.0f}")
@@ -443,8 +445,9 @@ class OperatorModel(RooflineModel):
         if self._ar_tables is None:
             self._note("allreduce", f"no measured all-reduce at {self.tp} GPUs: catalog roofline")
             return count * roof
-        largest = self.graph_tokens[-1] if self.graph_tokens else 0
-        graphed = np.asarray(Np) <= largest
+        # kernel time alone (the graph rows) unless the engine runs this step eagerly: beyond its largest
+        # captured size; without captured sizes (engine none, or graphs not modelled) the kernels alone
+        graphed = np.asarray(Np) <= (self.graph_tokens[-1] if self.graph_tokens else np.inf)
         out = np.zeros(np.shape(msg))
         for kind, sel in (("graph", graphed), ("eager", ~graphed)):
             if not np.any(sel):
