@@ -357,6 +357,8 @@ def cache_layout(meta: dict, path) -> RaggedLayout | None:
     A static cache (``draftsim serve --static-cache``) keeps its rows compact, no stale slots:
     None, each sequence priced at its own context."""
     cache = meta.get("cache") or {}
+    if not isinstance(cache, dict):
+        raise DraftsimError(f"serving trace {path}: metadata field 'cache' is {cache!r:.40}; an object or null is valid")
     if cache.get("layout") == "static":
         return None
     if cache.get("layout", "ragged") != "ragged":
@@ -390,6 +392,34 @@ def trace_priorities(meta: dict, by_id: list, path) -> np.ndarray:
         raise DraftsimError(f"serving trace {path}: the metadata's requests hold no valid priority ({err})") from None
 
 
+def _metadata(meta: dict, path) -> dict:
+    """The serving trace's metadata fields check-serve reads, typed and ranged: a hand-edited
+    manifest is refused in one line naming the trace and the field, never a KeyError."""
+    def show(v):
+        text = repr(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    def bad(key, valid):
+        raise DraftsimError(f"serving trace {path}: metadata field '{key}' is {show(meta.get(key))}; {valid} is valid")
+
+    for key in ("policy", "max_batch"):
+        if meta.get(key) is None:
+            raise DraftsimError(f"serving trace {path}: metadata field '{key}' is missing (draftsim serve writes it)")
+    if not isinstance(meta["policy"], str):
+        bad("policy", "a policy such as 'fixed:k=3'")
+    for key in ("drafter", "controller", "scheduling", "target"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            bad(key, "a name (a string) or null")
+    for key in ("cache", "model", "machine", "sampling"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            bad(key, "an object or null")
+    for key, required in (("max_batch", True), ("block_size", False), ("kv_tokens", False)):
+        v = meta.get(key)
+        if (v is not None or required) and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 30):
+            bad(key, f"a whole number from 1 to {1 << 30:,}")
+    return meta
+
+
 def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None, models=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring).
     ``models`` = (target, drafters, description): cost models to price the run with instead of
@@ -401,7 +431,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
 
     trace = ServeTrace(path)
     trace.require_complete()
-    meta = trace.metadata
+    meta = _metadata(trace.metadata, path)
     steps, members, reqs, tokens = (trace.records(t) for t in ("steps", "members", "requests", "tokens"))
     if not reqs:
         raise DraftsimError(f"serving trace {path} holds no finished request")
