@@ -34,6 +34,7 @@ import os
 import signal
 import warnings
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -368,3 +369,47 @@ def test_every_config_json_ends_cleanly(tmp_path_factory, capsys, data):
     status, err = ends_cleanly(capsys, ["cost", "--target", str(work / "m" / "config.json"), "--hardware", "h100-sxm"], work)
     if status == 2 and "field '" in err:
         assert "config.json" in err, err
+
+
+#: The metadata fields of a serving trace (draftsim serve's manifest) a damage may touch.
+TRACE_KEYS = ["target", "drafter", "policy", "controller", "sampling", "seed", "max_batch", "requests", "kv_tokens", "block_size", "model",
+              "machine", "threads", "device", "cache", "scheduling"]
+
+
+@st.composite
+def trace_edits(draw):
+    """Edits of a serving trace's metadata (a hand-edited manifest): fields replaced or removed."""
+    edits = {}
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from(TRACE_KEYS))
+        edits[key] = "<missing>" if draw(st.integers(0, 4)) == 0 else draw(st.sampled_from(
+            JSON_VALUES + ["static", "ragged", {"layout": "x"}, {"layout": "ragged", "compact_ratio": "x"}, {"layout": "static"},
+                           "fixed:k=999999", "tree:width=2,depth=2", "ngram", [[0.0, 8, 4, "x"]], [[0.0, 1e300, 4]]]))
+    return edits, draw(st.booleans())
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from servetracefiles import serving_trace
+
+    return serving_trace(tmp_path_factory.mktemp("served") / "trace")
+
+
+@READER_SETTINGS
+@given(trace_edits())
+def test_every_edited_serving_trace_ends_cleanly(tmp_path_factory, capsys, served, case):
+    import shutil
+
+    edits, catalog = case
+    work = tmp_path_factory.mktemp("trace")
+    trace = work / "trace"
+    shutil.copytree(served, trace)
+    manifest = json.loads((trace / "manifest.json").read_text())
+    for key, value in edits.items():
+        if value == "<missing>":
+            manifest["metadata"].pop(key, None)
+        else:
+            manifest["metadata"][key] = value
+    (trace / "manifest.json").write_bytes(_dumps(manifest))
+    argv = ["check-serve", str(trace)] + (["--target", "llama-3.1-8b", "--hardware", "h100-sxm"] if catalog else [])
+    ends_cleanly(capsys, argv, work)
