@@ -92,7 +92,7 @@ class HardwareOptions:
                                    flag=True, group=HARDWARE)
     cost_model: str = option("roofline", "how a model's forward is priced: roofline (the catalog's peak and utilisations, default) or "
                              "operators (kernel times measured on real GPUs by NVIDIA AIConfigurator, aiconfigurator-core 0.12.0: "
-                             "pip install 'draftsim[operators]'; dense bfloat16 models on h100-sxm, h200, a100-80g, l4; the engine's "
+                             "pip install 'draftsim[operators]'; dense bfloat16 models on h100-sxm, h200, a100-80g; the engine's "
                              "host costs on top; draftsim.sim.cost.operators says what is measured and what estimated)",
                              choices=COST_MODELS, group=HARDWARE)
 

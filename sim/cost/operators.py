@@ -79,7 +79,7 @@ PINNED_VERSION = "0.12.0"
 #: ``--cost-model`` choices: the catalog roofline (default) or the measured operators.
 COST_MODELS = ("roofline", "operators")
 #: Catalog hardware → AIConfigurator's system folder (systems/<name>.yaml, systems/data/<name>/).
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80g": "a100_sxm", "l4": "l4"}
+SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80g": "a100_sxm"}
 #: The most new tokens per sequence priced from the generation (decode) table; more: the context table.
 DECODE_QUERIES = 16
 #: draftsim engine → AIConfigurator framework folder (``none``: vLLM's kernels, no engine overheads).
@@ -120,9 +120,11 @@ def _newest(folder: Path, filename: str) -> Path | None:
 
 @functools.lru_cache(maxsize=64)
 def _read(path: str, columns: tuple[str, ...]):
+    """The named columns of a parquet table that holds them (older tables lack some, e.g. window_size)."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(path, columns=list(columns)).to_pandas()
+    present = set(pq.read_schema(path).names)
+    return pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas()
 
 
 def _mem_op_constants(root: Path, system: str) -> tuple[float, float, float]:
@@ -351,7 +353,9 @@ class OperatorModel(RooflineModel):
         df = _read(str(path), ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
                                "window_size", "step", "latency"))
         df = df[(df.num_heads == q_heads) & (df.num_key_value_heads == kv_heads) & (df.head_dim == hd) &
-                (df.kv_cache_dtype == "bfloat16") & (df.window_size == 0)]
+                (df.kv_cache_dtype == "bfloat16")]
+        if "window_size" in df:  # full attention only (tables without the column measured no window)
+            df = df[df.window_size == 0]
         if df.empty:
             return None, ""
         kernels = sorted(df.kernel_source.unique())
