@@ -277,5 +277,5 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
                                               or target.kv_per_query):
         plain = roofline(target.model, d.tp, d.pp, engine.per_step, hidden=engine.host_overlap(speculative=False),
                          expert_parallel=d.expert_parallel)
-        info["without speculation"] = f"{d.target}: roofline: {plain.name}"
+        info["without speculation"] = f"{d.target}: {'operators' if isinstance(plain, OperatorModel) else 'roofline'}: {plain.name}"
     return Assembly(target, drafters, info, plain, engine, hw)
