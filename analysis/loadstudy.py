@@ -40,7 +40,8 @@ def autoregressive(config: ServingConfig) -> ServingConfig:
 def sweep_qps(config: ServingConfig, make_workload, qps_values, *, seed: int = 0, replications: int = 1, progress=None,
               metric: str = "e2e") -> list[dict]:
     """One row per QPS: the speculative and autoregressive summaries and the speedups
-    (mean E2E, mean TPOT, throughput). ``make_workload(rng, qps)`` draws a workload."""
+    (mean E2E, mean TPOT, throughput), all at the steady state, and whether both runs reached
+    it (``steady``, ``steady_reason``). ``make_workload(rng, qps)`` draws a workload."""
     qps_values = [float(q) for q in qps_values]
     if not qps_values or any(not (np.isfinite(q) and q > 0) for q in qps_values):
         raise DraftsimError(f"--sweep-qps needs rates > 0; got {qps_values}")
@@ -57,6 +58,9 @@ def sweep_qps(config: ServingConfig, make_workload, qps_values, *, seed: int = 0
             "speedup": a[metric]["mean"] / s[metric]["mean"],
             "tpot_speedup": a["tpot"]["mean"] / s["tpot"]["mean"],
             "throughput_ratio": s["throughput"] / a["throughput"],
+            # both runs settled (draftsim.sim.serving.steady); else why not (speculation's reason first)
+            "steady": bool(s.get("steady", True) and a.get("steady", True)),
+            "steady_reason": next((x.get("steady_reason", "") for x in (s, a) if not x.get("steady", True)), ""),
             "spec": s,
             "ar": a,
         })

@@ -463,6 +463,7 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResul
     if config.figure:
         speedup_vs_load(config.figure, rows, f"{config.policy} on {getattr(serving.target, 'name', '')}", cross)
     data = {"sweep": [{"qps": r["qps"], "speedup": r["speedup"], "tpot_speedup": r["tpot_speedup"], "throughput_ratio": r["throughput_ratio"],
+                       "steady": r["steady"], "steady_reason": r["steady_reason"],
                        "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode")},
                        "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")}} for r in rows],
             "crossover_qps": cross, "figure_path": config.figure, "config": _describe(serving)}
@@ -480,9 +481,14 @@ def _print_sweep(config: ServeSimConfig, result: ServeSimResult) -> None:
     for r in rows:
         mark = " <- crossover" if cross is not None and np.isfinite(cross) and r["speedup"] < 1 <= _prev(rows, r) else ""
         table.append([f"{r['qps']:g}", _ms(r["ar"]["e2e"]["mean"]), _ms(r["spec"]["e2e"]["mean"]), f"{r['speedup']:.3f}",
-                      f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}", f"{r['spec']['mean_batch']:.1f}" + mark])
+                      f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}", f"{r['spec']['mean_batch']:.1f}" + mark
+                      + ("" if r["steady"] else " (not steady)")])
     print(f"{serving.policy!r} under {serving.process!r} vs autoregressive; controller {serving.controller!r}")
     print(format_table(["qps", "E2E AR (ms)", "E2E spec (ms)", "speedup", "TPOT speedup", "throughput ratio", "mean batch"], table))
+    unsteady = [r for r in rows if not r["steady"]]
+    if unsteady:
+        rates = ", ".join(f"{r['qps']:g}" for r in unsteady)
+        print(f"WARNING: not at steady state at {rates} req/s: {unsteady[0]['steady_reason']}")
     if cross is None:
         print(f"speculation pays at every load tested (up to {max(qps):g} requests/s)")
     elif not np.isfinite(cross):
