@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,7 +119,39 @@ def replay_step(trace_path=None, k_max: int = 8) -> dict:
     return {"trace": str(trace.path), "sequences": s["sequences"], "tokens": s["output_tokens"], "rows": rows}
 
 
-def real_step(n: int = 2, max_new_tokens: int = 48, prompts: str = "edit", k_max: int = 6) -> dict:
+def _interleaved_prediction(trace, prompts, ar_calls, slices: list[list[float]], overhead: float) -> dict:
+    """The run's speedup predicted from the profiles taken between its prompts: prompt i's rounds
+    (what greedy lookup drafting did, as the trace recorded them) and its autoregressive twin's
+    decoding steps priced with the mean of the profiles taken just before and just after that
+    prompt's pair of runs (``slices[i]``, ``slices[i + 1]``: seconds of a call verifying 1, 2, …
+    tokens), plus the executor's own seconds per round (``overhead``, the pilot's); each run's
+    prefill and lookups as measured."""
+    ar_pred = spec_pred = 0.0
+    for i, prompt in enumerate(prompts):
+        t = (np.asarray(slices[i]) + np.asarray(slices[i + 1])) / 2
+        key = f"{prompt.set}-{prompt.id}"
+        calls = trace.records("calls", key)
+        prefill = sum(c.seconds for c in calls if c.kind == "prefill")
+        lookup = sum(c.seconds for c in calls if c.model != 0)
+        spec_pred += prefill + lookup + sum(t[r.drafted] + overhead for r in trace.records("rounds", key))
+        ar_prefill = sum(c.seconds for c in ar_calls[i] if c.kind == "prefill")
+        ar_pred += ar_prefill + sum(t[0] + overhead for c in ar_calls[i] if c.kind != "prefill")
+    return {"autoregressive_seconds": ar_pred, "speculative_seconds": spec_pred, "speedup": ar_pred / spec_pred}
+
+
+#: Torch threads of the real run. With two threads on two cores, every operator waits for both,
+#: and a machine shared with other work descheduled one of them often enough to make a one-token
+#: call of SmolLM2 take 2 s instead of 0.04 s (measured under a load average of 7: median 2.0 s
+#: with two threads, 0.13-0.17 s with one); with one thread a busy machine slows the run by its
+#: share of the cores, and alike for both methods.
+THREADS = 1
+
+#: Above this relative error the demo says what its prediction leaves out.
+EXPLAIN_ABOVE = 0.25
+
+
+def real_step(n: int = 3, max_new_tokens: int = 48, prompts: str = "edit", k_max: int = 6, pilot_prompts: int = 2,
+              repeats: int = 3, log=None) -> dict:
     """A short real run on the embedded model, of a case the planner predicts to pay, when
     torch, transformers and the SmolLM2 wheel are installed (``make test`` installs them);
     otherwise why not.
@@ -125,14 +159,22 @@ def real_step(n: int = 2, max_new_tokens: int = 48, prompts: str = "edit", k_max
     Lookup drafting (vLLM's ``ngram``, suffix decoding) costs next to nothing, so it is what can
     pay on a CPU, where verifying k + 1 tokens costs more than a one-token step. The planner
     (:func:`draftsim.analysis.lookup.plan_lookup`) walks each lookup drafter along the target's
-    greedy texts on ``n`` *train* prompts of ``prompts`` (code editing: answers that copy their
-    prompt), prices the rounds with a profile of the target's calls on this machine, and picks
-    the (drafter, k) with the best predicted speedup; that method is then measured against
-    autoregressive decoding on ``n`` *test* prompts and replayed in the simulator. The result
-    holds the measurement (:func:`draftsim.analysis.reality.held_to_sim`), the plan, the
-    prediction for the run's own rounds and the reasons (:func:`draftsim.analysis.lookup.why`)."""
+    greedy texts on ``pilot_prompts`` *train* prompts of ``prompts`` (code editing: answers that
+    copy their prompt), prices the rounds with a profile of the target's calls on this machine,
+    and picks the (drafter, k) with the best predicted speedup. That method is then measured
+    against autoregressive decoding on ``n`` *test* prompts, the two alternating prompt by prompt
+    (:func:`draftsim.realrun.compare.measure`), and the target's calls verifying 1 … k + 1 tokens
+    are profiled before the first prompt and after each (``repeats`` rounds over the sizes): each
+    prompt's runs are priced by the profiles on either side of them
+    (:func:`_interleaved_prediction`), so a machine that slows down or speeds up during the run
+    moves prediction and measurement together. The result holds the measurement
+    (:func:`draftsim.analysis.reality.held_to_sim`), the plan, the planner's forecast, the
+    interleaved prediction (``interleaved``) and the reasons (``why``). Torch runs on
+    :data:`THREADS` thread(s) meanwhile (``threads``). ``log(message)`` is told as each stage
+    starts."""
+    say = log or (lambda message: None)
     try:
-        import torch  # noqa: F401
+        import torch
         import transformers  # noqa: F401
 
         from ..realrun.models import locate_smollm2_gguf
@@ -141,50 +183,177 @@ def real_step(n: int = 2, max_new_tokens: int = 48, prompts: str = "edit", k_max
     except Exception as exc:  # any missing piece: the demo still runs without real models
         return {"skipped": f"{type(exc).__name__}: {exc}".splitlines()[0]}
     from ..realrun.compare import measure
+    from ..realrun.executor import generate
     from ..realrun.methods import method_from
     from ..realrun.models import load_model
-    from ..realrun.prompts import prompt_set
-    from .lookup import plan_lookup, predict_run, run_pilot, why
+    from ..realrun.profiling import profile_model
+    from ..realrun.prompts import format_prompt, prompt_set
+    from .lookup import plan_lookup, run_pilot, why
     from .reality import held_to_sim
 
-    target = load_model("smollm2", device="cpu")
-    pilot = run_pilot(target, prompt_set(prompts, "train", n), max_new_tokens, k_max)
-    plan = plan_lookup(target, pilot, ks=range(1, k_max + 1))
-    best = plan.best
-    m = measure(target, method_from("sd", target, best.drafter, f"fixed:k={best.k}", None), prompt_set(prompts, "test", n), max_new_tokens)
-    out = held_to_sim(m)
-    predicted_on_run = predict_run(pilot, m.trace)
-    rounds = m.trace.rounds.to_pydict()
-    out.update({"prompt_set": prompts, "plan": plan.to_dict(), "predicted_speedup": best.speedup,
-                "predicted_speedup_on_run": predicted_on_run, "proposing_rounds": sum(1 for d in rounds["drafted"] if d)})
-    out["why"] = why(out, predicted_on_run, best, pilot)
+    threads = torch.get_num_threads()
+    used = min(threads, THREADS)
+    torch.set_num_threads(used)  # for this run only: restored below
+    try:
+        say("real run: loading SmolLM2-135M")
+        target = load_model("smollm2", device="cpu")
+        say(f"real run: pilot, the target's greedy text on {pilot_prompts} train prompts and a profile of its calls verifying 1-{k_max + 1} tokens")
+        train = prompt_set(prompts, "train", pilot_prompts)
+        generate(target, format_prompt(train[0], target.tokenizer), 2)  # a process's first calls are slow: kept out of the pilot's times
+        pilot = run_pilot(target, train, max_new_tokens, k_max, repeats=repeats)
+        plan = plan_lookup(target, pilot, ks=range(1, k_max + 1))
+        best = plan.best
+        test = prompt_set(prompts, "test", n)
+        context = int(np.mean([len(format_prompt(p, target.tokenizer)) + max_new_tokens / 2 for p in test]))
+        sizes = list(range(1, best.k + 2))
+
+        slices: list[list[float]] = []
+
+        def profile_now(_=None) -> None:
+            prof = profile_model(target, [1], sizes, [context], repeats=repeats, last_row=False)  # verify calls keep every row
+            slices.append([float(prof.shape_time(1, s, context)) for s in sizes])
+            if len(slices) <= n:
+                say(f"real run: prompt {len(slices)}/{n}: autoregressive, then {best.drafter} k={best.k}, then a profile")
+
+        say(f"real run: the planner picked {best.drafter} k={best.k} (forecast {best.speedup:.2f}x); measuring it on {n} test prompts, "
+            "alternating with autoregressive decoding and profiling the target between prompts")
+        profile_now()
+        m = measure(target, method_from("sd", target, best.drafter, f"fixed:k={best.k}", None), test, max_new_tokens, progress=profile_now)
+        out = held_to_sim(m)
+        pred = _interleaved_prediction(m.trace, test, m.autoregressive_calls, slices, pilot.overhead)
+        ar_measured = m.tokens / m.autoregressive_tokens_per_second
+        spec_measured = m.tokens / m.tokens_per_second
+        one = [s[0] for s in slices]
+        interleaved = {
+            "profiles": len(slices), "context": context, "repeats": repeats, "verify_seconds": slices,
+            "predicted_speedup": pred["speedup"], "measured_speedup": m.speedup, "error": m.speedup / pred["speedup"] - 1,
+            "autoregressive_error": ar_measured / pred["autoregressive_seconds"] - 1,
+            "speculative_error": spec_measured / pred["speculative_seconds"] - 1,
+            "one_token_seconds_range": [min(one), max(one)],
+        }
+        rounds = m.trace.rounds.to_pydict()
+        out.update({"prompt_set": prompts, "plan": plan.to_dict(), "predicted_speedup": best.speedup,
+                    "predicted_speedup_on_run": pred["speedup"], "interleaved": interleaved,
+                    "proposing_rounds": sum(1 for d in rounds["drafted"] if d)})
+        out["why"] = why(out, 0.0, best, pilot) + explain(interleaved)  # 0.0: the interleaved prediction is explained below
+    finally:
+        torch.set_num_threads(threads)
+    out["threads"] = used
     return out
 
 
-def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = 200_000, real: bool = True) -> dict:
+def explain(interleaved: dict, above: float = EXPLAIN_ABOVE) -> list[str]:
+    """Sentences on what separates the interleaved prediction from the measurement when they
+    differ by more than ``above``: whether the machine's speed moved during the run, which of the
+    two runs the profile mispriced, and what the prediction leaves out."""
+    e = interleaved["error"]
+    if abs(e) <= above:
+        return []
+    lo, hi = interleaved["one_token_seconds_range"]
+    lines = [f"prediction and measurement differ by {e:+.0%}: the autoregressive runs took {interleaved['autoregressive_error']:+.0%} "
+             f"and the speculative ones {interleaved['speculative_error']:+.0%} against their calls as profiled beside them"]
+    if hi > (1 + above) * lo:
+        lines.append(f"the machine's speed moved during the run (a one-token call took {lo * 1e3:.0f}-{hi * 1e3:.0f} ms across "
+                     f"the {interleaved['profiles']} profiles): load that fell on one run and not on the profiles around it "
+                     "is not in the prediction; on a quiet machine they agree")
+    else:
+        lines.append(f"the prediction prices every call at one context ({interleaved['context']} tokens) and the executor's "
+                     "own time per round as the pilot measured it; the runs' own contexts and Python time are not in it")
+    return lines
+
+
+class _Clock:
+    """Progress lines for ``log``: each stage's start and end, with the time since the demo began."""
+
+    def __init__(self, log):
+        self.log, self.t0 = log, time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if self.log is not None:
+            self.log(f"[{time.perf_counter() - self.t0:5.0f} s] {message}")
+
+    @contextmanager
+    def stage(self, name: str):
+        t = time.perf_counter()
+        self(f"{name} ...")
+        yield
+        self(f"{name}: done in {time.perf_counter() - t:.1f} s")
+
+
+@contextmanager
+def _no_bar(total: int, desc: str):
+    class Silent:
+        def update(self, n: int = 1) -> None:
+            pass
+
+    yield Silent()
+
+
+#: The demo's sizes, each the least that shows its point (see :func:`run_demo`).
+SIM_TOKENS = 100_000
+SERVING_REQUESTS = 600
+
+
+def serving_rows(serving: dict, keeps_up: float = 0.9) -> list[dict]:
+    """The serving study's rows, each with ``overloaded``: the servers (speculative, plain) that
+    served fewer than ``keeps_up`` of the offered requests per second — their queue grew through
+    the run, so that row's latency is the run's, not a steady state, and grows with its length."""
+    rows = []
+    for r in serving["rows"]:
+        over = [name for name, side in (("speculative", "spec"), ("plain", "ar")) if r[f"{side}_served"] < keeps_up]
+        rows.append({**r, "overloaded": over})
+    return rows
+
+
+def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = SIM_TOKENS, real: bool = True, *, log=None, bar=None,
+             serving_requests: int = SERVING_REQUESTS) -> dict:
     """Plan every reference setting, confirm the two best strategies of each by simulation,
-    and write the figures to ``out_dir``.
+    run the optimisers, replay the embedded trace, a serving study and a short real run, and
+    write the four figures to ``out_dir``.
+
+    ``log(message)`` is told as each stage starts and ends (with the time since the start);
+    ``bar(total, desc)`` is a context manager whose ``update(n)`` counts the Monte Carlo checks.
+    Sizes: ``sim_tokens`` tokens per Monte Carlo check (100,000 puts its standard error near
+    0.4% of the EWIF it checks); ``serving_requests`` requests per load of the serving study
+    (with 200 the crossover read 4.26 req/s, with 600 and 2,000 4.06: 600 is the least that
+    gives the long-run answer).
 
     Returns ``{"settings": [(Setting, [Strategy, ...]), ...], "simulations": [...],
-    "figures": [Path, ...]}``.
+    "optimisation": ..., "replay": ..., "serving": ..., "real": ..., "figures": [Path, ...]}``.
     """
+    clock = _Clock(log)
+    bar = bar or _no_bar
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    planned: list[tuple[Setting, list[Strategy]]] = [
-        (s, plan(list(s.drafters), mag_alpha=s.mag_alpha, k_max=k_max)) for s in REFERENCE_SETTINGS
-    ]
-    simulations = [confirm(s, st, sim_tokens) for s, strategies in planned for st in strategies[:2] if st.kind != "autoregressive"]
-    written = [
-        figures.ewif_vs_k(out_dir / "ewif_vs_k.png"),
-        figures.optimal_k_map(out_dir / "optimal_k_map.png"),
-    ]
-    optimisation = optimisation_step(out_dir)
-    replay = replay_step()
+    with clock.stage("analytic plans for 4 reference settings"):
+        planned: list[tuple[Setting, list[Strategy]]] = [
+            (s, plan(list(s.drafters), mag_alpha=s.mag_alpha, k_max=k_max)) for s in REFERENCE_SETTINGS
+        ]
+    checks = [(s, st) for s, strategies in planned for st in strategies[:2] if st.kind != "autoregressive"]
+    with clock.stage(f"Monte Carlo check of {len(checks)} strategies ({sim_tokens:,} tokens each)"), bar(len(checks), "Monte Carlo") as b:
+        simulations = []
+        for s, st in checks:
+            simulations.append(confirm(s, st, sim_tokens))
+            b.update(1)
+    with clock.stage("figures: EWIF against k, optimal-k map"):
+        written = [
+            figures.ewif_vs_k(out_dir / "ewif_vs_k.png"),
+            figures.optimal_k_map(out_dir / "optimal_k_map.png"),
+        ]
+    with clock.stage("optimisers: K matrix, SpecDec++ stopping policy across 6 cost ratios"):
+        optimisation = optimisation_step(out_dir)
+    with clock.stage("replay of the embedded SmolLM2 trace"):
+        replay = replay_step()
     written.append(optimisation["figure"])
     from .loadstudy import serving_study
 
-    serving = serving_study(out_dir)
+    with clock.stage(f"serving study: 7 loads x {serving_requests} requests, with and without speculation"):
+        serving = serving_study(out_dir, requests=serving_requests)
     written.append(Path(serving["figure"]))
-    real_run = real_step() if real else {"skipped": "by request (--no-real)", "by_request": True}
+    if real:
+        with clock.stage("real run on SmolLM2"):
+            real_run = real_step(log=clock)
+    else:
+        real_run = {"skipped": "by request (--no-real)", "by_request": True}
     return {"settings": planned, "simulations": simulations, "optimisation": optimisation, "replay": replay,
             "serving": serving, "real": real_run, "figures": written}

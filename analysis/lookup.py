@@ -131,7 +131,7 @@ def run_pilot(target, prompts: list[Prompt], max_new_tokens: int, k_max: int, re
         rounds += len(log.rounds)
         prefill += log.prefill_seconds
     context = int(np.mean([len(a) + len(t) / 2 for a, t in zip(ids, texts)]))
-    prof = profile_model(target, [1], list(range(1, k_max + 2)), [context], repeats=repeats)
+    prof = profile_model(target, [1], list(range(1, k_max + 2)), [context], repeats=repeats, last_row=False)
     verify = [float(prof.shape_time(1, n, context)) for n in range(1, k_max + 2)]
     return Pilot(ids, texts, verify, context, overhead / max(rounds, 1), prefill)
 

@@ -155,13 +155,15 @@ class _ServerPath:
 
 
 def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], *, repeats: int = 5,
-                  warmup: int = 1, seed: int = 0, progress: Callable[[int], None] | None = None, path: str = "model") -> ProfileCost:
+                  warmup: int = 1, seed: int = 0, progress: Callable[[int], None] | None = None, path: str = "model",
+                  last_row: bool = True) -> ProfileCost:
     """Median forward seconds of ``loaded`` over the grid batch × new tokens × context.
 
     For each (batch, context) the KV cache is filled once with random tokens; each timed call
     feeds ``new_tokens`` more random tokens per sequence on top of it and is then cropped
     away; then, when the batch axis starts at 1, the batch-1 calls again keeping the last
-    row's logits only (the last-row table, see :class:`draftsim.sim.cost.ProfileCost`). ``path``
+    row's logits only (the last-row table, see :class:`draftsim.sim.cost.ProfileCost`; ``last_row``
+    False leaves it out, for callers that price only calls keeping every row). ``path``
     says which forward is timed (:data:`PATHS`); the profile's fingerprint records it.
     ``progress(1)`` is called after each grid point.
     """
@@ -187,23 +189,26 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
 
     def grid(b: int, last_row: bool = False) -> np.ndarray:
         """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
-        the cache filled once per context, each timed call undone after it."""
+        the cache filled once per context, each timed call undone after it. The repeats go
+        round the new-token sizes (1, 2, …, 1, 2, …), so a machine whose speed changes during
+        the profile slows every size alike instead of the sizes timed last."""
         out = np.zeros((len(new_tokens), len(context), 2))
         for k, c in enumerate(context):
             caller = Caller(loaded, b, torch.randint(vocab, (b, c), generator=gen).to(dev) if c > 0 else None)
-            for j, n in enumerate(new_tokens):
-                feed = caller.feed(torch.randint(vocab, (b, n), generator=gen).to(dev))
-                samples = []
-                for r in range(warmup + repeats):
+            feeds = [caller.feed(torch.randint(vocab, (b, n), generator=gen).to(dev)) for n in new_tokens]
+            samples = [[] for _ in new_tokens]
+            for r in range(warmup + repeats):
+                for j, n in enumerate(new_tokens):
                     sync(dev)
                     t0 = time.perf_counter()
-                    caller.call(feed, last_row)
+                    caller.call(feeds[j], last_row)
                     sync(dev)
                     dt = time.perf_counter() - t0
                     caller = caller.undo(n)
                     if r >= warmup:
-                        samples.append(dt)
-                out[j, k] = _stats(samples)
+                        samples[j].append(dt)
+            for j in range(len(new_tokens)):
+                out[j, k] = _stats(samples[j])
                 if progress and not last_row:
                     progress(1)
         return out
@@ -221,7 +226,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
             seconds[i], spread[i] = timed[..., 0], timed[..., 1]
         # batch 1 again with the last row's logits only (a prefill's, a drafter's catch-up):
         # callers that keep fewer rows than they feed are priced without the rest
-        last = grid(1, last_row=True)[..., 0] if batch[0] == 1 else None
+        last = grid(1, last_row=True)[..., 0] if batch[0] == 1 and last_row else None
     finally:
         loaded.static_tokens = static_before
     return ProfileCost(

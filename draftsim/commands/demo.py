@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from draftsim.analysis.demo import run_demo
+from draftsim.analysis.demo import run_demo, serving_rows
 from draftsim.analysis.table import format_table
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
+from ..progress import count_bar
 from .planning import format_plan
+
+#: Where the demo writes its figures unless told otherwise: ignored by git (.gitignore), so a demo
+#: run leaves the working tree as it found it.
+DEFAULT_OUT = "figures/demo"
 
 
 @dataclass(kw_only=True)
@@ -19,7 +25,8 @@ class DemoConfig:
     """``draftsim demo``: analytic plans for reference settings, their Monte Carlo check, the
     optimisers, a replay, a serving study and a short real run, with the planner's figures."""
 
-    out: str = option("figures", "folder for the figures (default: figures)")
+    out: str = option(DEFAULT_OUT, f"folder for the figures (default: {DEFAULT_OUT}, which git ignores: the README's copies in "
+                      "figures/ are never rewritten)")
     no_real: bool = option(False, "skip the short real run on the embedded model", flag=True)
 
 
@@ -28,8 +35,10 @@ def register(sub, common) -> None:
         "demo",
         parents=[common],
         help="plan reference settings and write the planner's figures",
-        description="An analytic plan for a few reference settings, printed as tables, and the "
-        "figures EWIF-against-k and optimal-k map written as PNG files.",
+        description="Analytic plans for a few reference settings and their Monte Carlo check, the "
+        "optimisers, a replay of the embedded trace, a serving study and a short real run on SmolLM2, "
+        "printed as tables; four figures written as PNG files to --out (default figures/demo, ignored "
+        "by git). Each stage's start and end go to stderr with the time since the start.",
     )
     add_options(p, DemoConfig)
     p.set_defaults(run=run)
@@ -70,16 +79,17 @@ class DemoResult:
         }
 
 
-def demo(config: DemoConfig) -> DemoResult:
+def demo(config: DemoConfig, log=None, bar=None) -> DemoResult:
     """The demo run end to end (:func:`draftsim.analysis.demo.run_demo`): its plans, simulations,
-    optimisation, replay, serving study, real run and the figures written under ``config.out``."""
+    optimisation, replay, serving study, real run and the figures written under ``config.out``;
+    ``log(message)`` is told as each stage starts and ends, ``bar(total, desc)`` shows long loops."""
     check(config)
     out = a.output_folder("--out", config.out)  # before any work: a bad folder costs nothing and leaves nothing
-    return DemoResult(**run_demo(out, real=not config.no_real))
+    return DemoResult(**run_demo(out, real=not config.no_real, log=log, bar=bar))
 
 
 def run(args: argparse.Namespace) -> int:
-    result = demo(from_namespace(DemoConfig, args))
+    result = demo(from_namespace(DemoConfig, args), log=lambda message: print(message, file=sys.stderr, flush=True), bar=count_bar)
     if args.json:
         a.emit_json(result.to_dict())
         return 0
@@ -125,8 +135,12 @@ def run(args: argparse.Namespace) -> int:
     print()
     sv = result.serving
     print(f"Serving study ({sv['pair']}, {sv['policy']}, alpha {sv['alpha']:g}, 512-token prompts, 256-token outputs, Poisson):")
-    print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio"],
-                       [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"]] for r in sv["rows"]]))
+    rows = serving_rows(sv)
+    print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio", "overloaded"],
+                       [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"], " + ".join(r["overloaded"]) or "-"] for r in rows]))
+    if any(r["overloaded"] for r in rows):
+        print("overloaded: that server served under 90% of the offered requests per second, so its queue grew through the run: "
+              "the row's latency is this run's, not a steady state, and grows with the run's length")
     cross = sv["crossover_qps"]
     if cross is None:
         print("speculation pays at every load swept")
@@ -144,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         c = rr["sim_check"]
         b = rr["plan"]["choices"][0]
-        print(f"Real run on SmolLM2 ({rr['prompts']} {rr['prompt_set']} prompts, {rr['max_new_tokens']} new tokens, greedy): the planner "
+        print(f"Real run on SmolLM2 ({rr['prompts']} {rr['prompt_set']} prompts, {rr['max_new_tokens']} new tokens, greedy, "
+              f"{rr['threads']} CPU thread{'s' if rr['threads'] > 1 else ''}): the planner "
               f"picked {b['drafter']} k={b['k']} on {rr['plan']['pilot_prompts']} train prompts, predicting {b['speedup']:.2f}x")
         print(format_table(
             ["method", "tokens/s", "speedup", "tokens/target call", "= target output"],
@@ -154,7 +169,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"simulator replay of the run: counts {'identical' if c['counts_equal'] else 'differ'}, "
               f"tokens/s predicted {c['predicted_tokens_per_second']:.1f} vs measured {c['measured_tokens_per_second']:.1f} "
               f"({c['tokens_per_second_error']:+.1%})")
-        print(f"speedup measured {rr['speedup']:.2f}x, predicted {rr['predicted_speedup']:.2f}x; why: " + "; ".join(rr["why"]))
+        iv = rr["interleaved"]
+        print(f"speedup: measured {iv['measured_speedup']:.2f}x, predicted {iv['predicted_speedup']:.2f}x ({iv['error']:+.0%}) from the "
+              f"target's calls profiled before, between and after the prompts ({iv['profiles']} profiles, at context {iv['context']}); "
+              f"the planner's forecast on its train prompts was {rr['predicted_speedup']:.2f}x")
+        print("why: " + "; ".join(rr["why"]))
     print()
     print("figures:")
     for path in result.figures:
