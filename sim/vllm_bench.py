@@ -333,6 +333,14 @@ def read_vllm_bench(path) -> VllmBench:
                                     "('output_lens'): no token follows a first one")
     if ttfts is not None and metrics.get("mean_ttft") is not None and not ttfts.max() > 0:
         f.fail("ttfts", "is 0 for every completed request while 'mean_ttft_ms' is not; the two disagree")
+    slack = duration * (1 + 1e-6) + 1e-3  # every request is sent and answered within the run
+    for key, arr in (("ttfts", ttfts), ("latencies", per_request("latencies"))):
+        if arr is not None and arr.size and arr.max() > slack:
+            i = int(np.argmax(arr))
+            f.fail(key, f"holds {arr[i]:.6g} s (request {i} of the completed), longer than 'duration' {duration:.6g} s")
+    for key, value in metrics.items():
+        if not key.startswith("std_") and value > slack:
+            f.fail(f"{key}_ms", f"is {value * 1e3:.6g} ms, longer than 'duration' {duration:.6g} s")
     if start_times is not None and completed > 1:
         span = float(start_times.max() - start_times.min())
         if span > duration * 1.01 + 1.0:

@@ -54,7 +54,7 @@ def test_calibration_improves_the_held_out_error_on_a_profile_of_this_machine():
 
 def vllm_result(path: Path, rate: float, itl_ms: float, ttft_ms: float, n: int = 20) -> Path:
     doc = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": n, "request_rate": rate, "max_concurrency": None,
-           "duration": n / rate if rate != "inf" else 10.0, "completed": n, "total_input_tokens": 256 * n,
+           "duration": (n / rate if rate != "inf" else 0.0) + (ttft_ms + 127 * itl_ms) / 1e3, "completed": n,  # the last request's end "total_input_tokens": 256 * n,
            "total_output_tokens": 128 * n, "request_throughput": rate, "mean_ttft_ms": ttft_ms, "median_ttft_ms": ttft_ms,
            "mean_tpot_ms": itl_ms, "median_itl_ms": itl_ms, "mean_e2el_ms": ttft_ms + 127 * itl_ms,
            "input_lens": [256] * n, "output_lens": [128] * n, "ttfts": [ttft_ms / 1e3] * n, "itls": [[itl_ms / 1e3] * 127] * n}

@@ -61,6 +61,8 @@ def refused(status, out, err, *fragments):
     ({"itls": [0.008] * 20}, ["'itls' holds 0.008 at request 0"]),
     ({"start_times": [0.0] * 19 + [1e9]}, ["'start_times' span", "'duration'"]),
     ({"ttfts": [0.03] * 19}, ["'ttfts' has 19 entries but 'input_lens' has 20"]),
+    ({"mean_e2el_ms": 1e9}, ["'mean_e2el_ms' is 1e+09 ms, longer than 'duration'"]),
+    ({"latencies": [1.0] * 19 + [1e6]}, ["'latencies' holds 1e+06 s (request 19 of the completed), longer than 'duration'"]),
     ({"spec_decode_per_position_acceptance_rates": [0.5, 0.8]}, ["'spec_decode_per_position_acceptance_rates'", "must not increase"]),
     ({"spec_decode_per_position_acceptance_rates": [180.0]}, ["'spec_decode_per_position_acceptance_rates' holds 180.0"]),
     ({"spec_decode_per_position_acceptance_rates": "0.8"}, ["'spec_decode_per_position_acceptance_rates'"]),

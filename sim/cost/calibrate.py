@@ -102,6 +102,10 @@ def points_from_vllm(results: list) -> StepPoints:
         if not itl:
             raise DraftsimError(f"{r.source}: no median_itl_ms or mean_tpot_ms to fit a decode step to")
         conc = max(1.0, r.mean_concurrency())
+        if conc > r.completed * (1 + 1e-6):
+            raise DraftsimError(f"{r.source}: fields 'mean_e2el_ms' (or 'mean_ttft_ms', 'mean_tpot_ms' and 'output_lens') and "
+                                f"'duration' give {conc:.4g} requests in flight on average (Little's law), more than the "
+                                f"{r.completed:,} completed; they disagree")
         prompt, out = float(r.input_lens.mean()), float(r.output_lens.mean())
         rows.append((round(conc), 1.0, round(prompt + out / 2), itl))  # whole tokens: a mean prompt of 544.67 is 545
         if conc <= 1.5 and r.metrics.get("median_ttft"):
