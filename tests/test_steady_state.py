@@ -194,8 +194,9 @@ def test_an_overloaded_run_is_flagged_and_never_meets_its_slos():
     assert evaluate(200.0)[0] is False
 
 
-def test_serve_sim_flags_a_growing_queue(capsys):
-    """serve-sim's text warns in one line, --json says steady false with the reason."""
+def test_serve_sim_flags_a_growing_queue(capsys, tmp_path):
+    """serve-sim's text warns in one line, --json says steady false with the reason, and so does
+    the --report; a calm run is steady with its warm-up and window."""
     args = ["serve-sim", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--policy", "ar", "--qps", "200", "--duration", "10",
             "--output-len", "fixed:256", "--prompt-len", "fixed:256", "--replications", "1"]
     assert main(args) == 0
@@ -205,6 +206,10 @@ def test_serve_sim_flags_a_growing_queue(capsys):
     assert main(args + ["--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["steady"] is False and doc["overloaded"] is True and "queue still growing" in doc["steady_reason"]
+    assert main(args + ["--report", str(tmp_path / "report")]) == 0  # the report says it too, under its notes
+    capsys.readouterr()
+    notes = [line for line in (tmp_path / "report" / "report.md").read_text().splitlines() if line.startswith("- ")]
+    assert any("WARNING: not at steady state" in line and "queue still growing" in line for line in notes)
     calm = serve_sim(ServeSimConfig(**SMALL, qps=5.0, duration=60.0, prompt_len="fixed:256", output_len="fixed:128", replications=2))
     assert calm.summary.steady is True and calm.summary.warmup_s >= 0 and 0 < calm.summary.window_s <= 60
 

@@ -17,6 +17,7 @@ import numpy as np
 from draftsim.analysis.report import Figure, Report, Table, copy_figure, headline
 from draftsim.sim.cost import default_catalog
 from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving.steady import describe as steady_text
 
 #: What every serving simulation assumes, whatever its options (see sim/serving's docstrings).
 SERVING_MODEL = (
@@ -136,7 +137,9 @@ def serving_report(config, serving, result, baseline, folder: Path) -> dict:
                       load_over_time(folder / "load-over-time.png", result.runs[0]))]
     tables = [headline(summaries, slo=_has_slo(serving))]
     tables[0].note = (f"Means over {config.replications} replication(s); latencies in ms, durations in s. "
-                      "Median = p50. The layout follows vllm bench serve.")
+                      "Median = p50. The layout follows vllm bench serve. Warm-up and drain are cut from every figure: "
+                      + "; ".join(f"{name}: {steady_text(s)}" for name, s in summaries.items()) + ".")
+    unsteady = [f"{name}: {steady_text(s)}" for name, s in summaries.items() if not s.get("steady", True)]
     if baseline is not None:
         s, b = result.summary, baseline.summary
         ratio = lambda x, y: f"{x / y:.3f}" if y else "n/a"  # noqa: E731
@@ -159,8 +162,8 @@ def serving_report(config, serving, result, baseline, folder: Path) -> dict:
         speedup = baseline.summary["e2e"]["mean"] / result.summary["e2e"]["mean"]
     subtitle = f"{label} on {target}" + (f": {speedup:.2f}x mean E2E latency against no speculation" if speedup else "")
     report = Report("draftsim serving report", subtitle, _setup(config, serving), assumptions(config, serving), tables, figures,
-                    notes=["A simulation: every number comes from the cost models and the acceptance process named under "
-                           "Assumptions; calibrate them from your own runs (draftsim calibrate) before acting on small margins."])
+                    notes=unsteady + ["A simulation: every number comes from the cost models and the acceptance process named under "
+                                      "Assumptions; calibrate them from your own runs (draftsim calibrate) before acting on small margins."])
     return report.write(folder)
 
 
@@ -247,7 +250,11 @@ def capacity_report(config, result, folder: Path) -> dict:
         setup.insert(0, ("command", cmd))
     notes = ["Each configuration's capacity is the largest arrival rate at which its simulated SLO percentiles hold (bisection "
              "over the rate; see draftsim.analysis.capacity). The costs and acceptance are those of the spec's options: "
-             "catalog defaults unless the spec names profiles, calibrated catalogs or measured acceptance."]
+             "catalog defaults unless the spec names profiles, calibrated catalogs or measured acceptance.",
+             "Every figure is a steady-state one: warm-up (MSER-5) and drain are cut; a rate whose runs had not settled is rerun "
+             "longer, an overloaded one fails. The bracket is where the bisection stopped; the 95% interval comes from the "
+             "replications; a margin marked (noise) reaches 0 within it and is not counted as a win.",
+             *cap.lengthening_notes(result.table, spec.axes)]
     report = Report("draftsim capacity report", subtitle, setup, spec_assumptions(spec), tables, figures, notes)
     return report.write(folder)
 

@@ -379,18 +379,11 @@ def _ms(x: float) -> str:
 
 
 def steady_line(s: dict) -> str:
-    """One line on the steady state of a summary (:mod:`draftsim.sim.serving.steady`): what was
-    cut and measured, or the warning of a run that did not settle."""
-    if "steady" not in s:
-        return ""
-    if not s["steady"]:
-        reps = s.get("replications", 1)
-        which = f" ({reps - s.get('steady_replications', 0)} of {reps} replications)" if reps > 1 else ""
-        return f"WARNING: not at steady state{which}: {s['steady_reason']}"
-    if not s.get("steady_tested", True):
-        return f"steady state {s['steady_reason']}"
-    return (f"steady state: {s['warmup_s']:.3g} s of warm-up (MSER-5) and the drain cut; rates over {s['window_s']:.3g} s, "
-            f"latencies over {s['measured_requests']:.0f} requests" + (" per replication" if s.get("replications", 1) > 1 else ""))
+    """One line on the steady state of a summary (:func:`draftsim.sim.serving.steady.describe`):
+    what was cut and measured, or the warning of a run that did not settle."""
+    from draftsim.sim.serving.steady import describe
+
+    return describe(s)
 
 
 def _print_summary(config: ServingConfig, s: dict) -> None:

@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["SteadyState", "steady_state", "mser", "occupancy", "trend", "emitted_between", "latency_tail", "MIN_REQUESTS", "NOT_SETTLED"]
+__all__ = ["SteadyState", "steady_state", "mser", "occupancy", "trend", "emitted_between", "latency_tail", "describe", "MIN_REQUESTS", "NOT_SETTLED"]
 
 #: Fewest requests for a steady-state test (10 batches of 5 in MSER-5).
 MIN_REQUESTS = 50
@@ -249,3 +249,20 @@ def latency_tail(e2e: np.ndarray, share: float = FILL_SHARE) -> float:
         return max(float(e[-1] - (goal - excess[-1]) / e.size), 0.0)
     # between t = e_k and t = e_{k-1} the excess falls with slope k
     return float(e[k - 1] - (goal - excess[k - 1]) / k)
+
+
+def describe(summary: dict) -> str:
+    """One line on the steady state of a run's summary (or of replications combined): what was
+    cut and measured, or the warning of a run that did not settle ("" for a summary without
+    the steady-state keys)."""
+    if "steady" not in summary:
+        return ""
+    if not summary["steady"]:
+        reps = summary.get("replications", 1)
+        which = f" ({reps - summary.get('steady_replications', 0)} of {reps} replications)" if reps > 1 else ""
+        return f"WARNING: not at steady state{which}: {summary['steady_reason']}"
+    if not summary.get("steady_tested", True):
+        return f"steady state {summary['steady_reason']}"
+    per = " per replication" if summary.get("replications", 1) > 1 else ""
+    return (f"steady state: {summary['warmup_s']:.3g} s of warm-up (MSER-5) and the drain cut; rates over "
+            f"{summary['window_s']:.3g} s, latencies over {summary['measured_requests']:.0f} requests{per}")
