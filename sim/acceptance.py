@@ -178,18 +178,20 @@ class Positional(AcceptanceProcess):
     conditional rates c_i = P(token i accepted | tokens 1..i−1 accepted).
 
     Its ``repr`` echoes the rates in the convention they were given in: conditional, or
-    cumulative a_i (vLLM's, :meth:`from_cumulative`); ``drafts``, the policy's longest draft
-    when known, makes it say which given positions no round reaches."""
+    cumulative a_i (vLLM's: :meth:`from_cumulative`, or ``cumulative``, the same rates as given,
+    kept for the echo only); ``drafts``, the policy's longest draft when known, makes it say
+    which given positions no round reaches."""
 
     stationary_rounds = True
 
-    def __init__(self, alphas, *, drafts: int | None = None, **kwargs):
+    def __init__(self, alphas, *, drafts: int | None = None, cumulative=None, **kwargs):
         super().__init__(**kwargs)
         arr = as_probability("alphas", alphas)
         if arr.ndim != 1 or arr.size == 0:
             raise DraftsimError(f"alphas must be a non-empty 1-d sequence; got shape {arr.shape}")
         self.alphas = arr
-        self._given = ("conditional", arr)
+        # what the repr echoes: the same rates as given (``cumulative``, when they came so)
+        self._given = ("conditional", arr) if cumulative is None else ("cumulative", as_probability("cumulative rates", cumulative))
         self._drafts = None if drafts is None else int(drafts)
 
     @classmethod
@@ -197,9 +199,7 @@ class Positional(AcceptanceProcess):
         """The process of cumulative rates a_i = P(tokens 1..i all accepted) (vLLM's per-position
         acceptance), echoed as such."""
         given = as_probability("cumulative rates", cumulative)
-        process = cls(conditional_from_cumulative(given), **kwargs)
-        process._given = ("cumulative", given)
-        return process
+        return cls(conditional_from_cumulative(given), cumulative=given, **kwargs)
 
     def __repr__(self) -> str:
         convention, values = self._given

@@ -204,9 +204,11 @@ class AcceptanceEntry:
         return mean_length(self.cumulative(k))
 
     def process(self, k, **kwargs) -> Positional:
-        """The :class:`~draftsim.sim.acceptance.Positional` process (conditional rates) for a
-        chain of ``k``; ``kwargs`` go to it (noise models)."""
-        return Positional(self.conditional(k), **kwargs)
+        """The :class:`~draftsim.sim.acceptance.Positional` process for a chain of ``k``, echoed
+        in the convention its source reported (cumulative rates when it reported those, else
+        conditional ones); ``kwargs`` go to it (noise models)."""
+        echo = self.cumulative(k) if self.reported == "cumulative" else None
+        return Positional(self.conditional(k), cumulative=echo, **kwargs)
 
 
 # ------------------------------------------------------------------------------ reading

@@ -114,7 +114,7 @@ class SpecDecodeCounters:
         k = self.k if k is None else int(k)
         if not 1 <= k <= self.k:
             raise DraftsimError(f"the counters of {self.source or 'the scrape'} cover {self.k} draft position(s); k={k} needs {k}")
-        return Positional(conditional_from_cumulative(self.cumulative[:k]), **kwargs)
+        return Positional.from_cumulative(self.cumulative[:k], **kwargs)
 
 
 def read_counters(path) -> SpecDecodeCounters:
@@ -204,7 +204,7 @@ class StepLengths:
         k = self.k if k is None else int(k)
         if not 1 <= k <= self.k:
             raise DraftsimError(f"{self.source or 'the accepted lengths'} were measured at k={self.k}; k={k} needs positions it lacks")
-        return Positional(conditional_from_cumulative(self.cumulative[:k]), **kwargs)
+        return Positional.from_cumulative(self.cumulative[:k], **kwargs)
 
     def process(self, **kwargs) -> TraceDriven:
         """Each simulated request replays one recorded request's steps (request i: recorded

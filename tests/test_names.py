@@ -122,6 +122,9 @@ def test_positional_echoes_the_convention_given():
     said = repr(A.Positional.from_cumulative([0.8, 0.6, 0.4, 0.3], drafts=2))
     assert said == "Positional(cumulative=[0.8, 0.6, 0.4, 0.3]; positions 3-4 unused: the policy drafts at most 2)"
     assert "unused" not in repr(A.Positional([0.8, 0.6], drafts=2))
+    # a catalog entry is echoed as its source reported it (vLLM's cumulative rates here)
+    entry = acceptance_entry("ngram-blazedit-vllm-pr24344")
+    assert entry.reported == "cumulative" and repr(entry.process(2)).startswith("Positional(cumulative=[")
 
 
 def test_cli_echoes_cumulative_rates_and_says_unused_positions(capsys):
