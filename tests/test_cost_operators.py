@@ -94,6 +94,20 @@ def test_decode_attention_is_the_tables_row_at_measured_points(grid_model, batch
 
 
 @tables
+def test_a_head_layout_between_two_measured_ones_is_their_linear_mix():
+    """28 query heads over 4 KV heads x 128 (Qwen2.5-7B) lies halfway between the measured 24 and 32."""
+    model = OperatorModel(ModelSpec(name="between", layers=2, hidden=3584, intermediate=18944, heads=28, kv_heads=4, head_dim=128,
+                                    vocab=16384), H100, engine="none")
+    df = _frame("attention", "generation_attention_perf.parquet")
+    rows = df[(df.num_key_value_heads == 4) & (df.head_dim == 128) & (df.kv_cache_dtype == "bfloat16") & (df.window_size == 0)
+              & (df.kernel_source == "vllm_flash_attn_fa3") & (df.batch_size == 16) & (df.step == 511)]
+    t24, t32 = (float(rows[rows.num_heads == h].latency.iloc[0]) * 1e-3 for h in (24, 32))
+    part = {p.part: p for p in model.breakdown(16, 1, 511)}["attention"]
+    assert part.seconds == pytest.approx(2 * (t24 + t32) / 2, rel=1e-12) and part.measured
+    assert "query heads interpolated between 24 and 32" in model.describe()
+
+
+@tables
 @pytest.mark.parametrize("batch,isl", [(1, 512), (4, 2048), (16, 128)])
 def test_a_whole_prompts_attention_is_the_context_tables_row(grid_model, batch, isl):
     df = _frame("attention", "context_attention_perf.parquet")

@@ -21,7 +21,8 @@ A call of N new tokens over B sequences (contexts c_i) on one of ``tp`` devices 
   an engine's CUDA graphs m is the padded token count (the graph computes its padding).
 * **Attention**, per layer: decoding and verification (≤ :data:`DECODE_QUERIES` new tokens per
   sequence) from ``generation_attention_perf.parquet`` at (batch B, cached tokens), **bilinear**
-  in batch and context; the table's ``step`` is the tokens cached before the new one
+  in batch and context (a head layout between two measured query-head counts with the same KV
+  heads and head_dim: linear between them); the table's ``step`` is the tokens cached before the new one
   (AIConfigurator's collector: ``isl = 1``, KV length step + 1). A sequence verifying n tokens is
   priced as one query over c + n − 1 cached tokens: its KV cache read once (FlashAttention-3 packs
   a sequence's queries and a GQA group into one tile) — exact at n = 1, estimated above and said
@@ -214,6 +215,17 @@ class _GemmTable:
         return out
 
 
+class _Blend:
+    """Two measured grids weighted (1 − w, w): a layout between two measured ones."""
+
+    def __init__(self, a: _Grid2D, b: _Grid2D, w: float):
+        self.a, self.b, self.w = a, b, float(w)
+
+    def __call__(self, x, y) -> tuple[np.ndarray, np.ndarray]:
+        (va, ia), (vb, ib) = self.a(x, y), self.b(x, y)
+        return (1 - self.w) * va + self.w * vb, ia & ib
+
+
 @dataclass(frozen=True)
 class Part:
     """One operator kind's share of a priced call: seconds, whether a table measured it (at or between
@@ -314,16 +326,17 @@ class OperatorModel(RooflineModel):
         self._attn = self._attn_ctx = None
         gen_path = self._table("attention", "generation_attention_perf.parquet")
         ctx_path = self._table("attention", "context_attention_perf.parquet")
-        self._attn_kernel = ""
+        self._attn_kernel = heads_note = ""
         if gen_path is not None:
-            self._attn, self._attn_kernel = self._attention_grid(gen_path, "step", q_heads, kv_heads, hd)
+            self._attn, self._attn_kernel, heads_note = self._attention_grid(gen_path, "step", q_heads, kv_heads, hd)
         if ctx_path is not None:
-            self._attn_ctx, _ = self._attention_grid(ctx_path, "isl", q_heads, kv_heads, hd)
+            self._attn_ctx, _, _ = self._attention_grid(ctx_path, "isl", q_heads, kv_heads, hd)
         self._gen_path, self._ctx_path = gen_path, ctx_path
         layout = f"{q_heads} query / {kv_heads} KV heads x {hd}, bfloat16 KV cache"
         self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'roofline (no table for ' + layout + ')'}; "
                                       f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'roofline (no table for ' + layout + ')'}"
-                                      + (f" ({self._attn_kernel}, {layout})" if self._attn_kernel else ""))
+                                      + (f" ({self._attn_kernel}, {layout}" + (f"; {heads_note}" if heads_note else "") + ")"
+                                         if self._attn_kernel else ""))
         # all-reduce
         self._ar_tables = None
         if t > 1:
@@ -352,17 +365,28 @@ class OperatorModel(RooflineModel):
             self._sources["other collectives"] = "estimated: roofline (logits all-gather at tp > 1, stage hand-offs at pp > 1)"
 
     def _attention_grid(self, path: Path, axis: str, q_heads: int, kv_heads: int, hd: int):
+        """The table's grid (batch × ``axis``) for this head layout, its kernel and how it was found:
+        the layout's own rows, or between the two measured query-head counts around it (same KV heads
+        and head_dim: linear in query heads); (None, "", "") where neither exists."""
         df = _read(str(path), ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
                                "window_size", "step", "latency"))
-        df = df[(df.num_heads == q_heads) & (df.num_key_value_heads == kv_heads) & (df.head_dim == hd) &
-                (df.kv_cache_dtype == "bfloat16")]
+        df = df[(df.num_key_value_heads == kv_heads) & (df.head_dim == hd) & (df.kv_cache_dtype == "bfloat16")]
         if "window_size" in df:  # full attention only (tables without the column measured no window)
             df = df[df.window_size == 0]
         if df.empty:
-            return None, ""
+            return None, "", ""
         kernels = sorted(df.kernel_source.unique())
         kernel = next((k for k in kernels if "fa3" in k), kernels[0])  # Hopper's default (AIConfigurator attention_lane_defaults.yaml)
-        return _Grid2D.from_frame(df[df.kernel_source == kernel], "batch_size", axis), kernel
+        df = df[df.kernel_source == kernel]
+        heads = np.sort(df.num_heads.unique())
+        if q_heads in heads:
+            return _Grid2D.from_frame(df[df.num_heads == q_heads], "batch_size", axis), kernel, ""
+        lo, hi = heads[heads < q_heads], heads[heads > q_heads]
+        if not len(lo) or not len(hi):
+            return None, "", ""
+        lo, hi = int(lo[-1]), int(hi[0])
+        grids = [_Grid2D.from_frame(df[df.num_heads == h], "batch_size", axis) for h in (lo, hi)]
+        return _Blend(*grids, (q_heads - lo) / (hi - lo)), kernel, f"query heads interpolated between {lo} and {hi}"
 
     def _roofline_gemm(self, m, n: float, k: float) -> np.ndarray:
         """The catalog roofline of one GEMM of m tokens: max(bytes / bandwidth, FLOPs / peak)."""
