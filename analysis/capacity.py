@@ -55,8 +55,8 @@ spec's duration: a 60 s spec and a 600 s one find the same capacity within their
 along (``<metric>_ci95``). :func:`capacity_interval` turns them into the capacity's 95% interval:
 from the highest simulated rate where the SLOs are surely met (mean + half-width within the
 bound) to the lowest where they surely fail (mean − half-width over it), simulating a few more
-rates beyond the bracket when none does (:func:`confirm_interval`); it always holds the
-bisection's bracket. With a load, the margin's interval is
+rates beyond the bracket when none does and between each end and the nearest unsure rate, to
+the search's tolerance (:func:`confirm_interval`); it always holds the bisection's bracket. With a load, the margin's interval is
 replicas × that interval / load − 1, and a margin whose interval reaches 0 (or whose SLOs are
 not surely met at the load) is *within the noise*: :func:`recommend` does not call it a win.
 The recommendation breaks ties on devices, then on the steady-state cost per 1M tokens at
@@ -260,28 +260,45 @@ def capacity_interval(cap: Capacity, slo: Mapping[str, float]) -> tuple[float, f
     return min(low, cap.low), max(high, cap.high)
 
 
-#: Most rates simulated beyond the bisection to find the ends of the capacity's interval.
-MAX_INTERVAL_EVALUATIONS = 4
+#: Most rates simulated beyond the bisection to find and sharpen the ends of the capacity's interval.
+MAX_INTERVAL_EVALUATIONS = 6
 
 
 def confirm_interval(evaluate: Callable[[float], tuple[bool, dict]], cap: Capacity, s) -> tuple[float, float] | None:
     """:func:`capacity_interval`, after simulating the rates it needs: while no simulated rate
     surely fails the SLOs, twice the highest one (up to ``s.maximum``); while none surely meets
-    them, half the lowest (down to ``s.minimum``); at most :data:`MAX_INTERVAL_EVALUATIONS` more
-    rates, added to ``cap.evaluations``."""
+    them, half the lowest (down to ``s.minimum``); then, while an end is further than
+    ``s.tolerance`` from the nearest simulated rate the SLOs' band straddles, their geometric
+    midpoint (a bisection of each end). At most :data:`MAX_INTERVAL_EVALUATIONS` more rates,
+    added to ``cap.evaluations``; one inside the bracket narrows it (``cap`` is updated)."""
     for _ in range(MAX_INTERVAL_EVALUATIONS):
         interval = capacity_interval(cap, s.slo)
         if interval is None:
             return None
-        rates = [q for q, _, _ in cap.evaluations]
-        if math.isinf(interval[1]) and math.isfinite(cap.high) and max(rates) < s.maximum:
-            q = min(max(rates) * 2.0, s.maximum)
-        elif interval[0] <= 0.0 and cap.qps > 0 and min(rates) > s.minimum:
-            q = max(min(rates) / 2.0, s.minimum)
+        low, high = interval
+        rates = sorted({q for q, _, _ in cap.evaluations})
+        unsure_above = [q for q, _, m in cap.evaluations if q > low and slo_ratio(m, s.slo, +1.0) > 1.0]
+        unsure_below = [q for q, _, m in cap.evaluations if q < high and slo_ratio(m, s.slo, -1.0) <= 1.0]
+        if math.isinf(high) and math.isfinite(cap.high) and rates[-1] < s.maximum:
+            q = min(rates[-1] * 2.0, s.maximum)
+        elif low <= 0.0 and cap.qps > 0 and rates[0] > s.minimum:
+            q = max(rates[0] / 2.0, s.minimum)
+        elif low > 0.0 and unsure_above and min(unsure_above) / low - 1.0 > s.tolerance:
+            q = math.sqrt(low * min(unsure_above))
+        elif math.isfinite(high) and unsure_below and high / max(unsure_below) - 1.0 > s.tolerance:
+            q = math.sqrt(max(unsure_below) * high)
         else:
+            return interval
+        if q in rates:
             return interval
         ok, metrics = evaluate(q)
         cap.evaluations.append((q, bool(ok), dict(metrics)))
+        if cap.low < q < cap.high:  # inside the bracket: it moves (monotone in the rate, as the bisection assumes)
+            if ok:
+                cap.qps = cap.low = q
+                cap.metrics = dict(metrics)
+            else:
+                cap.high = q
     return capacity_interval(cap, s.slo)
 
 
