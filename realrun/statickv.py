@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..sim.errors import DraftsimError
-from .kvcache import feed_lengths, output_head, pack_feeds, shared_prefix, split_rows
+from .kvfeeds import feed_lengths, output_head, pack_feeds, shared_prefix, split_rows
 from .models import LoadedModel, cache_arg
 
 __all__ = ["StaticKV", "bucket"]

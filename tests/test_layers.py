@@ -174,3 +174,72 @@ def test_docstring_references_resolve():
                 else:
                     stale.append(f"{path.relative_to(ROOT)}: {ref}")
     assert not stale, "docstrings name what does not exist:\n" + "\n".join(stale)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module → the project modules it imports, resolved: relative and absolute imports at any
+    depth (function-level and ``TYPE_CHECKING`` ones too), ``from pkg import mod`` as ``pkg.mod``
+    where ``mod`` is a module."""
+    modules = {_module_name(p): p for layer in LAYERS[:-1] for p in _sources(layer)}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for _, module, names in _imports(ast.parse(path.read_text()), relative=True):
+            absolute = _absolute(path, module)
+            targets = [f"{absolute}.{n}" for n in names if f"{absolute}.{n}" in modules] or [absolute]
+            for t in targets:
+                while t and t not in modules:  # a name inside a module: the module
+                    t = t.rpartition(".")[0]
+                if t and t != name and not name.startswith(t + ".") and t != name.rpartition(".")[0]:
+                    graph[name].add(t)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    """No module imports, however indirectly and however late (inside a function), one that
+    imports it back; a package's ``__init__`` re-exporting its own modules does not count."""
+    graph = _import_graph()
+    assert len(graph) > 100
+    circles = _cycles(graph)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)

@@ -48,7 +48,8 @@ a command's config, its function runs it); this package is the machinery:
 
 - :mod:`.spec`       the spec schema: parsing, axes, points, seeds, checks before any work
 - :mod:`.tasks`      kinds, tasks and running one task (metrics read from its result)
-- :mod:`.storage`    the output folder: Parquet shards, manifest, rows (:class:`SweepRow`)
+- :mod:`.rows`       the bookkeeping columns of a results row (:class:`SweepRow`), defined once
+- :mod:`.storage`    the output folder: Parquet shards, manifest
 - :mod:`.executors`  running the tasks: in this process, a process pool or on Ray
 
 **Output folder**::

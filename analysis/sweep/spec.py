@@ -17,7 +17,7 @@ import numpy as np
 
 from ...sim.errors import DraftsimError
 from ...sim.files import read_text
-from .storage import LEAD_COLUMNS, STATUS_COLUMNS
+from .rows import LEAD_COLUMNS, STATUS_COLUMNS
 from .tasks import Kind, Task
 
 #: Version of the spec schema.

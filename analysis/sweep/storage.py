@@ -11,7 +11,7 @@ import socket
 import time
 import typing
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ...sim.errors import DraftsimError, folder_mode
 from ...sim.files import atomic_write
+from .rows import LEAD_COLUMNS, STATUS_COLUMNS, SweepRow
 
 if TYPE_CHECKING:
     from .spec import Point, Spec
@@ -29,25 +30,6 @@ if TYPE_CHECKING:
 MANIFEST_VERSION = 1
 
 
-@dataclass(frozen=True)
-class SweepRow:
-    """The bookkeeping columns of a sweep's results row (one per task), defined once: the results schema derives
-    from these fields (:func:`schema_for`). The varied options' columns go between ``seed``
-    and ``status``, the metrics' (float64) after ``cpu_seconds``."""
-
-    task: int  #: point * replications + replication
-    point: int  #: index of the configuration (grid × zip groups × random samples)
-    replication: int
-    seed: int | None  #: the run's derived seed (None for a deterministic kind)
-    status: str  #: "ok" or "failed"
-    error: str | None  #: why the run failed, one line
-    seconds: float  #: wall time of the run
-    cpu_seconds: float  #: CPU time of the run, in its worker
-
-
-#: Columns every results table starts with (before the axes) and the bookkeeping after them.
-LEAD_COLUMNS = tuple(f.name for f in fields(SweepRow))[:4]
-STATUS_COLUMNS = tuple(f.name for f in fields(SweepRow))[4:]
 _ARROW = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
 
 

@@ -195,21 +195,19 @@ def sweep_report(config, serving, rows: list[dict], cross, folder: Path) -> dict
     return report.write(folder)
 
 
-def spec_assumptions(spec, limit: int = 64) -> list[tuple[str, str, str]]:
+def spec_assumptions(spec, configure, limit: int = 64) -> list[tuple[str, str, str]]:
     """The assumptions of a serve-kind spec's configurations (each distinct one once; the first
-    ``limit`` points): hardware, models and their pricing, engine overheads, acceptance."""
+    ``limit`` points): hardware, models and their pricing, engine overheads, acceptance.
+    ``configure(options)`` gives a point's (ServeSimConfig, ServingConfig) — the caller's, so
+    this module imports no command (no import circle)."""
     if spec.kind != "serve":
         return []
-    from draftsim.commands.servesim import serving_config
-    from draftsim.sweepkinds import COMMANDS
-
     seen: dict = {}
     for i, point in enumerate(spec.points()):
         if i >= limit:
             break
         try:
-            config = COMMANDS["serve"].config(point.config)
-            rows = assumptions(config, serving_config(config))
+            rows = assumptions(*configure(point.config))
         except DraftsimError:
             continue  # a configuration that does not run is reported as failed in the table
         for row in rows:
@@ -217,7 +215,7 @@ def spec_assumptions(spec, limit: int = 64) -> list[tuple[str, str, str]]:
     return list(seen)
 
 
-def capacity_report(config, result, folder: Path) -> dict:
+def capacity_report(config, result, folder: Path, configure) -> dict:
     """The report of a capacity search: the table, the fewest-devices answer and the figure."""
     from draftsim.analysis import capacity as cap
 
@@ -255,7 +253,7 @@ def capacity_report(config, result, folder: Path) -> dict:
              "longer, an overloaded one fails. The bracket is where the bisection stopped; the 95% interval comes from the "
              "replications; a margin marked (noise) reaches 0 within it and is not counted as a win.",
              *cap.lengthening_notes(result.table, spec.axes)]
-    report = Report("draftsim capacity report", subtitle, setup, spec_assumptions(spec), tables, figures, notes)
+    report = Report("draftsim capacity report", subtitle, setup, spec_assumptions(spec, configure), tables, figures, notes)
     return report.write(folder)
 
 
@@ -263,7 +261,7 @@ def capacity_report(config, result, folder: Path) -> dict:
 SWEEP_ROWS = 200
 
 
-def sweep_table_report(config, result, table, folder: Path) -> dict:
+def sweep_table_report(config, result, table, folder: Path, configure) -> dict:
     """The report of a sweep: what ran, and each point's metrics (mean over its successful
     replications), the first :data:`SWEEP_ROWS` points."""
     spec, summary = result.spec, result.summary
@@ -297,5 +295,5 @@ def sweep_table_report(config, result, table, folder: Path) -> dict:
         setup.insert(0, ("command", cmd))
     notes = [f"failed: {e}" for e in result.errors]
     report = Report(f"draftsim {spec.kind} sweep report", spec.description or f"{spec.n_points:,} points over {', '.join(axes) or 'no axis'}",
-                    setup, spec_assumptions(spec), tables, [], notes)
+                    setup, spec_assumptions(spec, configure), tables, [], notes)
     return report.write(folder)

@@ -320,7 +320,7 @@ def sweep(config: SweepConfig, progress=None) -> SweepResult:
     if folder is not None:
         from .reporting import sweep_table_report
 
-        result.report = sweep_table_report(config, result, sw.load(config.out), folder)
+        result.report = sweep_table_report(config, result, sw.load(config.out), folder, _serve_config)
     return result
 
 
@@ -398,8 +398,18 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     if folder is not None:
         from .reporting import capacity_report
 
-        result.report = capacity_report(config, result, folder)
+        result.report = capacity_report(config, result, folder, _serve_config)
     return result
+
+
+def _serve_config(options: dict):
+    """A serve-kind point's (ServeSimConfig, ServingConfig), for the reports' assumptions."""
+    from draftsim.sweepkinds import COMMANDS
+
+    from .servesim import serving_config
+
+    config = COMMANDS["serve"].config(options)
+    return config, serving_config(config)
 
 
 def _answer(config: CapacityConfig, result: CapacityResult) -> None:
