@@ -436,7 +436,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     if not reqs:
         raise DraftsimError(f"serving trace {path} holds no finished request")
     measured_run = run_record(reqs, tokens, members, steps)
-    measured = summarize_run(measured_run)
+    measured = summarize_run(measured_run, steady=False)  # the same requests on both sides: the whole run
     policy = parse_policy(meta["policy"])
     if policy.kind == "chain" and meta.get("drafter") in VARIABLE_PROPOSALS:  # a lookup: its proposals as recorded
         policy = RecordedLengths(realised_lengths(reqs, members), meta["policy"], k_max=policy.max_draft)
@@ -463,7 +463,7 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     wl = Workload(np.array([r.arrival for r in by_id]), np.array([r.prompt_tokens for r in by_id], dtype=np.int64),
                   np.array([r.output_tokens for r in by_id], dtype=np.int64), trace_priorities(meta, by_id, path))
     predicted_run = serve(cfg, wl, seed=seed)
-    predicted = summarize_run(predicted_run)
+    predicted = summarize_run(predicted_run, steady=False)
     rows = []
     for name, key, stat in CHECKED:
         p = predicted[key] if stat is None else predicted[key][stat]
@@ -529,7 +529,8 @@ def check_vllm(bench, config: ServingConfig, seed: int = 0) -> dict:
     the send, after the client's queue, and so is the replay's), and compare the simulator's
     metrics with the run's own, per metric the file measured (non-zero)."""
     wl = vllm_workload(bench, seed)
-    predicted = summarize_run(serve(config, wl, seed=seed, max_in_flight=bench.max_concurrency))
+    # vllm bench serve measures the whole run (every request, its drain): so does the replay
+    predicted = summarize_run(serve(config, wl, seed=seed, max_in_flight=bench.max_concurrency), steady=False)
     rows = []
     for name, key, metric, stat in VLLM_CHECKED:
         if key in bench.metrics:

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import DraftsimError, as_positive
 from ..files import atomic_write_json
-from .steady import emitted_between, steady_state
+from .steady import SteadyState, emitted_between, steady_state
 
 __all__ = ["Recorder", "RunRecord", "SLO", "summarize_run", "combine", "LATENCIES", "write_chrome_trace", "TIMELINE_SCHEMA"]
 
@@ -163,11 +163,18 @@ def _stats(x: np.ndarray) -> dict:
     return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def summarize_run(run: RunRecord, slo: SLO = SLO()) -> dict:
+def summarize_run(run: RunRecord, slo: SLO = SLO(), steady: bool = True) -> dict:
     """The metrics of one replication at its steady state (see the module docstring and
     :mod:`draftsim.sim.serving.steady`): latencies over the latency sample, rates over the
-    window; ``whole_run`` keeps the rates over the whole run (first arrival to last finish)."""
-    ss = steady_state(run.arrival, run.admitted, run.finish)
+    window; ``whole_run`` keeps the rates over the whole run (first arrival to last finish).
+    ``steady=False`` measures the whole run instead, every request and the drain — as
+    ``vllm bench serve`` does, for comparing a replay with a measured run request for request."""
+    if steady:
+        ss = steady_state(run.arrival, run.admitted, run.finish)
+    else:
+        end = float(np.nanmax(run.finish))
+        ss = SteadyState(float(np.nanmin(run.arrival)), end, end, 0.0, True, False,
+                         "not applied: the whole run is measured, warm-up and drain included", False)
     ttft = run.first_token - run.arrival
     e2e = run.finish - run.arrival
     multi = run.output > 1
