@@ -719,8 +719,8 @@ def _fmt(value) -> str:
 
 def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
     """Capacity per configuration as grouped horizontal bars (one colour per value of
-    ``compare``, e.g. with and without speculation), and cost per million tokens when a price
-    is given. Written atomically."""
+    ``compare``, e.g. with and without speculation) with their 95% intervals as error bars, and
+    cost per million tokens when a price is given. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -741,13 +741,19 @@ def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
     width = 0.8 / len(series)
     for ax, (column, title) in zip(axes, panels):
         for j, value in enumerate(series):
-            lengths = []
+            lengths, err = [], []
             for g in groups:
-                hits = [data[column][i] for i in range(table.num_rows)
+                hits = [i for i in range(table.num_rows)
                         if ok[i] and label(i) == g and (s.compare is None or data[s.compare][i] == value)]
-                lengths.append(hits[0] if hits and hits[0] is not None and math.isfinite(hits[0]) else 0.0)
+                v = data[column][hits[0]] if hits else None
+                lengths.append(v if v is not None and math.isfinite(v) else 0.0)
+                lo = data.get("capacity_ci_low", [None] * table.num_rows)[hits[0]] if hits and column == "capacity_qps" else None
+                hi = data["capacity_ci_high"][hits[0]] if lo is not None else None
+                err.append((lengths[-1] - lo, (hi if hi is not None and math.isfinite(hi) else lengths[-1]) - lengths[-1])
+                           if lo is not None else (0.0, 0.0))
             pos = np.arange(len(groups)) + (j - (len(series) - 1) / 2) * width
-            bars = ax.barh(pos, lengths, width, label=f"{s.compare} = {value}" if s.compare else None)
+            xerr = np.array(err).T if any(e != (0.0, 0.0) for e in err) else None  # the 95% interval of each capacity
+            bars = ax.barh(pos, lengths, width, xerr=xerr, capsize=3, label=f"{s.compare} = {value}" if s.compare else None)
             ax.bar_label(bars, labels=[f"{v:.3g}" if v else "" for v in lengths], fontsize=7, padding=2)
         ax.set_yticks(np.arange(len(groups)))
         ax.set_yticklabels(groups, fontsize=8)
@@ -773,7 +779,11 @@ def cheapest(table, axes) -> str | None:
         return None
     r = min(rows, key=lambda r: r["cost_per_million_tokens"])
     where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
-    return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens at {r['capacity_qps']:.4g} req/s per replica"
+    lo, hi = _cost_interval(r)
+    band = f" (95% {lo:.4g} to {hi:.4g})" if (lo, hi) != (r["cost_per_million_tokens"],) * 2 and math.isfinite(hi) else ""
+    others = [x for x in rows if x is not r and _cost_interval(x)[0] <= hi]
+    tie = f"; within the noise of {len(others)} other configuration(s)" if others and band else ""
+    return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens{band} at {r['capacity_qps']:.4g} req/s per replica{tie}"
 
 
 def _cost_interval(r: Mapping) -> tuple[float, float]:
