@@ -200,7 +200,7 @@ def real_step(n: int = 3, max_new_tokens: int = 48, prompts: str = "edit", k_max
         say(f"real run: pilot, the target's greedy text on {pilot_prompts} train prompts and a profile of its calls verifying 1-{k_max + 1} tokens")
         train = prompt_set(prompts, "train", pilot_prompts)
         generate(target, format_prompt(train[0], target.tokenizer), 2)  # a process's first calls are slow: kept out of the pilot's times
-        pilot = run_pilot(target, train, max_new_tokens, k_max, repeats=repeats)
+        pilot = run_pilot(target, train, max_new_tokens, k_max, repeats=repeats, progress=lambda what: say(f"real run: pilot: {what}"))
         plan = plan_lookup(target, pilot, ks=range(1, k_max + 1))
         best = plan.best
         test = prompt_set(prompts, "test", n)

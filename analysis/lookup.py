@@ -116,9 +116,10 @@ class LookupPlan:
                 "overhead_seconds_per_round": p.overhead}
 
 
-def run_pilot(target, prompts: list[Prompt], max_new_tokens: int, k_max: int, repeats: int = 5) -> Pilot:
+def run_pilot(target, prompts: list[Prompt], max_new_tokens: int, k_max: int, repeats: int = 5, progress=None) -> Pilot:
     """The target's greedy outputs on ``prompts`` (its own autoregressive decoding, timed) and
-    a profile of its forward calls verifying 1 … k_max + 1 tokens at their mean context."""
+    a profile of its forward calls verifying 1 … k_max + 1 tokens at their mean context;
+    ``progress(what)`` is told as each prompt's text is done, naming the next step."""
     from ..realrun.profiling import profile_model
 
     ids, texts, overhead, prefill, rounds = [], [], 0.0, 0.0, 0
@@ -130,6 +131,8 @@ def run_pilot(target, prompts: list[Prompt], max_new_tokens: int, k_max: int, re
         overhead += sum(r.overhead_seconds for r in log.rounds)
         rounds += len(log.rounds)
         prefill += log.prefill_seconds
+        if progress is not None:
+            progress(f"greedy text {len(texts)}/{len(prompts)} done" + ("; profiling" if len(texts) == len(prompts) else ""))
     context = int(np.mean([len(a) + len(t) / 2 for a, t in zip(ids, texts)]))
     prof = profile_model(target, [1], list(range(1, k_max + 2)), [context], repeats=repeats, last_row=False)
     verify = [float(prof.shape_time(1, n, context)) for n in range(1, k_max + 2)]
