@@ -413,3 +413,37 @@ def test_every_edited_serving_trace_ends_cleanly(tmp_path_factory, capsys, serve
     (trace / "manifest.json").write_bytes(_dumps(manifest))
     argv = ["check-serve", str(trace)] + (["--target", "llama-3.1-8b", "--hardware", "h100-sxm"] if catalog else [])
     ends_cleanly(capsys, argv, work)
+
+
+@st.composite
+def catalog_files(draw):
+    """A user catalog (draftsim.models or draftsim.hardware, as write_catalog writes it), valid or
+    with an entry's fields damaged, and the cost invocation that reads it."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sim.cost.catalog import hardware_to_entry, model_to_entry
+
+    cat = default_catalog()
+    if draw(st.booleans()):
+        entry = model_to_entry(cat.model(draw(st.sampled_from(["llama-3.1-8b", "qwen2.5-0.5b", "deepseek-v3"]))))
+        schema, key, name, argv = "draftsim.models", "models", "mine", ["--target", "mine", "--hardware", "h100-sxm"]
+    else:
+        entry = hardware_to_entry(cat.hardware_spec(draw(st.sampled_from(["h100-sxm", "local-cpu"]))))
+        schema, key, name, argv = "draftsim.hardware", "hardware", "mine", ["--target", "llama-3.1-8b", "--hardware", "mine"]
+    if draw(st.integers(0, 3)):
+        entry = _damage_doc(draw, entry, extra_keys=("aliases", "unsupported", "measured"))
+    doc = {"schema": schema, "version": 1, key: {name: entry}}
+    if draw(st.integers(0, 5)) == 0:
+        doc = _damage_doc(draw, doc)
+    data = _dumps(doc)
+    if draw(st.integers(0, 5)) == 0:
+        data = _damage_bytes(draw, data)
+    return data, argv
+
+
+@READER_SETTINGS
+@given(catalog_files())
+def test_every_catalog_ends_cleanly(tmp_path_factory, capsys, case):
+    data, argv = case
+    work = tmp_path_factory.mktemp("cat")
+    (work / "cat.json").write_bytes(data)
+    ends_cleanly(capsys, ["cost", "--catalog", str(work / "cat.json"), *argv], work)

@@ -100,11 +100,15 @@ class ModelSpec:
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 1; got {v!r}")
+            if v > 2**31 - 1:  # a larger one overflows the roofline's floats
+                raise DraftsimError(f"model {self.name!r}: {key} must be at most 2,147,483,647; got {str(v)[:20]}{'...' if len(str(v)) > 20 else ''}")
         for key in ("experts", "experts_per_token", "shared_experts", "expert_intermediate", "dense_layers", "q_lora_rank",
                     "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "mtp_layers", "max_context"):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise DraftsimError(f"model {self.name!r}: {key} must be an integer >= 0; got {v!r}")
+            if v > 2**31 - 1:
+                raise DraftsimError(f"model {self.name!r}: {key} must be at most 2,147,483,647; got {str(v)[:20]}{'...' if len(str(v)) > 20 else ''}")
         if self.heads % self.kv_heads:
             raise DraftsimError(f"model {self.name!r}: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.mlp not in ("gated", "plain"):
@@ -278,7 +282,8 @@ def model_from_entry(name: str, e: dict) -> ModelSpec:
     heads = e["heads"]
     return ModelSpec(
         name=name, layers=e["layers"], hidden=e["hidden"], intermediate=e["intermediate"], heads=heads,
-        kv_heads=e.get("kv_heads", heads), head_dim=e.get("head_dim", e["hidden"] // heads if isinstance(heads, int) and heads else 0),
+        kv_heads=e.get("kv_heads", heads),
+        head_dim=e.get("head_dim", e["hidden"] // heads if isinstance(heads, int) and heads and isinstance(e["hidden"], int) else 0),
         vocab=e["vocab"], tied_embeddings=bool(e.get("tied_embeddings", False)), mlp=e.get("mlp", "gated"),
         max_context=e.get("max_context", 0), source=e["source"], notes=e.get("notes", ""),
         **{k: e[k] for k in _MOE_FIELDS if k in e},
@@ -289,10 +294,10 @@ def hardware_from_entry(name: str, e: dict) -> HardwareSpec:
     _check_keys("hardware", name, e, _HW_REQUIRED, _HW_OPTIONAL)
     if not isinstance(e["peak_tflops"], dict):
         raise DraftsimError(f"hardware {name!r}: peak_tflops must map dtypes to TFLOP/s")
-    num = lambda key, default=0.0: e.get(key, default) if isinstance(e.get(key, default), (int, float)) else _bad(name, key, e[key])  # noqa: E731
+    num = lambda key, default=0.0: _float(name, key, e.get(key, default)) if isinstance(e.get(key, default), (int, float)) else _bad(name, key, e[key])  # noqa: E731
     return HardwareSpec(
         name=name,
-        peak_flops={dt: (v * 1e12 if isinstance(v, (int, float)) else v) for dt, v in e["peak_tflops"].items()},
+        peak_flops={dt: (_float(name, f"peak_tflops {dt}", v) * 1e12 if isinstance(v, (int, float)) else v) for dt, v in e["peak_tflops"].items()},
         memory_bandwidth=num("memory_bandwidth_gbs") * 1e9, memory=num("memory_gb") * 1e9,
         interconnect_bandwidth=num("interconnect_gbs") * 1e9, interconnect_latency=num("interconnect_latency_us") * 1e-6,
         mfu=num("mfu", 0.6), mbu=num("mbu", 0.7), ici_efficiency=num("ici_efficiency", 0.7),
@@ -304,6 +309,14 @@ def hardware_from_entry(name: str, e: dict) -> HardwareSpec:
 
 def _bad(name, key, value):
     raise DraftsimError(f"hardware {name!r}: {key} must be a number; got {value!r}")
+
+
+def _float(name, key, value) -> float:
+    """A catalog number as a float (an integer of hundreds of digits: one line, not an OverflowError)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise DraftsimError(f"hardware {name!r}: {key} must be a finite number; got an integer of {len(str(value)):,} digits") from None
 
 
 def hardware_to_entry(hw: HardwareSpec) -> dict:
