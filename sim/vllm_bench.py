@@ -305,7 +305,7 @@ def read_vllm_bench(path) -> VllmBench:
     ttfts = per_request("ttfts")
     start_times = per_request("start_times", finite_any=True)
     queue_times = per_request("queue_times")
-    per_request("latencies")
+    latencies = per_request("latencies")
     itls = None
     if "itls" in given:
         rows = doc["itls"]
@@ -334,7 +334,7 @@ def read_vllm_bench(path) -> VllmBench:
     if ttfts is not None and metrics.get("mean_ttft") is not None and not ttfts.max() > 0:
         f.fail("ttfts", "is 0 for every completed request while 'mean_ttft_ms' is not; the two disagree")
     slack = duration * (1 + 1e-6) + 1e-3  # every request is sent and answered within the run
-    for key, arr in (("ttfts", ttfts), ("latencies", per_request("latencies"))):
+    for key, arr in (("ttfts", ttfts), ("latencies", latencies)):
         if arr is not None and arr.size and arr.max() > slack:
             i = int(np.argmax(arr))
             f.fail(key, f"holds {arr[i]:.6g} s (request {i} of the completed), longer than 'duration' {duration:.6g} s")
