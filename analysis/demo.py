@@ -230,6 +230,9 @@ def real_step(n: int = 3, max_new_tokens: int = 48, prompts: str = "edit", k_max
             "autoregressive_error": ar_measured / pred["autoregressive_seconds"] - 1,
             "speculative_error": spec_measured / pred["speculative_seconds"] - 1,
             "one_token_seconds_range": [min(one), max(one)],
+            # a call verifying k + 1 tokens against a one-token step, in these profiles and in the pilot's
+            "verify_ratio": float(np.mean([s[best.k] / s[0] for s in slices])), "pilot_verify_ratio": pilot.verify[best.k] / pilot.verify[0],
+            "forecast": best.speedup, "forecast_error": m.speedup / best.speedup - 1,
         }
         rounds = m.trace.rounds.to_pydict()
         out.update({"prompt_set": prompts, "plan": plan.to_dict(), "predicted_speedup": best.speedup,
@@ -243,19 +246,27 @@ def real_step(n: int = 3, max_new_tokens: int = 48, prompts: str = "edit", k_max
 
 
 def explain(interleaved: dict, above: float = EXPLAIN_ABOVE) -> list[str]:
-    """Sentences on what separates the interleaved prediction from the measurement when they
-    differ by more than ``above``: whether the machine's speed moved during the run, which of the
-    two runs the profile mispriced, and what the prediction leaves out."""
+    """Sentences on what separates prediction from measurement when they differ by more than
+    ``above``: for the planner's forecast (``forecast_error``, when given), the cost of a verifying
+    call in its profile against the profiles beside the run; for the interleaved prediction, which
+    of the two runs the profiles mispriced, whether the machine's speed moved during the run, and
+    what the prediction leaves out."""
+    lines = []
+    f = interleaved.get("forecast_error")
+    if f is not None and abs(f) > above:
+        lines.append(f"the planner's forecast ({interleaved['forecast']:.2f}x) is {f:+.0%} off: its profile, taken before the run, "
+                     f"priced a verifying call at {interleaved['pilot_verify_ratio']:.2f}x a one-token step, the profiles beside "
+                     f"the run at {interleaved['verify_ratio']:.2f}x")
     e = interleaved["error"]
     if abs(e) <= above:
-        return []
+        return lines
     lo, hi = interleaved["one_token_seconds_range"]
-    lines = [f"prediction and measurement differ by {e:+.0%}: the autoregressive runs took {interleaved['autoregressive_error']:+.0%} "
-             f"and the speculative ones {interleaved['speculative_error']:+.0%} against their calls as profiled beside them"]
+    lines.append(f"prediction and measurement differ by {e:+.0%}: the autoregressive runs took {interleaved['autoregressive_error']:+.0%} "
+                 f"and the speculative ones {interleaved['speculative_error']:+.0%} against their calls as profiled beside them")
     if hi > (1 + above) * lo:
         lines.append(f"the machine's speed moved during the run (a one-token call took {lo * 1e3:.0f}-{hi * 1e3:.0f} ms across "
                      f"the {interleaved['profiles']} profiles): load that fell on one run and not on the profiles around it "
-                     "is not in the prediction; on a quiet machine they agree")
+                     "is not in the prediction (a quieter machine narrows it)")
     else:
         lines.append(f"the prediction prices every call at one context ({interleaved['context']} tokens) and the executor's "
                      "own time per round as the pilot measured it; the runs' own contexts and Python time are not in it")

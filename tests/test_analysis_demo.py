@@ -125,6 +125,16 @@ def test_explain_speaks_exactly_when_prediction_and_measurement_part(error, lo, 
         assert ("speed moved" in lines[1]) == (spread > 1 + demo.EXPLAIN_ABOVE)
 
 
+@given(st.floats(-0.9, 5.0), st.floats(-0.9, 5.0))
+def test_explain_speaks_of_the_planners_forecast_exactly_when_it_missed(forecast_error, error):
+    iv = {"error": error, "autoregressive_error": 0.0, "speculative_error": 0.0, "one_token_seconds_range": [0.04, 0.04],
+          "profiles": 4, "context": 200, "forecast": 2.0, "forecast_error": forecast_error, "verify_ratio": 1.9, "pilot_verify_ratio": 1.4}
+    lines = demo.explain(iv)
+    about_forecast = [line for line in lines if "planner's forecast" in line]
+    assert len(about_forecast) == (abs(forecast_error) > demo.EXPLAIN_ABOVE)
+    assert len(lines) == len(about_forecast) + (2 if abs(error) > demo.EXPLAIN_ABOVE else 0)
+
+
 def test_interleaved_prediction_prices_each_prompt_with_the_profiles_beside_it():
     """Prompt i's rounds and its autoregressive twin's steps are priced with the mean of profiles
     i and i + 1; prefill and lookups count as measured."""
