@@ -13,17 +13,19 @@ fields):
 * with ``--save-detailed``, per request: ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
   (lists of gaps, s), ``start_times`` (s, ``time.perf_counter`` when the request was sent, after
   the client's concurrency semaphore), ``errors``, and in newer versions ``latencies`` and
-  ``queue_times`` (s spent waiting for that semaphore).
+  ``queue_times`` (s spent waiting for that semaphore), which are kept without
+  ``--save-detailed`` too.
 
 **Failed requests.** vLLM writes the per-request arrays for *every* request it sent, failed ones
 included (``[output.ttft for output in outputs]`` …), with a failed request's entries left at
-``RequestFuncOutput``'s defaults — ``ttft`` 0.0, ``itl`` [], ``latency`` 0.0, ``output_lens`` 0
-(``calculate_metrics`` appends 0 to ``actual_output_lens`` for it) — and its ``errors`` entry
-non-empty; ``completed`` counts the successful ones only
-(``vllm/benchmarks/serve.py``, ``calculate_metrics``; ``vllm/benchmarks/lib/endpoint_request_func.py``,
+``RequestFuncOutput``'s defaults — ``ttft`` 0.0, ``itl`` [], ``latency`` 0.0 (one that failed
+mid-stream keeps the TTFT and gaps it had), ``output_lens`` 0 (``calculate_metrics`` appends 0 to
+``actual_output_lens`` for it) — and its ``errors`` entry non-empty; ``completed`` counts the
+successful ones only (``vllm/benchmarks/serve.py`` at 009e6d4a, ``calculate_metrics`` and
+``benchmark()``; ``vllm/benchmarks/lib/endpoint_request_func.py`` at 02cfb534,
 ``RequestFuncOutput``). Files that hold the successful requests only (arrays of ``completed``
 entries) are read too. The reader keeps the successful requests (``errors`` says which; without
-it, the requests with output length 0).
+it, the requests with output length 0, else those with latency 0).
 
 **Zero metrics.** vLLM writes 0 for a metric whose list was empty (``np.mean(ttfts or 0)``: an
 endpoint that does not stream has no TTFT, one-token outputs no TPOT): a ``*_ms`` field of 0 is
@@ -293,8 +295,13 @@ def read_vllm_bench(path) -> VllmBench:
             if ok.sum() != completed:
                 f.fail("output_lens", f"has {int(ok.sum()):,} requests with output but 'completed' is {completed:,} "
                                       f"(of {L:,} sent); an 'errors' field would say which failed")
+        elif "latencies" in given:  # without --save-detailed newer vLLMs keep latencies: 0.0 for a failed request
+            ok = f.array("latencies", L) > 0
+            if ok.sum() != completed:
+                f.fail("latencies", f"has {int(ok.sum()):,} requests with a latency but 'completed' is {completed:,} (of {L:,} sent)")
         else:
-            f.fail(given[0], f"has {L:,} entries for {completed:,} completed requests, and no 'errors' or 'output_lens' says which failed")
+            f.fail(given[0], f"has {L:,} entries for {completed:,} completed requests, and no 'errors', 'output_lens' or 'latencies' "
+                             "says which failed")
 
     def per_request(key, **kw):
         arr = f.array(key, L, **kw) if L is not None else None

@@ -326,3 +326,13 @@ def test_an_edited_serving_trace_metadata_is_one_line(tmp_path, capsys, key, val
         manifest["metadata"][key] = value
     (trace / "manifest.json").write_text(json.dumps(manifest))
     refused(*run(capsys, "check-serve", str(trace)), "serving trace", "trace", fragment)
+
+
+def test_a_plain_result_with_failed_requests_keeps_latencies_and_queue_times(tmp_path, capsys):
+    """Without --save-detailed the newest vLLM still writes 'latencies' and 'queue_times' for every
+    request sent (its removal list leaves them): a failed request's latency is 0.0."""
+    doc = vllm_doc(n=20, failed=3, detailed=False)
+    assert "latencies" in doc and "errors" not in doc and len(doc["latencies"]) == 23
+    bench = read_vllm_bench(write_vllm(tmp_path / "plain.json", doc))
+    assert bench.completed == 20 and not bench.detailed
+    refused(*check_serve(capsys, tmp_path / "plain.json"), "plain.json", "save the run with --save-detailed")
