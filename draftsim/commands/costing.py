@@ -22,7 +22,7 @@ import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
-from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, Assembly, Deployment, assemble
+from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, KV_DTYPES, Assembly, Deployment, assemble
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
 from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
 from draftsim.sim.cost.overheads import ENGINES
@@ -75,7 +75,11 @@ class HardwareOptions:
     pp: int = option(1, "pipeline stages for the target (default 1)", type=a.count("pp", 1, 1024), group=HARDWARE)
     drafter_tp: int | None = option(help="tensor-parallel devices per draft model (default: the target's --tp, as vLLM runs it)",
                                     type=a.count("drafter_tp", 1, 1024), group=HARDWARE)
-    dtype: str = option("bfloat16", "weights/activations dtype (default bfloat16)", choices=tuple(DTYPE_BYTES), group=HARDWARE)
+    dtype: str = option("bfloat16", "weights/activations dtype (default bfloat16); int4: 4-bit weights (AWQ/GPTQ) with bfloat16 "
+                        "activations and GEMMs, embedding and LM head in bfloat16 (an assumption of the roofline)",
+                        choices=tuple(DTYPE_BYTES), group=HARDWARE)
+    kv_dtype: str = option("auto", "KV-cache dtype, as vLLM's --kv-cache-dtype (fp8 = float8: half the bytes of bfloat16 to read and "
+                           "hold); auto: the activations' dtype (default)", choices=("auto", "fp8", *KV_DTYPES), group=HARDWARE)
     profile: list[str] = option([], "measured profile (draftsim profile) for a model it names", append=True, metavar="FILE",
                                 group=HARDWARE)
     catalog: list[str] = option([], "extra model or hardware catalog file (repeat)", append=True, metavar="FILE", group=HARDWARE)
@@ -104,7 +108,8 @@ class HardwareOptions:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
                           self.pp, self.drafter_tp, self.dtype, tuple(self.profile), tuple(self.catalog), self.mfu, self.mbu,
-                          self.overhead, self.engine, self.expert_parallel, cost_model=self.cost_model)
+                          self.overhead, self.engine, self.expert_parallel, cost_model=self.cost_model,
+                          kv_dtype="float8" if self.kv_dtype == "fp8" else self.kv_dtype)
 
     def assembly(self, drafters: list[str] | None = None) -> Assembly:
         """The target's and drafters' cost models (:func:`draftsim.sim.cost.assembly.assemble`),
@@ -240,6 +245,9 @@ def cost(config: CostConfig) -> CostResult:
             records.append(CostRecord(name, role, int(b), int(n), int(c), float(s), str(bd),
                                       float(s / u)))
     info = dict(built.info)
+    footprint = built.target.memory()
+    if footprint is not None and isinstance(built.target, RooflineModel):  # what --kv-dtype changes: the cache per token
+        info["kv_cache"] = {"dtype": built.target.kv_dtype, "bytes_per_token_per_device": footprint.kv_per_token}
     breakdown = [{"model": name, "batch": int(b), "new_tokens": int(n), "context": int(c),
                   "parts": [p.to_dict() for p in model.breakdown(int(b), int(n), int(c))]}
                  for name, model in models if isinstance(model, OperatorModel) for b, n, c in list(zip(B, N, C))[:MAX_BREAKDOWN]]
@@ -345,6 +353,9 @@ def run_cost(args: argparse.Namespace) -> int:
           + (f" x pp {config.pp}" if config.pp > 1 else ""))
     for name, backend in info["backends"].items():
         print(f"  {name}: {backend}")
+    if "kv_cache" in info:
+        kv = info["kv_cache"]
+        print(f"  KV cache of {config.target}: {kv['dtype']}, {kv['bytes_per_token_per_device']:,.0f} bytes per cached token per device")
     print(f"  {info['engine']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import DraftsimError, unknown
 from .base import CostModel
-from .catalog import Catalog, HardwareSpec, default_catalog
+from .catalog import DTYPE_BYTES, WEIGHT_ONLY, Catalog, HardwareSpec, default_catalog
 from .linear import Costs
 from .methods import HEADS, LOOKUPS, HeadCost, Lookup, head_cost, parse_drafter
 from .operators import COST_MODELS, OperatorModel
@@ -28,10 +28,12 @@ from .overheads import EngineOverheads, SchedulerDefaults, default_engine, engin
 from .profile import ProfileCost, load_profile
 from .roofline import RooflineModel
 
-__all__ = ["CHEAP_DRAFTERS", "Deployment", "Assembly", "assemble"]
+__all__ = ["CHEAP_DRAFTERS", "KV_DTYPES", "Deployment", "Assembly", "assemble"]
 
 #: Drafters that are not neural models: priced by a profile's proposal timing, else free.
 CHEAP_DRAFTERS = LOOKUPS
+#: Dtypes a KV cache may be held in (``--kv-dtype``; "auto": the activations').
+KV_DTYPES = tuple(d for d in DTYPE_BYTES if d not in WEIGHT_ONLY)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Deployment:
     calibrated hardware). ``cost_model`` ``"operators"`` prices the target and draft models from kernel
     times measured on real GPUs (:mod:`draftsim.sim.cost.operators`, the ``operators`` extra) in
     place of the catalog roofline, the engine's host costs on top; heads stay roofline-priced.
+    ``kv_dtype`` holds every model's KV cache in that dtype (vLLM's ``--kv-cache-dtype``: fp8 halves
+    the bytes attention reads and the cache holds against bfloat16); "auto": the activations' dtype.
     """
 
     target: str
@@ -71,6 +75,7 @@ class Deployment:
     overheads: str | None = None  # the serving engine (sim/data/engines.json); None: the hardware's default
     expert_parallel: bool = False  # the target's routed experts whole across its tp devices (draftsim.sim.cost.moe)
     cost_model: str = "roofline"  # "operators": models priced from measured kernel tables (draftsim.sim.cost.operators)
+    kv_dtype: str = "auto"  # the KV cache's dtype (vLLM's --kv-cache-dtype): auto = the activations' (the weights' but for int4)
 
 
 @dataclass
@@ -168,6 +173,12 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
     if d.cost_model not in COST_MODELS:
         raise unknown("cost model", d.cost_model, COST_MODELS)
+    if d.kv_dtype != "auto" and d.kv_dtype not in KV_DTYPES:
+        raise unknown("KV-cache dtype", d.kv_dtype, ("auto", *KV_DTYPES))
+    if d.cost_model == "operators" and d.kv_dtype not in ("auto", "bfloat16"):
+        raise DraftsimError(f"--kv-dtype {d.kv_dtype}: --cost-model operators prices attention from tables measured with a bfloat16 "
+                            "KV cache; use --cost-model roofline for another KV dtype")
+    kv_dtype = None if d.kv_dtype == "auto" else d.kv_dtype
     catalog = default_catalog(list(d.catalogs))
     hw = catalog.hardware_spec(d.hardware)
     engine = engine_overheads(default_engine(hw) if d.overheads is None else d.overheads)
@@ -176,7 +187,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
                             f"whose times already hold their engine's overheads: use --engine none with it, not {engine.name}")
     profiles = [load_profile(p) for p in d.profiles]
     used: set[int] = set()
-    info = {"hardware": hw.name, "dtype": d.dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
+    info = {"hardware": hw.name, "dtype": d.dtype, "kv_dtype": d.kv_dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
             "engine_name": f"--engine {engine.name}", "engine_label": engine.label,
             "scheduler": engine.scheduler(hw).describe(), "calibration": hw.calibration}
 
@@ -217,7 +228,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         spec = parse_drafter(name) if drafter else None
         if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
             model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
-                              overlap=engine.overlap)
+                              overlap=engine.overlap, kv_dtype=kv_dtype)
             if engine.per_draft_forward and isinstance(model, HeadCost):
                 model.overhead += engine.per_draft_forward
                 model.name += f" + {engine.name} engine overheads"
@@ -250,7 +261,7 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         model = cls(spec_m, hw, d.dtype, tp, pp, **priced, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
                               overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
                               overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp), floor=host if hidden else 0.0,
-                              expert_parallel=expert_parallel, kv_per_query=kv_per_query)
+                              expert_parallel=expert_parallel, kv_per_query=kv_per_query, kv_dtype=kv_dtype)
         if kv_per_query:
             model.name += ", verified by batch expansion"
         if expert_parallel and tp > 1:

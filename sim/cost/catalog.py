@@ -23,6 +23,7 @@ from ..files import atomic_write_json
 
 __all__ = [
     "DTYPE_BYTES",
+    "WEIGHT_ONLY",
     "HardwareSpec",
     "ModelSpec",
     "Catalog",
@@ -38,10 +39,15 @@ HARDWARE_SCHEMA = "draftsim.hardware"
 CATALOG_VERSION = 1
 
 #: Bytes per element of each dtype the roofline knows.
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "int8": 1}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "int8": 1, "int4": 0.5}
+
+#: Weight-only formats and the dtype their activations and GEMMs run in: int4 weights (AWQ, GPTQ)
+#: are dequantised inside the GEMM and multiplied at the bfloat16 rate (W4A16), their embedding and
+#: LM head left in bfloat16 — an assumption of the roofline, not a measured kernel.
+WEIGHT_ONLY = {"int4": "bfloat16"}
 
 
-def dtype_bytes(dtype: str) -> int:
+def dtype_bytes(dtype: str) -> float:
     if dtype not in DTYPE_BYTES:
         raise DraftsimError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
     return DTYPE_BYTES[dtype]
@@ -229,6 +235,10 @@ class HardwareSpec:
         if not self.peak_flops:
             raise DraftsimError(f"hardware {self.name!r}: peak_tflops needs at least one dtype")
         for dt, v in self.peak_flops.items():
+            if dt in WEIGHT_ONLY:  # a weight format: its GEMMs run at the rate of its activations' dtype
+                raise DraftsimError(f"hardware {self.name!r}: unknown dtype {dt!r} for a peak FLOP/s ({dt} is a weight-only format, "
+                                    f"multiplied at the {WEIGHT_ONLY[dt]} rate); known: "
+                                    f"{', '.join(d for d in DTYPE_BYTES if d not in WEIGHT_ONLY)}")
             dtype_bytes(dt)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
                 raise DraftsimError(f"hardware {self.name!r}: peak FLOP/s for {dt} must be > 0 (and finite); got {v!r}")

@@ -14,8 +14,10 @@ A drafter is named as vLLM and SGLang name the method (``--drafter-model``):
     EAGLE-3 (Li et al. 2025, arXiv 2503.01840 §3.1): one decoder layer whose QKV projection takes
     the token embedding and the feature concatenated (2h inputs: vLLM/SGLang ``LlamaDecoderLayer``
     of ``llama_eagle3`` override ``qkv_proj`` with ``2 * hidden_size`` inputs), an LM head over a
-    reduced draft vocabulary (``draft_vocab_size`` 32000 for Llama-3.1-8B, SpecForge
-    ``configs/llama3-8B-eagle3.json``; ``eagle3:draft_vocab=N`` overrides). Not priced: the FC that
+    reduced draft vocabulary: the ``draft_vocab_size`` of the head published (or SpecForge's template)
+    for the target (``sim/data/drafting_methods.json`` ``draft_vocab_by_target``, each cited; 32000
+    for every target found), else the Llama-3.1-8B head's 32000, said in the head's name;
+    ``eagle3:draft_vocab=N`` overrides. Not priced: the FC that
     fuses three target layers' features (3h → h), run once per round over the verified tokens
     (vLLM's ``combine_hidden_states``) — 50M weights for Llama-3.1-8B, about 0.6% of the target's
     own step; the cost interface prices draft *calls*, and charging it on every call would
@@ -63,7 +65,7 @@ import numpy as np
 
 from ..errors import DraftsimError, as_count
 from .base import BatchStats, CostModel
-from .catalog import HardwareSpec, ModelSpec
+from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec
 from .linear import CallCost
 from .memory import NOTHING, MemoryFootprint, activation_bytes_per_token
 from .roofline import RooflineModel, overlapped
@@ -80,8 +82,23 @@ HEADS = ("eagle", "eagle3", "medusa", "mtp")
 #: How each head is built, with the sources (sim/data/drafting_methods.json).
 FACTS = json.loads((Path(__file__).parent.parent / "data" / "drafting_methods.json").read_text())["methods"]
 #: EAGLE-3's reduced draft vocabulary for Llama-3.1-8B (SpecForge configs/llama3-8B-eagle3.json,
-#: ``draft_vocab_size``); used for any target unless ``eagle3:draft_vocab=N`` is given.
+#: ``draft_vocab_size``); used for a target without a published head unless ``eagle3:draft_vocab=N`` is given.
 EAGLE3_DRAFT_VOCAB = int(FACTS["eagle3"]["draft_vocab"])
+#: The published EAGLE-3 heads' ``draft_vocab_size`` by target catalog name (each cited in the data file).
+EAGLE3_DRAFT_VOCAB_BY_TARGET = {name: int(e["draft_vocab"]) for name, e in FACTS["eagle3"].get("draft_vocab_by_target", {}).items()
+                                if isinstance(e, dict)}
+
+
+def eagle3_draft_vocab(target: ModelSpec, options=()) -> tuple[int, str]:
+    """EAGLE-3's draft vocabulary on ``target`` and where it comes from: ``draft_vocab=N`` when
+    given, else the published head's for that target (:data:`EAGLE3_DRAFT_VOCAB_BY_TARGET`), else
+    the Llama-3.1-8B head's :data:`EAGLE3_DRAFT_VOCAB` (no head published for the target)."""
+    given = dict(options).get("draft_vocab")
+    if given is not None:
+        return int(given), "given"
+    if target.name in EAGLE3_DRAFT_VOCAB_BY_TARGET:
+        return EAGLE3_DRAFT_VOCAB_BY_TARGET[target.name], f"the published head's for {target.name}"
+    return EAGLE3_DRAFT_VOCAB, f"no head published for {target.name}: Llama-3.1-8B's"
 _OPTIONS = {"eagle3": {"draft_vocab"}, "selfspec": {"window"}, "eagle": set(), "medusa": set(), "mtp": set()}
 
 
@@ -233,8 +250,11 @@ class CappedContext(CostModel):
 
 
 def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtype: str, tp: int, *, mfu=None, mbu=None,
-              overhead=None, overlap: float = 1.0) -> HeadCost | CappedContext:
-    """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring)."""
+              overhead=None, overlap: float = 1.0, kv_dtype: str | None = None) -> HeadCost | CappedContext:
+    """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring).
+    ``dtype`` is the target's weights: EAGLE and Medusa heads ship in bfloat16 whatever the target's
+    weight-only format (int4), an MTP module and self-speculation are the target's own weights;
+    ``kv_dtype`` is the KV cache's (the head's layer caches in it too)."""
     facts = FACTS.get(spec.method, {})
     layers = int(facts.get("layers", facts.get("layers_per_module", 1)))
     if spec.method == "mtp":  # an MTP module is one of the target's blocks: its experts and latent attention too
@@ -244,11 +264,13 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                                     shared_experts=0, expert_intermediate=0, dense_layers=0, q_lora_rank=0, kv_lora_rank=0,
                                     qk_rope_head_dim=0, v_head_dim=0, mtp_layers=0,
                                     head_dim=target.v_head_dim if target.kv_lora_rank else target.head_dim)
-    kw = dict(mfu=mfu, mbu=mbu, check_memory=False, overlap=overlap)
+    kw = dict(mfu=mfu, mbu=mbu, check_memory=False, overlap=overlap, kv_dtype=kv_dtype)
     if spec.method == "selfspec":
         return CappedContext(RooflineModel(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead,
-                                           overhead_per_layer=None if overhead is None else 0.0, overlap=overlap),
+                                           overhead_per_layer=None if overhead is None else 0.0, overlap=overlap, kv_dtype=kv_dtype),
                              dict(spec.options)["window"])
+    if spec.method != "mtp":
+        dtype = WEIGHT_ONLY.get(dtype, dtype)
     probe = RooflineModel(layer, hardware, dtype, tp, **kw)
     whole = set(facts.get("replicated", {}).get("layers", ()))  # kept whole on every device (nn.Linear), not split over tp
 
@@ -275,7 +297,7 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
         parts = [block, mm("fc", facts["fc_inputs"] * h, h, "fc")]
     elif spec.method == "eagle3":
-        vocab = dict(spec.options).get("draft_vocab", EAGLE3_DRAFT_VOCAB)
+        vocab, vocab_from = eagle3_draft_vocab(target, spec.options)
         if vocab > target.vocab:
             raise DraftsimError(f"drafter {spec.label}: draft_vocab {vocab} exceeds {target.name}'s vocabulary {target.vocab}")
         block = RooflineModel(dataclasses.replace(layer, vocab=vocab), hardware, dtype, tp, **kw)
@@ -293,4 +315,7 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
         weights += mm("fusion fc", facts["fusion_inputs"] * h, h, "fusion_fc").weights * probe.bytes
     footprint = MemoryFootprint(max(weights, 0.0), float(block.kv_bytes_per_device(1, 1)),
                                 activation_bytes_per_token(block.model, tp, probe.bytes))
-    return HeadCost(f"{spec.label} head of {target.name}", parts, footprint)
+    label = f"{spec.label} head of {target.name}"
+    if spec.method == "eagle3" and vocab_from != "given":
+        label += f" (draft vocabulary {vocab:,}: {vocab_from})"
+    return HeadCost(label, parts, footprint)

@@ -27,6 +27,14 @@ operators, plus collectives and a fixed overhead:
 * with ``graph_tokens`` (an engine's CUDA-graph capture sizes) the dense operators of a call of
   N tokens run at the smallest captured size ≥ N, as a replayed graph computes its padding.
 
+**Dtypes.** ``dtype`` is the weights' dtype; activations, the GEMMs' rate and the KV cache follow
+it, except that ``int4`` weights (W4A16, as AWQ/GPTQ kernels run them) are read at half a byte
+each and multiplied at the ``bfloat16`` rate with ``bfloat16`` activations, their embedding and
+LM head kept in ``bfloat16`` (what those formats leave unquantised) — an assumption, stated in
+:data:`~draftsim.sim.cost.catalog.WEIGHT_ONLY`. ``kv_dtype`` (vLLM's ``--kv-cache-dtype``; None:
+the activations' dtype) sets the bytes of each cached and new KV entry: an FP8 cache halves
+what attention reads and what the cache holds against ``bfloat16``.
+
 Efficiency factors (``mfu``, ``mbu``, ``ici_efficiency``) come from the hardware entry and
 may be overridden. Norms, rotary embeddings, biases and softmax are neglected (a few % of the
 FLOPs and bytes of one layer). Sliding-window attention (Mistral-7B v0.1, Gemma-2 local
@@ -39,7 +47,7 @@ import numpy as np
 
 from ..errors import DraftsimError, as_count, as_positive
 from .base import BatchStats, CostModel, checked_sizes
-from .catalog import HardwareSpec, ModelSpec, dtype_bytes
+from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec, dtype_bytes
 from .memory import MemoryFootprint, activation_bytes_per_token
 from .moe import ExpertCost
 from .overheads import pad_tokens
@@ -53,7 +61,9 @@ class RooflineModel(CostModel):
     Parameters
     ----------
     model, hardware : catalog records
-    dtype : weights, activations and KV cache ("float32", "bfloat16", "float16", "float8", "int8")
+    dtype : weights (and activations and KV cache unless said otherwise): "float32", "bfloat16", "float16",
+        "float8", "int8", or "int4" (weights only; activations and compute in bfloat16)
+    kv_dtype : the KV cache's elements (None: the activations' dtype)
     tp, pp : tensor-parallel and pipeline-parallel degrees, >= 1
     mfu, mbu, ici_efficiency, overhead, overhead_per_layer : override the hardware's factors
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
@@ -66,12 +76,24 @@ class RooflineModel(CostModel):
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
                  graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
-                 expert_parallel: bool = False, kv_per_query: bool = False):
+                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
-        self.bytes = dtype_bytes(dtype)
-        self.peak = hardware.peak(dtype)
+        #: bytes of one weight of the layers' matrices
+        self.weight_bytes = dtype_bytes(dtype)
+        #: the activations' and the GEMMs' dtype (int4 weights run as W4A16)
+        self.compute_dtype = WEIGHT_ONLY.get(dtype, dtype)
+        #: bytes of one activation (and of the embedding and LM head weights of int4 weights)
+        self.bytes = dtype_bytes(self.compute_dtype)
+        self.kv_dtype = self.compute_dtype if kv_dtype in (None, "auto") else kv_dtype
+        if self.kv_dtype in WEIGHT_ONLY:
+            raise DraftsimError(f"--kv-dtype {self.kv_dtype} is a weight format; a KV cache is held in "
+                                f"{', '.join(d for d in ('auto', 'float32', 'bfloat16', 'float16', 'float8', 'int8'))}")
+        #: bytes of one KV-cache element
+        self.kv_bytes = dtype_bytes(self.kv_dtype)
+        self._head_bytes = self.bytes if dtype in WEIGHT_ONLY else self.weight_bytes
+        self.peak = hardware.peak(self.compute_dtype)
         self.mfu = hardware.mfu if mfu is None else _fraction("mfu", mfu)
         self.mbu = hardware.mbu if mbu is None else _fraction("mbu", mbu)
         self.ici_efficiency = hardware.ici_efficiency if ici_efficiency is None else _fraction("ici_efficiency", ici_efficiency)
@@ -106,7 +128,8 @@ class RooflineModel(CostModel):
                                 f"them evenly, as vLLM requires); valid: {', '.join(str(t) for t in range(1, min(model.heads, 64) + 1) if model.heads % t == 0)}")
         if (self.tp > 1 or self.pp > 1) and hardware.interconnect_bandwidth <= 0:
             raise DraftsimError(f"hardware {hardware.name!r} lists no interconnect; use --tp 1 --pp 1")
-        self.name = f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") + \
+        self.name = f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", kv {self.kv_dtype}" if self.kv_dtype != self.compute_dtype
+                                                                                 else "") + (f", tp {self.tp}" if self.tp > 1 else "") + \
             (f", pp {self.pp}" if self.pp > 1 else "") + ")"
         self._build()
         if check_memory:
@@ -122,6 +145,7 @@ class RooflineModel(CostModel):
         m, t, w = self.model, self.tp, self.bytes
         hd, h = m.head_dim, m.hidden
         q_heads = m.heads / t
+        kvw = self.kv_bytes
         kv_heads = float(np.ceil(m.kv_heads / t))  # replicated when fewer KV heads than devices
         qkv_out = (q_heads + 2 * kv_heads) * hd
         L = m.layers
@@ -132,7 +156,7 @@ class RooflineModel(CostModel):
         mlp = (mlp_w, 2 * mlp_w, h + (m.mlp_matrices - 1) * m.intermediate / t + h)
         head_w = m.vocab * h / t
         head = (head_w, 2 * head_w, h + m.vocab / t)
-        self._kv_bytes = 2 * kv_heads * hd * w * L  # per KV entry (cached or new) read, all layers
+        self._kv_bytes = 2 * kv_heads * hd * kvw * L  # per KV entry (cached or new) read, all layers
         self._q_bytes = 2 * q_heads * hd * w * L  # per new token: queries in, attention out
         self._pair_flops = 4 * q_heads * hd * L  # per query-key pair
         self._experts = None
@@ -141,7 +165,9 @@ class RooflineModel(CostModel):
             groups = [(np.array([qkv, out, mlp]), L), (np.array([head]), 1)]
         else:
             groups = self._moe_groups(qkv, out, mlp, head)
-        self._dense = [(d[:, 0] * w, d[:, 1], d[:, 2] * w, mult) for d, mult in groups]
+        # weights in the weights' dtype; the LM head (the last group) in the head's (int4: bfloat16)
+        self._dense = [(d[:, 0] * (self._head_bytes if i == len(groups) - 1 else self.weight_bytes), d[:, 1], d[:, 2] * w, mult)
+                       for i, (d, mult) in enumerate(groups)]
         self._embed_bytes = h * w  # one embedding row per new token
         self._fixed = self.overhead + self.overhead_per_layer * L
         bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
@@ -193,7 +219,7 @@ class RooflineModel(CostModel):
                 [(h * Hq * hd, 2 * h * Hq * hd, h + Hq * hd)]
             kv = [(h * (kl + r), 2 * h * (kl + r), h + kl + r), (kl * Hq * (hd - r + v), 2 * kl * Hq * (hd - r + v), kl + Hq * (hd - r + v))]
             attn = q + kv + [(Hq * v * h, 2 * Hq * v * h, Hq * v + h)]
-            self._kv_bytes = (kl + r) * w * L
+            self._kv_bytes = (kl + r) * self.kv_bytes * L
             self._q_bytes = 2 * Hq * hd * w * L
             self._pair_flops = Hq * (2 * (kl + r) + 2 * kl) * L
         groups = [(np.array(attn), L)]
@@ -209,7 +235,7 @@ class RooflineModel(CostModel):
             e = t if self.expert_parallel else 1  # devices the experts are spread over whole; else each split over t
             split = t // e
             act = (h + (m.mlp_matrices - 1) * m.expert_intermediate / split + h) * w
-            self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / split * w, act,
+            self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / split * self.weight_bytes, act,
                                        2 * m.expert_params / split, groups=e)
         groups.append((np.array([head]), 1))
         return groups
@@ -333,15 +359,17 @@ class RooflineModel(CostModel):
 
     # -- memory capacity -------------------------------------------------------------------------
     def weight_bytes_per_device(self) -> float:
-        return self.model.params * self.bytes / self.devices
+        m = self.model
+        embed = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)  # embedding and LM head (int4: kept in bfloat16)
+        return ((m.params - embed) * self.weight_bytes + embed * self._head_bytes) / self.devices
 
     def kv_bytes_per_device(self, batch, context) -> np.ndarray:
         m = self.model
         if m.kv_lora_rank:  # the latent and the rotary key, on every TP device
-            per_token = m.kv_per_token * self.bytes / self.pp
+            per_token = m.kv_per_token * self.kv_bytes / self.pp
         else:
             kv_heads = np.ceil(m.kv_heads / self.tp)
-            per_token = 2 * kv_heads * m.head_dim * self.bytes * m.layers / self.pp
+            per_token = 2 * kv_heads * m.head_dim * self.kv_bytes * m.layers / self.pp
         return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token
 
     def memory(self) -> MemoryFootprint:
@@ -372,7 +400,7 @@ class RooflineModel(CostModel):
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
-                             floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query)
+                             floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query, kv_dtype=self.kv_dtype)
 
 
 class _DenseCurve:
@@ -480,8 +508,9 @@ def fit_overhead(roofline: RooflineModel, batch, new_tokens, context, seconds, f
     fits = []
     for mfu in np.geomspace(0.01, 1.0, 64):
         candidate = RooflineModel(roofline.model, roofline.hardware, roofline.dtype, roofline.tp, roofline.pp, mfu=float(mfu),
-                                  mbu=roofline.mbu, ici_efficiency=roofline.ici_efficiency, check_memory=False)
+                                  mbu=roofline.mbu, ici_efficiency=roofline.ici_efficiency, check_memory=False, kv_dtype=roofline.kv_dtype)
         fits.append((*best(candidate), float(mfu)))
     _, overhead, mfu = min(fits)
     return RooflineModel(roofline.model, roofline.hardware, roofline.dtype, roofline.tp, roofline.pp, mfu=mfu, mbu=roofline.mbu,
-                         ici_efficiency=roofline.ici_efficiency, overhead=overhead, overhead_per_layer=0.0, check_memory=False)
+                         ici_efficiency=roofline.ici_efficiency, overhead=overhead, overhead_per_layer=0.0, check_memory=False,
+                         kv_dtype=roofline.kv_dtype)
