@@ -85,7 +85,7 @@ def test_vllm_results_give_a_decode_step_per_run_and_the_prefill_of_light_runs(t
     # its fitted overhead holds the measured engine's: engine overheads on top are refused in one line
     status, text, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm-calibrated", "--catalog", str(out),
                             "--overheads", "vllm")
-    assert status == 2 and text == "" and len(err.strip().splitlines()) == 1 and "use --overheads none" in err
+    assert status == 2 and text == "" and len(err.strip().splitlines()) == 1 and "use --engine none" in err  # --overheads: the old name of --engine
     # check-serve's default engine is then none, and it says the hardware is calibrated
     status, text, err = run(capsys, "check-serve", "--vllm-result", str(files[1]), "--target", "llama-3.1-8b",
                             "--hardware", "h100-sxm-calibrated", "--catalog", str(out))
