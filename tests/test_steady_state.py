@@ -349,7 +349,9 @@ def test_capacity_does_not_depend_on_the_spec_duration(tmp_path, capsys):
     """The same search with 60 s and 600 s of arrivals: each one's 95% interval holds its
     bracket and the other's capacity, and the 60 s one lengthened the runs that had not settled
     (said in its output) rather than reading a rising batch as capacity. Measured: 60 s: 2.0
-    req/s [1.46, 2.27]; 600 s: 2.0 [1.72, 2.18]; 13 + 40 CPU seconds on the 2-core machine."""
+    req/s, bracket [2, 2.18], 95% [1.83, 2.38], its runs lengthened to 240 s; 600 s: 2.0, [2, 2.18],
+    [1.83, 2.18]; 17 + 49 CPU seconds on the 2-core machine. Before the steady state was measured,
+    the 60 s search said 2.38 req/s (794 tokens/s at it, against 2.38 × 481 = 1,144 offered)."""
     found = {}
     for duration in (60.0, 600.0):
         spec = tmp_path / f"cap{duration:g}.toml"

@@ -5,8 +5,9 @@ A run starts empty and stops admitting arrivals at its last arrival; what a team
 deployment on is the server in between, at its steady state. :func:`steady_state` finds it:
 
 * **Series.** N(t), the requests in the system (arrived, not finished), time-averaged over
-  1,000 equal bins of [first arrival, last arrival], exactly (:func:`occupancy`). N starts at 0 and rises to its stationary
-  level (Little's law: λ × mean E2E) — that rise is the warm-up, the batch filling up.
+  1,000 equal bins of [first arrival, last arrival], exactly (:func:`occupancy`). N starts at 0
+  and rises to its stationary level (Little's law: λ × mean E2E) — that rise is the warm-up,
+  the batch filling up.
 * **Warm-up: MSER-5** (White 1997, "An effective truncation heuristic for bias reduction in
   simulation output", Simulation 69(6):323–334; White, Cobb & Spratt 2000, "A comparison of five
   steady-state truncation heuristics for simulation", Proc. Winter Simulation Conference):
@@ -14,10 +15,11 @@ deployment on is the server in between, at its steady state. :func:`steady_state
   MSER(d) = Σ_{j>d} (Z_j − Z̄_d)² / (k − d)², the squared standard error of the mean of what
   is kept. d is searched over the first half of the batches only: near the end MSER is
   minimised by chance on a handful of batches, and a minimum at the half-way limit means the
-  series was still moving (Hoad, Robinson & Davies 2010, "Automating warm-up length
-  estimation", J. Operational Research Society 61(9):1389–1403, reject a truncation point in
-  the second half of the data: the run is too short). Then the run is **not steady**.
-* **Queue growth.** Over the window, a least-squares trend through 10 batch means of the
+  series was still moving — the MSER literature's rule that a truncation point in the second
+  half of the data signals a run too short (White, Cobb & Spratt 2000; Hoad, Robinson & Davies
+  2010, "Automating warm-up length estimation", J. Operational Research Society
+  61(9):1389–1403). Then the run is **not steady**.
+* **Queue growth.** Over [MSER-5's cut, last arrival], a least-squares trend through 10 batch means of the
   waiting requests W(t) (arrived, not yet admitted; batch means as near-independent
   observations: Law 2015, *Simulation Modeling and Analysis*, 5th ed., §9.5.3), tested
   one-sided at 95% (Student t, 8 degrees of freedom). A significant rise of W by more than 5% of
@@ -55,9 +57,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["SteadyState", "steady_state", "mser", "occupancy", "trend", "emitted_between", "latency_tail", "describe", "MIN_REQUESTS", "NOT_SETTLED"]
+__all__ = ["SteadyState", "steady_state", "mser", "occupancy", "trend", "emitted_between", "latency_tail", "describe",
+           "MIN_REQUESTS", "NOT_SETTLED"]
 
-#: Fewest requests for a steady-state test (10 batches of 5 in MSER-5).
+#: Fewest requests for a steady-state test (fewer: the whole run is measured, ``tested`` False).
 MIN_REQUESTS = 50
 #: Raw observations (time bins) of the series MSER-5 truncates: 200 batches of 5. (Fewer, as many
 #: as the requests, made the half-way test fail by chance on a tenth of stable 55-request runs.)
