@@ -176,14 +176,17 @@ def sweep_report(config, serving, rows: list[dict], cross, folder: Path) -> dict
     table = Table("Speculation against none at each load", ["qps", "E2E none (ms)", "E2E spec (ms)", "speedup", "TPOT speedup",
                                                              "throughput ratio", "mean batch"],
                   [[f"{r['qps']:g}", f"{r['ar']['e2e']['mean'] * 1e3:.2f}", f"{r['spec']['e2e']['mean'] * 1e3:.2f}", f"{r['speedup']:.3f}",
-                    f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}", f"{r['spec']['mean_batch']:.1f}"] for r in rows])
+                    f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}",
+                    f"{r['spec']['mean_batch']:.1f}" + ("" if r.get("steady", True) else " (not steady)")] for r in rows])
     if cross is None:
         verdict = f"speculation pays at every load tested (up to {max(r['qps'] for r in rows):g} req/s)"
     elif not np.isfinite(cross):
         verdict = f"speculation does not pay even at the lowest load tested ({min(r['qps'] for r in rows):g} req/s)"
     else:
         verdict = f"crossover: speculation stops paying at about {cross:.3g} req/s"
-    table.note = verdict
+    unsteady = [r for r in rows if not r.get("steady", True)]
+    table.note = verdict + (f". Not at steady state at {', '.join(format(r['qps'], 'g') for r in unsteady)} req/s: "
+                            f"{unsteady[0]['steady_reason']}" if unsteady else "")
     lo, hi = rows[0], rows[-1]
     summaries = {f"spec @ {lo['qps']:g}": lo["spec"], f"none @ {lo['qps']:g}": lo["ar"]}
     if hi is not lo:
