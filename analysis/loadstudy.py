@@ -142,11 +142,19 @@ def latency_cdfs(path, runs: dict, slo=None, title: str = "") -> Path:
 
 
 def load_over_time(path, run, kv_blocks: int | None = None, title: str = "") -> Path:
-    """Batch size, waiting requests and KV use over time (replica 0 of a run)."""
+    """Batch size, waiting requests and KV use over time (replica 0 of a run), the warm-up and
+    the drain that the steady-state figures leave out shaded (:mod:`draftsim.sim.serving.steady`)."""
+    from ..sim.serving.steady import steady_state
+
     s = run.steps
     mine = s["replica"] == 0
     t = s["start"][mine]
     fig, ax = plt.subplots(figsize=(8, 3.6))
+    ss = steady_state(run.arrival, run.admitted, run.finish)
+    if ss.tested:
+        first, last = float(np.nanmin(run.arrival)), float(np.nanmax(run.finish))
+        ax.axvspan(first, ss.start, color="grey", alpha=0.15, lw=0, label="warm-up (cut)")
+        ax.axvspan(ss.end, last, color="grey", alpha=0.3, lw=0, label="drain (cut)")
     ax.step(t, s["batch"][mine], where="post", lw=0.8, label="batch size")
     ax.step(t, s["waiting"][mine], where="post", lw=0.8, label="waiting")
     ax.set_xlabel("time (s)")
