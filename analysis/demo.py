@@ -305,14 +305,16 @@ SIM_TOKENS = 100_000
 SERVING_REQUESTS = 600
 
 
-def serving_rows(serving: dict, keeps_up: float = 0.9) -> list[dict]:
-    """The serving study's rows, each with ``overloaded``: the servers (speculative, plain) that
-    served fewer than ``keeps_up`` of the offered requests per second — their queue grew through
-    the run, so that row's latency is the run's, not a steady state, and grows with its length."""
+def serving_rows(serving: dict) -> list[dict]:
+    """The serving study's rows, each with ``status``: "" where both servers reached their steady
+    state (:mod:`draftsim.sim.serving.steady`), else per server "overloaded" (its queue grows: the
+    row's latency is the run's and grows with its length) or "not settled" (the run was too short
+    to tell)."""
     rows = []
     for r in serving["rows"]:
-        over = [name for name, side in (("speculative", "spec"), ("plain", "ar")) if r[f"{side}_served"] < keeps_up]
-        rows.append({**r, "overloaded": over})
+        said = [f"{name} {'overloaded' if r[f'{side}_overloaded'] else 'not settled'}"
+                for name, side in (("speculative", "spec"), ("plain", "ar")) if not r[f"{side}_steady"]]
+        rows.append({**r, "status": ", ".join(said)})
     return rows
 
 
@@ -326,8 +328,8 @@ def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = SIM_TOKENS, real:
     ``bar(total, desc)`` is a context manager whose ``update(n)`` counts the Monte Carlo checks.
     Sizes: ``sim_tokens`` tokens per Monte Carlo check (100,000 puts its standard error near
     0.4% of the EWIF it checks); ``serving_requests`` requests per load of the serving study
-    (with 200 the crossover read 4.26 req/s, with 600 and 2,000 4.06: 600 is the least that
-    gives the long-run answer).
+    (the crossover reads 4.19 req/s with 200, 4.10 with 400, 4.04 with 600 and 4.06 with 2,000;
+    with 600 every load up to 4 req/s reaches its steady state for both servers).
 
     Returns ``{"settings": [(Setting, [Strategy, ...]), ...], "simulations": [...],
     "optimisation": ..., "replay": ..., "serving": ..., "real": ..., "figures": [Path, ...]}``.

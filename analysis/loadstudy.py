@@ -194,9 +194,9 @@ def serving_study(out_dir=None, *, qps=(0.5, 1, 2, 4, 8, 16, 32), requests: int 
     rows = sweep_qps(config, make, qps, seed=seed)
     cross = crossover(rows)
     out = {"pair": "llama-2-70b (tp 4) / llama-2-7b on h100-sxm", "policy": "fixed:k=4", "alpha": 0.8,
-           "rows": [{**{k: r[k] for k in ("qps", "speedup", "tpot_speedup", "throughput_ratio")},
-                     # requests served per second over those offered: well below 1, the queue grew through the run
-                     "spec_served": r["spec"]["request_throughput"] / r["qps"], "ar_served": r["ar"]["request_throughput"] / r["qps"]}
+           "rows": [{**{k: r[k] for k in ("qps", "speedup", "tpot_speedup", "throughput_ratio", "steady", "steady_reason")},
+                     # each server's own steady-state verdict (draftsim.sim.serving.steady)
+                     **{f"{side}_{flag}": bool(r[side][flag]) for side in ("spec", "ar") for flag in ("steady", "overloaded")}}
                     for r in rows], "crossover_qps": cross}
     if out_dir is not None:
         path = Path(out_dir) / "serving_speedup.png"

@@ -105,12 +105,17 @@ def test_run_demo_writes_its_four_figures_under_out_only_and_says_each_stage(tmp
     assert len(starts) == 6 and starts == ends
 
 
-@given(st.lists(st.tuples(st.floats(0.01, 2.0), st.floats(0.01, 2.0)), min_size=1, max_size=8), st.floats(0.5, 1.0))
-def test_serving_rows_name_the_servers_that_fell_behind(served, keeps_up):
-    rows = [{"qps": 1.0 + i, "speedup": 1.0, "tpot_speedup": 1.0, "throughput_ratio": 1.0, "spec_served": s, "ar_served": a}
-            for i, (s, a) in enumerate(served)]
-    for row, (s, a) in zip(demo.serving_rows({"rows": rows}, keeps_up), served):
-        assert ("speculative" in row["overloaded"]) == (s < keeps_up) and ("plain" in row["overloaded"]) == (a < keeps_up)
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=8))
+def test_serving_rows_name_each_server_that_did_not_settle(flags):
+    rows = [{"qps": 1.0 + i, "speedup": 1.0, "tpot_speedup": 1.0, "throughput_ratio": 1.0, "steady": ss and sa, "steady_reason": "",
+             "spec_steady": ss, "spec_overloaded": so and not ss, "ar_steady": sa, "ar_overloaded": ao and not sa}
+            for i, (ss, so, sa, ao) in enumerate(flags)]
+    for row, (ss, so, sa, ao) in zip(demo.serving_rows({"rows": rows}), flags):
+        assert (row["status"] == "") == (ss and sa)
+        assert ("speculative overloaded" in row["status"]) == (so and not ss)
+        assert ("speculative not settled" in row["status"]) == (not so and not ss)
+        assert ("plain overloaded" in row["status"]) == (ao and not sa)
+        assert ("plain not settled" in row["status"]) == (not ao and not sa)
 
 
 @given(st.floats(-0.9, 5.0), st.floats(0.001, 1.0), st.floats(1.0, 100.0))

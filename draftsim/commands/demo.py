@@ -136,11 +136,11 @@ def run(args: argparse.Namespace) -> int:
     sv = result.serving
     print(f"Serving study ({sv['pair']}, {sv['policy']}, alpha {sv['alpha']:g}, 512-token prompts, 256-token outputs, Poisson):")
     rows = serving_rows(sv)
-    print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio", "overloaded"],
-                       [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"], " + ".join(r["overloaded"]) or "-"] for r in rows]))
-    if any(r["overloaded"] for r in rows):
-        print("overloaded: that server served under 90% of the offered requests per second, so its queue grew through the run: "
-              "the row's latency is this run's, not a steady state, and grows with the run's length")
+    print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio", "steady state"],
+                       [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"], r["status"] or "both"] for r in rows]))
+    if any(r["status"] for r in rows):
+        print("steady state: warm-up and drain cut (MSER-5); an overloaded server's queue grows, so its row's latency is this run's "
+              "and grows with the run's length; not settled: the run was too short to tell")
     cross = sv["crossover_qps"]
     if cross is None:
         print("speculation pays at every load swept")
