@@ -324,7 +324,8 @@ def test_table_shows_bracket_interval_margin_and_run_length():
 # ------------------------------------------------------------------ duration independence
 
 #: Llama-3.1-70B on 4 H100s (TP 4) with ShareGPT's lengths (the cited preset), vLLM's engine
-#: defaults; the question of issue 36: p99 TTFT <= 2 s and p90 TPOT <= 60 ms.
+#: defaults; the question of issue 36: p99 TTFT <= 2 s and p90 TPOT <= 60 ms. Three seeds per
+#: rate (the spec's replications: the intervals), one serve-sim run each.
 CAPACITY_70B = """
 version = 1
 kind = "serve"
@@ -337,6 +338,7 @@ tp = 4
 policy = "ar"
 workload = "sharegpt"
 duration = {duration}
+replications = 1
 [capacity]
 slo = {{ ttft_p99 = 2.0, tpot_p90 = 0.06 }}
 start = 1.0
@@ -349,9 +351,10 @@ def test_capacity_does_not_depend_on_the_spec_duration(tmp_path, capsys):
     """The same search with 60 s and 600 s of arrivals: each one's 95% interval holds its
     bracket and the other's capacity, and the 60 s one lengthened the runs that had not settled
     (said in its output) rather than reading a rising batch as capacity. Measured: 60 s: 2.0
-    req/s, bracket [2, 2.18], 95% [1.83, 2.38], its runs lengthened to 240 s; 600 s: 2.0, [2, 2.18],
-    [1.83, 2.18]; 17 + 49 CPU seconds on the 2-core machine. Before the steady state was measured,
-    the 60 s search said 2.38 req/s (794 tokens/s at it, against 2.38 × 481 = 1,144 offered)."""
+    req/s, bracket [2, 2.18], 95% [1.54, 2.59], its runs lengthened to 240 s; 600 s: 2.0,
+    [2, 2.18], [1.68, 2.18]; 7.5 + 14.3 CPU seconds. Before the steady state was measured, the
+    60 s search (three serve-sim replications per seed) said 2.38 req/s (794 tokens/s at it,
+    against 2.38 × 481 = 1,144 offered), the 600 s one 2.0."""
     found = {}
     for duration in (60.0, 600.0):
         spec = tmp_path / f"cap{duration:g}.toml"
