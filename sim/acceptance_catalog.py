@@ -17,6 +17,11 @@ the conditional rates (flat for EAGLE-3, falling for EAGLE; EAGLE-3 paper Fig. 7
 The file is validated entry by entry when read; a bad field raises one-line
 :class:`DraftsimError` naming the file, the entry and the field.
 
+A value given as a range is a bracket: ``NAME@low`` and ``NAME@high`` are the entry at each end
+(:meth:`AcceptanceEntry.end`), so a team runs both and reports both. An entry is used on its own
+target with its own drafting method; :func:`check_use` refuses another, or with ``borrow`` says
+in one line per difference what was borrowed (every output carries those lines).
+
     >>> entry = acceptance_entry("eagle3-llama-3.1-8b-vllm-issue20780")
     >>> entry.chain_lengths, round(entry.mean_length(4), 2)
     ((2, 3, 4, 5, 6, 7), 3.08)
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -55,6 +60,7 @@ __all__ = [
     "acceptance_entry",
     "list_entries",
     "check_target",
+    "check_use",
     "same_model",
 ]
 
@@ -188,12 +194,43 @@ class AcceptanceEntry:
             raise DraftsimError(f"acceptance entry {self.name!r} reports a {self.reported.replace('_', ' ')} only at "
                                 f"{self._valid_ks()}; got k={k} (a mean at one k does not give another k's)")
         if isinstance(value, Range):
-            raise DraftsimError(f"acceptance entry {self.name!r} reports a range {value.low}..{value.high} at k={k}, not one value; "
-                                "choose a value inside it and give it as rates explicitly")
+            raise DraftsimError(f"acceptance entry {self.name!r} reports a range {value.low}..{value.high} at k={k}, not one value: "
+                                f"use its ends as a bracket, {self.name}@low and {self.name}@high (run both and report both)")
         length = value if self.reported == "mean_length" else mean_length_from_draft_rate(value, k)
         nothing = [s.values[k] for s in self.shape if s.what == "share_of_steps_accepting_nothing" and k in s.values]
         first = 1.0 - nothing[0] if nothing else None
         return conditional_from_mean_length(length, k, first=first)
+
+    def share_without_proposal(self, k) -> float | None:
+        """The share of steps that drafted nothing (no n-gram match) at chain length ``k`` where
+        the source counts it (shape ``share_of_steps_without_proposal`` at that k, or for any k);
+        None where it does not."""
+        for s in self.shape:
+            if s.what == "share_of_steps_without_proposal":
+                if k in s.values:
+                    return float(s.values[k])
+                if None in s.values:
+                    return float(s.values[None])
+        return None
+
+    @property
+    def ranges(self) -> dict:
+        """The values the source gives as ranges, by k."""
+        return {k: v for k, v in self.values.items() if isinstance(v, Range)}
+
+    def end(self, which: str) -> "AcceptanceEntry":
+        """The entry with every range replaced by its ``"low"`` or ``"high"`` end (named
+        ``NAME@low`` / ``NAME@high``): a published range used as a bracket, one run per end.
+        Refused for an entry that reports no range."""
+        if which not in ("low", "high"):
+            raise DraftsimError(f"acceptance entry {self.name!r}: a bracket's end is low or high; got {which!r}")
+        if not self.ranges:
+            raise DraftsimError(f"acceptance entry {self.name!r} reports no range, so it has no {which} end; use {self.name}")
+        values = {k: (getattr(v, which) if isinstance(v, Range) else v) for k, v in self.values.items()}
+        bracket = ", ".join(f"k={k}: {v.low}..{v.high}" for k, v in sorted(self.ranges.items()))
+        return replace(self, name=f"{self.name}@{which}", values=values,
+                       assumptions=(*self.assumptions, f"the {which} end of the published range ({bracket}); "
+                                                       f"{self.name}@{'high' if which == 'low' else 'low'} is the other end"))
 
     def cumulative(self, k) -> np.ndarray:
         """Cumulative rates a_1..a_k (vLLM's per-position acceptance) for a chain of ``k``."""
@@ -381,8 +418,12 @@ def _load(path: str, stamp: int) -> tuple:
 
 
 def acceptance_entry(name: str, path=None) -> AcceptanceEntry:
-    """The entry called ``name``; an unknown name raises :class:`DraftsimError` listing close ones."""
+    """The entry called ``name`` (``NAME@low`` / ``NAME@high``: an end of its published range,
+    :meth:`AcceptanceEntry.end`); an unknown name raises :class:`DraftsimError` listing close ones."""
     catalog = load_catalog(path)
+    base, at, which = str(name).rpartition("@") if "@" in str(name) else (str(name), "", "")
+    if at and base in catalog:
+        return catalog[base].end(which)
     if name in catalog:
         return catalog[name]
     raise unknown("acceptance entry", name, list(catalog), known=f"{len(catalog)} entries (draftsim acceptance lists them)")
@@ -439,3 +480,30 @@ def check_target(entry: AcceptanceEntry | str, target: str) -> AcceptanceEntry:
         hint = f"entries for {target!r}: {', '.join(mine[:6])}{' …' if len(mine) > 6 else ''}" if mine else f"the catalog has no entry for {target!r}"
         raise DraftsimError(f"acceptance entry {entry.name!r} was measured on {entry.target!r}, not on the target {target!r}; {hint}")
     return entry
+
+
+def check_use(entry: AcceptanceEntry | str, target: str | None = None, method: str | None = None,
+              borrow: bool = False) -> list[str]:
+    """Whether ``entry`` may price this run: measured on ``target`` (None: no target named) with
+    ``method`` (the drafter's, as :data:`METHODS` names them; None: not known). A difference is
+    refused in one line naming both sides, or with ``borrow`` returned as one warning line each
+    (the caller puts them in every output); an end of a range adds the line saying so."""
+    if isinstance(entry, str):
+        entry = acceptance_entry(entry)
+    warnings = []
+    if target and (entry.target is None or not same_model(entry.target, target)):
+        if not borrow:
+            try:
+                check_target(entry, target)
+            except DraftsimError as exc:
+                raise DraftsimError(f"{exc}; add --borrow to use it anyway (every output then says so)") from None
+        warnings.append(f"acceptance borrowed: entry {entry.name!r} was measured on "
+                        f"{entry.target or 'a target its source does not name'}, not on {target}")
+    if method and method != entry.method:
+        if not borrow:
+            raise DraftsimError(f"acceptance entry {entry.name!r} was measured with drafting method {entry.method}, the drafter here "
+                                f"is {method}; pick an entry of {method} (draftsim acceptance --method {method}) or add --borrow")
+        warnings.append(f"acceptance borrowed: entry {entry.name!r} was measured with {entry.method}, the drafter here is {method}")
+    if "@" in entry.name:
+        warnings.append(f"acceptance bracket: {entry.assumptions[-1]}")
+    return warnings

@@ -85,10 +85,13 @@ def test_an_entry_for_another_target_is_refused(capsys):
 
 def test_serving_with_a_catalog_entry_reproduces_its_published_mean_length(capsys):
     """vLLM issue 20780: EAGLE-3 on Llama-3.1-8B, k=3, mean acceptance length 2.79."""
+    # the entry is EAGLE-3's, the drafter priced here a draft model: borrowed knowingly (--borrow), and said so
     status, out, err = run(capsys, "serve-sim", "--json", "--policy", "fixed:k=3", "--acceptance", "eagle3-llama-3.1-8b-vllm-issue20780",
-                           "--target", "llama-3.1-8b", "--drafter-model", "qwen2.5-0.5b", "--hardware", "h100-sxm",
+                           "--borrow", "--target", "llama-3.1-8b", "--drafter-model", "qwen2.5-0.5b", "--hardware", "h100-sxm",
                            "--requests", "60", "--qps", "2", "--output-len", "256")
     assert status == 0, err
+    assert "measured with eagle3, the drafter here is draft_model" in err
+    assert any("measured with eagle3, the drafter here is draft_model" in w for w in json.loads(out)["warnings"])
     sd = json.loads(out)["spec_decode"]
     assert acceptance_entry("eagle3-llama-3.1-8b-vllm-issue20780").mean_length(3) == pytest.approx(2.79)
     assert sd["mean_acceptance_length"] == pytest.approx(2.79, abs=0.05)

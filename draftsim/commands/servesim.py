@@ -39,7 +39,7 @@ from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
 from .costing import HARDWARE, SHAPES_TITLES, HardwareOptions
-from .simulation import ACCEPTANCE, AcceptanceOptions, build_process, float_list
+from .simulation import ACCEPTANCE, AcceptanceOptions, acceptance_warnings, build_process, float_list, report_warnings
 
 #: CPU seconds per simulated request (measured by benchmarks/bench_serving.py, upper value).
 SECONDS_PER_REQUEST = 1e-3
@@ -345,6 +345,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
 def run(args: argparse.Namespace) -> int:
     config = from_namespace(ServeSimConfig, args)
     result = serve_sim(config, count_bar)
+    report_warnings(acceptance_warnings(config, config.target), result.data)  # --acceptance NAME --borrow: stderr and --json
     if args.json:
         a.emit_json(result.to_dict())
         return 0

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
-from draftsim.sim.acceptance_catalog import acceptance_entry, check_target
+from draftsim.sim.acceptance_catalog import METHODS, acceptance_entry, check_use
 from draftsim.sim.acceptance_import import StepLengths, load_acceptance_file
 from draftsim.sim.cost import CallCost, Costs
 from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError, as_probability, parse_number, parse_numbers
@@ -56,7 +57,13 @@ class AcceptanceOptions:
     conditional: bool = option(False, "read --positional as conditional rates c_i = P(token i accepted | 1..i-1 accepted) "
                                "(the EAGLE papers' n-alpha; a_i = c_1...c_i)", flag=True, group=ACCEPTANCE)
     acceptance: str | None = option(help="a published acceptance entry, cited (draftsim acceptance lists them; its rates for the "
-                                    "policy's k)", metavar="NAME", group=ACCEPTANCE)
+                                    "policy's k; NAME@low / NAME@high: the ends of a published range, a bracket to run both of; "
+                                    "an n-gram entry whose source counts the steps that found no match sets --match unless it is "
+                                    "given); it must have been measured on --target with --drafter-model's method", metavar="NAME",
+                                    group=ACCEPTANCE)
+    borrow: bool = option(False, "use the --acceptance entry although it was measured on another target or with another drafting "
+                          "method: a warning line on stderr and a 'warnings' field in --json say what was borrowed", flag=True,
+                          group=ACCEPTANCE)
     markov: str | None = option(help="Markov-modulated: acceptance per hidden regime (each sequence its own path)", metavar="A1,A2,...",
                                 group=ACCEPTANCE)
     stay: str | None = option(help="Markov-modulated: probability of staying in each regime (default 0.95)", metavar="P1,P2,...",
@@ -149,6 +156,8 @@ class SimulateResult:
     analytic_ewif: float | None
     cost_from: dict | None = None
     timeline_path: str | None = None
+    #: what the run's --acceptance entry borrowed or bracketed (acceptance_warnings): stderr and --json
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -167,6 +176,8 @@ class SimulateResult:
             out["cost_from"] = self.cost_from
         if self.timeline_path:
             out["timeline_path"] = self.timeline_path
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         return out
 
 
@@ -193,6 +204,12 @@ def build_process(args, n_models: int, max_draft: int | None = None, target: str
     """The acceptance process the options name, checked. ``max_draft`` is the policy's longest
     draft: per-position rates (``--positional``, ``--acceptance``) must cover it; ``target`` the
     target model, when one is given: an ``--acceptance`` entry measured on another model is refused.
+
+    An ``--acceptance`` entry must match the target and the first drafter's method
+    (:func:`draftsim.sim.acceptance_catalog.check_use`; ``--borrow`` turns a refusal into the
+    warnings :func:`acceptance_warnings` lists); where its source counted the steps that found no
+    match (``share_of_steps_without_proposal`` at the policy's k) and ``--match`` is left at 1,
+    the match share is the entry's.
 
     Per-position rates follow :mod:`draftsim.sim.acceptance_rates`: ``--positional`` reads
     cumulative rates (vLLM's), or conditional ones with ``--conditional``. ``--acceptance-file``
@@ -221,11 +238,16 @@ def build_process(args, n_models: int, max_draft: int | None = None, target: str
         if isinstance(measured, StepLengths):
             return measured.process(**noise) if per_request else measured.pooled(k, **noise)
         return measured.process(k, **noise)
+    if getattr(args, "borrow", False) and args.acceptance is None:
+        raise DraftsimError("--borrow applies to --acceptance NAME (an entry measured on another target or method)")
     if args.acceptance is not None:
         entry = acceptance_entry(args.acceptance)
-        if target:
-            check_target(entry, target)
-        return entry.process(_draft_positions("--acceptance", max_draft), **noise)
+        check_use(entry, target, drafter_method(args), borrow=getattr(args, "borrow", False))
+        k = _draft_positions("--acceptance", max_draft)
+        share = entry.share_without_proposal(k)
+        if share is not None and args.match == 1.0:  # the source counted the steps that found no match
+            noise["match"] = 1.0 - share
+        return entry.process(k, **noise)
     if args.positional is not None:
         values = as_probability("--positional", float_list("--positional", args.positional))
         if max_draft is not None and values.size < max_draft:
@@ -253,6 +275,36 @@ def build_process(args, n_models: int, max_draft: int | None = None, target: str
     for src, dst, val in parse_pairs(args.pair, size):
         matrix[src, dst] = val
     return A.Bernoulli(matrix, **noise)
+
+
+def drafter_method(args) -> str | None:
+    """The first drafter's method as the acceptance catalog names methods (``--drafter-model``:
+    eagle3, mtp, ngram, a model name = draft_model, ...); None where no drafter is named."""
+    from draftsim.sim.cost.methods import parse_drafter
+
+    drafters = getattr(args, "drafter_model", None) or []
+    if not drafters:
+        return None
+    method = parse_drafter(drafters[0]).method
+    return method if method in METHODS or method in ("maxgram", "bigram", "selfspec") else None
+
+
+def acceptance_warnings(args, target: str | None = None) -> list[str]:
+    """The lines every output of a run carries about its ``--acceptance`` entry: what
+    ``--borrow`` borrowed (another target, another method) and which end of a published range it
+    uses (:func:`draftsim.sim.acceptance_catalog.check_use`); empty without an entry."""
+    if getattr(args, "acceptance", None) is None:
+        return []
+    return check_use(acceptance_entry(args.acceptance), target, drafter_method(args), borrow=getattr(args, "borrow", False))
+
+
+def report_warnings(lines: list[str], data: dict | None = None) -> None:
+    """Each warning as one stderr line (``warning: ...``) and, given the JSON document ``data``,
+    its ``warnings`` field."""
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)
+    if data is not None and lines:
+        data["warnings"] = list(lines)
 
 
 def _draft_positions(flag: str, max_draft: int | None) -> int:
@@ -355,13 +407,15 @@ def simulate(config: SimulateConfig, progress=None) -> SimulateResult:
 
         timeline(config.timeline_png, result.timeline)
     return SimulateResult(result, typed(SimMetrics, result.metrics), typed(RequestStats, result.requests or None),
-                          predicted_ewif(policy, process, costs), cost_info, config.timeline)
+                          predicted_ewif(policy, process, costs), cost_info, config.timeline,
+                          warnings=acceptance_warnings(config, config.target))
 
 
 def run(args: argparse.Namespace) -> int:
     config = from_namespace(SimulateConfig, args)
     with token_bar(config.tokens, "simulating") as bar:
         out = simulate(config, progress=bar.update)
+    report_warnings(out.warnings)
     if args.json:
         a.emit_json(out.to_dict())
         return 0
