@@ -227,7 +227,7 @@ def test_a_refused_run_makes_no_report_folder(tmp_path, capsys):
 
 
 def test_the_setup_names_the_baselines_own_price_when_the_engine_gives_one():
-    """Under --overheads sglang the run without speculation is priced apart (host work overlapped):
+    """Under --engine sglang the run without speculation is priced apart (host work overlapped):
     the report's setup says so; under vllm it has no such row."""
     from draftsim.api import ServeSimConfig
     from draftsim.commands.reporting import assumptions
@@ -235,7 +235,7 @@ def test_the_setup_names_the_baselines_own_price_when_the_engine_gives_one():
 
     for engine, expect in (("sglang", True), ("vllm", False)):
         config = ServeSimConfig(target="llama-3.1-8b", hardware="h100-sxm", drafter_model=["eagle3"], policy="fixed:k=3", alpha=0.7,
-                                overheads=engine)
+                                engine=engine)
         rows = {what: (value, src) for what, value, src in assumptions(config, serving_config(config))}
         assert ("target without speculation" in rows) == expect
         if expect:
