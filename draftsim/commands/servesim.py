@@ -75,12 +75,15 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     output_len: str | None = option(help="output length distribution (default fixed:256, or the --workload preset's)", group="workload")
     request_trace: str | None = option(help="CSV/JSONL request trace (Azure or Vidur columns)", metavar="FILE", group="workload")
     priorities: int = option(1, "priority classes drawn uniformly (default 1)", type=a.count("priorities", 1, 1 << 16), group="workload")
-    max_num_seqs: int = option(256, "most running requests (default 256)", type=a.count("max_num_seqs", 1, 1 << 16), group="scheduler")
-    max_num_batched_tokens: int = option(2048, "token budget per step (default 2048)", type=a.count("max_num_batched_tokens", 1, 1 << 24),
-                                         group="scheduler")
+    max_num_seqs: int | None = option(help="most running requests (default: the engine's on the device, e.g. vllm 1024 on an "
+                                      "H100, 256 on an A100; 256 for profiles)", type=a.count("max_num_seqs", 1, 1 << 16), group="scheduler")
+    max_num_batched_tokens: int | None = option(help="token budget per step (default: the engine's on the device, e.g. vllm 8192 on an "
+                                                "H100, 2048 on an A100; 2048 for profiles)",
+                                                type=a.count("max_num_batched_tokens", 1, 1 << 24), group="scheduler")
     no_chunked_prefill: bool = option(False, "prefill prompts whole", flag=True, group="scheduler")
     scheduling: str = option("fcfs", "waiting-queue order (default fcfs)", choices=SCHEDULING_POLICIES, group="scheduler")
-    block_size: int = option(16, "KV block size in tokens (default 16)", type=a.count("block_size", 1, 4096), group="scheduler")
+    block_size: int | None = option(help="KV block size in tokens (default: the engine's, 16 for vllm)", type=a.count("block_size", 1, 4096),
+                                    group="scheduler")
     kv_tokens: int | None = option(help="KV capacity in tokens per replica (default: from the hardware's memory for roofline models; "
                                    "unlimited for measured profiles)", type=a.count("kv_tokens", 1), group="scheduler")
     separate_drafter: bool = option(False, "drafters on a device of their own (not in the target's memory)", flag=True, group="scheduler")
@@ -243,14 +246,39 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
                             f"(got {len(built.drafters)})")
     if config.priorities > 1 and config.scheduling != "priority":
         raise DraftsimError(f"--priorities {config.priorities} needs --scheduling priority")
-    sched = SchedulerConfig(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-                            chunked_prefill=not config.no_chunked_prefill, policy=config.scheduling, block_size=config.block_size)
+    sched = scheduler_config(config, built)
     slo = SLO(ttft=config.slo_ttft or float("inf"), tpot=config.slo_tpot or float("inf"))
     speculates = policy.n_models > 1
     target = built.target if speculates or built.plain_target is None else built.plain_target
     return ServingConfig(policy, process, target, built.drafters, controller=controller, scheduler=sched, kv_tokens=config.kv_tokens,
                          separate_drafter=config.separate_drafter, replicas=config.replicas, router=config.router, slo=slo,
                          plain_target=built.plain_target if speculates else None, engine=built.engine)
+
+
+def scheduler_config(config: ServeSimConfig, built) -> SchedulerConfig:
+    """The scheduler: each option the user set, else the engine's default on the device
+    (:meth:`draftsim.sim.cost.assembly.Assembly.scheduler_defaults`, cited in
+    sim/data/engines.json); a profile-priced deployment takes the ``none`` entry's."""
+    d = built.scheduler_defaults() if built is not None else None
+    if d is None:
+        from draftsim.sim.cost.overheads import ENGINES
+
+        d = ENGINES["none"].scheduler(_NO_DEVICE)
+    return SchedulerConfig(max_num_seqs=config.max_num_seqs if config.max_num_seqs is not None else d.max_num_seqs,
+                           max_num_batched_tokens=(config.max_num_batched_tokens if config.max_num_batched_tokens is not None
+                                                   else d.max_num_batched_tokens),
+                           chunked_prefill=d.chunked_prefill and not config.no_chunked_prefill, policy=config.scheduling,
+                           block_size=config.block_size if config.block_size is not None else d.block_size)
+
+
+class _NoDevice:
+    """A device of no memory (the engine's smallest tier), for deployments priced by profiles."""
+
+    name = "profile"
+    memory = 0.0
+
+
+_NO_DEVICE = _NoDevice()
 
 
 def check_workload(config: ServeSimConfig) -> None:
