@@ -270,3 +270,15 @@ def test_borrowing_on_the_command_line_warns_on_stderr_and_in_json(capsys):
     assert any(line in w for w in json.loads(out)["warnings"])
     status, out, err = run(capsys, *args, "--borrow")
     assert status == 0 and line in err
+
+
+def test_the_capacity_front_door_checks_the_entry_against_every_method_and_borrows_knowingly(capsys, tmp_path):
+    args = ["capacity", "--target", "llama-3.3-70b", "--hardware", "h100-sxm", "--tp", "4", "--slo", "ttft:p99=2s",
+            "--method", "eagle3:k=3", "--method", "ngram:k=3", "--acceptance", "eagle3-llama-3.3-70b-trtllm-pr5146-k3", "--check"]
+    status, _, err = run(capsys, *args, "--out", str(tmp_path / "a"))
+    assert status == 2 and "measured with drafting method eagle3, the drafter here is ngram" in err
+    # every configuration is checked, plain decoding's (which never asks the entry) included
+    status, out, err = run(capsys, *args, "--borrow", "--json", "--out", str(tmp_path / "b"))
+    assert status == 0, err
+    line = "acceptance borrowed: entry 'eagle3-llama-3.3-70b-trtllm-pr5146-k3' was measured with eagle3, the drafter here is ngram"
+    assert json.loads(out)["warnings"] == [line] and f"warning: {line}" in err

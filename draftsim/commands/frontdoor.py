@@ -158,6 +158,8 @@ def build_spec(config) -> dict:
         base["alpha"] = config.alpha
     if config.acceptance is not None:
         base["acceptance"] = config.acceptance
+        if getattr(config, "borrow", False):
+            base["borrow"] = True
     policies, drafters = ["ar"], [[]]
     for m in methods:
         for k in m.ks:

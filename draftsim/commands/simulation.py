@@ -243,6 +243,8 @@ def build_process(args, n_models: int, max_draft: int | None = None, target: str
     if args.acceptance is not None:
         entry = acceptance_entry(args.acceptance)
         check_use(entry, target, drafter_method(args), borrow=getattr(args, "borrow", False))
+        if max_draft == 0:  # a policy that never drafts (plain decoding beside speculating ones): the entry is never asked
+            return A.Bernoulli(0.0)
         k = _draft_positions("--acceptance", max_draft)
         share = entry.share_without_proposal(k)
         if share is not None and args.match == 1.0:  # the source counted the steps that found no match

@@ -100,6 +100,8 @@ class CapacityConfig(RunnerOptions):
                                "qwen2.5-0.5b:k=3 (plain decoding is always tried)", append=True, metavar="METHOD", group=FRONT)
     alpha: float | None = option(help="acceptance rate per drafted token of every method", type=a.probability("alpha"), group=FRONT)
     acceptance: str | None = option(help="a cited acceptance entry (draftsim acceptance lists them)", metavar="NAME", group=FRONT)
+    borrow: bool = option(False, "use --acceptance for a target or a method it was not measured on: a warning per difference on "
+                          "stderr and in --json", flag=True, group=FRONT)
     workload: str | None = option(help="a cited workload preset (serve-sim --help lists them)", metavar="PRESET", group=FRONT)
     request_trace: str | None = option(help="a request trace (CSV/JSONL) instead of a preset", metavar="FILE", group=FRONT)
     duration: float | None = option(help="seconds of arrivals per simulation to start from (default 120; runs that do not settle "
@@ -170,13 +172,17 @@ class CapacityResult:
     #: the engine and its scheduler defaults the search ran on (front door)
     engine: str | None = None
     scheduler: str | None = None
+    #: what the front door's --acceptance entry borrowed or bracketed (stderr and --json)
+    warnings: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         spec, table = self.spec, self.table
         if self.summary is None:
             return {"kind": spec.kind, "configurations": spec.n_points, "replications": spec.replications, "axes": spec.axes,
-                    "slo": self.settings.slo, "valid": True}
+                    "slo": self.settings.slo, "valid": True, **({"warnings": list(self.warnings)} if self.warnings else {})}
         out = _summary_dict(self.summary, spec)
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
         if self.recommendation is not None:
             out["recommendation"] = self.recommendation.sentence
             out["deployment"] = self.deployment
@@ -375,6 +381,7 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps."""
     check(config)
     spec, kind, workers = _prepare(config)
+    warnings = _acceptance_warnings(config)
     for key, value in (("price_per_hour", config.price), ("load", config.load)):
         if value is not None:
             spec.capacity = {**spec.capacity, key: value}
@@ -383,7 +390,7 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
     if config.check:
         sw.check_size(spec, config.force)
         sw.validate_points(spec, kind, {kind.rate_option: settings.start})
-        return CapacityResult(spec, settings)
+        return CapacityResult(spec, settings, warnings=warnings)
     figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
     if config.figure is not None:
         a.output_file("--figure", config.figure, suffix=".png")
@@ -392,7 +399,7 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
                                          ray_address=config.ray or None, resume=config.resume, force=config.force, progress=progress)
     table = sw.load(config.out)
     cap.figure(figure, table, spec.axes, settings)
-    result = CapacityResult(spec, settings, summary, table, figure)
+    result = CapacityResult(spec, settings, summary, table, figure, warnings=warnings)
     if config.front_door:
         _answer(config, result)
     if folder is not None:
@@ -400,6 +407,24 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
 
         result.report = capacity_report(config, result, folder, _serve_config)
     return result
+
+
+def _acceptance_warnings(config: CapacityConfig) -> list[str]:
+    """The front door's --acceptance entry checked against the target and every --method before
+    the search (a refusal names both sides; --borrow turns it into these lines)."""
+    if not getattr(config, "front_door", False) or config.acceptance is None:
+        return []
+    from draftsim.sim.acceptance_catalog import acceptance_entry, check_use
+
+    from .frontdoor import parse_method
+    from .simulation import drafter_method
+
+    entry = acceptance_entry(config.acceptance)
+    lines = check_use(entry, config.target, None, borrow=config.borrow)
+    for m in config.method:
+        method = drafter_method(argparse.Namespace(drafter_model=[parse_method(m).drafter]))
+        lines += [w for w in check_use(entry, None, method, borrow=config.borrow) if w not in lines]
+    return lines
 
 
 def _serve_config(options: dict):
@@ -441,6 +466,9 @@ def run_capacity(args: argparse.Namespace) -> int:
     config = from_namespace(CapacityConfig, args)
     with _bar("capacity") as bar:
         result = capacity(config, bar)
+    from .simulation import report_warnings
+
+    report_warnings(result.warnings)
     spec, settings, summary = result.spec, result.settings, result.summary
     if args.json:
         a.emit_json(result.to_dict())
