@@ -160,7 +160,14 @@ def serving_report(config, serving, result, baseline, folder: Path) -> dict:
     speedup = None
     if baseline is not None and result.summary["e2e"]["mean"] > 0:
         speedup = baseline.summary["e2e"]["mean"] / result.summary["e2e"]["mean"]
-    subtitle = f"{label} on {target}" + (f": {speedup:.2f}x mean E2E latency against no speculation" if speedup else "")
+    subtitle = f"{label} on {target}"
+    if speedup:
+        b_e2e, s_e2e = baseline.summary["e2e"]["mean"], result.summary["e2e"]["mean"]
+        ci = (result.summary.get("ci95") or {}).get("e2e", {}).get("mean")
+        pm = f" ± {ci:.2f} s" if isinstance(ci, float) and np.isfinite(ci) else ""
+        verdict = (f"speculation cuts mean E2E latency {speedup:.2f}x" if speedup >= 1
+                   else f"speculation makes mean E2E latency {1 / speedup:.2f}x longer")
+        subtitle += f": {verdict} ({b_e2e:.2f} s without, {s_e2e:.2f}{pm} s with)"
     report = Report("draftsim serving report", subtitle, _setup(config, serving), assumptions(config, serving), tables, figures,
                     notes=unsteady + ["A simulation: every number comes from the cost models and the acceptance process named under "
                                       "Assumptions; calibrate them from your own runs (draftsim calibrate) before acting on small margins."])

@@ -400,7 +400,8 @@ def _describe(config: ServingConfig) -> dict:
             "drafters": [getattr(d, "name", repr(d)) for d in config.drafters],
             "kv_tokens": kv.tokens if kv else None, "memory": plan.to_dict() if plan else None,
             "scheduler": vars(config.scheduler) if hasattr(config.scheduler, "__dict__") else str(config.scheduler),
-            "replicas": config.replicas, "router": config.router}
+            "replicas": config.replicas, "router": config.router,
+            "engine": config.engine.label if config.engine is not None else "none (the roofline alone)"}
 
 
 def _ms(x: float) -> str:
@@ -420,6 +421,10 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
     print(f"{config.policy!r} under {config.process!r}; controller {config.controller!r}")
     print(f"target {getattr(config.target, 'name', config.target)}; drafters " +
           ", ".join(getattr(d, "name", repr(d)) for d in config.drafters[: config.policy.n_models - 1]) or "none")
+    sched = config.scheduler
+    engine = config.engine.label if config.engine is not None else "none (the roofline alone)"
+    print(f"engine {engine}; scheduler {sched.policy}, max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens "
+          f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, block {sched.block_size}")
     if plan is not None:
         print(f"memory per device: {plan.describe()}")
     elif kv is not None:
