@@ -282,3 +282,14 @@ def test_the_capacity_front_door_checks_the_entry_against_every_method_and_borro
     assert status == 0, err
     line = "acceptance borrowed: entry 'eagle3-llama-3.3-70b-trtllm-pr5146-k3' was measured with eagle3, the drafter here is ngram"
     assert json.loads(out)["warnings"] == [line] and f"warning: {line}" in err
+
+
+def test_the_serve_sim_report_says_what_was_borrowed(capsys, tmp_path):
+    folder = tmp_path / "report"
+    status, _, err = run(capsys, "serve-sim", "--hardware", "h100-sxm", "--target", "llama-3.3-70b", "--tp", "4", "--drafter-model",
+                         "eagle3", "--policy", "fixed:k=3", "--acceptance", "eagle3-llama-3.1-8b-sharegpt-specdecode-bench-traces",
+                         "--borrow", "--qps", "1", "--requests", "12", "--output-len", "fixed:32", "--replications", "1",
+                         "--report", str(folder))
+    assert status == 0, err
+    md = (folder / "report.md").read_text()
+    assert "WARNING: acceptance borrowed" in md and "not on llama-3.3-70b" in md

@@ -82,7 +82,10 @@ def _acceptance_source(config) -> str:
     if getattr(config, "acceptance", None):
         from draftsim.sim.acceptance_catalog import acceptance_entry
 
-        return f"published: {config.acceptance} — {acceptance_entry(config.acceptance).source}"
+        from .simulation import acceptance_warnings
+
+        said = "; ".join(acceptance_warnings(config, getattr(config, "target", None)))  # --borrow, a bracket's end
+        return f"published: {config.acceptance} — {acceptance_entry(config.acceptance).source}" + (f" (WARNING: {said})" if said else "")
     if getattr(config, "acceptance_file", None):
         return f"measured: {config.acceptance_file}"
     if getattr(config, "acceptance_trace", None):
