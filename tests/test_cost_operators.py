@@ -257,3 +257,108 @@ def test_what_the_tables_do_not_hold_is_refused_in_one_line(kwargs, words):
     with pytest.raises(DraftsimError, match=words) as exc:
         assemble(Deployment(**d))
     assert "\n" not in str(exc.value)
+
+
+# -- drafting heads priced from the same tables (sim/cost/methods.py OperatorHead) -----------------
+
+def _head(drafter: str, target=GRID, engine: str = "none", tp: int = 1):
+    from draftsim.sim.cost.methods import head_cost, parse_drafter
+
+    vllm = engine_overheads(engine)
+    return head_cost(parse_drafter(drafter), target, H100, "bfloat16", tp, cost_model="operators", engine=engine,
+                     graph_tokens=vllm.graph_tokens, overlap=vllm.overlap)
+
+
+#: each head's GEMMs on GRID (all on measured widths): (gemm layers shapes, LM head shape)
+HEAD_SHAPES = {
+    "eagle3:draft_vocab=16384": ([(6144, 8192), (4096, 4096), (16384, 4096), (4096, 8192)], (16384, 4096)),  # QKV over 2h inputs
+    "eagle": (LAYER_SHAPES + [(4096, 8192)], (16384, 4096)),  # + fc 2h -> h
+    "medusa": ([(4096, 4096)], (16384, 4096)),  # residual block + its LM head
+}
+
+
+@tables
+@pytest.mark.parametrize("drafter", sorted(HEAD_SHAPES))
+@pytest.mark.parametrize("m", [1, 7, 17, 33, 256, 4097])
+def test_a_heads_gemms_are_the_tables_rows_at_measured_shapes(gemm_rows, drafter, m):
+    head = _head(drafter)
+    layers, lm_head = HEAD_SHAPES[drafter]
+    parts = {p.part: p for p in head.breakdown(m, 1, 0)}
+    assert parts["gemm layers"].seconds == pytest.approx(_gemm_ms(gemm_rows, m, layers) * 1e-3, rel=1e-12)
+    assert parts["gemm lm_head"].seconds == pytest.approx(_gemm_ms(gemm_rows, m, [lm_head]) * 1e-3, rel=1e-12)
+    assert parts["gemm layers"].measured and parts["gemm lm_head"].measured and not any(k.startswith("gemm") for k in head.fallbacks)
+    assert "gemm_perf.parquet" in parts["gemm layers"].source
+    assert float(head.shape_time(m, 1, 0)) == pytest.approx(sum(p.seconds for p in parts.values()), rel=1e-12)
+
+
+@tables
+def test_a_heads_attention_is_the_targets_one_layer_row():
+    head = _head("eagle3:draft_vocab=16384")
+    df = _frame("attention", "generation_attention_perf.parquet")
+    hit = df[(df.num_heads == 32) & (df.num_key_value_heads == 8) & (df.head_dim == 128) & (df.kv_cache_dtype == "bfloat16")
+             & (df.window_size == 0) & (df.kernel_source == "vllm_flash_attn_fa3") & (df.batch_size == 16) & (df.step == 1023)]
+    part = {p.part: p for p in head.breakdown(16, 1, 1023)}["attention"]
+    assert part.seconds == pytest.approx(float(hit.latency.iloc[0]) * 1e-3, rel=1e-12) and part.measured
+
+
+@tables
+@pytest.mark.parametrize("drafter", ["eagle", "medusa"])
+def test_a_heads_gemm_outside_the_table_falls_back_to_the_roofline_and_says_so(drafter):
+    head = _head(drafter, CATALOG.model("llama-3.1-8b"), engine="vllm")
+    parts = {p.part: p for p in head.breakdown(1, 1, 512)}
+    assert not parts["gemm lm_head"].measured and "beyond the measured widths" in parts["gemm lm_head"].note  # 128K vocabulary
+    assert parts["gemm layers"].measured
+    assert "beyond the measured widths" in " ".join(head.fallbacks["gemm lm_head"])
+    big = {p.part: p for p in head.breakdown(40_000, 1, 0)}  # more tokens than the table's 32768
+    assert not big["gemm layers"].measured and "more than 32768 tokens" in big["gemm layers"].note
+    assert all(np.isfinite(p.seconds) and p.seconds >= 0 for p in big.values())
+    assert "estimated" in head.describe()
+
+
+@tables
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(["eagle", "eagle3", "medusa"]), st.integers(1, 256), st.integers(1, 8), st.integers(0, 4000))
+def test_the_engines_per_draft_forward_time_is_added_once_to_a_measured_head(drafter, batch, new_tokens, context):
+    built = assemble(Deployment("llama-3.1-8b", "h100-sxm", drafters=(drafter,), overheads="vllm", cost_model="operators"))
+    vllm = engine_overheads("vllm")
+    [head], bare = built.drafters, _head(drafter, CATALOG.model("llama-3.1-8b"), engine="vllm")
+    assert type(head).__name__ == "OperatorHead" and "operators measured" in built.info["backends"][drafter]
+    t = float(head.shape_time(batch, new_tokens, context))
+    assert t == pytest.approx(float(bare.shape_time(batch, new_tokens, context)) + vllm.per_draft_forward, rel=1e-12)
+    parts = head.breakdown(batch, new_tokens, context)
+    assert t == pytest.approx(sum(p.seconds for p in parts), rel=1e-12)
+    [host] = [p for p in parts if p.part == "host"]
+    assert host.seconds == pytest.approx(H100.overhead + vllm.per_draft_forward, rel=1e-12) and host.basis == "engine"
+
+
+@tables
+@pytest.mark.parametrize("drafter", ["eagle", "eagle3"])
+def test_a_heads_share_of_a_batch_1_step_is_about_its_share_of_the_weights_read(drafter):
+    """At batch 1 every kernel is memory-bound, so a head's measured kernels over the target's lie
+    near the bytes of weights each reads (one decoder layer and an LM head against 32 layers and
+    the LM head); the engine's host times go on top of both."""
+    built = assemble(Deployment("llama-3.1-8b", "h100-sxm", drafters=(drafter,), overheads="vllm", cost_model="operators"))
+    vllm, llama = engine_overheads("vllm"), CATALOG.model("llama-3.1-8b")
+    head_kernels = float(built.drafters[0].shape_time(1, 1, 512)) - vllm.per_draft_forward
+    target_kernels = float(built.target.shape_time(1, 1, 512)) - vllm.per_step
+    h, qkv = llama.hidden, (llama.heads + 2 * llama.kv_heads) * llama.head_dim
+    layer = (2 if drafter == "eagle3" else 1) * h * qkv + h * h + 3 * h * llama.intermediate + (2 * h * h if drafter == "eagle" else 0)
+    vocab = 32000 if drafter == "eagle3" else llama.vocab
+    target = llama.layers * (h * qkv + h * h + 3 * h * llama.intermediate) + llama.vocab * h
+    share = head_kernels / target_kernels
+    assert 0.5 <= share / ((layer + vocab * h) / target) <= 2.0, share
+    c = float(built.drafters[0].shape_time(1, 1, 512) / built.target.shape_time(1, 1, 512))
+    assert share < c < 0.2  # with the engine's host times: vLLM's 0.39 ms per draft forward against its 1.21 ms step
+
+
+def test_the_published_reproduction_prices_by_operators_only_where_tables_exist():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "published" / "reproduce.py"
+    spec = importlib.util.spec_from_file_location("reproduce", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.priced_by({"hardware": "h100-sxm"}, "operators") == "operators"
+    assert mod.priced_by({"hardware": "rtx-3090"}, "operators") == "roofline"
+    assert mod.priced_by({"hardware": "h100-sxm"}) == "roofline"

@@ -20,7 +20,11 @@ the source's request rates, and the row says whether speculation becomes slower 
 the source puts the crossover under (``crossover_below``); crossovers are counted apart, like
 brackets.
 
-    python benchmarks/published/reproduce.py [--json] [--figure PATH] [--only ID]
+    python benchmarks/published/reproduce.py [--json] [--figure PATH] [--only ID] [--cost-model {roofline,operators}]
+
+``--cost-model operators`` prices every point whose hardware has measured operator tables
+(:data:`draftsim.sim.cost.operators.SYSTEMS`: h100-sxm, h200, a100-80g) from them, its drafting
+heads included; the other points stay on the roofline, and the output says which did.
 
 Writes the figure (predicted against published, the ±10% band; default
 figures/published/reproduction.png).
@@ -38,6 +42,7 @@ import numpy as np
 from draftsim.analysis.loadstudy import crossover
 from draftsim.api import ServeSimConfig, serve_sim
 from draftsim.sim.acceptance_catalog import acceptance_entry
+from draftsim.sim.cost.operators import COST_MODELS, SYSTEMS
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -54,8 +59,13 @@ def sources(only: str | None = None) -> list[dict]:
     return out
 
 
-def run(options: dict):
-    return serve_sim(ServeSimConfig(**options)).summary
+def priced_by(options: dict, cost_model: str = "roofline") -> str:
+    """The cost model a run uses: ``operators`` only where its hardware has measured tables."""
+    return cost_model if cost_model == "roofline" or options.get("hardware") in SYSTEMS else "roofline"
+
+
+def run(options: dict, cost_model: str = "roofline"):
+    return serve_sim(ServeSimConfig(**options, cost_model=priced_by(options, cost_model))).summary
 
 
 def value(metric: str, spec, base) -> float:
@@ -81,14 +91,14 @@ def solve_alpha(speedup, target: float, lo: float = 0.02, hi: float = 0.99, step
     return 0.5 * (lo + hi)
 
 
-def crossover_row(doc: dict, point: dict) -> dict:
+def crossover_row(doc: dict, point: dict, cost_model: str = "roofline") -> dict:
     """A ``crossover`` source's point (module docstring)."""
     shared = {**doc["common"], **point.get("run", {})}
     grid = [float(q) for q in doc["qps"]]
-    bases = {q: run({**shared, **doc["baseline"], "qps": q}) for q in grid}
+    bases = {q: run({**shared, **doc["baseline"], "qps": q}, cost_model) for q in grid}
 
     def speedup(q: float, alpha: float) -> float:
-        return value(doc["metric"], run({**shared, **point["spec"], "alpha": alpha, "qps": q}), bases[q])
+        return value(doc["metric"], run({**shared, **point["spec"], "alpha": alpha, "qps": q}, cost_model), bases[q])
 
     alpha = solve_alpha(lambda a: speedup(grid[0], a), point["published"])
     curve = [speedup(q, alpha) for q in grid]
@@ -96,17 +106,18 @@ def crossover_row(doc: dict, point: dict) -> dict:
     cross = crossover([{"qps": q, "speedup": s} for q, s in zip(grid, curve)])  # the load study's definition
     cross = None if cross is None or np.isnan(cross) else cross
     at = float(point["crossover_below"])
-    return {"source": doc["id"], "label": point["label"], "published": point["published"], "alpha": alpha,
+    return {"source": doc["id"], "label": point["label"], "published": point["published"], "cost_model": priced_by(shared, cost_model),
+            "alpha": alpha,
             "calibrated": curve[0], "qps": grid, "speedups": curve, "crossover_qps": cross,
             "held": bool(below and min(below) <= at), "crossover_below": at,
             "slowdown_at": at, "predicted_slowdown": 1.0 / float(np.interp(at, grid, curve)), "published_slowdown": point["published_slowdown"]}
 
 
-def predict(doc: dict, progress=None) -> list[dict]:
+def predict(doc: dict, progress=None, cost_model: str = "roofline") -> list[dict]:
     rows = []
     if doc.get("crossover"):
         for point in doc["points"]:
-            rows.append(crossover_row(doc, point))
+            rows.append(crossover_row(doc, point, cost_model))
             if progress is not None:
                 progress(rows[-1])
         return rows
@@ -115,17 +126,18 @@ def predict(doc: dict, progress=None) -> list[dict]:
         shared = {**doc["common"], **point.get("run", {})}
         key = json.dumps(shared, sort_keys=True)
         if key not in baselines:
-            baselines[key] = run({**shared, **doc["baseline"]})
+            baselines[key] = run({**shared, **doc["baseline"]}, cost_model)
         base = baselines[key]
-        row = {"source": doc["id"], "label": point["label"], "published": point["published"]}
+        row = {"source": doc["id"], "label": point["label"], "published": point["published"], "cost_model": priced_by(shared, cost_model)}
         if doc.get("bracket"):
             a = acceptance_entry(point["bracket_acceptance"]).cumulative(3)
             text = lambda x: ",".join(f"{v:.6f}" for v in x)  # noqa: E731
-            low = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a)}), base)
-            high = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a / a[0]), "match": float(a[0])}), base)
+            low = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a)}, cost_model), base)
+            high = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a / a[0]), "match": float(a[0])}, cost_model),
+                         base)
             row.update(low=min(low, high), high=max(low, high), inside=bool(min(low, high) <= point["published"] <= max(low, high)))
         else:
-            row["predicted"] = value(doc["metric"], run({**shared, **point["spec"]}), base)
+            row["predicted"] = value(doc["metric"], run({**shared, **point["spec"]}, cost_model), base)
             row["error"] = row["predicted"] / point["published"] - 1.0
         rows.append(row)
         if progress is not None:
@@ -210,6 +222,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
     ap.add_argument("--figure", default=str(ROOT / "figures" / "published" / "reproduction.png"))
     ap.add_argument("--only", help="one source id")
+    ap.add_argument("--cost-model", choices=COST_MODELS, default="roofline",
+                    help=f"how forwards are priced; operators only where the hardware has measured tables ({', '.join(SYSTEMS)}), "
+                         "the roofline elsewhere (said per source)")
     args = ap.parse_args()
     rows = []
 
@@ -232,7 +247,12 @@ def main() -> int:
     for doc in sources(args.only):
         if not args.json:
             print(f"{doc['id']}: {doc['source'].get('locator', '')} — {doc['metric']}")
-        rows += predict(doc, show)
+        got = predict(doc, show, args.cost_model)
+        rows += got
+        if not args.json and args.cost_model != "roofline":
+            kinds = sorted({r["cost_model"] for r in got})
+            print(f"  (priced by {' and '.join(kinds)}" + ("" if kinds == [args.cost_model] else
+                                                         f": its hardware has no measured tables (they cover {', '.join(SYSTEMS)})") + ")")
     s = summary(rows)
     path = figure(rows, Path(args.figure))
     if args.json:

@@ -55,7 +55,7 @@ class Deployment:
     (:func:`~draftsim.sim.cost.overheads.default_engine`: vllm on catalog GPUs, none on a CPU or
     calibrated hardware). ``cost_model`` ``"operators"`` prices the target and draft models from kernel
     times measured on real GPUs (:mod:`draftsim.sim.cost.operators`, the ``operators`` extra) in
-    place of the catalog roofline, the engine's host costs on top; heads stay roofline-priced.
+    place of the catalog roofline, the engine's host costs on top (heads too: :class:`~draftsim.sim.cost.methods.OperatorHead`).
     ``kv_dtype`` holds every model's KV cache in that dtype (vLLM's ``--kv-cache-dtype``: fp8 halves
     the bytes attention reads and the cache holds against bfloat16); "auto": the activations' dtype.
     """
@@ -228,11 +228,14 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         spec = parse_drafter(name) if drafter else None
         if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
             model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
-                              overlap=engine.overlap, kv_dtype=kv_dtype)
+                              overlap=engine.overlap, kv_dtype=kv_dtype, cost_model=d.cost_model, engine=engine.name,
+                              graph_tokens=engine.graph_tokens)
             if engine.per_draft_forward and isinstance(model, HeadCost):
                 model.overhead += engine.per_draft_forward
                 model.name += f" + {engine.name} engine overheads"
             info["backends"][name] = f"{spec.method} on the target's devices: {model.name}"
+            if hasattr(model, "describe"):  # --cost-model operators: where each of the head's parts is priced from
+                info.setdefault("operators", {})[name] = model.describe()
             heads.append(model)
             return model
         if spec is not None:

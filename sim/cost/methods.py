@@ -68,10 +68,11 @@ from .base import BatchStats, CostModel
 from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec
 from .linear import CallCost
 from .memory import NOTHING, MemoryFootprint, activation_bytes_per_token
+from .operators import MeasuredGemm, OperatorModel, Part
 from .roofline import RooflineModel, overlapped
 
-__all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "Lookup", "Matmul", "CappedContext", "head_cost",
-           "EAGLE3_DRAFT_VOCAB"]
+__all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "OperatorHead", "Lookup", "Matmul", "CappedContext",
+           "head_cost", "EAGLE3_DRAFT_VOCAB"]
 
 #: Drafting methods by the names engines use (``draft_model`` is any catalog model).
 METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix", "selfspec")
@@ -208,6 +209,70 @@ class HeadCost(CostModel):
         return self.parts[0]._bound(stats)
 
 
+class OperatorHead(HeadCost):
+    """A drafting head priced from measured operator tables (``--cost-model operators``): its
+    decoder layer an :class:`~draftsim.sim.cost.operators.OperatorModel` of one layer (GEMMs,
+    attention over the context, all-reduces, norms; the LM head over the head's vocabulary), its
+    GEMMs beyond the layer :class:`~draftsim.sim.cost.operators.MeasuredGemm` s read from the same
+    GEMM table, each falling back to the roofline outside the tables (recorded), and the engine's
+    per-draft-forward time (:attr:`overhead`) on top, once per call."""
+
+    def _part_list(self, p: CostModel, batch: int, new_tokens: int, context: int) -> list[Part]:
+        if isinstance(p, OperatorModel):
+            return p.breakdown(batch, new_tokens, context)
+        if isinstance(p, MeasuredGemm):
+            return [p.part(batch, new_tokens, context)]
+        return [Part("gemm layers", float(p.shape_time(batch, new_tokens, context)), False, f"catalog roofline: {p.name}",
+                     "its layer is priced by the roofline whole")]
+
+    def breakdown(self, batch: int, new_tokens: int = 1, context: int = 0) -> list[Part]:
+        """One uniform call part by part, with :meth:`OperatorModel.breakdown`'s labels (a GEMM beyond
+        the layer joins ``gemm layers``, an LM head ``gemm lm_head``); ``host`` holds the engine's
+        per-draft-forward time."""
+        merged: dict[str, Part] = {}
+        for p in self.parts:
+            for part in self._part_list(p, batch, new_tokens, context):
+                had = merged.get(part.part)
+                merged[part.part] = part if had is None else Part(
+                    part.part, had.seconds + part.seconds, had.measured and part.measured,
+                    had.source if part.source in had.source else f"{had.source}; {part.source}", "; ".join(filter(None, [had.note, part.note])))
+        engine = "the engine's per-draft-forward time (sim/data/engines.json)"
+        host = merged.pop("host", None)
+        merged["host"] = (Part("host", self.overhead, False, engine) if host is None else
+                          Part("host", host.seconds + self.overhead, False, f"{host.source}; {engine}", host.note))
+        return list(merged.values())
+
+    @property
+    def fallbacks(self) -> dict[str, set[str]]:
+        """Per operator, why a priced call left its table (the parts' records)."""
+        out: dict[str, set[str]] = {}
+        for p in self.parts:
+            if isinstance(p, OperatorModel):
+                items = p.fallbacks.items()
+            elif isinstance(p, MeasuredGemm):
+                items = [(f"gemm {p.label}", p.probe.fallbacks.get(f"gemm {p.label}", set()))]
+            else:
+                items = [("whole call", {"catalog roofline"})]
+            for key, reasons in items:
+                if reasons:
+                    out.setdefault(key, set()).update(reasons)
+        return out
+
+    def describe(self) -> str:
+        """Where each part's price comes from."""
+        lines = [f"{self.name}:"]
+        for p in self.parts:
+            if isinstance(p, OperatorModel):
+                lines += ["  " + line for line in p.describe().splitlines()]
+            elif isinstance(p, MeasuredGemm):
+                lines.append(f"  gemm {p.label}: {p.probe._sources['gemm'].split(':')[0]} at n={p.outputs}, k={p.inputs}, "
+                             + ("measured" if p.measured else f"estimated ({p.note})"))
+            else:
+                lines.append(f"  {p.name}: catalog roofline")
+        lines.append(f"  engine: {self.overhead * 1e3:.4g} ms per draft forward on top")
+        return "\n".join(lines)
+
+
 class Lookup(CallCost):
     """A lookup drafter (n-gram, suffix tree, Max-Gram, bigram): its proposal time per call and
     per token (a measured profile's, else nothing); its tables live in host memory, so it holds
@@ -250,11 +315,16 @@ class CappedContext(CostModel):
 
 
 def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtype: str, tp: int, *, mfu=None, mbu=None,
-              overhead=None, overlap: float = 1.0, kv_dtype: str | None = None) -> HeadCost | CappedContext:
+              overhead=None, overlap: float = 1.0, kv_dtype: str | None = None, cost_model: str = "roofline", engine: str = "vllm",
+              graph_tokens=None) -> HeadCost | CappedContext:
     """The cost model of one draft call of head ``spec`` on ``target`` (see the module docstring).
     ``dtype`` is the target's weights: EAGLE and Medusa heads ship in bfloat16 whatever the target's
     weight-only format (int4), an MTP module and self-speculation are the target's own weights;
-    ``kv_dtype`` is the KV cache's (the head's layer caches in it too)."""
+    ``kv_dtype`` is the KV cache's (the head's layer caches in it too). ``cost_model``
+    ``"operators"`` prices the head from ``engine``'s measured operator tables
+    (:class:`OperatorHead`; a call of N tokens at the CUDA-graph size ``graph_tokens`` above N, as
+    vLLM's EAGLE proposer pads its drafting forward), the roofline where they end; its memory
+    is the same either way."""
     facts = FACTS.get(spec.method, {})
     layers = int(facts.get("layers", facts.get("layers_per_module", 1)))
     if spec.method == "mtp":  # an MTP module is one of the target's blocks: its experts and latent attention too
@@ -265,10 +335,11 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                                     qk_rope_head_dim=0, v_head_dim=0, mtp_layers=0,
                                     head_dim=target.v_head_dim if target.kv_lora_rank else target.head_dim)
     kw = dict(mfu=mfu, mbu=mbu, check_memory=False, overlap=overlap, kv_dtype=kv_dtype)
+    measured = dict(engine=engine, graph_tokens=graph_tokens) if cost_model == "operators" else None
     if spec.method == "selfspec":
-        return CappedContext(RooflineModel(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead,
-                                           overhead_per_layer=None if overhead is None else 0.0, overlap=overlap, kv_dtype=kv_dtype),
-                             dict(spec.options)["window"])
+        cls = RooflineModel if measured is None else OperatorModel
+        return CappedContext(cls(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead, overhead_per_layer=None if overhead is None else 0.0,
+                                 overlap=overlap, kv_dtype=kv_dtype, **(measured or {})), dict(spec.options)["window"])
     if spec.method != "mtp":
         dtype = WEIGHT_ONLY.get(dtype, dtype)
     probe = RooflineModel(layer, hardware, dtype, tp, **kw)
@@ -286,7 +357,13 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                 [mm("LM head", h, target.vocab)]
         # the engine loads every head of the checkpoint; a call runs one
         weights = int(facts["default_heads"]) * sum(p.weights for p in parts) * probe.bytes
-        return HeadCost(f"medusa head of {target.name}", parts, MemoryFootprint(weights, 0.0, act))
+        footprint = MemoryFootprint(weights, 0.0, act)
+        if measured is not None:
+            gemms = OperatorModel(layer, hardware, dtype, tp, **kw, **measured)  # whose GEMM table prices the head's matrices
+            parts = [MeasuredGemm("residual block", h, h, gemms, 1 if "residual_block" in whole else tp)
+                     for _ in range(int(facts["residual_blocks_per_head"]))] + [MeasuredGemm("lm_head", h, target.vocab, gemms, tp, lm_head=True)]
+            return OperatorHead(f"medusa head of {target.name}, operators measured", parts, footprint)
+        return HeadCost(f"medusa head of {target.name}", parts, footprint)
     if spec.method == "mtp":
         if getattr(target, "mtp_layers", 0) < 1:
             raise DraftsimError(f"drafter mtp needs a target with multi-token-prediction modules; {target.name} declares none "
@@ -318,4 +395,16 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
     label = f"{spec.label} head of {target.name}"
     if spec.method == "eagle3" and vocab_from != "given":
         label += f" (draft vocabulary {vocab:,}: {vocab_from})"
-    return HeadCost(label, parts, footprint)
+    if measured is None:
+        return HeadCost(label, parts, footprint)
+    # the same head from the measured operators: its layer (EAGLE-3's QKV one GEMM over its 2h inputs) and matrices
+    layer_op = OperatorModel(block.model, hardware, dtype, tp, **kw, **measured,
+                             qkv_inputs=facts["qkv_inputs"] * h if spec.method == "eagle3" else None)
+    extra = {"eagle": ("fc", facts.get("fc_inputs", 0)), "mtp": ("projection", facts.get("projection_inputs", 0))}.get(spec.method)
+    if extra is None:
+        parts = [layer_op]
+    elif layer_op.whole_roofline:  # an MoE / latent-attention MTP block: no GEMM table was read for it
+        parts = [layer_op, *parts[1:]]
+    else:
+        parts = [layer_op, MeasuredGemm(extra[0], extra[1] * h, h, layer_op, 1 if extra[0] in whole else tp)]
+    return OperatorHead(label + ", operators measured", parts, footprint)

@@ -73,7 +73,7 @@ from .catalog import HardwareSpec, ModelSpec
 from .overheads import pad_tokens
 from .roofline import RooflineModel
 
-__all__ = ["COST_MODELS", "DECODE_QUERIES", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "OperatorModel", "Part", "systems_root"]
+__all__ = ["COST_MODELS", "DECODE_QUERIES", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "MeasuredGemm", "OperatorModel", "Part", "systems_root"]
 
 #: The PyPI distribution that ships the tables, and the version draftsim reads.
 PACKAGE = "aiconfigurator-core"
@@ -260,8 +260,10 @@ class OperatorModel(RooflineModel):
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
-                 engine: str = "vllm", systems: str | Path | None = None, **kwargs):
+                 engine: str = "vllm", systems: str | Path | None = None, qkv_inputs: int | None = None, **kwargs):
         super().__init__(model, hardware, dtype, tp, pp, **kwargs)
+        #: the QKV projection's input width (None: the hidden size; EAGLE-3's layer: 2 x hidden, sim/cost/methods.py)
+        self.qkv_inputs = None if qkv_inputs is None else int(qkv_inputs)
         if hardware.name not in SYSTEMS:
             raise DraftsimError(f"--cost-model operators has measured tables for {', '.join(SYSTEMS)}; not for {hardware.name} "
                                 "(use --cost-model roofline)")
@@ -309,7 +311,8 @@ class OperatorModel(RooflineModel):
             raise DraftsimError(f"{PACKAGE} {PINNED_VERSION} holds no {self.framework} GEMM table for {self.system}; use --cost-model roofline")
         self._gemm = _GemmTable(gemm_path)
         up = (m.mlp_matrices - 1) * m.intermediate // t
-        shapes = [("qkv", (q_heads + 2 * kv_heads) * hd, h, L), ("o", h, q_heads * hd, L), ("gate_up" if m.mlp == "gated" else "up", up, h, L),
+        qkv_k = h if self.qkv_inputs is None else self.qkv_inputs
+        shapes = [("qkv", (q_heads + 2 * kv_heads) * hd, qkv_k, L), ("o", h, q_heads * hd, L), ("gate_up" if m.mlp == "gated" else "up", up, h, L),
                   ("down", h, m.intermediate // t, L)]
         self._layer_curve = np.zeros(len(self._gemm.m))
         self._gemm_parts: list[tuple[str, bool, str]] = []
@@ -417,16 +420,18 @@ class OperatorModel(RooflineModel):
             self._local.setdefault(part, set()).add(reason)
 
     # -- pricing ---------------------------------------------------------------------------------
-    def _gemm_seconds(self, tokens: np.ndarray, curve: np.ndarray, what: str) -> np.ndarray:
+    def _gemm_seconds(self, tokens: np.ndarray, curve: np.ndarray, what: str, shapes=None) -> np.ndarray:
         """A curve over the table's m at ``tokens``: linear between measured m; above the largest
-        the roofline scaled at it (recorded)."""
+        the roofline scaled at it (recorded). ``shapes`` ((name, n, k, times) of the GEMMs the curve
+        sums; default: the layers', or the LM head's for ``gemm lm_head``) scale it there."""
         g = self._gemm
         tokens = np.asarray(tokens, np.float64)
         out = np.array(np.interp(tokens, g.m, curve), dtype=np.float64)
         over = tokens > g.m[-1]
         if np.any(over):
             self._note(what, f"more than {g.m[-1]:.0f} tokens: roofline scaled at m={g.m[-1]:.0f}")
-            shapes = self._gemm_shapes[-1:] if what == "gemm lm_head" else self._gemm_shapes[:-1]
+            if shapes is None:
+                shapes = self._gemm_shapes[-1:] if what == "gemm lm_head" else self._gemm_shapes[:-1]
             ratio_num = sum(mult * self._roofline_gemm(tokens[over], n, k) for _, n, k, mult in shapes)
             ratio_den = sum(mult * self._roofline_gemm(g.m[-1], n, k) for _, n, k, mult in shapes)
             out[over] = curve[-1] * ratio_num / ratio_den
@@ -586,4 +591,51 @@ class OperatorModel(RooflineModel):
                              mfu=self.mfu, mbu=self.mbu, ici_efficiency=self.ici_efficiency, overhead=overhead,
                              overhead_per_layer=overhead_per_layer, check_memory=False, graph_tokens=self.graph_tokens,
                              overlap=self.overlap, allreduce=self.allreduce, floor=self.floor, expert_parallel=self.expert_parallel,
-                             kv_per_query=self.kv_per_query)
+                             kv_per_query=self.kv_per_query, kv_dtype=self.kv_dtype, qkv_inputs=self.qkv_inputs)
+
+
+class MeasuredGemm(CostModel):
+    """One weight matrix (``inputs`` → ``outputs``, output columns split over ``split`` devices)
+    applied to every new token of a call (or, as an LM head, to the logit rows it keeps), priced by
+    ``probe``'s GEMM table with the same lookups as its own layers: the table's latency at (m, n =
+    outputs / split, k = inputs), linear in m and bilinear in (n, k) between measured shapes, m the
+    CUDA-graph-padded token count where the probe's engine captures graphs; outside the table the
+    roofline scaled at its edge, recorded in ``probe.fallbacks`` under ``gemm <name>``. A drafting
+    head's GEMMs beyond a decoder layer (EAGLE's fc, an MTP projection, Medusa's blocks and LM
+    heads: :mod:`draftsim.sim.cost.methods`) are priced so."""
+
+    def __init__(self, name: str, inputs: int, outputs: int, probe: OperatorModel, split: int = 1, lm_head: bool = False):
+        if probe.whole_roofline:
+            raise DraftsimError(f"{probe.model.name} is priced by the roofline whole; its GEMM table was not read")  # pragma: no cover
+        self.probe, self.lm_head = probe, bool(lm_head)
+        self.label = name
+        self.inputs, self.outputs = int(inputs), int(outputs) // int(split)
+        self.weights = self.inputs * self.outputs
+        self.name = f"{name} ({self.inputs}x{self.outputs}), operators measured ({probe.system}, {probe.framework} tables)"
+        self.curve, self.measured, self.note = probe._gemm_curve(name, self.outputs, self.inputs)
+        self._shapes = [(name, self.outputs, self.inputs, 1)]
+
+    def _tokens(self, stats: BatchStats) -> np.ndarray:
+        N = np.maximum(np.asarray(stats.tokens if not self.lm_head or stats.rows is None else stats.rows, np.float64), 1.0)
+        return N if self.probe.graph_tokens is None else pad_tokens(N, self.probe.graph_tokens)
+
+    def _time(self, stats: BatchStats) -> np.ndarray:
+        return self.probe._gemm_seconds(self._tokens(stats), self.curve, f"gemm {self.label}", self._shapes)
+
+    def _bound(self, stats: BatchStats) -> np.ndarray:
+        p, m = self.probe, np.asarray(stats.tokens, np.float64)
+        mem = (self.weights + (self.inputs + self.outputs) * m) * p.bytes / (p.hardware.memory_bandwidth * p.mbu)
+        return np.where(mem >= 2 * m * self.weights / (p.peak * p.mfu), 2, 3)
+
+    def part(self, batch: int, new_tokens: int = 1, context: int = 0) -> Part:
+        """This GEMM's :class:`Part` of one uniform call (``gemm lm_head`` for an LM head, else ``gemm layers``)."""
+        stats = BatchStats.of_shape(batch, new_tokens, context)
+        self.probe._local = {}
+        try:
+            seconds = float(np.asarray(self._time(stats)).reshape(-1)[0])
+            said = "; ".join(sorted(self.probe._local.get(f"gemm {self.label}", ())))
+        finally:
+            self.probe._local = None
+        gemm = self.probe._sources["gemm"].split(":")[0]
+        return Part("gemm lm_head" if self.lm_head else "gemm layers", seconds, self.measured and not said, f"{gemm}: {self.label}",
+                    "; ".join(filter(None, [self.note, said])))
