@@ -362,3 +362,17 @@ def test_the_published_reproduction_prices_by_operators_only_where_tables_exist(
     assert mod.priced_by({"hardware": "h100-sxm"}, "operators") == "operators"
     assert mod.priced_by({"hardware": "rtx-3090"}, "operators") == "roofline"
     assert mod.priced_by({"hardware": "h100-sxm"}) == "roofline"
+
+
+@tables
+def test_cost_prints_a_measured_heads_call_by_operator(capsys):
+    status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--cost-model", "operators",
+                           "--drafter-model", "eagle3", "--batch", "1", "--json")
+    assert status == 0, err
+    import json
+
+    doc = json.loads(out)
+    [head] = [e for e in doc["breakdown"] if e["model"] == "eagle3"]
+    parts = {p["part"]: p for p in head["parts"]}
+    assert parts["gemm layers"]["measured"] and parts["gemm lm_head"]["measured"] and parts["host"]["basis"] == "engine"
+    assert "operators measured" in doc["backends"]["eagle3"] and "eagle3" in doc["operators"]

@@ -24,6 +24,7 @@ from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, KV_DTYPES, Assembly, Deployment, assemble
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
+from draftsim.sim.cost.methods import OperatorHead
 from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
 from draftsim.sim.cost.overheads import ENGINES
 from draftsim.sim.cost.profile import ProfileCost
@@ -250,7 +251,7 @@ def cost(config: CostConfig) -> CostResult:
         info["kv_cache"] = {"dtype": built.target.kv_dtype, "bytes_per_token_per_device": footprint.kv_per_token}
     breakdown = [{"model": name, "batch": int(b), "new_tokens": int(n), "context": int(c),
                   "parts": [p.to_dict() for p in model.breakdown(int(b), int(n), int(c))]}
-                 for name, model in models if isinstance(model, OperatorModel) for b, n, c in list(zip(B, N, C))[:MAX_BREAKDOWN]]
+                 for name, model in models if isinstance(model, (OperatorModel, OperatorHead)) for b, n, c in list(zip(B, N, C))[:MAX_BREAKDOWN]]
     if breakdown:  # --cost-model operators: each call part by part, measured or estimated
         info["breakdown"] = breakdown
     return CostResult(info, records)
