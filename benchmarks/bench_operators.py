@@ -16,7 +16,9 @@ aiconfigurator-core 0.12.0). Prints, for Llama-3.1-8B on one H100 (decode, conte
   models are also priced at context 256 for it).
 
 Then the 70B TP 4 ratio of a 4-token verification to a 1-token decode at batch 16 (issue 37's check:
-1.0-1.2 decode steps), and every difference over 10% with what causes it.
+1.0-1.2 decode steps), every difference over 10% with what causes it, and (``heads``) the drafting
+heads' calls priced from the same tables beside the roofline's, with the 8B's 4-token verification
+over its decode step at batch 1-64 under both (what moves a speedup with batch).
 """
 
 from __future__ import annotations
@@ -120,6 +122,34 @@ def main() -> None:
     print("\ndifferences over 10%:" if notes else "\nno difference over 10%")
     for n in notes:
         print(f"  - {n}")
+    heads()
+
+
+def heads() -> None:
+    """Drafting heads on Llama-3.1-8B, one H100, context 512, vllm engine: a draft call (ms) and its
+    cost coefficient c (over the target's 1-token call) from the operators and the roofline; then the
+    target's 4-token verification over its 1-token step."""
+    drafters = ("eagle", "eagle3", "medusa")
+    ops = assemble(Deployment("llama-3.1-8b", "h100-sxm", drafters=drafters, overheads="vllm", cost_model="operators"))
+    roof = assemble(Deployment("llama-3.1-8b", "h100-sxm", drafters=drafters, overheads="vllm"))
+    bare = RooflineModel(roof.target.model, roof.target.hardware, overhead=roof.target.overhead, graph_tokens=roof.target.graph_tokens,
+                         overlap=1.0)
+    print("\ndrafting heads (context 512; ms per draft call with vLLM's 0.39 ms per draft forward; c = over the target's 1-token call):")
+    print("  " + "  ".join(f"{h:>9}" for h in ("head", "batch", "operators", "c", "roofline", "c", "measured")))
+    for i, name in enumerate(drafters):
+        for batch in (1, 16, 64):
+            o, r = (float(a.drafters[i].shape_time(batch, 1, 512)) for a in (ops, roof))
+            to, tr = (float(a.target.shape_time(batch, 1, 512)) for a in (ops, roof))
+            parts = ops.drafters[i].breakdown(batch, 1, 512)
+            share = sum(p.seconds for p in parts if p.measured) / sum(p.seconds for p in parts if p.part != "host")
+            print("  " + "  ".join([f"{name:>9}", f"{batch:>9}", f"{o * 1e3:>9.3f}", f"{o / to:>9.3f}", f"{r * 1e3:>9.3f}", f"{r / tr:>9.3f}",
+                                    f"{share:>9.0%}"]))
+    print("\n8B target, context 512: a 4-token verification / a 1-token step (vllm host on top; roofline max: each operator's "
+          "max(memory, compute), the entry's sum replaced)")
+    print("  " + "  ".join(f"{h:>13}" for h in ("batch", "operators", "vllm roofline", "roofline max")))
+    for batch in (1, 8, 16, 32, 64):
+        vals = [float(m.shape_time(batch, 4, 512) / m.shape_time(batch, 1, 512)) for m in (ops.target, roof.target, bare)]
+        print("  " + "  ".join([f"{batch:>13}"] + [f"{v:>13.3f}" for v in vals]))
 
 
 if __name__ == "__main__":
