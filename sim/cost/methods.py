@@ -47,6 +47,13 @@ A drafter is named as vLLM and SGLang name the method (``--drafter-model``):
 The facts each description rests on (layer counts, input widths, the draft vocabulary) are read
 from ``sim/data/drafting_methods.json``, where each carries its source.
 
+With ``--cost-model operators`` a head is priced from the same measured operator tables as the
+target (:class:`OperatorHead`): its decoder layer as a one-layer
+:class:`~draftsim.sim.cost.operators.OperatorModel` (EAGLE-3's QKV one GEMM over its 2h inputs, its
+LM head over the draft vocabulary), EAGLE's fc, an MTP projection and Medusa's residual blocks and
+LM head as :class:`~draftsim.sim.cost.operators.MeasuredGemm` s of the same GEMM table, the roofline
+where a table ends (recorded per part), the engine's per-draft-forward time on top once per call.
+
 The heads share the target's devices (they are priced at the target's tensor parallelism) and
 :meth:`HeadCost.weight_bytes` and :meth:`HeadCost.kv_bytes_per_token` say what they add to the
 target's memory (:meth:`draftsim.sim.cost.assembly.Assembly.check_fits`). Norms, activations and
