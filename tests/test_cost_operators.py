@@ -376,3 +376,14 @@ def test_cost_prints_a_measured_heads_call_by_operator(capsys):
     parts = {p["part"]: p for p in head["parts"]}
     assert parts["gemm layers"]["measured"] and parts["gemm lm_head"]["measured"] and parts["host"]["basis"] == "engine"
     assert "operators measured" in doc["backends"]["eagle3"] and "eagle3" in doc["operators"]
+
+
+@tables
+def test_an_mtp_module_of_a_mixture_of_experts_stays_on_the_roofline_and_says_so():
+    kw = dict(tp=2, drafters=("mtp",), overheads="vllm")
+    ops = assemble(Deployment("glm-4.5-air", "h200", cost_model="operators", **kw)).drafters[0]
+    roof = assemble(Deployment("glm-4.5-air", "h200", **kw)).drafters[0]
+    assert np.allclose(ops.shape_time([1, 16, 64], 1, 512), roof.shape_time([1, 16, 64], 1, 512), rtol=1e-12)
+    parts = ops.breakdown(16, 1, 512)
+    assert not any(p.measured for p in parts) and {p.part for p in parts} >= {"whole call", "host"}
+    assert "whole call" in ops.fallbacks
