@@ -483,7 +483,8 @@ def run_capacity(args: argparse.Namespace) -> int:
               f"at {settings.load:g} req/s, steady state, {spec.replications} replications per rate")
         print("")
     headers, rows = cap.table_rows(result.table, spec.axes, settings)
-    slo = ", ".join(f"{m} <= {b:g}" for m, b in settings.slo.items())
+    unit = " s" if spec.kind == "serve" else ""  # the serve kind's SLO metrics are latencies in seconds
+    slo = ", ".join(f"{m} <= {b:g}{unit}" for m, b in settings.slo.items())
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
     notes = cap.lengthening_notes(result.table, spec.axes)
