@@ -264,7 +264,7 @@ CASES = [
     (["replay", "--trace", "{E}", "--policy", "fixed:k=3", "--drafter", "maxgram", "--drafter", "distilled"],
      ["policy fixed:k=3 uses 1 drafter(s)", "names 2"]),
     (["replay", "--trace", "{E}", "--policy", "fixed:k=3", "--cost", "0.1", "--cost", "0.2"], ["give --cost once per drafter", "got 2"]),
-    (["replay", "--trace", "{E}", "--policy", "fixed:k=3", "--drafter", "nope"], ["no drafter 'nope'", "distilled", "maxgram"]),
+    (["replay", "--trace", "{E}", "--policy", "fixed:k=3", "--drafter", "nope"], ["unknown drafter 'nope'", "distilled", "maxgram"]),
     (["replay", "--trace", "{E}", "--policy", "fixed:k=3", "--kind", "tv"], ["invalid choice: 'tv'", "'prob'"]),
     (["replay", "--trace", "{E}", "--policy", "warp"], ["unknown policy 'warp'"]),
     (["replay", "--trace", "{W}/list", "--policy", "fixed:k=3"], ["manifest.json holds a JSON list"]),

@@ -6,6 +6,7 @@ convention it was given in, and positions the policy never drafts are said."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,7 @@ def test_every_source_s_repository_is_an_alias_of_its_entry():
             assert seen.setdefault(spelling.lower(), name) == name, spelling
         src = e["source"]
         if src.startswith("config.json of https://huggingface.co/"):
-            repo = "/".join(src.split("huggingface.co/")[1].split("/")[:2])
+            repo = re.match(r"config\.json of https://huggingface\.co/([\w.-]+/[\w.-]+)", src).group(1)
             assert repo in e["aliases"], (name, repo)
 
 

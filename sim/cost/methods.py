@@ -272,7 +272,7 @@ class OperatorHead(HeadCost):
             if isinstance(p, OperatorModel):
                 lines += ["  " + line for line in p.describe().splitlines()]
             elif isinstance(p, MeasuredGemm):
-                lines.append(f"  gemm {p.label}: {p.probe._sources['gemm'].split(':')[0]} at n={p.outputs}, k={p.inputs}, "
+                lines.append(f"  gemm {p.label}: {p.probe.sources['gemm'].split(':')[0]} at n={p.outputs}, k={p.inputs}, "
                              + ("measured" if p.measured else f"estimated ({p.note})"))
             else:
                 lines.append(f"  {p.name}: catalog roofline")

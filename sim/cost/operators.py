@@ -577,6 +577,11 @@ class OperatorModel(RooflineModel):
                                                                                  "(host work overlapped)" if self.floor else "")))
         return out
 
+    @property
+    def sources(self) -> dict[str, str]:
+        """Where each operator kind's price comes from (table file and rows, or the estimate)."""
+        return dict(self._sources)
+
     def describe(self) -> str:
         """Where each operator kind's price comes from (tables under systems/data, or estimates)."""
         lines = [f"operators: {PACKAGE} {PINNED_VERSION}, {self.system}, {self.framework} tables (under {self.root / 'data'})"]
