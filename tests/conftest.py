@@ -43,6 +43,16 @@ import os
 import re
 import sys
 
+# Under pytest-xdist (make test: one worker per core) each worker computes on one thread: torch's
+# and BLAS's thread pools of two workers on two cores wait on each other at every operator (a
+# one-token call of a tiny model took seconds instead of milliseconds). Set before any import of
+# torch or numpy's BLAS reads them; a test that asks for threads (--threads N) still gets them.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, "1")
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
 import pytest
 from hypothesis import HealthCheck, settings
 
