@@ -230,61 +230,62 @@ def _k(policy: str) -> int:
 
 
 def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Recommendation | None:
-    """The fewest devices meeting the SLOs at ``--load`` (ties: the lower steady-state cost, then
-    the lower latency); a method that needs no fewer replicas than plain decoding is not
-    recommended, and neither is a margin inside its interval's noise."""
-    rows = [{c: table.column(c)[i].as_py() for c in table.column_names} for i in range(table.num_rows)]
-    rows = [r for r in rows if r.get("status", "ok") == "ok"]
-    if not rows or config.load is None:
+    """The answer in one sentence, from :func:`draftsim.analysis.capacity.recommend` (the fewest
+    devices meeting the SLOs at ``--load`` among the clear wins; ties on the steady-state cost,
+    then the latency): a method that needs no fewer replicas than plain decoding is not
+    recommended, and where no margin clears its interval's noise the sentence says so instead of
+    naming a winner."""
+    from draftsim.analysis import capacity as cap
+
+    if config.load is None:
         return None
+    rows = [r for r in table.to_pylist() if r["status"] == "ok"]
+    if not rows:
+        return None
+    axes = [a for a in ("policy", "drafter_model") if a in table.column_names]
+    best, noisy = cap.recommend(table, axes)
+    title = {m.drafter: m.title for m in (parse_method(x) for x in config.method)}
 
     def drafter_of(r) -> str | None:
         d = r.get("drafter_model")
-        if isinstance(d, list):
-            return d[0] if d else None
-        return d or None
+        return (d[0] if d else None) if isinstance(d, list) else (d or None)
 
-    def key(r):
-        reps = r.get("replicas_for_load")
-        return (math.inf if reps is None else reps, r.get("cost_per_million_tokens") or math.inf, r.get("latency_at_load") or math.inf)
+    def name(r) -> str:
+        d = drafter_of(r)
+        return "plain decoding" if str(r.get("policy")) == "ar" else f"{title.get(d, d)} with k = {_k(r['policy'])}"
 
-    base = next((r for r in rows if str(r.get("policy")) == "ar"), None)
-    best = min(rows, key=key)
-    base_reps = None if base is None or base.get("replicas_for_load") is None else int(base["replicas_for_load"])
-    reps = None if best.get("replicas_for_load") is None else int(best["replicas_for_load"])
-
-    def margin(r) -> str:
-        m, lo, hi = r.get("load_margin"), r.get("load_margin_low"), r.get("load_margin_high")
-        if m is None:
-            return "margin unknown"
-        text = f"margin {m:+.0%}"
-        if lo is not None and hi is not None:
-            text += f" (95% interval {lo:+.0%} to {hi:+.0%})"
-        if r.get("margin_within_noise"):
-            text += ", within the noise: add a replica to be sure"
-        return text
-
-    def fleet(n: int | None) -> str:
-        if n is None:
-            return "no replica count found within the search"
+    def fleet(r) -> str:
+        n = int(r["replicas_for_load"])
         return f"{n} replica{'s' if n != 1 else ''} ({n * devices_per_replica}x {hardware_name})"
 
-    title = {m.drafter: m.title for m in (parse_method(x) for x in config.method)}
-    if reps is None:
-        sentence = f"no configuration met the SLOs at {config.load:g} req/s within the search"
-        return Recommendation(sentence, "ar", None, 0, None, base_reps, best)
-    spec = str(best.get("policy")) != "ar" and (base_reps is None or reps < base_reps)
-    if spec:
-        d = drafter_of(best)
-        sentence = (f"enable {title.get(d, d)} with k = {_k(best['policy'])}: {fleet(reps)} instead of "
-                    f"{fleet(base_reps) if base_reps is not None else 'more than the search reached'} for plain decoding, {margin(best)}")
-        return Recommendation(sentence, str(best["policy"]), d, _k(best["policy"]), reps, base_reps, best)
-    chosen = base if base is not None and base.get("replicas_for_load") is not None else best
-    same = [r for r in rows if str(r.get("policy")) != "ar" and r.get("replicas_for_load") == chosen.get("replicas_for_load")]
-    note = (f"; speculation needs as many ({', '.join(sorted({title.get(drafter_of(r), drafter_of(r)) + ' k=' + str(_k(r['policy'])) for r in same})[:3])})"
-            if same else "; no method needs fewer")
-    sentence = f"do not enable speculation: plain decoding needs {fleet(int(chosen['replicas_for_load']))}, {margin(chosen)}{note}"
-    return Recommendation(sentence, "ar", None, 0, int(chosen["replicas_for_load"]), base_reps, chosen)
+    def margin(r) -> str:
+        return f"margin {cap.margin_text(r)}"
+
+    base = next((r for r in rows if str(r.get("policy")) == "ar" and r.get("replicas_for_load") is not None), None)
+    if best is None:
+        seen = [r for r in rows if r.get("replicas_for_load") is not None]
+        if not seen:
+            return Recommendation(f"no configuration met the SLOs at {config.load:g} req/s within the search", "ar", None, 0, None,
+                                  None, rows[0])
+        fewest = min(seen, key=lambda r: (r["devices_for_load"], -(r.get("load_margin") or 0.0)))  # then the widest margin
+        sentence = (f"no clear answer at {config.load:g} req/s: every margin lies within its 95% interval's noise; the fewest "
+                    f"replicas seen are {name(fewest)}'s {fleet(fewest)}, {margin(fewest)}: add a replica to be sure, or more "
+                    "--replications")
+        return Recommendation(sentence, str(fewest["policy"]), drafter_of(fewest), _k(fewest["policy"]),
+                              int(fewest["replicas_for_load"]) + 1, None if base is None else int(base["replicas_for_load"]), fewest)
+    base_reps = None if base is None else int(base["replicas_for_load"])
+    reps = int(best["replicas_for_load"])
+    if str(best.get("policy")) != "ar" and (base_reps is None or reps < base_reps):
+        versus = f"{fleet(base)} for plain decoding" if base is not None else "more than plain decoding reached in the search"
+        sentence = f"enable {name(best)}: {fleet(best)} instead of {versus}, {margin(best)}"
+    else:
+        chosen = base if base is not None else best
+        sentence = f"do not enable speculation: plain decoding needs {fleet(chosen)}, {margin(chosen)}; no method needs fewer"
+        best, reps = chosen, int(chosen["replicas_for_load"])
+    if noisy:
+        sentence += f" ({', '.join(name(r) for r in noisy[:3])} might need fewer, within the noise)"
+    return Recommendation(sentence, str(best["policy"]), drafter_of(best) if str(best.get("policy")) != "ar" else None,
+                          _k(best["policy"]), reps, base_reps, best)
 
 
 def hf_id(name: str) -> str | None:
