@@ -305,7 +305,8 @@ def deploy(rec: Recommendation, config, assembly) -> dict:
 
     catalog = default_catalog()
     spec = catalog.model(config.target)
-    model = hf_id(spec.name) or f"<the Hugging Face id or path of {spec.name}>"
+    given = str(config.target).strip()
+    model = given if "/" in given else hf_id(spec.name) or f"<the Hugging Face id or path of {spec.name}>"  # the user's id first
     engine = assembly.engine.name if assembly.engine is not None else "vllm"
     sched = assembly.scheduler_defaults()
     out: dict = {"engine": assembly.engine.label if assembly.engine is not None else engine, "replicas": rec.replicas,
