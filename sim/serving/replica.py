@@ -79,7 +79,7 @@ class Replica:
         self.kv: KVCache | None = scheduler.kv
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
-        self._pending: tuple | None = None  # the window under way: (start, step ends, finishing steps, steps kept)
+        self._pending: tuple | None = None  # the window under way: (start, step ends, finishing steps, steps kept, prefills finishing at step 0)
         self._step_guess = 1e-3
         self._layout = LayoutState(len(engine.table)) if engine.layout is not None else None
         self.process = engine.env.process(self._run())
@@ -98,8 +98,9 @@ class Replica:
         """Requests here that have not finished by now (for least-outstanding routing)."""
         done = 0
         if self._pending is not None:
-            start, ends, finish, n = self._pending
-            done = np.count_nonzero(start + ends[finish[finish < n]] <= self.engine.env.now)
+            start, ends, finish, n, first = self._pending
+            now = self.engine.env.now
+            done = np.count_nonzero(start + ends[finish[finish < n]] <= now) + (first if start + ends[0] <= now else 0)
         return len(self.scheduler.running) + len(self.scheduler.waiting) - done
 
     # -- the step loop --------------------------------------------------------------------------
@@ -124,7 +125,8 @@ class Replica:
             starts[1:] = ends[:-1]
             nxt = eng.next_arrival() if eng.next_arrival is not None else np.inf
             n = max(1, np.count_nonzero(now + starts < nxt))  # the steps that start before the next arrival
-            self._pending = (now, ends, win.finish, n)
+            first = self._prefills_finishing(win)  # requests whose last token is their prefill's, out at step 0's end
+            self._pending = (now, ends, win.finish, n, first)
             planned = now + ends[n - 1]
             if not eng.closed_loop:  # open loop: every arrival is foreseen (the window stops at it)
                 yield env.timeout(ends[n - 1])
@@ -133,7 +135,7 @@ class Replica:
                 yield env.timeout(ends[n - 1]) | self._wake
             if env.now < planned:  # woken by an arrival nobody foresaw
                 n = max(1, np.count_nonzero(now + starts[:n] < env.now))
-                self._pending = (now, ends, win.finish, n)
+                self._pending = (now, ends, win.finish, n, first)
                 self._wake = None
                 rest = now + ends[n - 1] - env.now
                 if rest > 0:
@@ -157,6 +159,13 @@ class Replica:
         if self.engine.on_finish is not None:
             for rid in finished:
                 self.engine.on_finish(rid)
+
+    def _prefills_finishing(self, win: Window) -> int:
+        """How many of the window's step-0 prefill chunks complete a request that then has all its
+        tokens (its one token is the prefill's): they finish at step 0's end, before any lane does
+        (:meth:`_commit_prefills` finishes them; ``Window.finish`` holds the lanes' finishes only)."""
+        t, pre = self.engine.table, win.prefills
+        return sum(1 for rid, comp in zip(pre.rid, pre.completes) if comp and t.generated[rid] + 1 >= t.output[rid])
 
     def _commit_prefills(self, win: Window, t0: float) -> list:
         """The step-0 prefill chunks at ``t0`` (the end of step 0); the requests they finish."""
