@@ -258,27 +258,13 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
 def scheduler_config(config: ServeSimConfig, built) -> SchedulerConfig:
     """The scheduler: each option the user set, else the engine's default on the device
     (:meth:`draftsim.sim.cost.assembly.Assembly.scheduler_defaults`, cited in
-    sim/data/engines.json); a profile-priced deployment takes the ``none`` entry's."""
-    d = built.scheduler_defaults() if built is not None else None
-    if d is None:
-        from draftsim.sim.cost.overheads import ENGINES
-
-        d = ENGINES["none"].scheduler(_NO_DEVICE)
+    sim/data/engines.json); a profile-priced deployment runs the ``none`` entry's on its CPU."""
+    d = built.scheduler_defaults()
     return SchedulerConfig(max_num_seqs=config.max_num_seqs if config.max_num_seqs is not None else d.max_num_seqs,
                            max_num_batched_tokens=(config.max_num_batched_tokens if config.max_num_batched_tokens is not None
                                                    else d.max_num_batched_tokens),
                            chunked_prefill=d.chunked_prefill and not config.no_chunked_prefill, policy=config.scheduling,
                            block_size=config.block_size if config.block_size is not None else d.block_size)
-
-
-class _NoDevice:
-    """A device of no memory (the engine's smallest tier), for deployments priced by profiles."""
-
-    name = "profile"
-    memory = 0.0
-
-
-_NO_DEVICE = _NoDevice()
 
 
 def check_workload(config: ServeSimConfig) -> None:

@@ -442,7 +442,7 @@ def _answer(config: CapacityConfig, result: CapacityResult) -> None:
     the spec written to OUT/spec.toml (rerun or edit it)."""
     from draftsim.sim.files import atomic_write_text
 
-    from .frontdoor import deploy, recommend
+    from .frontdoor import deploy, recommend, toml_text
     from .servesim import ServeSimConfig
 
     built = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, engine=config.engine).assembly()
@@ -453,13 +453,7 @@ def _answer(config: CapacityConfig, result: CapacityResult) -> None:
     if rec is not None:
         result.recommendation = rec
         result.deployment = deploy(rec, config, built)
-    atomic_write_text(os.path.join(config.out, "spec.toml"), _toml(result.spec.raw))
-
-
-def _toml(raw: dict) -> str:
-    from .frontdoor import toml_text
-
-    return toml_text(raw)
+    atomic_write_text(os.path.join(config.out, "spec.toml"), toml_text(result.spec.raw))
 
 
 def run_capacity(args: argparse.Namespace) -> int:

@@ -95,11 +95,10 @@ class Assembly:
     #: the catalog hardware entry
     hardware: HardwareSpec | None = None
 
-    def scheduler_defaults(self) -> SchedulerDefaults | None:
-        """The engine's scheduler defaults on this hardware (None without an engine)."""
-        if self.engine is None or self.hardware is None:
-            return None
-        return self.engine.scheduler(self.hardware)
+    def scheduler_defaults(self) -> SchedulerDefaults:
+        """The engine's scheduler defaults on this hardware (without an engine: the ``none``
+        entry's; without hardware: the smallest tier)."""
+        return (self.engine or engine_overheads("none")).scheduler(self.hardware)
 
     @property
     def models(self) -> list[CostModel]:

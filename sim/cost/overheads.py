@@ -104,10 +104,11 @@ class EngineOverheads:
         """The engine and its version, as outputs name it (``vllm v0.10.1``)."""
         return f"{self.name} {self.version}".strip() if self.name != "none" else "none (the roofline alone)"
 
-    def scheduler(self, hardware) -> SchedulerDefaults:
-        """The scheduler's defaults of this engine on ``hardware`` (a catalog HardwareSpec)."""
+    def scheduler(self, hardware=None) -> SchedulerDefaults:
+        """The scheduler's defaults of this engine on ``hardware`` (a catalog HardwareSpec; None:
+        no known device, the smallest tier)."""
         s = self.scheduler_entry or ENGINES["none"].scheduler_entry
-        tier = _tier(s["tiers"], float(hardware.memory) / 1e9, hardware.name)
+        tier = _tier(s["tiers"], 0.0 if hardware is None else float(hardware.memory) / 1e9, "" if hardware is None else hardware.name)
         seqs = min(int(tier["max_num_seqs"]), int(tier["max_num_batched_tokens"]))
         return SchedulerDefaults(seqs, int(tier["max_num_batched_tokens"]), bool(s["chunked_prefill"]), int(s["block_size"]),
                                  float(s["gpu_memory_utilization"]), s.get("entry_point", ""))
