@@ -253,7 +253,11 @@ class ProfileCost(CostModel):
             return t
         b, n = np.asarray(batch, dtype=np.float64), np.asarray(new_tokens, dtype=np.float64)
         dropped = b * (n - np.minimum(np.asarray(rows, dtype=np.float64), n))
-        return (t - dropped * self.row_saving(n, context))[()]
+        # never below a one-token call of the same batch and context (it computes no less): a
+        # saving measured once on a loaded machine, taken over many dropped rows, could price a
+        # call at less than nothing
+        floor = self._shape_time(batch, np.ones_like(n), context)
+        return np.maximum(t - dropped * self.row_saving(n, context), np.minimum(floor, t))[()]
 
     def _shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
         values = [np.asarray(v) for v in (batch, new_tokens, context)]
