@@ -21,3 +21,8 @@ compare     the simulator's prediction held against a real run
 distill     a distilled draft model
 head        SpecDec++'s acceptance head: data, training, inference
 """
+
+if __name__ != "draftsim.realrun":  # one tree: the folder is installed as draftsim.realrun
+    raise ImportError(f"import draftsim.realrun, not {__name__}: the folder realrun/ is installed as draftsim.realrun "
+                      "(pyproject package-dir); a second copy would hold other classes (e.g. another DraftsimError)")
+

@@ -33,6 +33,10 @@ predict       closed-form predictions for simulated settings
 errors        the project exception (DraftsimError, a ValueError) and input checks
 """
 
+if __name__ != "draftsim.sim":  # one tree: the folder is installed as draftsim.sim
+    raise ImportError(f"import draftsim.sim, not {__name__}: the folder sim/ is installed as draftsim.sim "
+                      "(pyproject package-dir); a second copy would hold other classes (e.g. another DraftsimError)")
+
 from .errors import DraftsimError
 from .simulate import SimResult, simulate
 

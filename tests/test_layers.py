@@ -243,3 +243,26 @@ def test_no_import_circle():
     assert len(graph) > 100
     circles = _cycles(graph)
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+@pytest.mark.parametrize("layer", ["sim", "realrun", "analysis"])
+def test_one_tree_no_second_copy(layer):
+    """One tree (docs/ARCHITECTURE.md): ``import sim`` from the repository root would load a second
+    copy of the layer with other classes (another DraftsimError); each layer's ``__init__`` refuses it
+    and names the one import that works."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", f"import {layer}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ") and f"import draftsim.{layer}, not {layer}" in last
+
+
+@pytest.mark.parametrize("layer", ["sim", "realrun", "analysis"])
+def test_one_tree_paths_resolve_like_imports(layer):
+    """``draftsim/<layer>`` is a link to the layer's folder, so path-based tools (pyright, IDEs,
+    import-graph drawings) find ``draftsim.<layer>.x`` at ``draftsim/<layer>/x.py``, as Python does."""
+    link = ROOT / "draftsim" / layer
+    assert link.is_symlink() and link.resolve() == (ROOT / layer).resolve()
+    assert (link / "__init__.py").read_text() == (ROOT / layer / "__init__.py").read_text()
