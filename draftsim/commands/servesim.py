@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from draftsim.analysis.stepbreakdown import StepBreakdown, step_breakdown
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
 from draftsim.sim.controllers import CONTROLLER_HELP, parse_controller
@@ -192,6 +193,8 @@ class ServeSimResult:
     data: dict
     load_sweep: list[dict] | None = None  #: per rate: speculation's and autoregressive summaries, speedups
     crossover_qps: float | None = None
+    #: the mean step of the first replication's steady-state window, part by part (None for a sweep)
+    step_breakdown: StepBreakdown | None = None
 
     def to_dict(self) -> dict:
         return self.data
@@ -345,6 +348,9 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
         load_over_time(config.load_figure, result.runs[0])
         written["load_figure"] = config.load_figure
     data = dict(summary)
+    breakdown = step_breakdown(result.runs[0], serving, "the first replication")
+    if breakdown is not None:
+        data["step_breakdown"] = breakdown.to_dict()
     data["config"] = _describe(serving)
     data.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
     if folder is not None:
@@ -353,7 +359,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
         data["report"] = serving_report(config, serving, result, baseline, folder)
         if baseline is not None:
             data["baseline"] = dict(baseline.summary)
-    return ServeSimResult(serving, typed(ServeSummary, summary), data)
+    return ServeSimResult(serving, typed(ServeSummary, summary), data, step_breakdown=breakdown)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -367,6 +373,8 @@ def run(args: argparse.Namespace) -> int:
         _print_sweep(config, result)
         return 0
     _print_summary(result.serving, result.data)
+    if result.step_breakdown is not None:
+        print(f"step time ({result.step_breakdown.window}): {result.step_breakdown.line()}")
     for k in ("timeline", "figure", "load_figure"):
         if f"{k}_path" in result.data:
             print(f"{k} written to {result.data[f'{k}_path']}")
