@@ -200,7 +200,7 @@ class Goodput(Controller):
 
 
 #: The controller mini-language (``--controller``).
-CONTROLLERS = Registry("controller", entries=[
+CONTROLLERS = Registry("controller", base=Controller, entries=[
     Entry("none", NoControl, (), (("none", "no cap: the policy drafts as it likes (default)"),)),
     Entry("disable", DisableAbove, (Param("above", ascii_int, required=True),),
           (("disable:above=32", "no drafting in steps of more than 32 sequences"),)),

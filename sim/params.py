@@ -89,8 +89,12 @@ class Registry:
     """A spec family (policies, rules, …): the table its mini-language is parsed from and its
     ``--help`` text is generated from. Adding a member is one :class:`Entry`."""
 
-    def __init__(self, kind: str, entries: Sequence[Entry], footer: str = "", plural: str | None = None):
+    def __init__(self, kind: str, entries: Sequence[Entry], footer: str = "", plural: str | None = None,
+                 base: type | None = None):
         self.kind = kind
+        #: The domain type the family builds: an instance given where a spec is expected is the
+        #: object itself (the typed API takes ``policy=FixedK(4)`` as well as ``"fixed:k=4"``).
+        self.base = base
         self.plural = plural or f"{kind}s"
         self.entries = {name: e for e in entries for name in (e.name, *e.aliases)}
         self.footer = footer
@@ -113,7 +117,10 @@ class Registry:
         return "\n".join(lines + ([self.footer] if self.footer else []))
 
     def parse(self, spec: str):
-        """Build the object ``spec`` names, e.g. ``fixed:k=5``."""
+        """Build the object ``spec`` names, e.g. ``fixed:k=5``; an object of the family's
+        domain type is returned as it is."""
+        if self.base is not None and isinstance(spec, self.base):
+            return spec
         if not isinstance(spec, str) or not spec.strip():
             raise DraftsimError(f"empty {self.kind} spec; known: {', '.join(sorted(self.entries))}")
         name, raw = parse_spec(spec, self.kind, {n: [p.key for p in e.params] for n, e in self.entries.items()})

@@ -355,7 +355,7 @@ def _tree(**params) -> Tree:
 _int, _float = ascii_int, ascii_float
 
 #: The policy mini-language: one entry per policy (adding a policy is a class plus an entry).
-POLICIES = Registry("policy", plural="policies", entries=[
+POLICIES = Registry("policy", plural="policies", base=Policy, entries=[
     Entry("ar", Autoregressive, (), (("ar", "autoregressive (no drafting)"),), aliases=("autoregressive",)),
     Entry("fixed", FixedK, (Param("k", _int, required=True),), (("fixed:k=5", "draft k tokens with drafter 1"),)),
     Entry("heuristic", Heuristic, (Param("k", _int), Param("kmax", _int, "k_max")),

@@ -408,7 +408,7 @@ class Leniency(Rule):
 _alpha = Param("alpha", ascii_float, required=True)
 
 #: The rule mini-language: one entry per rule (adding a rule is a class plus an entry).
-RULES = Registry("rule", [
+RULES = Registry("rule", base=Rule, entries=[
     Entry("sd", SD, (), (("sd", "lossless speculative sampling (pi = p)"),)),
     Entry("chow", Chow, (_alpha,), (("chow:alpha=0.3", "defer to the target when max q < 1 - alpha      ([SC] eq. 2)"),)),
     Entry("diff", Diff, (_alpha,), (("diff:alpha=0.1", "defer when max q < max p - alpha                ([SC] eq. 5)"),)),

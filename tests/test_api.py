@@ -62,6 +62,26 @@ def test_simulate_from_python_matches_the_command_line(capsys):
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(result.to_dict()))
 
 
+def test_configs_take_domain_objects_as_well_as_specs():
+    """The typed API past the boundary: a Policy, Rule or Controller object stands where the
+    CLI's spec string does, and gives the same run (ServeSimConfig(policy=FixedK(4)) once failed
+    with "empty policy spec")."""
+    from draftsim.sim.controllers import parse_controller
+    from draftsim.sim.policies import FixedK, parse_policy
+    from draftsim.sim.rules import parse_rule
+
+    by_text = simulate(SimulateConfig(policy="fixed:k=4", alpha=0.8, cost=[0.05], tokens=20_000, seed=3))
+    by_object = simulate(SimulateConfig(policy=FixedK(4), alpha=0.8, cost=[0.05], tokens=20_000, seed=3))
+    assert by_object.metrics.ewif.value == by_text.metrics.ewif.value
+    served = serve_sim(ServeSimConfig(**{**SERVE, "policy": parse_policy(SERVE.get("policy", "fixed:k=4"))}))
+    assert served.summary.throughput == serve_sim(ServeSimConfig(**SERVE)).summary.throughput
+    for parse, spec in ((parse_policy, "threshold:h=0.3,kmax=6"), (parse_rule, "opt:alpha=0.5"), (parse_controller, "disable:above=32")):
+        built = parse(spec)
+        assert parse(built) is built
+    with pytest.raises(DraftsimError, match="empty policy spec"):
+        parse_policy(parse_rule("sd"))  # an object of another family is not a policy
+
+
 def test_every_command_config_runs_from_python():
     assert serve_sim(ServeSimConfig(**SERVE)).summary.throughput > 0
     assert optimize_kmatrix(KMatrixConfig(alpha=0.8, cost=[0.2, 0.0], k_max=4)).exact.ewif >= optimize_kmatrix(
