@@ -27,17 +27,20 @@ import numpy as np
 from ..sim.errors import DraftsimError
 from ..sim.files import atomic_write_text
 
-__all__ = ["Table", "Figure", "Report", "prepare_folder", "headline", "copy_figure"]
+__all__ = ["Table", "Figure", "Report", "prepare_folder", "headline", "copy_figure", "step_table"]
 
 
 @dataclass
 class Table:
-    """A table: its caption, column headers and rows of text; ``note`` is printed under it."""
+    """A table: its caption, column headers and rows of text; ``note`` is printed under it.
+    ``bars``: (label, [(part, share)]) rows the HTML page also draws as stacked bars (shares of
+    one whole, summing to 1), e.g. a step's time by part."""
 
     caption: str
     headers: list[str]
     rows: list[list[str]]
     note: str = ""
+    bars: list[tuple[str, list[tuple[str, float]]]] | None = None
 
 
 @dataclass
@@ -177,12 +180,58 @@ def headline(summaries: dict, slo: bool = False) -> Table:
     return Table("Serving benchmark result", ["metric"] + labels, rows)
 
 
+def step_table(breakdowns: dict) -> Table:
+    """The mean step of each labelled run, part by part (:class:`draftsim.analysis.stepbreakdown.StepBreakdown`;
+    None: a run without steps): milliseconds per step and share, one column per run; the HTML page
+    draws the shares as stacked bars, the Markdown says each run's split in one line (the note)."""
+    from .stepbreakdown import PART_LABELS
+
+    labels = [k for k, b in breakdowns.items() if b is not None]
+    shown = {k: breakdowns[k] for k in labels}
+    rows = [["mean step (ms)"] + [_fmt(b.step_ms, 3) for b in shown.values()]]
+    for name, text in PART_LABELS.items():
+        cells = [b.part(name) for b in shown.values()]
+        if all(p.ms is None for p in cells):
+            continue
+        rows.append([text] + ["not separated" if p.ms is None else f"{p.ms:,.3f} ({p.share:.1%})" for p in cells])
+    rows.append(["steps averaged"] + [f"{b.steps:,}" for b in shown.values()])
+    bars = [(k, [(PART_LABELS[p.name], p.share) for p in b.parts if p.ms is not None]) for k, b in shown.items()]
+    first = next(iter(shown.values()), None)
+    note = "; ".join(f"{k}: {b.line()}" for k, b in shown.items())
+    if first is not None:
+        note += f". Averaged over {first.window}. The target's call: {first.split}. The parts add up to the simulated step."
+    return Table("Where a step's time goes", ["part (ms per step, share)"] + labels, rows, note=note, bars=bars)
+
+
+#: Colours of the stacked bars' parts, in order.
+_BAR_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1")
+
+
+def _html_bars(bars: list) -> str:
+    e = html.escape
+    out = ["<div class=\"bars\">"]
+    legend = []
+    for label, parts in bars:
+        segs = []
+        for i, (part, share) in enumerate(parts):
+            colour = _BAR_COLOURS[i % len(_BAR_COLOURS)]
+            if (part, colour) not in legend:
+                legend.append((part, colour))
+            width = max(0.0, float(share)) * 100 if np.isfinite(share) else 0.0
+            segs.append(f"<span class=\"seg\" style=\"width:{width:.3f}%;background:{colour}\" title=\"{e(part)}: {share:.1%}\"></span>")
+        out.append(f"<div class=\"bar-row\"><span class=\"bar-label\">{e(label)}</span><span class=\"bar\">{''.join(segs)}</span></div>")
+    out.append("<div class=\"legend\">" + "".join(f"<span><i style=\"background:{c}\"></i>{e(p)}</span>" for p, c in legend) + "</div>")
+    out.append("</div>")
+    return "".join(out)
+
+
 def _html_table(t: Table) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in t.headers)
     body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in t.rows)
     note = f"<p class=\"note\">{e(t.note)}</p>" if t.note else ""
-    return f"<h2>{e(t.caption)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    bars = _html_bars(t.bars) if t.bars else ""
+    return f"<h2>{e(t.caption)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{bars}{note}"
 
 
 def _md_cell(x) -> str:
@@ -204,7 +253,11 @@ _CSS = ("body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-widt
         ".sub{color:#555;margin-top:0}table{border-collapse:collapse;margin:.5em 0;font-size:.92em}"
         "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f3f3f3}"
         "td:not(:first-child){font-variant-numeric:tabular-nums}figure{margin:1em 0}img{max-width:100%;border:1px solid #eee}"
-        "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.9em}")
+        "figcaption{color:#555;font-size:.9em}.note{color:#555;font-size:.9em}"
+        ".bars{margin:.6em 0}.bar-row{display:flex;align-items:center;margin:.2em 0}.bar-label{width:12em;font-size:.9em}"
+        ".bar{display:flex;width:40em;height:1.2em;border:1px solid #ccc}.seg{display:block;height:100%}"
+        ".legend{font-size:.85em;color:#444;margin-top:.3em}.legend span{margin-right:1em}"
+        ".legend i{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:middle}")
 
 #: Marks on <body> how many figures the browser decoded and drew (what a headless test reads).
 _SCRIPT = ("window.addEventListener('load',function(){var n=0;document.querySelectorAll('img').forEach(function(i){"

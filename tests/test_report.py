@@ -240,3 +240,45 @@ def test_the_setup_names_the_baselines_own_price_when_the_engine_gives_one():
         assert ("target without speculation" in rows) == expect
         if expect:
             assert "host work overlapped" in rows["target without speculation"][0]
+
+
+def test_step_table_lists_each_part_and_draws_its_shares():
+    """The step table: ms and share per part and run, a part no run separates left out, one
+    Markdown line per run in the note, and stacked bars of the shares on the page."""
+    from draftsim.analysis.report import step_table
+    from draftsim.analysis.stepbreakdown import StepBreakdown, StepPart
+
+    def bd(ms):
+        step = sum(v for v in ms.values() if v is not None)
+        parts = tuple(StepPart(k, v, None if v is None else v / step) for k, v in ms.items())
+        return StepBreakdown(step, 100, parts, "every step", "the roofline's own terms")
+
+    spec = bd({"target_forward": 6.0, "drafting": 2.0, "host": 1.0, "call_overhead": 0.5, "padding": None})
+    plain = bd({"target_forward": 5.0, "drafting": 0.0, "host": 1.0, "call_overhead": 0.5, "padding": None})
+    table = step_table({"spec": spec, "none": plain, "empty": None})
+    rows = {r[0]: r[1:] for r in table.rows}
+    assert table.headers[1:] == ["spec", "none"] and rows["mean step (ms)"] == ["9.500", "6.500"]
+    assert rows["drafting (the drafters' calls, their engine host time included)"] == ["2.000 (21.1%)", "0.000 (0.0%)"]
+    assert not any(name.startswith("CUDA-graph padding") for name in rows)  # no run separates it
+    assert "spec: mean step 9.5 ms" in table.note and "none: mean step 6.5 ms" in table.note
+    assert [sum(s for _, s in parts) for _, parts in table.bars] == [pytest.approx(1.0), pytest.approx(1.0)]
+    page = Report("t", tables=[table]).html()
+    assert page.count('class="seg"') == 8 and 'class="legend"' in page and "width:63.158%" in page
+
+
+def test_the_report_says_where_a_step_goes(served):
+    """The serving report's step table holds --json's breakdown of the run and one of the run
+    without speculation (no drafting there); the parts add up to the mean step."""
+    data, folder = served
+    md = (folder / "report.md").read_text()
+    rows = {line.split(" | ")[0].lstrip("| "): [c.strip() for c in line.strip("| \n").split(" | ")[1:]]
+            for line in md.splitlines() if line.startswith("| ")}
+    bd = data["step_breakdown"]
+    assert rows["mean step (ms)"][0] == f"{bd['step_ms']:,.3f}"
+    forward = bd["parts"]["target_forward"]
+    assert rows["target forward (verification and prefill chunks, GPU)"][0] == f"{forward['ms_per_step']:,.3f} ({forward['share']:.1%})"
+    assert rows["drafting (the drafters' calls, their engine host time included)"][1] == "0.000 (0.0%)"
+    assert sum(p["ms_per_step"] for p in bd["parts"].values()) == pytest.approx(bd["step_ms"], rel=1e-12)
+    assert "Where a step's time goes" in md and "The parts add up to the simulated step." in md
+    page = (folder / "report.html").read_text()
+    assert page.count('class="bar-row"') == 2

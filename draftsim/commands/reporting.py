@@ -124,7 +124,9 @@ def _has_slo(serving) -> bool:
 def serving_report(config, serving, result, baseline, folder: Path) -> dict:
     """The report of one serve-sim load (``baseline``: the same workloads without speculation,
     or None when nothing is drafted); the paths written."""
-    from draftsim.analysis.loadstudy import latency_cdfs, load_over_time
+    from draftsim.analysis.loadstudy import autoregressive, latency_cdfs, load_over_time
+    from draftsim.analysis.report import step_table
+    from draftsim.analysis.stepbreakdown import step_breakdown
 
     label = f"{config.policy}"
     runs = {label: result.runs[0]}
@@ -152,6 +154,10 @@ def serving_report(config, serving, result, baseline, folder: Path) -> dict:
             ["TTFT p99 ratio (none / speculation)", ratio(b["ttft"]["p99"], s["ttft"]["p99"])],
             ["output throughput ratio (speculation / none)", ratio(s["throughput"], b["throughput"])],
         ], note="Above 1: speculation is faster (or serves more)."))
+    steps = {label: step_breakdown(result.runs[0], serving, "the first replication")}
+    if baseline is not None:
+        steps["no speculation"] = step_breakdown(baseline.runs[0], autoregressive(serving), "the first replication")
+    tables.append(step_table(steps))
     sd = result.summary.get("spec_decode") or {}
     if sd.get("num_drafts"):
         per_pos = np.array(sd["num_accepted_tokens_per_pos"]) / sd["num_drafts"]
