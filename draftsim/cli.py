@@ -7,41 +7,13 @@ status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
-from draftsim.sim.errors import DraftsimError
+from .commands.table import BY_NAME, GROUPS, TABLE
 
-from . import __version__
-from .commands import (
-    acceptance,
-    calibration,
-    costing,
-    demo,
-    distillation,
-    heads,
-    optimization,
-    planning,
-    running,
-    serve,
-    servesim,
-    simulation,
-    sweeping,
-    traces,
-)
-
-COMMANDS = (planning, simulation, acceptance, optimization, costing, calibration, traces, distillation, heads, running, serve, servesim, sweeping, demo)
-
-
-#: ``draftsim --help`` lists the commands in these groups, in this order (a test checks that every
-#: command is in one).
-GROUPS = (
-    ("serve: capacity planning of speculative serving", ("capacity", "serve-sim", "check-serve")),
-    ("plan: closed forms, no simulation", ("ewif", "plan", "optimize", "cost", "acceptance")),
-    ("simulate: policies under acceptance processes", ("simulate", "sweep", "sweep-plot", "trace", "replay")),
-    ("measure: this machine, real runs, calibration", ("profile", "calibrate", "check-sim")),
-    ("real models: decode, serve and train on this CPU", ("run", "serve", "record", "distill", "train-head", "demo")),
-)
+__all__ = ["GROUPS", "build_parser", "main"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -51,36 +23,68 @@ class _Parser(argparse.ArgumentParser):
         message = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
+    def _check_value(self, action, value):  # argparse API: an unknown (sub)command names the closest ones
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            if not isinstance(action, argparse._SubParsersAction):
+                raise
+            from draftsim.sim.errors import close_names
 
-def build_parser() -> argparse.ArgumentParser:
+            close = close_names(value, list(action.choices))
+            if not close:
+                raise
+            head, paren, tail = exc.message.partition(" (choose from")
+            raise argparse.ArgumentError(action, f"{head}; did you mean {' or '.join(close)}?{paren}{tail}") from None
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, read only when asked (importlib.metadata is slow to import)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help="show the version and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+
+        print(f"draftsim {__version__}")
+        parser.exit()
+
+
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The ``draftsim`` parser. The modules of ``commands`` (names; None: every command) are
+    imported and register their full parsers; every other command of the table
+    (:mod:`draftsim.commands.table`) stands in as a bare parser with its summary, enough for
+    ``draftsim --help`` and for an unknown command's error, without importing its module."""
     parser = _Parser(
         prog="draftsim",
         description="Plan, simulate and verify speculative decoding.",
     )
-    parser.add_argument("--version", action="version", version=f"draftsim {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="write machine-readable JSON to stdout")
-    for module in COMMANDS:
-        module.register(sub, common)
-    parser.format_help = lambda: _grouped_help(parser, sub)  # noqa: E731 - argparse has no hook for grouped subcommands
+    wanted = TABLE if commands is None else [BY_NAME[name] for name in commands]
+    for module in dict.fromkeys(entry.qualified_module for entry in wanted):
+        importlib.import_module(module).register(sub, common)
+    for entry in TABLE:
+        if entry.name not in sub.choices:
+            sub.add_parser(entry.name, help=entry.summary, add_help=False)
+    in_order = {entry.name: sub.choices.pop(entry.name) for entry in TABLE}  # an unknown command's error lists them as --help does
+    sub.choices.update(in_order)
+    parser.format_help = lambda: _grouped_help(parser)  # noqa: E731 - argparse has no hook for grouped subcommands
     return parser
 
 
-def _grouped_help(parser: argparse.ArgumentParser, sub) -> str:
-    """``draftsim --help``: the usage, then every command under its group (:data:`GROUPS`)."""
-    helps = {a.dest: a.help or "" for a in sub._choices_actions}
-    width = max(len(name) for name in helps) + 2
+def _grouped_help(parser: argparse.ArgumentParser) -> str:
+    """``draftsim --help``: the usage, then every command under its group (:data:`GROUPS`),
+    from the table: no command module is imported."""
+    width = max(len(entry.name) for entry in TABLE) + 2
     lines = [parser.format_usage().rstrip(), "", parser.description, ""]
     for title, names in GROUPS:
         lines.append(f"{title}:")
-        lines += [f"  {name:<{width}}{helps[name]}" for name in names if name in helps]
-        lines.append("")
-    rest = [name for name in helps if not any(name in names for _, names in GROUPS)]
-    if rest:
-        lines.append("other:")
-        lines += [f"  {name:<{width}}{helps[name]}" for name in rest]
+        lines += [f"  {name:<{width}}{BY_NAME[name].summary}" for name in names]
         lines.append("")
     lines += ["options:", "  -h, --help  show this help message and exit", "  --version   show the version and exit", "",
               "Start with: draftsim capacity --target MODEL --hardware HW --tp N --load QPS --slo ttft:p99=2s "
@@ -123,13 +127,17 @@ def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    # the command is the first word (draftsim's own options take no value); only its module is imported
+    word = next((token for token in argv if not token.startswith("-")), None)
+    parser = build_parser([word] if word in BY_NAME else [])
     nul = next((a for a in argv if "\x00" in a), None)
     if nul is not None:  # no path, name or number holds one (os calls raise ValueError on it)
         shown = nul.replace(chr(0), "\\0")
         parser.error(f"argument {shown!r} contains a NUL byte; no option takes one")
     args = parser.parse_args(_join_dash_values(parser, argv))
+    from draftsim.sim.errors import DraftsimError
+
     try:
         return int(args.run(args) or 0)
     except DraftsimError as exc:

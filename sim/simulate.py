@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import des, montecarlo
 from .acceptance import AcceptanceProcess
 from .cost.linear import Costs
 from .errors import DraftsimError, as_count, as_positive
 from .files import atomic_write_json
 from .metrics import ratio, summarize
 from .policies import Policy
+
+if TYPE_CHECKING:  # the engines are imported when a simulation runs: `import draftsim.sim` stays light (simpy is slow to import)
+    from . import des, montecarlo
 
 __all__ = ["SimResult", "simulate", "ENGINES"]
 
@@ -120,6 +123,8 @@ def simulate(
     """
     if engine not in ENGINES:
         raise DraftsimError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    from . import des, montecarlo
+
     costs = _as_costs(costs)
     costs.require(policy.n_models)
     n_tokens = int(as_count("n_tokens", n_tokens, minimum=1))
