@@ -161,3 +161,27 @@ def test_serve_sim_carries_the_breakdown_in_its_result_json_and_text(capsys):
     assert status == 0, err
     line = next(x for x in out.splitlines() if x.startswith("step time"))
     assert "target forward" in line and "drafting" in line and "host" in line and "padding" in line
+
+
+def test_cost_prints_each_calls_split(capsys):
+    """draftsim cost splits every call it prices: the parts add up to the call, the target's host
+    part is the engine's per-step time, a drafter's its per-draft-forward time, and a
+    verification of 5 tokens at batch 1 pays the padding to the 8-token capture size."""
+    from draftsim.sim.cost.overheads import engine_overheads
+
+    vllm = engine_overheads("vllm")
+    args = ["cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", "1,16", "--new-tokens", "1,5",
+            "--drafter", "eagle3", "--drafter", "llama-3.2-1b"]
+    status, out, err = run(capsys, *args, "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    for r in doc["records"]:
+        total = r["forward"] + r["host"] + r["overhead"] + (r["padding"] or 0.0)
+        assert total == pytest.approx(r["seconds"], rel=1e-12) and r["forward"] > 0
+        assert r["host"] == pytest.approx(vllm.per_step if r["role"] == "target" else vllm.per_draft_forward, rel=1e-12)
+        assert (r["padding"] is None) == (r["model"] == "eagle3")
+        if r["model"] == "llama-3.1-8b":
+            assert (r["padding"] > 0) == (r["batch"] * r["new_tokens"] == 5)  # 5 tokens run as the 8-token graph
+    assert set(doc["split"]) == {"llama-3.1-8b", "eagle3", "llama-3.2-1b"}
+    status, out, err = run(capsys, *args)
+    assert status == 0 and "each call split (ms)" in out and "inside forward" in out

@@ -23,6 +23,7 @@ import numpy as np
 from draftsim.analysis.table import format_table
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, KV_DTYPES, Assembly, Deployment, assemble
+from draftsim.sim.cost.callparts import SPLIT_NOTES, split_basis, split_calls
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
 from draftsim.sim.cost.methods import OperatorHead
 from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
@@ -203,6 +204,12 @@ class CostRecord:
     seconds: float
     bound: str  #: "memory", "compute" or "overhead"
     c: float
+    #: the call's seconds split (draftsim.sim.cost.callparts): GPU forward, CUDA-graph padding (None: not
+    #: separated, inside the forward), the engine's host time and the fixed per-call overhead; they add up to ``seconds``
+    forward: float | None = None
+    padding: float | None = None
+    host: float | None = None
+    overhead: float | None = None
 
 
 @dataclass
@@ -238,14 +245,20 @@ def cost(config: CostConfig) -> CostResult:
     models = list(zip(names, built.models))
     if built.plain_target is not None:  # the engine prices a server without speculation apart
         models.insert(1, (f"{config.target} (without speculation)", built.plain_target))
+    engine = built.engine
+    splits = {}
     for name, model in models:
         secs = np.atleast_1d(model.shape_time(B, N, C))
         bounds = np.atleast_1d(model.shape_bound(B, N, C))
-        for b, n, c, s, bd, u in zip(B, N, C, secs, bounds, unit):
-            role = "target" if model is built.target else "plain target" if model is built.plain_target else "drafter"
-            records.append(CostRecord(name, role, int(b), int(n), int(c), float(s), str(bd),
-                                      float(s / u)))
+        role = "target" if model is built.target else "plain target" if model is built.plain_target else "drafter"
+        host = 0.0 if engine is None else engine.per_draft_forward if role == "drafter" else engine.per_step
+        parts = split_calls(model, B * N, secs, engine_host=host)
+        splits[name] = SPLIT_NOTES[split_basis(model)]
+        for i, (b, n, c, s, bd, u) in enumerate(zip(B, N, C, secs, bounds, unit)):
+            part = {k: None if v is None else float(v[i]) for k, v in parts.items()}
+            records.append(CostRecord(name, role, int(b), int(n), int(c), float(s), str(bd), float(s / u), **part))
     info = dict(built.info)
+    info["split"] = splits
     footprint = built.target.memory()
     if footprint is not None and isinstance(built.target, RooflineModel):  # what --kv-dtype changes: the cache per token
         info["kv_cache"] = {"dtype": built.target.kv_dtype, "bytes_per_token_per_device": footprint.kv_per_token}
@@ -360,6 +373,14 @@ def run_cost(args: argparse.Namespace) -> int:
     print(f"  {info['engine']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))
+    print("each call split (ms): the GPU forward, CUDA-graph padding, the engine's host time and the fixed call overhead; "
+          "they add up to the call")
+    print(format_table(["model", "batch", "new tokens", "context", "forward", "padding", "engine host", "fixed overhead"],
+                       [[r.model, r.batch, r.new_tokens, r.context] + ["inside forward" if v is None else f"{v * 1e3:.4g}"
+                                                                    for v in (r.forward, r.padding, r.host, r.overhead)]
+                        for r in result.records]))
+    for name, text in info["split"].items():
+        print(f"  {name}: {text}")
     for text in info.get("operators", {}).values():
         print(text)
     if info.get("breakdown"):

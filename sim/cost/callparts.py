@@ -21,7 +21,8 @@ records its steps — and says how much of each is which, from the model's own t
 The split is exact where the model's terms depend on the call's tokens only: the fixed time is a
 constant per call, and the roofline's padding depends on the call's tokens alone (its dense
 operators' curve and all-reduces are functions of the token count), so it needs neither the
-contexts nor the batch's make-up. The measured operator model's padding also moves its logit rows
+contexts nor the batch's make-up. A drafting head's fixed time is its own (the engine's
+per-draft-forward time) plus its roofline parts'. The measured operator model's padding also moves its logit rows
 and its eager/graphed all-reduce tables, which the tokens alone do not give: there ``padding`` is
 None and the padding stays inside ``forward`` (said in :data:`SPLIT_NOTES`). A measured profile or
 a linear cost holds its host time inside its measurement: everything is ``forward``.
@@ -36,6 +37,7 @@ import copy
 import numpy as np
 
 from .base import BatchStats, CostModel
+from .methods import HeadCost
 from .operators import OperatorModel
 from .roofline import RooflineModel
 
@@ -49,6 +51,8 @@ SPLIT_NOTES = {
     "roofline": "fixed time, engine host time and CUDA-graph padding from the roofline's own terms (exact)",
     "operators": "fixed time and engine host time from the operator model's terms (exact); CUDA-graph padding not separated "
                  "(inside the forward: it moves logit rows and all-reduce tables the recorded tokens do not give)",
+    "head": "a drafting head's fixed time (its layers' per-call overhead) and the engine's per-draft-forward host time from its "
+            "terms (exact); its CUDA-graph padding not separated (inside the forward)",
     "whole": "a measured or fitted cost holds its host time inside its measurement: the whole call is its forward",
 }
 
@@ -59,14 +63,25 @@ def split_basis(model: CostModel) -> str:
         return "operators"
     if isinstance(model, RooflineModel):
         return "roofline"
+    if isinstance(model, HeadCost):
+        return "head"
     return "whole"
+
+
+def _fixed(model: CostModel) -> float:
+    """Seconds every call of ``model`` spends on its fixed terms: a roofline's per-call and per-layer
+    overhead; a head's own (the engine's per-draft-forward time) plus its roofline parts'."""
+    if isinstance(model, RooflineModel):
+        return float(model.overhead + model.overhead_per_layer * model.model.layers)
+    return float(model.overhead) + sum(_fixed(p) for p in model.parts if isinstance(p, RooflineModel))
 
 
 def split_calls(model: CostModel, tokens, seconds, engine_host: float = 0.0) -> dict[str, np.ndarray | None]:
     """The parts (:data:`PARTS`) of calls of ``model`` with ``tokens`` new tokens each that took
     ``seconds`` (arrays of one shape, as the model priced them; an empty call has 0 tokens and 0 s).
-    ``engine_host``: the engine's per-step host seconds the assembly put into the model's fixed
-    overhead (0 for a drafter or for no engine). ``padding`` is None where not separated."""
+    ``engine_host``: the engine's host seconds per call the assembly put into the model's fixed
+    overhead (a target's per-step time, a drafter's per-draft-forward time; 0 for no engine).
+    ``padding`` is None where not separated."""
     N = np.asarray(tokens, dtype=np.float64)
     t = np.asarray(seconds, dtype=np.float64)
     N, t = np.broadcast_arrays(N, t)
@@ -75,9 +90,9 @@ def split_calls(model: CostModel, tokens, seconds, engine_host: float = 0.0) -> 
     if basis == "whole":
         return {"forward": t.copy(), "padding": None, "host": zero, "overhead": zero.copy()}
     on = N > 0
-    fixed = float(model.overhead + model.overhead_per_layer * model.model.layers)
+    fixed = _fixed(model)
     padding = _padding(model, N) if basis == "roofline" else None
-    if model.floor:  # host work beside the forward: a call takes max(forward, floor)
+    if getattr(model, "floor", 0.0):  # host work beside the forward: a call takes max(forward, floor)
         host_bound = on & (t <= model.floor * (1.0 + 1e-12))
         host = np.where(host_bound, t, 0.0)
         forward_bound = on & ~host_bound
