@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...sim.errors import DraftsimError, folder_mode
-from ...sim.files import atomic_write
+from ...sim.files import MAX_INPUT_BYTES, atomic_write, parse_json, read_bytes, read_text
 from .rows import LEAD_COLUMNS, STATUS_COLUMNS, SweepRow
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class Store:
             if info["spec_sha256"] != spec.hash:
                 raise DraftsimError(f"--out {str(folder)!r} holds a different sweep (spec hash {info['spec_sha256'][:12]}, this spec "
                                     f"{spec.hash[:12]}); resume with the same spec, or choose another folder")
+            stored_tasks(p / "results", info.get("columns"), info["tasks"])  # every shard readable before anything is written
         elif p.is_dir() and any(not _leftover(x) for x in p.iterdir()):
             raise DraftsimError(f"--out {str(folder)!r} is a folder with other files in it and no sweep; give a new or empty folder")
         return p
@@ -114,19 +115,14 @@ class Store:
             self._lock = None
 
     def _open(self) -> Store:
+        stored = stored_tasks(self.results, {f.name: str(f.type) for f in self.schema}, self.tasks)
         self.results.mkdir(parents=True, exist_ok=True, mode=folder_mode())
         for tmp in self.results.glob(".*.tmp"):
             tmp.unlink()
-        for shard in sorted(self.results.glob("part-*.parquet")):
-            table = pq.read_table(shard, columns=["task", "status"])
-            ids = table.column("task").to_pylist()
-            overlap = self.done.intersection(ids)
-            if overlap or len(set(ids)) != len(ids):
-                raise DraftsimError(f"{shard}: task {min(overlap or ids)} is stored twice; the folder was altered by hand")
-            failed = sum(1 for s in table.column("status").to_pylist() if s != "ok")
+        for name, ids, failed in stored:
             self.done.update(ids)
             self.failed += failed
-            self.shards.append({"file": shard.name, "rows": len(ids), "failed": failed})
+            self.shards.append({"file": name, "rows": len(ids), "failed": failed})
         self.write_manifest(complete=False)
         return self
 
@@ -203,18 +199,26 @@ def _leftover(entry: Path) -> bool:
     return entry.name == "results" and entry.is_dir() and not any(entry.glob("part-*.parquet"))
 
 
+#: The largest manifest read (it lists ~80 bytes per shard: 64 MiB is ~800,000 shards).
+MANIFEST_MAX_BYTES = 64 * 2**20
+#: The largest shard read, on disk and as its footer declares it uncompressed (a shard holds the
+#: rows a sweep finished in a few seconds: ~100 bytes a row without error texts).
+MAX_SHARD_BYTES = MAX_INPUT_BYTES
+#: What to do about a damaged shard, said after what is wrong with it.
+SHARD_REMEDY = ("delete that shard (draftsim sweep SPEC --out DIR --resume then runs its tasks again) or start a new --out "
+                "folder")
+
+
 def read_manifest(folder) -> dict:
-    """The manifest of a sweep folder, checked (schema version and required keys)."""
+    """The manifest of a sweep folder, checked (schema version and required keys), its size and
+    nesting bounded before it is parsed."""
     path = Path(folder) / "manifest.json"
     if not path.is_file():
         raise DraftsimError(f"{str(folder)!r} holds no sweep (no manifest.json); give a folder written by draftsim sweep")
-    try:
-        info = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DraftsimError(f"{path}: not a valid manifest ({exc})") from None
+    info = parse_json(read_text(path, "sweep manifest", MANIFEST_MAX_BYTES, fifo=False), f"{path}: the manifest")
     if not isinstance(info, dict) or info.get("schema") != MANIFEST_VERSION:
-        raise DraftsimError(f"{path}: manifest schema {info.get('schema') if isinstance(info, dict) else None!r} is not supported "
-                            f"(this draftsim reads {MANIFEST_VERSION})")
+        shown = json.dumps(info.get("schema"))[:60] if isinstance(info, dict) else None
+        raise DraftsimError(f"{path}: manifest schema {shown} is not supported (this draftsim reads {MANIFEST_VERSION})")
     missing = [k for k in ("kind", "spec_sha256", "tasks", "axes", "metrics", "shards") if k not in info]
     if missing:
         raise DraftsimError(f"{path}: manifest lacks {', '.join(missing)}")
@@ -223,32 +227,123 @@ def read_manifest(folder) -> dict:
                           ("tasks", "an integer >= 0", isinstance(info["tasks"], int) and not isinstance(info["tasks"], bool) and info["tasks"] >= 0),
                           ("axes", "a list of names", isinstance(info["axes"], list) and all(isinstance(a, str) for a in info["axes"])),
                           ("metrics", "a list of names", isinstance(info["metrics"], list) and all(isinstance(m, str) for m in info["metrics"])),
-                          ("shards", "a list", isinstance(info["shards"], list))):
+                          ("shards", "a list", isinstance(info["shards"], list)),
+                          ("columns", "an object of column names and type names",
+                           isinstance(info.get("columns", {}), dict) and all(isinstance(t, str) for t in info.get("columns", {}).values()))):
         if not ok:
             raise DraftsimError(f"{path}: manifest field {key} must be {what}; got {json.dumps(info[key])[:60]} (the folder was altered by hand)")
     return info
 
 
+def shard_files(results) -> list[Path]:
+    """The shards of a results folder, in name (= commit) order."""
+    return sorted(Path(results).glob("part-*.parquet"))
+
+
+def read_shard(path, columns: dict[str, str] | None = None, tasks: int | None = None, read: Sequence[str] | None = None) -> pa.Table:
+    """One shard, typed and bounded before its rows are decoded: a regular file of at most
+    :data:`MAX_SHARD_BYTES` bytes, Parquet whose footer declares at most ``tasks`` rows and
+    :data:`MAX_SHARD_BYTES` uncompressed bytes and (with ``columns``, name → Arrow type name as
+    the manifest lists them) exactly those columns of those types; its ``task`` ids non-null,
+    distinct and in [0, ``tasks``), its ``status`` non-null. Returns the ``read`` columns (all by
+    default); anything else raises one line naming the shard, what is wrong, and the remedy."""
+    path = Path(path)
+
+    def bad(what: str) -> DraftsimError:
+        return DraftsimError(f"sweep shard {path}: {what}; {SHARD_REMEDY}")
+
+    try:
+        data = read_bytes(path, "sweep shard", MAX_SHARD_BYTES)
+    except DraftsimError as exc:  # not a regular file, over the limit, unreadable
+        raise DraftsimError(f"{exc}; {SHARD_REMEDY}") from None
+    try:
+        shard = pq.ParquetFile(pa.BufferReader(data))
+        meta, schema = shard.metadata, shard.schema_arrow
+        declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        have = {f.name: str(f.type) for f in schema}
+    except Exception as exc:  # pyarrow raises several types for damaged bytes (ArrowInvalid, OSError, UnicodeDecodeError)
+        raise bad(f"not readable Parquet ({' '.join(str(exc).split())[:160]})") from None
+    if tasks is not None and meta.num_rows > tasks:
+        raise bad(f"its footer declares {meta.num_rows:,} rows, more than the sweep's {tasks:,} tasks")
+    if declared > MAX_SHARD_BYTES:
+        raise bad(f"its footer declares {declared:,} bytes uncompressed; draftsim reads at most {MAX_SHARD_BYTES:,}")
+    if columns is not None and have != dict(columns):
+        missing = [c for c in columns if c not in have]
+        extra = [c for c in have if c not in columns]
+        typed = [f"{c} is {have[c]}, not {t}" for c, t in columns.items() if c in have and have[c] != t]
+        what = (f"it lacks column(s) {', '.join(missing)}" if missing else f"it has column(s) {', '.join(extra)} the sweep has not"
+                if extra else f"column {typed[0]}")
+        raise bad(f"{what} (this sweep's columns: {', '.join(f'{c} {t}' for c, t in columns.items())[:200]})")
+    for name, type_ in (("task", "int64"), ("status", "string")):
+        if have.get(name) != type_:
+            raise bad(f"column {name} is {'missing' if name not in have else have[name]}; a sweep shard's {name} is {type_}")
+    try:
+        table = shard.read(columns=list(read) if read is not None else None)
+        check = table if {"task", "status"} <= set(table.column_names) else shard.read(columns=["task", "status"])
+        table.validate(full=True)  # text columns valid UTF-8, offsets in range: what a damaged page breaks silently
+    except Exception as exc:  # as above: damaged pages
+        raise bad(f"not readable Parquet ({' '.join(str(exc).split())[:160]})") from None
+    if check.num_rows != meta.num_rows:
+        raise bad(f"it holds {check.num_rows:,} rows, its footer says {meta.num_rows:,}")
+    for name in ("task", "status"):
+        if check.column(name).null_count:
+            raise bad(f"column {name} holds {check.column(name).null_count:,} empty (null) value(s)")
+    ids = check.column("task").to_numpy()
+    if ids.size and (ids.min() < 0 or (tasks is not None and ids.max() >= tasks)):
+        wrong = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise bad(f"it holds task {wrong}, not a task of this sweep (tasks 0 to {(tasks or 0) - 1:,})")
+    if len(np.unique(ids)) != len(ids):
+        raise bad(f"task {_twice(ids)} is stored twice in it (the folder was altered by hand)")
+    return table
+
+
+def _twice(ids: np.ndarray) -> int:
+    """An id ``ids`` holds more than once."""
+    ordered = np.sort(ids)
+    return int(ordered[:-1][np.diff(ordered) == 0][0])
+
+
+def stored_tasks(results, columns: dict[str, str] | None, tasks: int | None) -> list[tuple[str, list[int], int]]:
+    """Per shard of ``results`` (:func:`read_shard`, in commit order): its file name, its task ids and
+    how many of them failed. A task stored by two shards is refused, naming the second."""
+    done: set[int] = set()
+    out = []
+    for shard in shard_files(results):
+        table = read_shard(shard, columns, tasks, read=["task", "status"])
+        ids = table.column("task").to_pylist()
+        _once(shard, done, ids)
+        out.append((shard.name, ids, sum(1 for s in table.column("status").to_pylist() if s != "ok")))
+    return out
+
+
+def _once(shard: Path, done: set, ids: list) -> None:
+    """Add ``shard``'s task ids to ``done``, refusing one an earlier shard holds."""
+    overlap = done.intersection(ids)
+    if overlap:
+        raise DraftsimError(f"sweep shard {shard}: task {min(overlap)} is stored twice (an earlier shard holds it too); the folder was "
+                            f"altered by hand (or written by two sweeps): {SHARD_REMEDY}")
+    done.update(ids)
+
+
 def load(folder) -> pa.Table:
     """Every stored task of a sweep folder as one Arrow table, sorted by task (``.to_pandas()``
-    for a DataFrame). The shards are checked against the manifest's columns."""
+    for a DataFrame). Each shard is read by :func:`read_shard` against the manifest's columns
+    and task count."""
     info = read_manifest(folder)
     results = Path(folder) / "results"
-    shards = sorted(results.glob("part-*.parquet"))
+    shards = shard_files(results)
     if not shards:
         raise DraftsimError(f"{str(folder)!r} holds a sweep with no results yet")
-    try:
-        table = pq.ParquetDataset(results).read()
-    except (pa.ArrowException, OSError) as exc:
-        raise DraftsimError(f"{results}: a shard is not readable Parquet ({' '.join(str(exc).split())[:200]})") from None
-    missing = [c for c in info.get("columns", {}) if c not in table.column_names]
-    if missing:
-        raise DraftsimError(f"{results}: shards lack column(s) {', '.join(missing)} of the manifest")
-    tasks = table.column("task").to_numpy()
-    if len(np.unique(tasks)) != len(tasks):
-        twice = int(np.sort(tasks)[:-1][np.diff(np.sort(tasks)) == 0][0])
-        raise DraftsimError(f"{results}: task {twice} is stored twice; the folder was altered by hand (or written by two sweeps)")
-    return table.sort_by("task")
+    columns = info.get("columns") or None
+    parts: list[pa.Table] = []
+    done: set[int] = set()
+    for shard in shards:
+        part = read_shard(shard, columns, info["tasks"])
+        if parts and not part.schema.equals(parts[0].schema, check_metadata=False):
+            raise DraftsimError(f"sweep shard {shard}: its columns differ from those of {shards[0].name}; {SHARD_REMEDY}")
+        _once(shard, done, part.column("task").to_pylist())
+        parts.append(part.replace_schema_metadata(None))
+    return pa.concat_tables(parts).sort_by("task")
 
 
 def schema_for(spec: Spec, points: Sequence[Point], metric_columns: Sequence[str], text_columns: Sequence[str] = ()) -> pa.Schema:
