@@ -6,7 +6,8 @@ what its source reported — per-position ``cumulative`` or ``conditional`` rate
 ``mean_length`` (tokens per verification step, bonus included) or vLLM's
 ``draft_acceptance_rate`` — for chains of k drafted tokens (``k``), for a tree, or for a
 draft the source does not describe (``k`` null); a value is a list of k rates, a number,
-or ``{low, high}`` where the source gives a range. The rates follow the convention of
+or ``{low, high}`` where the source gives a range (for per-position rates, two lists of k
+rates: each position's lowest and highest value). The rates follow the convention of
 :mod:`draftsim.sim.acceptance_rates`. Each entry names its source (paper table or figure,
 issue, pull request, blog) with a verbatim quote where there is one, says which values
 are arithmetic on quoted data (``derived``), and lists what the source leaves open
@@ -85,10 +86,17 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9.\-]*")
 
 @dataclass(frozen=True)
 class Range:
-    """A value the source gives as a range (e.g. "85% to 90%")."""
+    """A value the source gives as a range (e.g. "85% to 90%"); for per-position rates each end
+    is a tuple of k rates (the positions' lowest and highest values over the source's runs)."""
 
-    low: float
-    high: float
+    low: float | tuple
+    high: float | tuple
+
+    def __str__(self) -> str:
+        def one(v):
+            return "[" + ", ".join(f"{x:g}" for x in v) + "]" if isinstance(v, tuple) else f"{v:g}"
+
+        return f"{one(self.low)}..{one(self.high)}"
 
 
 @dataclass(frozen=True)
@@ -184,6 +192,11 @@ class AcceptanceEntry:
                                 "it gives no per-position rates for a chain of k (pick an entry with draft 'chain')")
         if self.reported in ("cumulative", "conditional"):
             longer = [j for j in self.chain_lengths if j >= k and not isinstance(self.values[j], Range)]
+            ranged = [j for j in self.chain_lengths if j >= k and isinstance(self.values[j], Range)]
+            if not longer and ranged:
+                raise DraftsimError(f"acceptance entry {self.name!r} reports per-position rates at k={ranged[0]} as a range "
+                                    f"{self.values[ranged[0]]}, not one value: use its ends as a bracket, {self.name}@low and "
+                                    f"{self.name}@high (run both and report both)")
             if not longer:
                 raise DraftsimError(f"acceptance entry {self.name!r} has per-position rates for at most "
                                     f"{max(self.chain_lengths)} positions; k={k} needs {k} (valid: {self._valid_ks()})")
@@ -194,7 +207,7 @@ class AcceptanceEntry:
             raise DraftsimError(f"acceptance entry {self.name!r} reports a {self.reported.replace('_', ' ')} only at "
                                 f"{self._valid_ks()}; got k={k} (a mean at one k does not give another k's)")
         if isinstance(value, Range):
-            raise DraftsimError(f"acceptance entry {self.name!r} reports a range {value.low}..{value.high} at k={k}, not one value: "
+            raise DraftsimError(f"acceptance entry {self.name!r} reports a range {value} at k={k}, not one value: "
                                 f"use its ends as a bracket, {self.name}@low and {self.name}@high (run both and report both)")
         length = value if self.reported == "mean_length" else mean_length_from_draft_rate(value, k)
         nothing = [s.values[k] for s in self.shape if s.what == "share_of_steps_accepting_nothing" and k in s.values]
@@ -227,7 +240,7 @@ class AcceptanceEntry:
         if not self.ranges:
             raise DraftsimError(f"acceptance entry {self.name!r} reports no range, so it has no {which} end; use {self.name}")
         values = {k: (getattr(v, which) if isinstance(v, Range) else v) for k, v in self.values.items()}
-        bracket = ", ".join(f"k={k}: {v.low}..{v.high}" for k, v in sorted(self.ranges.items()))
+        bracket = ", ".join(f"k={k}: {v}" for k, v in sorted(self.ranges.items()))
         return replace(self, name=f"{self.name}@{which}", values=values,
                        assumptions=(*self.assumptions, f"the {which} end of the published range ({bracket}); "
                                                        f"{self.name}@{'high' if which == 'low' else 'low'} is the other end"))
@@ -300,15 +313,25 @@ class _Reader:
         if reported in ("cumulative", "conditional"):
             if k is None:
                 self.fail(field, f"{reported} rates need the chain length k; got k null")
-            if not isinstance(value, list) or len(value) != k:
-                self.fail(field, f"{reported} rates at k={k} must be a list of {k} rates; got {value!r}")
-            rates = tuple(self.number(field, v, 0.0, 1.0) for v in value)
-            if reported == "cumulative" and any(b > a for a, b in zip(rates, rates[1:])):
-                self.fail(field, f"cumulative rates (P(tokens 1..i all accepted)) must not increase; got {list(rates)}")
-            return rates
+            if isinstance(value, dict):  # per-position ranges: each end a list of k rates
+                if set(value) != {"low", "high"}:
+                    self.fail(field, f"a range must be {{low, high}}; got keys {sorted(value)}")
+                lo, hi = self.rates(reported, k, value["low"], field), self.rates(reported, k, value["high"], field)
+                if any(a > b for a, b in zip(lo, hi)):
+                    self.fail(field, f"a range needs low <= high at every position; got {list(lo)}..{list(hi)}")
+                return Range(lo, hi)
+            return self.rates(reported, k, value, field)
         if reported == "mean_length":
             return self.scalar(field, value, 1.0, float(k + 1) if k is not None else float(K_MAX_LIMIT + 1))
         return self.scalar(field, value, 0.0, 1.0)
+
+    def rates(self, reported: str, k: int, value, field: str) -> tuple:
+        if not isinstance(value, list) or len(value) != k:
+            self.fail(field, f"{reported} rates at k={k} must be a list of {k} rates (or {{low, high}} of two such lists); got {value!r}")
+        rates = tuple(self.number(field, v, 0.0, 1.0) for v in value)
+        if reported == "cumulative" and any(b > a for a, b in zip(rates, rates[1:])):
+            self.fail(field, f"cumulative rates (P(tokens 1..i all accepted)) must not increase; got {list(rates)}")
+        return rates
 
     def points(self, field: str, points, optional_k: bool, probability: bool = False, reported: str = "") -> dict:
         if not isinstance(points, list) or not points:

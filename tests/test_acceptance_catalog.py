@@ -388,3 +388,64 @@ def test_loader_refuses_unreadable_files(tmp_path):
 def test_a_good_file_loads(tmp_path):
     entry = load_catalog(_write(tmp_path))["x-entry"]
     assert entry.mean_length(4) == pytest.approx(3.08)
+
+
+# ------------------------------------------------------------------ per-position ranges: brackets
+
+MTP_V4 = "mtp-deepseek-v4-vllm-pr41044-k2"
+
+
+def test_a_per_position_range_is_a_bracket_with_both_ends():
+    """vLLM PR 41044's MTP per-position rates at concurrency 1/4/8 make a range per position; its
+    ends run for k = 1..2 as the quoted values' lowest and highest, the entry itself refuses to
+    pick one, and each end says which it is and names the other."""
+    entry = acceptance_entry(MTP_V4)
+    assert entry.usable_lengths == () and set(entry.ranges) == {2}
+    with pytest.raises(DraftsimError, match=rf"at k=2 as a range \[0\.757, 0\.355\]\.\.\[0\.786, 0\.3807\].*{MTP_V4}@low and {MTP_V4}@high"):
+        entry.process(1)
+    low, high = acceptance_entry(f"{MTP_V4}@low"), acceptance_entry(f"{MTP_V4}@high")
+    # the quote: position 0 76.94 / 75.70 / 78.60 %, position 1 38.07 / 35.50 / 35.76 %
+    np.testing.assert_allclose(low.cumulative(2), [min(0.7694, 0.7570, 0.7860), min(0.3807, 0.3550, 0.3576)], atol=1e-12)
+    np.testing.assert_allclose(high.cumulative(2), [max(0.7694, 0.7570, 0.7860), max(0.3807, 0.3550, 0.3576)], atol=1e-12)
+    assert low.usable_lengths == high.usable_lengths == (1, 2)
+    np.testing.assert_allclose(low.cumulative(1), [0.757])  # k=1: the chain's first position
+    assert low.mean_length(2) < high.mean_length(2)
+    assert "low end of the published range" in low.assumptions[-1] and f"{MTP_V4}@high is the other end" in low.assumptions[-1]
+    for quoted in ("76.94%", "75.70%", "78.60%", "38.07%", "35.50%", "35.76%", "num_speculative_tokens=2"):
+        assert quoted in entry.quote
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ({"low": [0.8], "high": [0.9, 0.5]}, r"at k=2 must be a list of 2 rates"),
+        ({"low": [0.8, 0.6], "high": [0.7, 0.65]}, r"low <= high at every position; got \[0.8, 0.6\]\.\.\[0.7, 0.65\]"),
+        ({"low": [0.5, 0.6], "high": [0.9, 0.7]}, r"must not increase; got \[0.5, 0.6\]"),
+        ({"low": [0.5, 0.4]}, r"a range must be \{low, high\}; got keys \['low'\]"),
+    ],
+)
+def test_the_loader_refuses_a_bad_per_position_range(tmp_path, value, match):
+    path = _write(tmp_path, _broken(reported="cumulative", values=[{"k": 2, "value": value}]))
+    with pytest.raises(DraftsimError, match=match):
+        load_catalog(path)
+
+
+@pytest.mark.parametrize("end", ["low", "high"])
+def test_each_end_of_the_mtp_bracket_runs_through_serve_sim(capsys, end):
+    """Both ends serve on DeepSeek-V3 with its MTP module (the nearest catalog model, borrowed
+    knowingly): the run drafts k=2 at the end's per-position rates, and --json says what was
+    borrowed and which end of the bracket ran."""
+    from clirun import run
+
+    status, out, err = run(capsys, "serve-sim", "--target", "deepseek-v3", "--hardware", "h200", "--tp", "8", "--dtype", "float8",
+                           "--drafter", "mtp", "--policy", "fixed:k=2", "--acceptance", f"{MTP_V4}@{end}", "--borrow", "--qps", "2",
+                           "--requests", "60", "--prompt-len", "fixed:128", "--output-len", "fixed:128", "--replications", "1", "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    warnings = " ".join(doc["warnings"])
+    assert "borrowed" in warnings and "deepseek-v4" in warnings and f"the {end} end of the published range" in warnings
+    sd = doc["spec_decode"]
+    per_pos = np.array(sd["num_accepted_tokens_per_pos"]) / sd["num_drafts"]
+    expected = acceptance_entry(f"{MTP_V4}@{end}").cumulative(2)
+    np.testing.assert_allclose(per_pos, expected, atol=0.03)  # 60 requests x 127 tokens: a few thousand rounds
+    assert doc["step_breakdown"]["parts"]["drafting"]["ms_per_step"] > 0
