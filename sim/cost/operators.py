@@ -43,9 +43,12 @@ A call of N new tokens over B sequences (contexts c_i) on one of ``tp`` devices 
 
 Outside a table (more tokens than measured, a width beyond the grid such as a 128K-vocabulary LM
 head, a batch × context hole, an unmeasured tp size or head layout) an operator falls back to the
-roofline of :mod:`~draftsim.sim.cost.roofline` — for a GEMM scaled at the nearest measured shape
-(t_table(clamped) · roofline(shape) / roofline(clamped): the table's efficiency at its edge), for
-attention and collectives the catalog roofline — and the model records it
+roofline with **efficiency curves fitted on the same GPU's and engine's tables**
+(:mod:`~draftsim.sim.cost.efficiency`: GEMM efficiency against m, n and k, decode attention against
+batch × context, prefill attention against batch × tokens, the all-reduce against message size, each
+with a fixed cost per kernel) — for a GEMM scaled at the nearest measured shape
+(t_table(clamped) · curve(shape) / curve(clamped)), for attention and collectives the curve itself
+(the constant-efficiency catalog roofline only where a GPU has no table of that kind) — and the model records it
 (:attr:`OperatorModel.fallbacks`, :meth:`~OperatorModel.breakdown`). Nothing is extrapolated
 silently. A mixture of experts or latent attention (MoE, MLA) is priced by the roofline whole in
 this first version, and said so.
@@ -58,10 +61,6 @@ reading of a roofline fit) is **not** applied: the tables measure whole kernels.
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
-import importlib.util
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,77 +69,29 @@ import numpy as np
 from ..errors import DraftsimError
 from .base import BatchStats, CostModel
 from .catalog import HardwareSpec, ModelSpec
+from .efficiency import Curves, Roofs, fit_curves, gemm_shapes
+from .kernel_tables import (
+    FRAMEWORKS,
+    PACKAGE,
+    PINNED_VERSION,
+    SYSTEMS,
+    allreduce_rows,
+    attention_rows,
+    gemm_rows,
+    mem_op_constants,
+    newest_table,
+    systems_root,
+)
 from .overheads import pad_tokens
 from .roofline import RooflineModel
 
-__all__ = ["COST_MODELS", "DECODE_QUERIES", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "MeasuredGemm", "OperatorModel", "Part", "systems_root"]
+__all__ = ["COST_MODELS", "DECODE_QUERIES", "FRAMEWORKS", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "MeasuredGemm", "OperatorModel", "Part",
+           "systems_root"]
 
-#: The PyPI distribution that ships the tables, and the version draftsim reads.
-PACKAGE = "aiconfigurator-core"
-PINNED_VERSION = "0.12.0"
 #: ``--cost-model`` choices: the catalog roofline (default) or the measured operators.
 COST_MODELS = ("roofline", "operators")
-#: Catalog hardware → AIConfigurator's system folder (systems/<name>.yaml, systems/data/<name>/).
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80g": "a100_sxm"}
 #: The most new tokens per sequence priced from the generation (decode) table; more: the context table.
 DECODE_QUERIES = 16
-#: draftsim engine → AIConfigurator framework folder (``none``: vLLM's kernels, no engine overheads).
-FRAMEWORKS = {"vllm": "vllm", "vllm-v0.6": "vllm", "sglang": "sglang", "none": "vllm"}
-
-_INSTALL = f"pip install 'draftsim[operators]' ({PACKAGE}=={PINNED_VERSION})"
-
-
-def systems_root() -> Path:
-    """The installed package's ``systems`` folder, found without importing the package; one-line
-    :class:`DraftsimError` when it is missing or another version is installed."""
-    try:
-        version = importlib.metadata.version(PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise DraftsimError(f"--cost-model operators reads NVIDIA AIConfigurator's measured operator tables, which are not installed: "
-                            f"{_INSTALL}") from None
-    if version != PINNED_VERSION:
-        raise DraftsimError(f"--cost-model operators reads {PACKAGE} {PINNED_VERSION}'s tables; {version} is installed: {_INSTALL}")
-    spec = importlib.util.find_spec("aiconfigurator_core")  # a top-level name: found, not imported
-    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
-        root = Path(loc) / "systems"
-        if (root / "data").is_dir():
-            return root
-    raise DraftsimError(f"{PACKAGE} {version} is installed but holds no systems/data folder: reinstall it ({_INSTALL})")
-
-
-def _version_key(v: str) -> tuple:
-    return tuple((0, int(x)) if x.isdigit() else (1, x) for x in re.findall(r"\d+|[a-z]+", v.lower()))
-
-
-def _newest(folder: Path, filename: str) -> Path | None:
-    """``folder/<version>/filename`` of the newest version that holds it."""
-    if not folder.is_dir():
-        return None
-    versions = sorted((p for p in folder.iterdir() if (p / filename).is_file()), key=lambda p: _version_key(p.name))
-    return versions[-1] / filename if versions else None
-
-
-@functools.lru_cache(maxsize=64)
-def _read(path: str, columns: tuple[str, ...]):
-    """The named columns of a parquet table that holds them (older tables lack some, e.g. window_size)."""
-    import pyarrow.parquet as pq
-
-    present = set(pq.read_schema(path).names)
-    return pq.read_table(path, columns=[c for c in columns if c in present]).to_pandas()
-
-
-def _mem_op_constants(root: Path, system: str) -> tuple[float, float, float]:
-    """(memory bandwidth B/s, empirical scaling, constant seconds) of AIConfigurator's analytic memory-op
-    formula, from systems/<system>.yaml (read as text: three numbers)."""
-    text = (root / f"{system}.yaml").read_text()
-
-    def num(key: str) -> float:
-        m = re.search(rf"^\s*{key}:\s*([0-9.eE+-]+)", text, re.MULTILINE)
-        if m is None:
-            raise DraftsimError(f"{root / (system + '.yaml')} holds no {key}")
-        return float(m.group(1))
-
-    return num("mem_bw"), num("mem_bw_empirical_scaling_factor"), num("mem_empirical_constant_latency")
 
 
 class _Grid2D:
@@ -179,13 +130,7 @@ class _GemmTable:
     """bfloat16 GEMM latencies on the grid m × n × k (seconds), multilinear between measured shapes."""
 
     def __init__(self, path: Path):
-        df = _read(str(path), ("kernel_source", "gemm_dtype", "m", "n", "k", "latency"))
-        df = df[df.gemm_dtype == "bfloat16"]
-        if df.empty:
-            raise DraftsimError(f"{path} holds no bfloat16 GEMMs")
-        kernels = sorted(df.kernel_source.unique())
-        self.kernel = next((k for k in kernels if "torch" in k and "linear" in k), kernels[0])
-        df = df[df.kernel_source == self.kernel]
+        self.kernel, df = gemm_rows(path)
         self.m, self.n, self.k = (np.sort(df[c].unique()).astype(np.float64) for c in ("m", "n", "k"))
         cube = df.pivot_table(index=["n", "k"], columns="m", values="latency", aggfunc="median")
         self.t = np.full((len(self.n), len(self.k), len(self.m)), np.nan)
@@ -295,14 +240,15 @@ class OperatorModel(RooflineModel):
         return "(none)" if path is None else str(path.relative_to(self.root / "data"))
 
     def _table(self, op: str, filename: str) -> Path | None:
-        return _newest(self.root / "data" / self.system / op / self.framework, filename)
+        return newest_table(self.root, self.system, op, self.framework, filename)
 
     def _load_tables(self) -> None:
         m, t = self.model, self.tp
-        h, hd, L = m.hidden, m.head_dim, m.layers
+        hd, L = m.head_dim, m.layers
         q_heads, kv_heads = m.heads // t, int(np.ceil(m.kv_heads / t))
         self._sources: dict[str, str] = {}
-        # the catalog roofline of attention (outside the tables): seconds per KV entry read, per new token, per query-key pair
+        self._layout = (q_heads, kv_heads, hd)
+        # the catalog roofline of attention (where no table of its kind exists): seconds per KV entry read, per new token, per query-key pair
         bw, peak = self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu
         self._roof_attention = (2 * kv_heads * hd * self.bytes * L / bw, 2 * q_heads * hd * self.bytes * L / bw, 4 * q_heads * hd * L / peak)
         # GEMMs: (name, n, k, times per call) at the call's tokens; the LM head apart (its rows)
@@ -310,19 +256,19 @@ class OperatorModel(RooflineModel):
         if gemm_path is None:
             raise DraftsimError(f"{PACKAGE} {PINNED_VERSION} holds no {self.framework} GEMM table for {self.system}; use --cost-model roofline")
         self._gemm = _GemmTable(gemm_path)
-        up = (m.mlp_matrices - 1) * m.intermediate // t
-        qkv_k = h if self.qkv_inputs is None else self.qkv_inputs
-        shapes = [("qkv", (q_heads + 2 * kv_heads) * hd, qkv_k, L), ("o", h, q_heads * hd, L), ("gate_up" if m.mlp == "gated" else "up", up, h, L),
-                  ("down", h, m.intermediate // t, L)]
+        #: the efficiency curves fitted on this GPU's and engine's tables (sim/cost/efficiency.py): the fallback outside a table
+        self.curves: Curves = fit_curves(self.root, self.system, self.framework, Roofs.of(self.hardware))
+        *layer, head = gemm_shapes(m, t, self.qkv_inputs)
+        shapes = [(name, n, k, L) for name, n, k in layer]
         self._layer_curve = np.zeros(len(self._gemm.m))
         self._gemm_parts: list[tuple[str, bool, str]] = []
         for name, n, k, mult in shapes:
             c, measured, note = self._gemm_curve(name, n, k)
             self._layer_curve += mult * c
             self._gemm_parts.append((name, measured, note))
-        self._head_curve, measured, note = self._gemm_curve("lm_head", m.vocab // t, h)
+        self._head_curve, measured, note = self._gemm_curve("lm_head", head[1], head[2])
         self._gemm_parts.append(("lm_head", measured, note))
-        self._gemm_shapes = shapes + [("lm_head", m.vocab // t, h, 1)]
+        self._gemm_shapes = shapes + [(*head, 1)]
         self._sources["gemm"] = f"{self._rel(gemm_path)} ({self._gemm.kernel}, bfloat16): " + "; ".join(
             f"{name} {'measured' if meas else 'estimated'}{' (' + note + ')' if note else ''}" for name, meas, note in self._gemm_parts)
         # attention
@@ -336,8 +282,8 @@ class OperatorModel(RooflineModel):
             self._attn_ctx, _, _ = self._attention_grid(ctx_path, "isl", q_heads, kv_heads, hd)
         self._gen_path, self._ctx_path = gen_path, ctx_path
         layout = f"{q_heads} query / {kv_heads} KV heads x {hd}, bfloat16 KV cache"
-        self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'roofline (no table for ' + layout + ')'}; "
-                                      f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'roofline (no table for ' + layout + ')'}"
+        self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}; "
+                                      f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}"
                                       + (f" ({self._attn_kernel}, {layout}" + (f"; {heads_note}" if heads_note else "") + ")"
                                          if self._attn_kernel else ""))
         # all-reduce
@@ -346,7 +292,7 @@ class OperatorModel(RooflineModel):
             ar_path = self._table("comm", "custom_allreduce_perf.parquet")
             self._ar_path = ar_path
             if ar_path is not None:
-                df = _read(str(ar_path), ("num_gpus", "message_size", "latency", "kernel_source"))
+                df = allreduce_rows(ar_path)
                 df = df[df.num_gpus == t]
                 graph = df[df.kernel_source.str.contains("graph")]
                 eager = df[~df.kernel_source.str.contains("graph")]
@@ -359,7 +305,7 @@ class OperatorModel(RooflineModel):
                     self._ar_tables = tabs
             self._sources["allreduce"] = (f"{self._rel(ar_path)} at {t} GPUs ({', '.join(self._ar_tables)} rows), {2 * L + 1} per call"
                                           if self._ar_tables else f"roofline (no measured all-reduce at {t} GPUs)")
-        bw, scale, const = _mem_op_constants(self.root, self.system)
+        bw, scale, const = mem_op_constants(self.root, self.system)
         self._mem_op = (bw * scale, const)
         self._sources["elementwise"] = (f"estimated: AIConfigurator's memory-op formula, bytes / ({bw / 1e9:.0f} GB/s x {scale:g}) + "
                                         f"{const * 1e6:g} us per kernel (systems/{self.system}.yaml): residual add + RMSNorm x2 and the "
@@ -371,16 +317,10 @@ class OperatorModel(RooflineModel):
         """The table's grid (batch × ``axis``) for this head layout, its kernel and how it was found:
         the layout's own rows, or between the two measured query-head counts around it (same KV heads
         and head_dim: linear in query heads); (None, "", "") where neither exists."""
-        df = _read(str(path), ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
-                               "window_size", "step", "latency"))
-        df = df[(df.num_key_value_heads == kv_heads) & (df.head_dim == hd) & (df.kv_cache_dtype == "bfloat16")]
-        if "window_size" in df:  # full attention only (tables without the column measured no window)
-            df = df[df.window_size == 0]
+        kernel, df = attention_rows(path)
+        df = df[(df.num_key_value_heads == kv_heads) & (df.head_dim == hd)]
         if df.empty:
             return None, "", ""
-        kernels = sorted(df.kernel_source.unique())
-        kernel = next((k for k in kernels if "fa3" in k), kernels[0])  # Hopper's default (AIConfigurator attention_lane_defaults.yaml)
-        df = df[df.kernel_source == kernel]
         heads = np.sort(df.num_heads.unique())
         if q_heads in heads:
             return _Grid2D.from_frame(df[df.num_heads == q_heads], "batch_size", axis), kernel, ""
@@ -391,12 +331,9 @@ class OperatorModel(RooflineModel):
         grids = [_Grid2D.from_frame(df[df.num_heads == h], "batch_size", axis) for h in (lo, hi)]
         return _Blend(*grids, (q_heads - lo) / (hi - lo)), kernel, f"query heads interpolated between {lo} and {hi}"
 
-    def _roofline_gemm(self, m, n: float, k: float) -> np.ndarray:
-        """The catalog roofline of one GEMM of m tokens: max(bytes / bandwidth, FLOPs / peak)."""
-        w = self.bytes
-        m = np.asarray(m, np.float64)
-        mem = (n * k + m * k + m * n) * w / (self.hardware.memory_bandwidth * self.mbu)
-        return np.maximum(mem, 2 * m * n * k / (self.peak * self.mfu))
+    def _estimated_gemm(self, m, n: float, k: float) -> np.ndarray:
+        """One GEMM of m tokens by the roofline with the efficiency curve fitted on the GEMM table."""
+        return self.curves.gemm_seconds(np.asarray(m, np.float64), n, k)
 
     def _gemm_curve(self, name: str, n: int, k: int) -> tuple[np.ndarray, bool, str]:
         """Seconds at the table's token counts for width (n, k): the table's, or outside its widths the
@@ -408,11 +345,13 @@ class OperatorModel(RooflineModel):
         nc, kc = float(np.clip(n, g.n[0], g.n[-1])), float(np.clip(k, g.k[0], g.k[-1]))
         anchor = g.curve(nc, kc)
         if anchor is None:
-            self._note(f"gemm {name}", f"n={n}, k={k}: no measured neighbour; catalog roofline")
-            return self._roofline_gemm(g.m, n, k), False, "catalog roofline"
-        note = f"n={n}, k={k} beyond the measured widths: roofline scaled at n={nc:g}, k={kc:g}"
+            note = f"n={n}, k={k}: no measured neighbour; roofline with the efficiency curve fitted on the GEMM table"
+            self._note(f"gemm {name}", note)
+            return self._estimated_gemm(g.m, n, k), False, note
+        note = (f"n={n}, k={k} beyond the measured widths: the table at n={nc:g}, k={kc:g} scaled by the roofline with the "
+                "efficiency curve fitted on the GEMM table")
         self._note(f"gemm {name}", note)
-        return anchor * self._roofline_gemm(g.m, n, k) / self._roofline_gemm(g.m, nc, kc), False, note
+        return anchor * self._estimated_gemm(g.m, n, k) / self._estimated_gemm(g.m, nc, kc), False, note
 
     def _note(self, part: str, reason: str) -> None:
         self.fallbacks.setdefault(part, set()).add(reason)
@@ -429,11 +368,12 @@ class OperatorModel(RooflineModel):
         out = np.array(np.interp(tokens, g.m, curve), dtype=np.float64)
         over = tokens > g.m[-1]
         if np.any(over):
-            self._note(what, f"more than {g.m[-1]:.0f} tokens: roofline scaled at m={g.m[-1]:.0f}")
+            self._note(what, f"more than {g.m[-1]:.0f} tokens: the curve at m={g.m[-1]:.0f} scaled by the roofline with the efficiency "
+                             "curve fitted on the GEMM table")
             if shapes is None:
                 shapes = self._gemm_shapes[-1:] if what == "gemm lm_head" else self._gemm_shapes[:-1]
-            ratio_num = sum(mult * self._roofline_gemm(tokens[over], n, k) for _, n, k, mult in shapes)
-            ratio_den = sum(mult * self._roofline_gemm(g.m[-1], n, k) for _, n, k, mult in shapes)
+            ratio_num = sum(mult * self._estimated_gemm(tokens[over], n, k) for _, n, k, mult in shapes)
+            ratio_den = sum(mult * self._estimated_gemm(g.m[-1], n, k) for _, n, k, mult in shapes)
             out[over] = curve[-1] * ratio_num / ratio_den
         return out
 
@@ -460,11 +400,25 @@ class OperatorModel(RooflineModel):
             if np.any(use & (cbar > 0)):
                 self._note("attention", "prefill after cached tokens scaled by query-key pairs from a whole-prompt measurement")
         miss = np.isnan(out)
-        if np.any(miss):
-            self._note("attention", "batch x context outside the measured table: catalog roofline")
-            read = pairs if self.kv_per_query else cached + N
-            kv_s, q_s, pair_s = self._roof_attention
-            out[miss] = np.maximum(read * kv_s + N * q_s, pairs * pair_s)[miss]
+        c = self.curves
+        for sel, curve, kind in ((miss & decode, c.decode, "decode"), (miss & ~decode, c.prefill, "prefill")):
+            if not np.any(sel):
+                continue
+            if curve is None:  # no table of this kind for this GPU and engine
+                self._note("attention", f"no {kind} attention table: catalog roofline")
+                read = pairs if self.kv_per_query else cached + N
+                kv_s, q_s, pair_s = self._roof_attention
+                out[sel] = np.maximum(read * kv_s + N * q_s, pairs * pair_s)[sel]
+                continue
+            what = "batch x context" if (self._attn if kind == "decode" else self._attn_ctx) is not None else "head layout"
+            self._note("attention", f"{what} outside the measured table: roofline with the efficiency curve fitted on the {kind} "
+                                    "attention table")
+            if kind == "decode":  # the table's lookup: (sequences, cached tokens before the new one); KV length one more
+                t = (c.decode_seconds(N, cbar + (nbar - 1) / 2 + 1, *self._layout) if self.kv_per_query else
+                     c.decode_seconds(B, cbar + nbar, *self._layout))
+            else:
+                t = c.prefill_seconds(B, nbar, *self._layout) * pairs / (B * nbar * (nbar + 1) / 2)
+            out[sel] = (t * L)[sel]
         return out
 
     def _measured_allreduce_seconds(self, Np) -> np.ndarray | float:
@@ -477,12 +431,16 @@ class OperatorModel(RooflineModel):
         ring = 2 * (self.tp - 1) / self.tp
         bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
         roof = self.hardware.interconnect_latency + ring * msg * self.bytes / bw
+        graphed = np.asarray(Np) <= (self.graph_tokens[-1] if self.graph_tokens else np.inf)
+        curve = self.curves.allreduce
+        if curve is not None:  # the roofline with the efficiency curve fitted on the all-reduce table (eager: + a launch)
+            roof = np.where(graphed, self.curves.allreduce_seconds(msg, self.tp), self.curves.allreduce_seconds(msg, self.tp, eager=True))
+        how = "roofline with the efficiency curve fitted on the all-reduce table" if curve is not None else "catalog roofline"
         if self._ar_tables is None:
-            self._note("allreduce", f"no measured all-reduce at {self.tp} GPUs: catalog roofline")
+            self._note("allreduce", f"no measured all-reduce at {self.tp} GPUs: {how}")
             return count * roof
         # kernel time alone (the graph rows) unless the engine runs this step eagerly: beyond its largest
         # captured size; without captured sizes (engine none, or graphs not modelled) the kernels alone
-        graphed = np.asarray(Np) <= (self.graph_tokens[-1] if self.graph_tokens else np.inf)
         out = np.zeros(np.shape(msg))
         for kind, sel in (("graph", graphed), ("eager", ~graphed)):
             if not np.any(sel):
@@ -491,7 +449,7 @@ class OperatorModel(RooflineModel):
             t = np.interp(msg, sizes, secs)
             outside = sel & ((msg < sizes[0]) | (msg > sizes[-1]))
             if np.any(outside):
-                self._note("allreduce", f"message outside {sizes[0]:.0f}..{sizes[-1]:.0f} elements: catalog roofline")
+                self._note("allreduce", f"message outside {sizes[0]:.0f}..{sizes[-1]:.0f} elements: {how}")
                 t = np.where(outside, roof, t)
             out = np.where(sel, t, out)
         return count * out
@@ -588,6 +546,7 @@ class OperatorModel(RooflineModel):
         lines += [f"  {k}: {v}" for k, v in self._sources.items()]
         if not self.whole_roofline:
             lines.append("  engine: host time and CUDA-graph padding on top; its forward_overlap is not applied to measured kernels")
+            lines += [f"  outside a table, {c}" for c in self.curves.describe()]
         return "\n".join(lines)
 
     def with_overhead(self, overhead: float, overhead_per_layer: float = 0.0) -> "OperatorModel":

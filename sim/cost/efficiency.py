@@ -1,0 +1,442 @@
+"""Efficiency curves fitted on measured kernel tables: what the operator model prices where a
+table lacks a shape or an operator, in place of a roofline at constant efficiency.
+
+Each operator kind's time is a roofline with a fitted efficiency and a fixed cost per kernel::
+
+    t = fixed + max(t_mem · s_mem(x), t_cmp · s_cmp(x)),   s = 1 / efficiency ≥ 1
+
+where ``t_mem`` is the kernel's bytes over the hardware's peak memory (or, for a collective,
+interconnect) bandwidth and ``t_cmp`` its FLOPs over the peak bfloat16 rate (the catalog's cited
+numbers, ``sim/data/hardware.json``), and ``log s`` is a quadratic polynomial in the log2 features
+``x`` below, fitted by least squares, separately on the rows the roofline calls memory-bound and
+compute-bound. ``fixed`` is chosen among fractions of the smallest measured latency (the one whose
+fit leaves the smallest mean squared log error). A prediction holds each feature inside the range
+it was fitted on (the efficiency at the edge of the measurements carries beyond them) and never
+exceeds the peak (s ≥ 1).
+
+* **GEMM** (``gemm_perf.parquet``, bfloat16, PyTorch's linear): bytes (n·k + m·k + m·n)·2, FLOPs
+  2·m·n·k; x = log2 of the token count m, n and k.
+* **Decode attention** (``generation_attention_perf.parquet``, FlashAttention-3, bfloat16 KV
+  cache, full attention): one query per sequence over ``kv_len`` = step + 1 cached entries; bytes
+  the KV read B·kv_len·2·kv_heads·head_dim·2 plus the queries and outputs, FLOPs
+  4·heads·head_dim·B·kv_len; x = log2 of batch × context, batch, KV heads, head_dim and the GQA
+  ratio.
+* **Prefill attention** (``context_attention_perf.parquet``): B causal prompts of ``isl`` tokens;
+  bytes B·isl·(2·heads + 2·kv_heads)·head_dim·2, FLOPs 4·heads·head_dim·B·isl(isl+1)/2; x = log2
+  of batch × tokens, tokens, heads, KV heads and head_dim.
+* **All-reduce** (``custom_allreduce_perf.parquet``, the CUDA-graph rows: the kernel alone):
+  bytes 2(g−1)/g · elements · 2 over the interconnect; x = log2 of the message size and the GPU
+  count. The eager rows' excess over the graph rows at small messages is the fixed cost of a
+  kernel launched without a CUDA graph (:attr:`Curves.eager_launch`).
+
+The curves are fitted from the installed tables at first use and cached per (tables, GPU, engine)
+(:func:`fit_curves`): deterministic (closed-form least squares), well under a second, and always
+the pinned tables' own — a committed data file would copy numbers derived from a dependency that
+``--cost-model operators`` needs anyway, and could drift from it.
+
+**Held out by model family** (:func:`family_holdout`): fitted on the table rows that the shapes of
+some families (Llama, Qwen) use and scored on the rows of the others (Gemma, SmolLM2,
+Mistral/Mixtral, DeepSeek, GPT-OSS, GLM), no row in both; a GEMM shape between measured widths
+brings the measured widths around it. The all-reduce table has no model axis, so it is held out
+by GPU count (:func:`gpu_count_holdout`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .catalog import HardwareSpec, ModelSpec
+from .kernel_tables import allreduce_rows, attention_rows, gemm_rows, newest_table
+
+__all__ = ["FIT_FAMILIES", "KINDS", "Curve", "Curves", "Roofs", "Score", "attention_layouts", "family_holdout", "family_of", "fit_curve",
+           "fit_curves", "gemm_shapes", "gpu_count_holdout"]
+
+#: The operator kinds with a curve.
+KINDS = ("gemm", "decode attention", "prefill attention", "allreduce")
+#: Catalog name prefix → model family.
+FAMILY_PREFIXES = {"llama": "llama", "qwen": "qwen", "gemma": "gemma", "smollm": "smollm", "mistral": "mistral", "mixtral": "mistral",
+                   "deepseek": "deepseek", "gpt-oss": "gpt-oss", "glm": "glm"}
+#: The families the held-out curves are fitted on (the others are scored).
+FIT_FAMILIES = ("llama", "qwen")
+#: Tensor-parallel sizes a family's shapes are taken at.
+TP_SIZES = (1, 2, 4, 8)
+#: Fractions of the smallest measured latency tried as the fixed cost per kernel.
+_FIXED_FRACTIONS = np.linspace(0.0, 0.98, 50)
+BYTES = 2  # bfloat16: every table row priced here
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """The peaks a curve's roofline terms divide by (B/s, FLOP/s): the catalog hardware's memory
+    bandwidth, bfloat16 rate and interconnect bandwidth (sim/data/hardware.json, cited there)."""
+
+    memory_bandwidth: float
+    peak: float
+    interconnect_bandwidth: float
+
+    @classmethod
+    def of(cls, hw: HardwareSpec) -> "Roofs":
+        return cls(float(hw.memory_bandwidth), float(hw.peak("bfloat16")), float(hw.interconnect_bandwidth))
+
+
+def _poly2(cols: list[np.ndarray]) -> np.ndarray:
+    """1, x_i and x_i·x_j (i ≤ j): the quadratic design matrix."""
+    out = [np.ones_like(cols[0])] + list(cols)
+    for i in range(len(cols)):
+        for j in range(i, len(cols)):
+            out.append(cols[i] * cols[j])
+    return np.stack(out, axis=1)
+
+
+@dataclass(frozen=True)
+class _Regime:
+    """log s(x) on one side of the roofline's ridge: a quadratic in the features held inside their
+    fitted range (a constant where too few rows were measured there)."""
+
+    weights: tuple[float, ...]
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+
+    def design(self, feats: list[np.ndarray]) -> np.ndarray:
+        return _poly2([np.clip(f, a, b) for f, a, b in zip(feats, self.lo, self.hi)])
+
+    def slowdown(self, feats: list[np.ndarray]) -> np.ndarray:
+        return np.exp(np.maximum(self.design(feats) @ np.asarray(self.weights), 0.0))
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One operator kind's fitted time: ``fixed + max(t_mem · s_mem(x), t_cmp · s_cmp(x))``
+    (see the module docstring); ``rows``: how many measurements it was fitted on; ``source``: the table."""
+
+    kind: str
+    fixed: float
+    mem: _Regime
+    cmp: _Regime
+    rows: int
+    source: str
+
+    def seconds(self, t_mem, t_cmp, feats: list[np.ndarray]) -> np.ndarray:
+        t_mem, t_cmp = np.asarray(t_mem, np.float64), np.asarray(t_cmp, np.float64)
+        shape = np.broadcast_shapes(t_mem.shape, t_cmp.shape, *(np.shape(f) for f in feats))
+        t_mem, t_cmp = np.broadcast_to(t_mem, shape).reshape(-1), np.broadcast_to(t_cmp, shape).reshape(-1)
+        feats = [np.broadcast_to(np.asarray(f, np.float64), shape).reshape(-1) for f in feats]
+        out = self.fixed + np.maximum(t_mem * self.mem.slowdown(feats), t_cmp * self.cmp.slowdown(feats))
+        return out.reshape(shape)
+
+    def describe(self) -> str:
+        return f"{self.kind}: efficiency curve fitted on {self.rows} rows of {self.source}, fixed {self.fixed * 1e6:.2f} us per kernel"
+
+
+def fit_curve(kind: str, t_mem: np.ndarray, t_cmp: np.ndarray, feats: list[np.ndarray], seconds: np.ndarray, source: str) -> Curve:
+    """The :class:`Curve` of measured ``seconds`` at roofline terms (``t_mem``, ``t_cmp``) and log2
+    features ``feats`` (one array per feature, a value per row)."""
+    t_mem, t_cmp, seconds = (np.asarray(a, np.float64) for a in (t_mem, t_cmp, seconds))
+    feats = [np.asarray(f, np.float64) for f in feats]
+    floor = float(seconds.min())
+    sides = []  # per regime: its rows, its roofline term there, the pseudo-inverse of its design, its design on all rows
+    for sel, t in ((t_mem >= t_cmp, t_mem), (t_mem < t_cmp, t_cmp)):
+        own = [f[sel] for f in feats]
+        lo = tuple(float(f.min()) if sel.any() else 0.0 for f in own)
+        hi = tuple(float(f.max()) if sel.any() else 0.0 for f in own)
+        shell = _Regime((), lo, hi)
+        X = shell.design(own)
+        pinv = np.linalg.pinv(X) if len(X) >= 4 * X.shape[1] else None
+        sides.append((sel, np.maximum(t[sel], 1e-30), pinv, shell, shell.design(feats)))
+    best = None
+    for frac in _FIXED_FRACTIONS:  # the fixed cost: the fraction of the smallest latency that fits best
+        fixed = frac * floor
+        rest = np.maximum(seconds - fixed, 1e-3 * floor)
+        regimes, terms = [], []
+        for (sel, t, pinv, shell, design_all), t_all in zip(sides, (t_mem, t_cmp)):
+            y = np.log(rest[sel] / t)
+            if pinv is not None:
+                w = pinv @ y
+            else:  # too few rows for the quadratic: the median slowdown (none measured: the peak)
+                w = np.zeros(design_all.shape[1])
+                w[0] = float(np.median(y)) if len(y) else 0.0
+            regimes.append(_Regime(tuple(float(v) for v in w), shell.lo, shell.hi))
+            terms.append(t_all * np.exp(np.maximum(design_all @ w, 0.0)))
+        err = float(np.mean(np.log((fixed + np.maximum(*terms)) / seconds) ** 2))
+        if best is None or err < best[0]:
+            best = (err, Curve(kind, fixed, regimes[0], regimes[1], int(len(seconds)), source))
+    return best[1]
+
+
+# -- the roofline terms and features of each kind ---------------------------------------------------
+def gemm_terms(hw: Roofs, m, n, k):
+    m, n, k = (np.asarray(a, np.float64) for a in (m, n, k))
+    t_mem = (n * k + m * k + m * n) * BYTES / hw.memory_bandwidth
+    t_cmp = 2 * m * n * k / hw.peak
+    return t_mem, t_cmp, [np.log2(m), np.log2(n), np.log2(k)]
+
+
+def decode_attention_terms(hw: Roofs, batch, kv_len, heads, kv_heads, head_dim):
+    b, s, h, kv, hd = (np.asarray(a, np.float64) for a in (batch, kv_len, heads, kv_heads, head_dim))
+    t_mem = (b * s * 2 * kv * hd + 2 * b * h * hd) * BYTES / hw.memory_bandwidth
+    t_cmp = 4 * h * hd * b * s / hw.peak
+    return t_mem, t_cmp, [np.log2(b * s), np.log2(b), np.log2(kv), np.log2(hd), np.log2(h / kv)]
+
+
+def prefill_attention_terms(hw: Roofs, batch, isl, heads, kv_heads, head_dim):
+    b, n, h, kv, hd = (np.asarray(a, np.float64) for a in (batch, isl, heads, kv_heads, head_dim))
+    t_mem = b * n * (2 * h + 2 * kv) * hd * BYTES / hw.memory_bandwidth
+    t_cmp = 4 * h * hd * b * n * (n + 1) / 2 / hw.peak
+    return t_mem, t_cmp, [np.log2(b * n), np.log2(n), np.log2(h * hd), np.log2(hd)]
+
+
+def allreduce_terms(hw: Roofs, elements, gpus):
+    e, g = np.asarray(elements, np.float64), np.asarray(gpus, np.float64)
+    t_mem = 2 * (g - 1) / g * e * BYTES / hw.interconnect_bandwidth
+    return t_mem, np.zeros_like(t_mem), [np.log2(e)]
+
+
+TERMS = {"gemm": gemm_terms, "decode attention": decode_attention_terms, "prefill attention": prefill_attention_terms,
+         "allreduce": allreduce_terms}
+
+
+def _columns(kind: str, df) -> list[np.ndarray]:
+    """The term arguments of each row of a selected table frame (after ``hw``)."""
+    if kind == "gemm":
+        return [df.m.to_numpy(), df.n.to_numpy(), df.k.to_numpy()]
+    if kind == "decode attention":
+        return [df.batch_size.to_numpy(), df.step.to_numpy() + 1, df.num_heads.to_numpy(), df.num_key_value_heads.to_numpy(),
+                df.head_dim.to_numpy()]
+    if kind == "prefill attention":
+        return [df.batch_size.to_numpy(), df.isl.to_numpy(), df.num_heads.to_numpy(), df.num_key_value_heads.to_numpy(),
+                df.head_dim.to_numpy()]
+    return [df.message_size.to_numpy(), df.num_gpus.to_numpy()]
+
+
+def fit_frame(kind: str, hw: Roofs, df, source: str) -> Curve:
+    """The curve of ``kind`` fitted on a selected table frame (latency in ms)."""
+    t_mem, t_cmp, feats = TERMS[kind](hw, *_columns(kind, df))
+    return fit_curve(kind, t_mem, t_cmp, feats, df.latency.to_numpy(np.float64) * 1e-3, source)
+
+
+def predict_frame(curve: Curve, hw: Roofs, df) -> np.ndarray:
+    """Seconds the curve gives each row of a selected table frame."""
+    return curve.seconds(*TERMS[curve.kind](hw, *_columns(curve.kind, df)))
+
+
+# -- the fitted set of one GPU and engine ------------------------------------------------------------
+@dataclass(frozen=True)
+class _Tables:
+    """The selected rows of one GPU and engine: frames per kind and where they come from."""
+
+    frames: dict
+    sources: dict
+
+
+def _tables(root: Path, system: str, framework: str) -> _Tables:
+    frames, sources = {}, {}
+    rel = lambda p: str(p.relative_to(Path(root) / "data"))  # noqa: E731
+    path = newest_table(root, system, "gemm", framework, "gemm_perf.parquet")
+    if path is not None:
+        kernel, frames["gemm"] = gemm_rows(path)
+        sources["gemm"] = f"{rel(path)} ({kernel}, bfloat16)"
+    for kind, filename in (("decode attention", "generation_attention_perf.parquet"), ("prefill attention", "context_attention_perf.parquet")):
+        path = newest_table(root, system, "attention", framework, filename)
+        if path is not None:
+            kernel, df = attention_rows(path)
+            if not df.empty:
+                frames[kind], sources[kind] = df, f"{rel(path)} ({kernel}, bfloat16 KV cache)"
+    path = newest_table(root, system, "comm", framework, "custom_allreduce_perf.parquet")
+    if path is not None:
+        df = allreduce_rows(path)
+        graph = df.kernel_source.str.contains("graph")
+        frames["allreduce"] = df[graph] if graph.any() else df
+        frames["allreduce eager"] = df[~graph] if graph.any() else df.iloc[:0]
+        sources["allreduce"] = f"{rel(path)} ({'CUDA-graph rows' if graph.any() else 'eager rows'})"
+    return _Tables(frames, sources)
+
+
+@dataclass(frozen=True)
+class Curves:
+    """The fitted curves of one GPU and engine (None: no table of that kind) and the measured fixed
+    cost of a kernel launched without a CUDA graph (``eager_launch``, seconds; 0 where not measured)."""
+
+    roofs: Roofs
+    gemm: Curve | None
+    decode: Curve | None
+    prefill: Curve | None
+    allreduce: Curve | None
+    eager_launch: float
+
+    def gemm_seconds(self, m, n, k) -> np.ndarray:
+        return self.gemm.seconds(*gemm_terms(self.roofs, m, n, k))
+
+    def decode_seconds(self, batch, kv_len, heads, kv_heads, head_dim) -> np.ndarray:
+        return self.decode.seconds(*decode_attention_terms(self.roofs, batch, kv_len, heads, kv_heads, head_dim))
+
+    def prefill_seconds(self, batch, isl, heads, kv_heads, head_dim) -> np.ndarray:
+        return self.prefill.seconds(*prefill_attention_terms(self.roofs, batch, isl, heads, kv_heads, head_dim))
+
+    def allreduce_seconds(self, elements, gpus, eager: bool = False) -> np.ndarray:
+        return self.allreduce.seconds(*allreduce_terms(self.roofs, elements, gpus)) + (self.eager_launch if eager else 0.0)
+
+    def describe(self) -> list[str]:
+        out = [c.describe() for c in (self.gemm, self.decode, self.prefill, self.allreduce) if c is not None]
+        if self.eager_launch:
+            out.append(f"a kernel launched without a CUDA graph: +{self.eager_launch * 1e6:.2f} us (the all-reduce's eager rows over "
+                       "its graph rows, messages up to 64K elements)")
+        return out
+
+
+def _eager_launch(graph, eager) -> float:
+    """Median excess of an eager all-reduce over the same one in a CUDA graph at small messages."""
+    if graph.empty or eager.empty:
+        return 0.0
+    small = 1 << 16
+    g = graph[graph.message_size <= small].groupby(["num_gpus", "message_size"]).latency.median()
+    e = eager[eager.message_size <= small].groupby(["num_gpus", "message_size"]).latency.median()
+    both = g.index.intersection(e.index)
+    return max(float(np.median((e[both] - g[both]).to_numpy())) * 1e-3, 0.0) if len(both) else 0.0
+
+
+@functools.lru_cache(maxsize=16)
+def fit_curves(root: Path, system: str, framework: str, hardware: Roofs) -> Curves:
+    """The curves of every kind fitted on all the rows of one GPU's and engine's tables (cached per
+    tables, GPU, engine and peaks: :meth:`Roofs.of` a catalog hardware entry)."""
+    t = _tables(Path(root), system, framework)
+    fitted = {kind: fit_frame(kind, hardware, t.frames[kind], t.sources[kind]) if kind in t.frames and not t.frames[kind].empty else None
+              for kind in KINDS}
+    eager = _eager_launch(t.frames.get("allreduce", _EMPTY), t.frames.get("allreduce eager", _EMPTY)) if "allreduce" in t.frames else 0.0
+    return Curves(hardware, fitted["gemm"], fitted["decode attention"], fitted["prefill attention"], fitted["allreduce"], eager)
+
+
+class _Empty:
+    empty = True
+
+
+_EMPTY = _Empty()
+
+
+# -- model families and their shapes ------------------------------------------------------------------
+def family_of(name: str) -> str | None:
+    """The family of a catalog model name (None: none of :data:`FAMILY_PREFIXES`)."""
+    return next((f for p, f in FAMILY_PREFIXES.items() if name.startswith(p)), None)
+
+
+def gemm_shapes(model: ModelSpec, tp: int = 1, qkv_inputs: int | None = None) -> list[tuple[str, int, int]]:
+    """(name, n, k) of the GEMMs of one layer of ``model`` at ``tp`` (columns of QKV, gate+up and the
+    LM head split, rows of the output and down projections), then its LM head; a mixture of experts
+    adds one expert's gate+up and down (whole on a device), latent attention (MLA) its projections
+    in place of QKV and the output projection. ``qkv_inputs``: the QKV projection's input width
+    (default the hidden size)."""
+    h, hd, t = model.hidden, model.head_dim, int(tp)
+    q_heads, kv_heads = max(model.heads // t, 1), -(-model.kv_heads // t)
+    if model.kv_lora_rank:
+        rope, ql = model.qk_rope_head_dim, model.q_lora_rank
+        attn = ([("q_a", ql, h), ("q_b", q_heads * hd, ql)] if ql else [("q", q_heads * hd, h)])
+        attn += [("kv_a", model.kv_lora_rank + rope, h), ("kv_b", q_heads * (hd - rope + model.v_head_dim), model.kv_lora_rank),
+                 ("o", h, q_heads * model.v_head_dim)]
+    else:
+        attn = [("qkv", (q_heads + 2 * kv_heads) * hd, h if qkv_inputs is None else int(qkv_inputs)), ("o", h, q_heads * hd)]
+    up = (model.mlp_matrices - 1) * model.intermediate // t
+    mlp = [("gate_up" if model.mlp == "gated" else "up", up, h), ("down", h, model.intermediate // t)]
+    if model.experts:
+        e = model.expert_intermediate
+        mlp += [("expert gate_up", (model.mlp_matrices - 1) * e, h), ("expert down", h, e)]
+    return attn + mlp + [("lm_head", model.vocab // t, h)]
+
+
+def attention_layouts(model: ModelSpec, tp: int = 1) -> list[tuple[int, int, int]]:
+    """(query heads, KV heads, head_dim) per device of ``model``'s attention at ``tp`` (KV heads
+    replicate below one per device); none for latent attention (its own tables)."""
+    if model.kv_lora_rank:
+        return []
+    return [(max(model.heads // tp, 1), -(-model.kv_heads // tp), model.head_dim)]
+
+
+# -- held out -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Score:
+    """A held-out curve's error on one family's (or one GPU count's) measured rows: |predicted /
+    measured − 1|, median and worst, over ``rows`` rows; ``fitted``: the rows it was fitted on."""
+
+    kind: str
+    held_out: str
+    rows: int
+    fitted: int
+    median: float
+    worst: float
+
+
+def _bracket(v: float, grid: np.ndarray) -> set:
+    """The measured grid values a value lies on or between (none outside the grid)."""
+    if v in grid:
+        return {float(v)}
+    if v < grid[0] or v > grid[-1]:
+        return set()
+    i = int(np.searchsorted(grid, v))
+    return {float(grid[i - 1]), float(grid[i])}
+
+
+def _score(kind: str, held_out: str, curve: Curve, hw: Roofs, df) -> Score:
+    err = np.abs(predict_frame(curve, hw, df) / (df.latency.to_numpy(np.float64) * 1e-3) - 1)
+    return Score(kind, held_out, int(len(df)), curve.rows, float(np.median(err)), float(err.max()))
+
+
+def family_holdout(root: Path, system: str, framework: str, hardware: Roofs, models: dict[str, ModelSpec],
+                   fit_families=FIT_FAMILIES) -> list[Score]:
+    """Per kind (GEMM, decode and prefill attention): the curve fitted on the rows that the shapes of
+    ``fit_families``' models use (at tp 1, 2, 4, 8), none of them a row of another family, and its
+    error on each other family's rows and on all of them (held_out ``all``)."""
+    t = _tables(Path(root), system, framework)
+    fams: dict[str, list[ModelSpec]] = {}
+    for name, model in models.items():
+        f = family_of(name)
+        if f is not None:
+            fams.setdefault(f, []).append(model)
+    out: list[Score] = []
+    if "gemm" in t.frames:
+        df = t.frames["gemm"]
+        ngrid, kgrid = np.sort(df.n.unique()).astype(float), np.sort(df.k.unique()).astype(float)
+        keys = {f: {(a, b) for m in ms for tp in TP_SIZES for _, n, k in gemm_shapes(m, tp)
+                    for a in _bracket(n, ngrid) for b in _bracket(k, kgrid)} for f, ms in fams.items()}
+        pairs = list(zip(df.n.astype(float), df.k.astype(float)))
+        out += _holdout("gemm", hardware, df, t.sources["gemm"], [p for p in pairs], keys, fit_families)
+    for kind in ("decode attention", "prefill attention"):
+        if kind not in t.frames:
+            continue
+        df = t.frames[kind]
+        keys = {f: {lay for m in ms for tp in TP_SIZES for lay in attention_layouts(m, tp)} for f, ms in fams.items()}
+        rowkeys = list(zip(df.num_heads, df.num_key_value_heads, df.head_dim))
+        out += _holdout(kind, hardware, df, t.sources[kind], rowkeys, keys, fit_families)
+    return out
+
+
+def _holdout(kind, hw, df, source, rowkeys, keys, fit_families) -> list[Score]:
+    fit_keys = set().union(*(keys.get(f, set()) for f in fit_families))
+    held = [f for f in sorted(keys) if f not in fit_families]
+    held_keys = set().union(*(keys[f] for f in held)) if held else set()
+    in_fit = np.array([k in fit_keys and k not in held_keys for k in rowkeys])
+    curve = fit_frame(kind, hw, df[in_fit], f"{source}, {'+'.join(fit_families)} rows")
+    out = []
+    for f in held + ["all"]:
+        ks = held_keys if f == "all" else keys[f]
+        sel = np.array([k in ks for k in rowkeys])
+        if sel.any():
+            out.append(_score(kind, f, curve, hw, df[sel]))
+    return out
+
+
+def gpu_count_holdout(root: Path, system: str, framework: str, hardware: Roofs) -> list[Score]:
+    """The all-reduce curve fitted on the other GPU counts' rows and scored on each count's."""
+    t = _tables(Path(root), system, framework)
+    if "allreduce" not in t.frames:
+        return []
+    df = t.frames["allreduce"]
+    out = []
+    for g in sorted(df.num_gpus.unique()):
+        rest = df[df.num_gpus != g]
+        if rest.empty:
+            continue
+        curve = fit_frame("allreduce", hardware, rest, t.sources["allreduce"])
+        out.append(_score("allreduce", f"{int(g)} GPUs", curve, hardware, df[df.num_gpus == g]))
+    return out

@@ -1,0 +1,126 @@
+"""Efficiency curves fitted on AIConfigurator's measured tables (sim/cost/efficiency.py): the operator
+model's fallback outside a table, and its error held out by model family (issue 37's check: <= 10%
+median per operator kind). Skipped, with the reason, where aiconfigurator-core 0.12.0 is not installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_cost_operators import CATALOG, H100, tables
+
+from draftsim.sim.cost.efficiency import (
+    FIT_FAMILIES,
+    Roofs,
+    attention_layouts,
+    decode_attention_terms,
+    family_holdout,
+    family_of,
+    fit_curves,
+    gemm_shapes,
+    gemm_terms,
+    gpu_count_holdout,
+)
+from draftsim.sim.cost.operators import OperatorModel, systems_root
+
+#: issue 37: the operator model's cross-family error, median per operator kind
+GOAL = 0.10
+
+
+def _models() -> dict:
+    out = {}
+    for name in CATALOG.models:
+        try:
+            out[name] = CATALOG.model(name)
+        except Exception:  # noqa: BLE001 - encoder-decoders the roofline refuses
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def curves():
+    return fit_curves(systems_root(), "h100_sxm", "vllm", Roofs.of(H100))
+
+
+@pytest.fixture(scope="module")
+def holdout():
+    return family_holdout(systems_root(), "h100_sxm", "vllm", Roofs.of(H100), _models())
+
+
+@tables
+@pytest.mark.parametrize("kind", ["gemm", "decode attention", "prefill attention"])
+def test_held_out_by_model_family_the_median_error_per_operator_kind_is_at_most_10_percent(holdout, kind):
+    scores = {s.held_out: s for s in holdout if s.kind == kind}
+    pooled = scores["all"]
+    assert pooled.rows > 1000 and pooled.fitted > 1000
+    assert set(scores) - {"all"} and not set(scores) & set(FIT_FAMILIES)  # scored only on families it was not fitted on
+    assert pooled.median <= GOAL, f"{kind}: held-out median {pooled.median:.1%} over {pooled.rows} rows (goal {GOAL:.0%})"
+
+
+@tables
+@pytest.mark.xfail(strict=True, reason="measured: the all-reduce curve held out by GPU count errs 14.1% (2 GPUs), 8.0% (4) and 10.2% (8) "
+                                       "at the median on h100_sxm (the table has no model axis); the goal is 10%")
+def test_held_out_by_gpu_count_the_allreduce_curve_errs_at_most_10_percent_at_the_median():
+    scores = gpu_count_holdout(systems_root(), "h100_sxm", "vllm", Roofs.of(H100))
+    assert len(scores) == 3
+    assert max(s.median for s in scores) <= GOAL
+
+
+@tables
+def test_the_fit_is_deterministic_and_each_curve_names_its_table(curves):
+    fit_curves.cache_clear()
+    again = fit_curves(systems_root(), "h100_sxm", "vllm", Roofs.of(H100))
+    assert again == curves and again is not curves
+    for c in (curves.gemm, curves.decode, curves.prefill, curves.allreduce):
+        assert c.rows > 0 and ".parquet" in c.source and 0 < c.fixed < 50e-6
+    assert 0 < curves.eager_launch < 100e-6  # the all-reduce's eager rows over its graph rows
+
+
+@tables
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 200_000), st.integers(1, 300_000), st.integers(1, 100_000))
+def test_a_gemm_never_beats_its_roofline_at_peak_and_costs_at_least_the_fixed_cost(curves, m, n, k):
+    roofs = Roofs.of(H100)
+    t_mem, t_cmp, _ = gemm_terms(roofs, m, n, k)
+    t = float(curves.gemm_seconds(m, n, k))
+    assert np.isfinite(t) and t >= curves.gemm.fixed + max(float(t_mem), float(t_cmp)) * (1 - 1e-12)
+
+
+@tables
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4096), st.integers(1, 300_000), st.sampled_from([(32, 8, 128), (32, 32, 128), (8, 1, 256), (40, 40, 128), (9, 3, 64)]))
+def test_decode_attention_never_beats_its_roofline_at_peak(curves, batch, kv_len, layout):
+    t_mem, t_cmp, _ = decode_attention_terms(Roofs.of(H100), batch, kv_len, *layout)
+    t = float(curves.decode_seconds(batch, kv_len, *layout))
+    assert np.isfinite(t) and t >= curves.decode.fixed + max(float(t_mem), float(t_cmp)) * (1 - 1e-12)
+
+
+@tables
+def test_an_unmeasured_head_layout_is_priced_by_the_decode_curve_and_says_so():
+    # Llama-2-7B: 32 query / 32 KV heads; the decode table measures at most 8 KV heads
+    model = OperatorModel(CATALOG.model("llama-2-7b"), H100, engine="none")
+    part = {p.part: p for p in model.breakdown(16, 1, 511)}["attention"]
+    assert not part.measured and "efficiency curve" in part.note and "head layout" in part.note
+    expected = float(model.curves.decode_seconds(16, 512, 32, 32, 128)) * model.model.layers
+    assert part.seconds == pytest.approx(expected, rel=1e-12)
+    assert "efficiency curve" in model.describe()
+
+
+@tables
+def test_an_lm_head_beyond_the_measured_widths_is_the_tables_edge_scaled_by_the_curve():
+    model = OperatorModel(CATALOG.model("llama-3.1-8b"), H100, engine="none")  # n = 128256 > 65536 measured
+    part = {p.part: p for p in model.breakdown(1, 1, 0)}["gemm lm_head"]
+    assert not part.measured and "efficiency curve" in part.note
+    edge = model._gemm.curve(65536, 4096)[0]  # noqa: SLF001 - the table's row at m = 1
+    c = model.curves
+    assert part.seconds == pytest.approx(edge * float(c.gemm_seconds(1, 128256, 4096) / c.gemm_seconds(1, 65536, 4096)), rel=1e-12)
+
+
+def test_families_and_shapes_come_from_the_catalog():
+    assert family_of("llama-3.1-8b") == "llama" and family_of("mixtral-8x7b") == "mistral" and family_of("flan-t5-small") is None
+    llama = CATALOG.model("llama-3.1-8b")
+    assert gemm_shapes(llama, 1) == [("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336),
+                                     ("lm_head", 128256, 4096)]
+    assert gemm_shapes(llama, 4)[0] == ("qkv", (8 + 2 * 2) * 128, 4096)  # KV heads split 8 / 4
+    assert attention_layouts(llama, 8) == [(4, 1, 128)] and attention_layouts(CATALOG.model("deepseek-v3"), 1) == []
