@@ -80,7 +80,10 @@ class Rounds:
         return Rounds(bounds, self.emitted[idx], self.calls[idx], self.call_tokens[idx])
 
 
-class _Engine:
+class _Rollout:
+    """S sequences rolled out round by round under one policy and acceptance process (the Monte
+    Carlo executor's core; "engine" is reserved for the serving engine, e.g. vLLM)."""
+
     def __init__(self, policy: Policy, process: AcceptanceProcess, track: Track, S: int, rng: np.random.Generator):
         self.policy, self.process, self.track, self.rng = policy, process, track, rng
         self.S = S
@@ -339,7 +342,7 @@ def _run_rounds(policy, process, quota, width, rng, log, progress):
     """One round per live sequence per iteration."""
     n_sequences = len(quota)
     track = process.start(n_sequences, width, rng)
-    engine = _Engine(policy, process, track, n_sequences, rng)
+    engine = _Rollout(policy, process, track, n_sequences, rng)
     pos = np.zeros(n_sequences, dtype=np.int64)
     rounds = RoundLog() if log else None
     while True:
@@ -379,13 +382,13 @@ def _deal(policy, process, quota, rng):
             drawn = 0
             while drawn < size and produced < needed:
                 n = min(size - drawn, max(1024, int((needed - produced) / mean * 1.05) + 64))
-                engine = _Engine(policy, process, process.start(n, 1, rng), n, rng)
+                engine = _Rollout(policy, process, process.start(n, 1, rng), n, rng)
                 produced += int(engine.round(np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64)).sum())
                 lanes.append(engine.counts)
                 drawn += n
             rng.bit_generator.advance(size - drawn)  # the uniforms of the rounds not needed
             continue
-        engine = _Engine(policy, process, process.start(size, 1, rng), size, rng)
+        engine = _Rollout(policy, process, process.start(size, 1, rng), size, rng)
         emitted = engine.round(np.ones(size, dtype=bool), np.zeros(size, dtype=np.int64))
         lanes.append(engine.counts)
         produced += int(emitted.sum())
@@ -405,7 +408,7 @@ def _deal(policy, process, quota, rng):
 def _one_uniform_per_round(policy, process, rng) -> float:
     """The mean tokens of a round when a pool's rounds each take exactly one uniform from
     ``rng``, in lane order, and nothing else (else 0): a one-block plan of a fixed length with a
-    constant acceptance rate strictly between 0 and 1 (:meth:`_Engine._fast_round`'s run
+    constant acceptance rate strictly between 0 and 1 (:meth:`_Rollout._fast_round`'s run
     length), no empty proposals, a track that draws nothing and a PCG64 stream (whose
     ``advance`` skips uniforms exactly). Then a pool's first rounds can be drawn alone and the
     stream advanced past the rest: the rounds and every later draw are the same as the whole
@@ -414,7 +417,7 @@ def _one_uniform_per_round(policy, process, rng) -> float:
         return 0.0
     if policy.kind == "tree":
         return 0.0
-    probe = _Engine(policy, process, process.start(1, 1, rng), 1, rng)
+    probe = _Rollout(policy, process, process.start(1, 1, rng), 1, rng)
     plan = policy.begin_round(probe.state)
     if not plan or not probe._fast(plan) or np.ndim(plan[0].steps) != 0:
         return 0.0
