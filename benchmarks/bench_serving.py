@@ -66,6 +66,8 @@ def sim_at(commit: str):
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         archive.extractall(folder / "draftsim_at", filter="data")
     (folder / "draftsim_at" / "__init__.py").write_text("")
+    init = folder / "draftsim_at" / "sim" / "__init__.py"  # its one-tree guard refuses a second copy: this one is on purpose
+    init.write_text(init.read_text().replace('if __name__ != "draftsim.sim":', "if False:"))
     sys.path.insert(0, str(folder))
     old = importlib.import_module("draftsim_at.sim")
     catalog = importlib.import_module("draftsim_at.sim.cost.catalog")

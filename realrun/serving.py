@@ -11,8 +11,9 @@ controller (:mod:`draftsim.sim.controllers`) that may cap the draft length for t
    :func:`server_scheduler`: up to ``max_batch`` running sequences, whole-prompt prefills,
    first come first served unless another queue is asked for), which plans the step: the
    running sequences decode, the requests it admits prefill. The server executes that plan
-   (:meth:`Server._step`: draft, verify, prefill, emit, record), so ``draftsim check-serve``
-   prices the very schedule the server ran;
+   (:meth:`Server._step`: draft, verify, prefill, emit, record) and tells the scheduler what
+   the step did (:meth:`~draftsim.sim.serving.scheduler.Scheduler.update`, from
+   :func:`step_outcome`), so ``draftsim check-serve`` prices the very schedule the server ran;
 2. **prefill** — in the same step, each joiner's prompt in a forward of the target of its
    own (and of a neural drafter); the target's row after the prompt gives each joiner its
    first token (time to first token), out when the step ends;
@@ -69,7 +70,7 @@ from ..sim.policies import Autoregressive, Policy
 from ..sim.rules import SD
 from ..sim.serving.kvcache import KVCache
 from ..sim.serving.layout import RaggedLayout
-from ..sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
+from ..sim.serving.scheduler import Outcome, RequestTable, Scheduler, SchedulerConfig, controller_view
 from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
@@ -77,7 +78,7 @@ from .kvcache import BatchKV, make_kv, release_kv
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
-__all__ = ["ServeRequest", "Server", "ServeLog", "server_scheduler", "server_pool", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
+__all__ = ["ServeRequest", "Server", "ServeLog", "step_outcome", "server_scheduler", "server_pool", "kv_bytes_per_token", "check_requests", "check_memory", "available_memory",
            "prompt_pool", "requests_from"]
 
 _now = time.perf_counter
@@ -270,17 +271,19 @@ def server_pool(kv_tokens: int | None, block_size: int, max_draft: int) -> KVCac
     return KVCache(int(block_size), blocks, int(max_draft) + 1)
 
 
-def _committed(scheduler: Scheduler, joiners: list, live: list, finished: list) -> None:
-    """Tell the scheduler's request table what a step did: the joiners' prefills are done
-    (they decode from now on), the running requests' tokens, and the finished ones leave."""
-    t = scheduler.table
-    for r in joiners:
-        t.prefilled[r.rid] = t.need[r.rid]
-        t.decoding[r.rid] = True
-    for r in live:
-        t.generated[r.rid] = len(r.output)
-    for r in finished:
-        scheduler.running.remove(r.rid)
+def step_outcome(scheduler: Scheduler, decoded: list, joiners: list, t: float) -> Outcome:
+    """What one step did, for :meth:`Scheduler.update`: the rows that decoded (``decoded``, the
+    batch before the step) emitted their new tokens in one round each at ``t``; every row that
+    ended before its budget (an end-of-sequence token) stopped, a joiner too (on its prefill's
+    token: it decoded nothing). The joiners' prefills are the plan's."""
+    t_gen = scheduler.table.generated
+    rows = decoded + [r for r in joiners if r.done and len(r.output) < r.req.max_new_tokens]
+    n = len(decoded)
+    rid = np.array([r.rid for r in rows], dtype=np.int64)
+    tokens = np.array([len(r.output) - int(t_gen[r.rid]) for r in decoded] + [0] * (len(rows) - n), dtype=np.int64)
+    rounds = np.array([1] * n + [0] * (len(rows) - n), dtype=np.int64)
+    stopped = np.array([r.done and len(r.output) < r.req.max_new_tokens for r in rows], dtype=bool)
+    return Outcome(t, rid, tokens, rounds, np.full(len(rows), t), stopped)
 
 
 class Server:
@@ -400,13 +403,12 @@ class Server:
         while arrived < n or scheduler.running or scheduler.waiting:
             now = self._t()
             while arrived < n and requests[arrived].arrival <= now:
-                table.arrival[arrived] = requests[arrived].arrival
-                scheduler.add(arrived)
+                scheduler.add(arrived, requests[arrived].arrival)
                 arrived += 1
             if not scheduler.running and not scheduler.waiting:
                 self.sleep(max(0.0, requests[arrived].arrival - now))
                 continue
-            plan = scheduler.schedule(self.max_draft + 1)
+            plan = scheduler.schedule(self.max_draft + 1, now)
             if plan.preempted:
                 self._preempt(log, live, plan.preempted, stash)
             if plan.decode != [r.rid for r in live]:  # pragma: no cover - a scheduler bug
@@ -415,8 +417,11 @@ class Server:
                                                       admitted=now, prefill_step=len(log.steps),
                                                       rng=np.random.default_rng([self.seed, requests[rid].id]))
                        for rid, _, _ in plan.prefill]
-            finished = self._step(log, live, joiners, len(scheduler.waiting))
-            _committed(scheduler, joiners, live, finished)
+            decoded = list(live)
+            finished, t = self._step(log, live, joiners, len(scheduler.running), len(scheduler.waiting))
+            left = scheduler.update(plan, step_outcome(scheduler, decoded, joiners, t))
+            if sorted(left) != sorted(r.rid for r in finished):  # pragma: no cover - a scheduler bug
+                raise RuntimeError(f"the scheduler finished {sorted(left)}; the server, {sorted(r.rid for r in finished)}")
             if on_step is not None:
                 on_step(log, [r.record for r in finished])
         log.seconds = self._t()
@@ -512,16 +517,19 @@ class Server:
 
     # ------------------------------------------------------------ one step
 
-    def _step(self, log: ServeLog, live: list, joiners: list, waiting: int = 0) -> list:
+    def _step(self, log: ServeLog, live: list, joiners: list, running: int, waiting: int = 0) -> tuple[list, float]:
         """One step, as the serving simulator's replica runs it: a speculative round of every
         running sequence (:meth:`_draft`, then one batched :meth:`_verify`) and the
         :meth:`_prefill` of the joiners (their own forwards; their first token comes out at the
         end of the step, and they decode from the next step on). Every token of the step is
         :meth:`_emit`-ted when the step ends; then the finished requests leave, the caches may
-        be compacted and the step is recorded (:meth:`_record`). Returns the finished requests."""
+        be compacted and the step is recorded (:meth:`_record`). ``running``: the scheduler's
+        running requests in the step (what the speculation controller sees as its batch,
+        :func:`~draftsim.sim.serving.scheduler.controller_view`). Returns the finished requests
+        and when the step's tokens came out."""
         step, batch = len(log.steps), len(live)
         t0 = self._t()
-        rnd = self._draft(live)
+        rnd = self._draft(live, running)
         if live:
             self._verify(live, rnd)
         joined = self._prefill(joiners)
@@ -535,11 +543,13 @@ class Server:
         finished = self._leave(log, live, t1)
         compacted = self._compact()
         self._record(log, step, t0, batch, rnd, joined, compacted, waiting)
-        return finished
+        return finished, t1
 
-    def _draft(self, live: list) -> _Round:
+    def _draft(self, live: list, running: int) -> _Round:
         """Every running sequence's draft: its policy's draft length, capped by the controller
-        and its budget, proposed by the drafter (statistical: per sequence; a model's: batched)."""
+        (which sees the step as :func:`~draftsim.sim.serving.scheduler.controller_view` makes
+        it: the ``running`` requests, the decoding ones' mean context) and its budget, proposed
+        by the drafter (statistical: per sequence; a model's: batched)."""
         rnd = _Round()
         if not live:
             return rnd
@@ -548,8 +558,8 @@ class Server:
             k = sum(int(np.asarray(b.steps).reshape(-1)[0]) for b in plan)
             k = min(k, r.req.max_new_tokens - len(r.output) - 1)
             rnd.ks.append(max(k, 0))
-        mean_ctx = int(np.mean([len(r.context) for r in live]))
-        rnd.ks = [_capped(self.controller, len(live), k, mean_ctx) for k in rnd.ks]
+        batch, context = controller_view(running, np.array([[len(r.context) for r in live]]), np.ones((1, len(live)), dtype=bool))
+        rnd.ks = [_capped(self.controller, int(batch[0]), k, int(context[0])) for k in rnd.ks]
         if self.drafter is None or max(rnd.ks) == 0:
             rnd.drafts = [([], []) for _ in live]
         elif self.draft_model is not None:

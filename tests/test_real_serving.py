@@ -221,7 +221,8 @@ def test_greedy_output_is_the_targets_own(target, drafters, name, policy, drafte
 
 
 def test_controller_caps_the_draft(target, drafters):
-    """A controller that turns drafting off above batch size 2 (a callable here)."""
+    """A controller that turns drafting off above batch size 2 (a callable here): it sees every
+    running request of the step, the joiners prefilled in it included (controller_view)."""
     reqs = [ServeRequest(i, 0.0, ids(target, t), 10) for i, t in enumerate(TEXTS[:5])]
     clock = FakeClock()
     server = Server(target, drafters["maxgram"], P.FixedK(4), controller=lambda b: 0 if b > 2 else None, max_batch=5,
@@ -229,7 +230,7 @@ def test_controller_caps_the_draft(target, drafters):
     log = server.run(reqs)
     for s in log.steps:
         if s.batch:
-            assert (s.drafted == 0) == (s.batch > 2), s
+            assert (s.drafted == 0) == (s.batch + s.prefills > 2), s
     for r in reqs:
         assert log.outputs[r.id] == own_greedy(target, r.prompt, 10)
 

@@ -330,7 +330,7 @@ def test_shortest_first_admits_short_prompts_sooner():
 def test_request_queues_order_and_victims():
     """Each queue's admission order and the running request it gives up first."""
     table = RequestTable(np.array([50, 10, 30, 10]), np.full(4, 8), np.array([2, 0, 1, 0]))
-    table.arrival[:] = [0.0, 1.0, 2.0, 3.0]
+    table._w.arrival[:] = [0.0, 1.0, 2.0, 3.0]  # (only a scheduler writes the table: Scheduler.add records arrivals)
     order = {}
     for name, cls in QUEUES.items():
         q = cls(table)

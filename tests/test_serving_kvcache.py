@@ -31,7 +31,7 @@ def test_splitting_tokens_never_needs_fewer_blocks(tokens, block, lookahead):
     """Paging wastes at most one partial block per request: the pool's blocks for several
     requests are between those of their tokens pooled and that plus one per request."""
     kv = KVCache(block, 1, lookahead)
-    held = int(kv.running_blocks(tokens).sum())
+    held = int(kv.request_blocks(tokens).sum())
     pooled = int(blocks_for(sum(tokens) + lookahead * len(tokens), block))
     assert pooled <= held <= pooled + len(tokens)
 

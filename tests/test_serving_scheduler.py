@@ -1,7 +1,8 @@
 """sim.serving.scheduler: the scheduler's step plans, driven directly (no replica, no clock).
 
-A small driver applies each plan as a replica would (prefill chunks advance ``prefilled``; a
-completed prefill emits one token; a decode emits 1..window tokens) and checks, on random
+A small driver executes each plan as a replica would and tells the scheduler what it did
+(:meth:`Scheduler.update`: prefill chunks advance ``prefilled``; a completed prefill emits one
+token; a decode emits 1..window tokens in one round) and checks, on random
 workloads, what the module docstring states: the planned steps fit the KV pool and the token
 budget, at most ``max_num_seqs`` run, admission follows the queue (FCFS with preempted
 requests back at the head; ``priority``: lowest class, then arrival), nothing is admitted in a
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.serving.kvcache import KVCache, blocks_for
-from draftsim.sim.serving.scheduler import RequestTable, Scheduler, SchedulerConfig
+from draftsim.sim.serving.scheduler import Outcome, RequestTable, Scheduler, SchedulerConfig
 
 
 def planned_blocks(sched: Scheduler, t: RequestTable, plan) -> int:
@@ -50,15 +51,14 @@ def drive(cfg: SchedulerConfig, kv: KVCache | None, prompt, output, priority, ar
     admitted, finished, arrived = [], set(), 0
     for step in range(20_000):
         while arrived < n and arrive_step[arrived] <= step:
-            t.arrival[arrived] = float(arrive_step[arrived])
-            sched.add(arrived)
+            sched.add(arrived, float(arrive_step[arrived]))
             model.append(arrived)
             waiting.add(arrived)
             arrived += 1
         if len(finished) == n:
             return admitted, t, sched
         before = set(sched.running)
-        plan = sched.schedule(window)
+        plan = sched.schedule(window, float(step))
         # preempted requests went back to the queue, the latest preempted at its head
         for rid in plan.preempted:
             assert rid in before and rid not in sched.running
@@ -87,21 +87,16 @@ def drive(cfg: SchedulerConfig, kv: KVCache | None, prompt, output, priority, ar
         if kv is not None:
             assert planned_blocks(sched, t, plan) <= kv.blocks
         # execute the plan
-        done_now = []
-        for rid, chunk, _ in plan.prefill:
-            t.prefilled[rid] += chunk
-            if t.prefilled[rid] >= t.need[rid]:
-                t.decoding[rid] = True
-                t.generated[rid] += 1
-                if t.generated[rid] >= t.output[rid]:
-                    done_now.append(rid)
-        for rid in plan.decode:
-            t.generated[rid] = min(t.generated[rid] + int(rng.integers(1, window + 1)), t.output[rid])
-            if t.generated[rid] >= t.output[rid]:
-                done_now.append(rid)
-        for rid in done_now:
-            sched.running.remove(rid)
-            finished.add(rid)
+        rid = np.array(plan.decode, dtype=np.int64)
+        left = t.output[rid] - t.generated[rid]
+        tokens = np.minimum(rng.integers(1, window + 1, len(rid)), left)
+        completing = [r for r, chunk, done in plan.prefill if done + chunk >= t.need[r]]
+        running = list(sched.running)
+        done_now = sched.update(plan, Outcome(step + 1.0, rid, tokens, np.ones(len(rid), dtype=np.int64), np.full(len(rid), step + 1.0)))
+        assert set(done_now) == {r for r in running if t.generated[r] >= t.output[r]}
+        assert all(t.decoding[r] and t.last_emit[r] == step + 1.0 for r in completing)
+        assert all(t.finish[r] == step + 1.0 and r not in sched.running for r in done_now)
+        finished.update(done_now)
         assert (t.generated <= t.output).all()
     raise AssertionError("the scheduler stalled: requests left unfinished")
 
@@ -123,7 +118,7 @@ def test_plans_fit_the_pool_and_budget_and_follow_the_queue(wl, seqs, budget, ch
     prompt, output, priority, arrive = wl
     window = 5
     kv = KVCache(block, blocks, window)
-    fits = [int(kv.running_blocks(p + o)) <= kv.blocks for p, o in zip(prompt, output)]
+    fits = [kv.request_blocks(p + o) <= kv.blocks for p, o in zip(prompt, output)]
     budget = max(budget, window) if chunked else max(budget, window + max(p + o for p, o in zip(prompt, output)))
     if not all(fits):
         with pytest.raises(DraftsimError, match="memory too small"):
@@ -156,32 +151,37 @@ def test_preemption_frees_the_latest_admitted_and_readmits_it_first():
     kv = KVCache(block_size=4, blocks=10, lookahead=2)
     t = RequestTable(np.array([12, 12]), np.array([20, 20]), np.zeros(2, dtype=np.int64))
     sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=100, block_size=4), t, kv)
-    t.arrival[:] = 0.0
-    sched.add(0)
-    sched.add(1)
-    plan = sched.schedule(3)
+    sched.add(0, 0.0)
+    sched.add(1, 0.0)
+    both, none = np.array([0, 1]), np.zeros(0, dtype=np.int64)
+    plan = sched.schedule(3, 0.0)
     assert [p[0] for p in plan.prefill] == [0, 1] and not plan.preempted
-    for rid, chunk, _ in plan.prefill:
-        t.prefilled[rid] += chunk
-        t.decoding[rid], t.generated[rid] = True, 1
-    t.generated[:] = 6  # 12 + 6 + 2 = 20 tokens: 5 blocks each, the pool is full
+    assert sched.update(plan, Outcome(1.0, none, none, none, np.zeros(0))) == []
+    assert (t.decoding == [True, True]).all() and (t.generated == 1).all() and (t.admitted == 0.0).all()
+    plan = sched.schedule(3, 1.0)
+    assert plan.decode == [0, 1]
+    sched.update(plan, Outcome(2.0, both, np.array([5, 5]), np.array([1, 1]), np.array([2.0, 2.0])))
+    assert (t.generated == 6).all()  # 12 + 6 + 2 = 20 tokens: 5 blocks each, the pool is full
     assert sched.held_blocks() == 10
-    t.generated[:] = 7  # 6 blocks each: one must go
-    plan = sched.schedule(3)
+    plan = sched.schedule(3, 2.0)
+    sched.update(plan, Outcome(3.0, both, np.array([1, 1]), np.array([1, 1]), np.array([3.0, 3.0])))
+    assert (t.generated == 7).all()  # 6 blocks each: one must go
+    plan = sched.schedule(3, 3.0)
     assert plan.preempted == [1] and plan.decode == [0] and plan.blocked == "kv"
     assert sched.running == [0] and t.need[1] == 12 + 7 and t.prefilled[1] == 0 and not t.decoding[1]
-    t.generated[0] = 20
-    sched.running.remove(0)
-    plan = sched.schedule(3)
+    assert sched.update(plan, Outcome(4.0, np.array([0]), np.array([13]), np.array([1]), np.array([4.0]))) == [0]
+    assert t.finish[0] == 4.0 and sched.running == []
+    plan = sched.schedule(3, 4.0)
     assert plan.prefill == [(1, 19, 0)]
+    assert sched.update(plan, Outcome(5.0, none, none, none, np.zeros(0))) == []
+    assert t.generated[1] == 8 and t.prefills[1] == 2 and t.first_token[1] == 1.0 and t.last_emit[1] == 5.0
 
 
 def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
     t = RequestTable(np.array([50, 50]), np.array([4, 4]), np.zeros(2, dtype=np.int64))
-    t.arrival[:] = 0.0
     sched = Scheduler(SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=60, chunked_prefill=False), t, None)
-    sched.add(0)
-    sched.add(1)
+    sched.add(0, 0.0)
+    sched.add(1, 0.0)
     plan = sched.schedule(3)
     assert plan.prefill == [(0, 50, 0)] and plan.blocked == "budget"
 

@@ -40,7 +40,17 @@ def blocks_for(tokens, block_size: int) -> np.ndarray:
     """⌈tokens / block_size⌉ (vectorised; a Python int for an int)."""
     if type(tokens) is int:
         return -(-tokens // block_size)
-    return -(-np.asarray(tokens, dtype=np.int64) // block_size)
+    return _ceil_div(np.asarray(tokens, dtype=np.int64), 0, block_size)
+
+
+def _ceil_div(tokens: np.ndarray, extra, block_size: int) -> np.ndarray:
+    """⌈(tokens + extra) / block_size⌉ of non-negative integers, in a new array."""
+    out = tokens + (extra + (block_size - 1))
+    if block_size & (block_size - 1):
+        out //= block_size
+    else:  # a power of two: a shift, the same integers
+        out >>= int(block_size).bit_length() - 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -61,13 +71,23 @@ class KVCache:
     def tokens(self) -> int:
         return self.blocks * self.block_size
 
-    def running_blocks(self, tokens) -> np.ndarray:
-        """Blocks held by running requests with ``tokens`` in their cache (draft window reserved)."""
-        return blocks_for(np.asarray(tokens) + self.lookahead, self.block_size)
+    def request_blocks(self, tokens, decoding=True):
+        """The blocks a running request holds — the one rule of the pool: ⌈(tokens + lookahead) /
+        block_size⌉ once its prefill is complete (``decoding``: the draft window reserved beyond
+        the tokens in its cache), ⌈tokens / block_size⌉ while it prefills (what it has
+        prefilled). A Python int for a Python int; vectorised over arrays of tokens (a window's
+        (steps, lanes) contexts) and of ``decoding``."""
+        if type(tokens) is int:
+            return -(-(tokens + (self.lookahead if decoding else 0)) // self.block_size)
+        if decoding is True or decoding is False:
+            extra = self.lookahead if decoding else 0
+        else:
+            extra = self.lookahead * np.asarray(decoding, dtype=np.int64)
+        return _ceil_div(np.asarray(tokens, dtype=np.int64), extra, self.block_size)
 
     def check_request(self, prompt: int, output: int) -> None:
         """Raise unless one request of ``prompt`` + ``output`` tokens fits alone (say what fits)."""
-        need = int(self.running_blocks(prompt + output))
+        need = self.request_blocks(int(prompt) + int(output))
         if need > self.blocks:
             fits = self.tokens - self.lookahead
             raise DraftsimError(

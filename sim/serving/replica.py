@@ -33,10 +33,10 @@ from .kvcache import KVCache
 from .layout import LayoutState, RaggedLayout
 from .metrics import Recorder
 from .rounds import RoundBook
-from .scheduler import RequestTable, Scheduler
+from .scheduler import Outcome, RequestTable, Scheduler
 from .window import Window, compute
 
-__all__ = ["Replica", "Engine", "WINDOW_MAX"]
+__all__ = ["Replica", "Engine", "WINDOW_MAX", "outcome"]
 
 #: Most steps computed in one window.
 WINDOW_MAX = 512
@@ -87,8 +87,7 @@ class Replica:
     # -- the outside world -------------------------------------------------------------------
     def submit(self, rid: int) -> None:
         """A request reaches this replica now."""
-        self.engine.table.replica[rid] = self.index
-        self.scheduler.add(rid)
+        self.scheduler.add(rid, self.engine.env.now)
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
         elif self._wake is not None and not self._wake.triggered:
@@ -112,11 +111,8 @@ class Replica:
                 yield self._idle
                 self._idle = None
                 continue
-            plan = sched.schedule(eng.lookahead)
             now = env.now
-            for rid, _, _ in plan.prefill:
-                if np.isnan(eng.table.admitted[rid]):
-                    eng.table.admitted[rid] = now
+            plan = sched.schedule(eng.lookahead, now)
             win = compute(eng, sched, plan, now, self._step_guess, self._layout)
             waiting = len(sched.waiting)  # during the window (arrivals join at its end)
             ends = np.add.accumulate(win.time)
@@ -141,74 +137,67 @@ class Replica:
                 if rest > 0:
                     yield env.timeout(rest)
             self._wake = None
-            self._commit(win, n, now, starts, ends, waiting)
+            self._commit(plan, win, n, now, starts, ends, waiting)
             self._pending = None
             self._step_guess = float(np.add.reduce(win.time[:n])) / n  # (np.mean's sum)
 
-    def _commit(self, win: Window, n: int, now: float, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
-        """Apply the window's first n steps to the requests, the scheduler and the recorder."""
-        finished = self._commit_prefills(win, now + ends[0])
+    def _commit(self, plan, win: Window, n: int, now: float, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
+        """Apply the window's first n steps: the requests' inter-token latencies and the
+        speculative-decoding counters to the recorder, what the steps did to the scheduler
+        (:meth:`Scheduler.update`, with :func:`outcome`), the steps to the recorder."""
+        eng = self.engine
+        self._record_itl(win, n, now, ends)
         if len(win.lanes):
-            finished += self._commit_lanes(win, n, now, ends)
-        for rid in finished:
-            self.scheduler.running.remove(rid)
+            eng.recorder.spec(win.drafted[:n], win.accepted[:n], win.active[:n])
+        finished = self.scheduler.update(plan, outcome(win, n, now, ends))
         if win.layout is not None:
             self._layout.after(win.lanes.rid, win.layout[n - 1])
-        self.engine.recorder.steps(self.index, now + starts[:n], win.time[:n], win.draft_time[:n], win.batch[:n],
-                                   win.tokens[:n], win.kv[:n] if win.kv is not None else None, waiting)
-        if self.engine.on_finish is not None:
+        eng.recorder.steps(self.index, now + starts[:n], win.time[:n], win.draft_time[:n], win.batch[:n],
+                           win.tokens[:n], win.kv[:n] if win.kv is not None else None, waiting)
+        if eng.on_finish is not None:
             for rid in finished:
-                self.engine.on_finish(rid)
+                eng.on_finish(rid)
 
     def _prefills_finishing(self, win: Window) -> int:
         """How many of the window's step-0 prefill chunks complete a request that then has all its
         tokens (its one token is the prefill's): they finish at step 0's end, before any lane does
-        (:meth:`_commit_prefills` finishes them; ``Window.finish`` holds the lanes' finishes only)."""
+        (``Window.finish`` holds the lanes' finishes only)."""
         t, pre = self.engine.table, win.prefills
         return sum(1 for rid, comp in zip(pre.rid, pre.completes) if comp and t.generated[rid] + 1 >= t.output[rid])
 
-    def _commit_prefills(self, win: Window, t0: float) -> list:
-        """The step-0 prefill chunks at ``t0`` (the end of step 0); the requests they finish."""
+    def _record_itl(self, win: Window, n: int, now: float, ends: np.ndarray) -> None:
+        """The inter-token latencies of the window's first n steps (before the scheduler learns
+        of them: they start from each request's latest token so far). A request prefilled anew
+        after a preemption: from its latest token to its prefill's at step 0's end. A lane: from
+        its latest token (a joining lane's came out at the end of step 0), then between its
+        active steps (a lane decodes in a run of consecutive steps from its first)."""
         t, rec = self.engine.table, self.engine.recorder
-        finished = []
+        t0 = now + ends[0]
         pre = win.prefills
-        for rid, chunk, comp in zip(pre.rid, pre.chunk, pre.completes):
-            t.prefilled[rid] += chunk
-            if comp:
-                t.decoding[rid] = True
-                t.generated[rid] += 1
-                t.prefills[rid] += 1
-                if np.isnan(t.first_token[rid]):
-                    t.first_token[rid] = t0
-                else:
-                    rec.itl(np.array([t0 - t.last_emit[rid]]))
-                t.last_emit[rid] = t0
-                if t.generated[rid] >= t.output[rid]:
-                    t.finish[rid] = t0
-                    finished.append(rid)
-        return finished
-
-    def _commit_lanes(self, win: Window, n: int, now: float, ends: np.ndarray) -> list:
-        """The lanes' rounds of the first n steps: tokens, rounds used, inter-token latencies,
-        finishes (returned) and the speculative-decoding counters. A lane decodes in a run of
-        consecutive steps from its first (its active steps)."""
-        t, rec, ln = self.engine.table, self.engine.recorder, win.lanes
+        for rid, comp in zip(pre.rid, pre.completes):
+            if comp and not np.isnan(t.first_token[rid]):
+                rec.itl(np.array([t0 - t.last_emit[rid]]))
+        ln = win.lanes
+        if not len(ln):
+            return
         act = win.active[:n]
-        used = np.add.reduce(act, axis=0)
-        t.rounds[ln.rid] += used
-        t.generated[ln.rid] = ln.generated + np.minimum(win.cum[n - 1], ln.remaining)
-        # inter-token latencies, lane by lane: the gap from its last token (a joining lane's
-        # came out at the end of step 0), then between its steps
         out = now + ends[:n]  # when each step's tokens come out
         prev = np.empty((len(ln), n))
         prev[:, 0] = t.last_emit[ln.rid]
         prev[:, 1:] = out[:-1]
+        if len(pre.join):  # joining lanes: their prefill's token, at step 0's end
+            prev[len(ln) - len(pre.join):, 0] = t0
         rec.itl((out - prev)[act.T])
-        t.last_emit[ln.rid] = out[ln.first + used - 1]  # a lane that joins after step n - 1: step 0's prefill token
-        finished = []
-        for j in (win.finish < n).nonzero()[0].tolist():
-            rid = int(ln.rid[j])
-            t.finish[rid] = now + ends[win.finish[j]]
-            finished.append(rid)
-        rec.spec(win.drafted[:n], win.accepted[:n], act)
-        return finished
+
+
+def outcome(win: Window, n: int, now: float, ends: np.ndarray) -> Outcome:
+    """What the window's first n steps did, for :meth:`Scheduler.update`: the step-0 prefill
+    chunks done at step 0's end, each lane's tokens (up to its remaining ones), rounds (its
+    active steps) and latest token's time (a lane that has not decoded yet: its prefill's)."""
+    ln = win.lanes
+    out = now + ends[:n]
+    if not len(ln):
+        empty = np.zeros(0, dtype=np.int64)
+        return Outcome(float(out[0]), empty, empty, empty, np.zeros(0))
+    used = np.add.reduce(win.active[:n], axis=0)
+    return Outcome(float(out[0]), ln.rid, np.minimum(win.cum[n - 1], ln.remaining), used, out[ln.first + used - 1])

@@ -19,7 +19,14 @@ At every step boundary :meth:`Scheduler.schedule` decides what the next step run
 Decodes charge the budget k_max + 1 tokens each (the draft window), prefills their chunk.
 Without chunked prefill a prompt must fit the budget whole.
 
-State of every request lives in a :class:`RequestTable` (arrays over the run's requests).
+State of every request lives in a :class:`RequestTable` (arrays over the run's requests), and
+only the scheduler writes it: :meth:`Scheduler.add` (an arrival), :meth:`Scheduler.schedule`
+(admissions, preemptions) and :meth:`Scheduler.update` (what executing a plan did: its prefill
+chunks, the tokens and rounds of the requests that decoded, when, and which stopped early),
+called by the serving simulator's replica once per window of steps and by the real server
+once per step. Everyone else reads read-only views. Two rules are written once here and read
+by both executors: the blocks a request holds (:meth:`KVCache.request_blocks`) and what a
+speculation controller sees of a step (:func:`controller_view`).
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..errors import DraftsimError, as_count
-from .kvcache import KVCache, blocks_for
+from .kvcache import KVCache
 
-__all__ = ["SchedulerConfig", "RequestTable", "StepPlan", "Scheduler", "RequestQueue", "FCFSQueue", "PriorityQueue",
+__all__ = ["SchedulerConfig", "RequestTable", "StepPlan", "Outcome", "Scheduler", "controller_view", "RequestQueue", "FCFSQueue", "PriorityQueue",
            "ShortestFirstQueue", "QUEUES", "SCHEDULING_POLICIES"]
 
 @dataclass(frozen=True)
@@ -55,11 +63,13 @@ class SchedulerConfig:
 
 
 class RequestTable:
-    """Per-request state of one run (arrays indexed by request id).
+    """Per-request state of one run (arrays indexed by request id), read-only to all but the
+    scheduler (which writes through ``_w``, the same arrays writable).
 
     prompt, output : tokens of the prompt and tokens to generate (the first comes from the prefill)
     priority       : class (lower is served first under the ``priority`` policy)
     arrival        : time the request reached its replica (NaN before)
+    replica        : the replica it reached (-1 before)
     generated      : output tokens emitted so far
     prefilled      : tokens of the current prefill done (prompt + generated at admission)
     need           : tokens the current prefill must process
@@ -71,27 +81,30 @@ class RequestTable:
     last_emit      : time of its latest output token (NaN before the first)
     """
 
+    FIELDS = ("prompt", "output", "priority", "arrival", "replica", "generated", "prefilled", "need", "decoding", "first_token",
+              "finish", "admitted", "preemptions", "rounds", "prefills", "last_emit")
+
     def __init__(self, prompt: np.ndarray, output: np.ndarray, priority: np.ndarray):
         n = len(prompt)
-        self.prompt = np.asarray(prompt, dtype=np.int64)
-        self.output = np.asarray(output, dtype=np.int64)
-        self.priority = np.asarray(priority, dtype=np.int64)
-        self.arrival = np.full(n, np.nan)
-        self.generated = np.zeros(n, dtype=np.int64)
-        self.prefilled = np.zeros(n, dtype=np.int64)
-        self.need = self.prompt.copy()
-        self.decoding = np.zeros(n, dtype=bool)
-        self.first_token = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.admitted = np.full(n, np.nan)
-        self.preemptions = np.zeros(n, dtype=np.int64)
-        self.replica = np.full(n, -1, dtype=np.int64)
-        self.rounds = np.zeros(n, dtype=np.int64)
-        self.prefills = np.zeros(n, dtype=np.int64)
-        self.last_emit = np.full(n, np.nan)
+        prompt = np.array(prompt, dtype=np.int64)
+        w = self._w = SimpleNamespace(
+            prompt=prompt, output=np.array(output, dtype=np.int64), priority=np.array(priority, dtype=np.int64),
+            arrival=np.full(n, np.nan), replica=np.full(n, -1, dtype=np.int64), generated=np.zeros(n, dtype=np.int64),
+            prefilled=np.zeros(n, dtype=np.int64), need=prompt.copy(), decoding=np.zeros(n, dtype=bool),
+            first_token=np.full(n, np.nan), finish=np.full(n, np.nan), admitted=np.full(n, np.nan),
+            preemptions=np.zeros(n, dtype=np.int64), rounds=np.zeros(n, dtype=np.int64), prefills=np.zeros(n, dtype=np.int64),
+            last_emit=np.full(n, np.nan))
+        for name in self.FIELDS:
+            view = getattr(w, name).view()
+            view.flags.writeable = False
+            setattr(self, name, view)
 
     def __len__(self) -> int:
         return len(self.prompt)
+
+    def state(self) -> dict:
+        """A copy of every field (to compare two tables)."""
+        return {name: getattr(self, name).copy() for name in self.FIELDS}
 
 
 @dataclass
@@ -107,6 +120,52 @@ class StepPlan:
     prefill: list = field(default_factory=list)
     preempted: list = field(default_factory=list)
     blocked: str | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What executing a plan did: one step, or a window of steps that starts with the plan and
+    goes on decoding the same requests (no scheduling in between).
+
+    prefill_time : when the plan's prefill chunks are done (the end of its first step): a chunk
+                   that completes its request's prefill gives the request's next token then
+    rid          : the requests that decoded ((k,) ints, each once; a request whose prefill the
+                   plan completed may be among them, decoding after the first step)
+    tokens       : output tokens each emitted by decoding (a completed prefill's token not counted)
+    rounds       : speculative rounds each used
+    last         : when each one's latest token came out (read where ``tokens`` > 0)
+    stopped      : (k,) bools, or None for none: the request ended before its output budget
+                   (an end-of-sequence token; a request of ``rid`` with no tokens may stop on its
+                   prefill's token)
+    """
+
+    prefill_time: float
+    rid: np.ndarray
+    tokens: np.ndarray
+    rounds: np.ndarray
+    last: np.ndarray
+    stopped: np.ndarray | None = None
+
+
+def controller_view(running: int, context: np.ndarray, decoding: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a speculation controller (:mod:`draftsim.sim.controllers`) sees of each step: its
+    batch and its mean context, as ``Controller.caps`` reads them ((W,) ints).
+
+    The batch is every running request of the step, its prefills included — ``running``, the
+    scheduler's running list once the step is planned (constant over a window: a batch-dependent
+    controller's window ends with the first finish). vLLM's does the same: its speculative
+    decoding worker disables speculation when ``running_queue_size`` — the scheduler's
+    ``len(self.running)`` after the step's admissions, prefills included — reaches
+    ``speculative_disable_by_batch_size`` (vllm/core/scheduler.py ``SchedulerOutputs``,
+    vllm/spec_decode/spec_decode_worker.py ``_should_disable_all_speculation``, vLLM v0).
+    The context is the decoding requests' mean tokens in cache at the step's start (prompt and
+    output so far; ``context`` and ``decoding`` are (W, B): step by request), in whole tokens
+    (0 in a step that decodes nothing)."""
+    decoding = np.asarray(decoding, dtype=bool)
+    n = np.add.reduce(decoding, axis=1)
+    total = np.add.reduce(np.where(decoding, context, 0), axis=1)
+    mean = np.where(n > 0, total // np.maximum(n, 1), 0).astype(np.int64)
+    return np.full(len(n), int(running), dtype=np.int64), mean
 
 
 class RequestQueue:
@@ -223,16 +282,21 @@ SCHEDULING_POLICIES = tuple(QUEUES)
 
 
 class Scheduler:
-    """One replica's queues and KV pool (see the module docstring)."""
+    """One replica's queues and KV pool (see the module docstring); ``replica`` is its index
+    (recorded in the table for the requests it receives)."""
 
-    def __init__(self, config: SchedulerConfig, table: RequestTable, kv: KVCache | None):
-        self.config, self.table, self.kv = config, table, kv
+    def __init__(self, config: SchedulerConfig, table: RequestTable, kv: KVCache | None, replica: int = 0):
+        self.config, self.table, self.kv, self.replica = config, table, kv, int(replica)
+        self._w = table._w
         self.running: list[int] = []
         self.waiting: RequestQueue = QUEUES[config.policy](table)
         self.preemptions = 0
 
     # -- queues -----------------------------------------------------------------------------
-    def add(self, rid: int) -> None:
+    def add(self, rid: int, now: float) -> None:
+        """Request ``rid`` arrives at ``now``: it joins the waiting queue."""
+        self._w.arrival[rid] = now
+        self._w.replica[rid] = self.replica
         self.waiting.push(rid)
 
     def _victim(self) -> int:
@@ -241,33 +305,33 @@ class Scheduler:
 
     # -- KV accounting ----------------------------------------------------------------------
     def held_blocks(self, rids=None) -> int:
-        """Blocks the running requests hold (decoding: tokens + draft window; prefilling: what
-        is prefilled)."""
+        """Blocks the running requests hold (:meth:`KVCache.request_blocks`: decoding, their
+        tokens and the draft window; prefilling, what is prefilled)."""
         if self.kv is None:
             return 0
         rids = self.running if rids is None else rids
         if not rids:
             return 0
-        t, r, kv = self.table, np.asarray(rids), self.kv
-        tokens = np.where(t.decoding[r], t.prompt[r] + t.generated[r] + kv.lookahead, t.prefilled[r])
-        tokens += kv.block_size - 1  # ⌈tokens / block⌉ (blocks_for, in one less pass)
-        tokens //= kv.block_size
-        return int(np.add.reduce(tokens))
+        t, r = self.table, np.asarray(rids)
+        decoding = t.decoding[r]
+        tokens = np.where(decoding, t.prompt[r] + t.generated[r], t.prefilled[r])
+        return int(np.add.reduce(self.kv.request_blocks(tokens, decoding)))
 
     def _preempt(self, index: int, plan: StepPlan) -> None:
-        t = self.table
+        w = self._w
         rid = self.running.pop(index)
-        t.decoding[rid] = False
-        t.prefilled[rid] = 0
-        t.need[rid] = t.prompt[rid] + t.generated[rid]
-        t.preemptions[rid] += 1
+        w.decoding[rid] = False
+        w.prefilled[rid] = 0
+        w.need[rid] = w.prompt[rid] + w.generated[rid]
+        w.preemptions[rid] += 1
         self.preemptions += 1
         self.waiting.push(rid, front=True)
         plan.preempted.append(rid)
 
     # -- one step -----------------------------------------------------------------------------
-    def schedule(self, draft_window: int) -> StepPlan:
-        """Plan the next step; ``draft_window`` = k_max + 1 tokens charged per decode."""
+    def schedule(self, draft_window: int, now: float = np.nan) -> StepPlan:
+        """Plan the next step, starting at ``now``; ``draft_window`` = k_max + 1 tokens charged
+        per decode."""
         cfg, t, kv = self.config, self.table, self.kv
         plan = StepPlan()
         # 1. decodes, preempting until the running requests' blocks fit
@@ -291,7 +355,7 @@ class Scheduler:
         if not plan.decode and not plan.prefill and len(self.running) > 1:
             # partial prefills holding every block and none able to go on: make room
             self._preempt(self._victim(), plan)
-            return self.schedule(draft_window)
+            return self.schedule(draft_window, now)
         # 3. admissions (none in a step that preempted: memory is short)
         while self.waiting:
             if plan.preempted:
@@ -313,11 +377,56 @@ class Scheduler:
                 break
             self.waiting.pop()
             self.running.append(rid)
-            t.prefilled[rid] = 0
+            self._w.prefilled[rid] = 0
+            if np.isnan(t.admitted[rid]):
+                self._w.admitted[rid] = now
             plan.prefill.append((rid, chunk, 0))
             used += self._chunk_blocks(rid, chunk)
             budget -= chunk
         return plan
+
+    def update(self, plan: StepPlan, outcome: Outcome) -> list:
+        """Apply what executing ``plan`` did (:class:`Outcome`): its prefill chunks are done (a
+        completed prefill decodes from now on, its token out at ``outcome.prefill_time``), the
+        requests that decoded emitted their tokens and used their rounds, and those with all
+        their tokens (or stopped) finish and leave. Returns the finished request ids: those
+        finishing on their prefill's token in the plan's order, then the others in
+        ``outcome.rid``'s."""
+        w = self._w
+        finished = []
+        t0 = outcome.prefill_time
+        for rid, chunk, _ in plan.prefill:
+            w.prefilled[rid] += chunk
+            if w.prefilled[rid] >= w.need[rid]:
+                w.decoding[rid] = True
+                w.generated[rid] += 1
+                w.prefills[rid] += 1
+                if np.isnan(w.first_token[rid]):
+                    w.first_token[rid] = t0
+                w.last_emit[rid] = t0
+                if w.generated[rid] >= w.output[rid]:
+                    w.finish[rid] = t0
+                    finished.append(rid)
+        rid = outcome.rid
+        if len(rid):
+            w.generated[rid] += outcome.tokens
+            w.rounds[rid] += outcome.rounds
+            out = outcome.tokens > 0
+            if out.all():
+                w.last_emit[rid] = outcome.last
+            else:
+                w.last_emit[rid[out]] = outcome.last[out]
+            done = w.generated[rid] >= w.output[rid]
+            if outcome.stopped is not None:
+                done |= outcome.stopped
+            if np.count_nonzero(done):
+                for r in rid[done].tolist():
+                    if np.isnan(w.finish[r]):  # not finished by its prefill's token above
+                        w.finish[r] = w.last_emit[r]
+                        finished.append(r)
+        for r in finished:
+            self.running.remove(r)
+        return finished
 
     def _chunk(self, rid: int, budget: int, used: int) -> int:
         """Tokens of ``rid``'s prefill to run now (0: no budget, -1: no blocks)."""
@@ -334,7 +443,7 @@ class Scheduler:
                 return -1
             # the largest chunk whose blocks fit (one that completes also needs the draft window)
             done = int(t.prefilled[rid])
-            slots = (int(blocks_for(done, kv.block_size)) + kv.blocks - used) * kv.block_size
+            slots = (kv.request_blocks(done, decoding=False) + kv.blocks - used) * kv.block_size
             chunk = min(chunk, slots - done)
             if chunk == left and done + chunk + kv.lookahead > slots:
                 chunk = min(left - 1, slots - done)
@@ -345,10 +454,9 @@ class Scheduler:
     def _chunk_blocks(self, rid: int, chunk: int) -> int:
         """Blocks added by prefilling ``chunk`` more tokens (the draft window is reserved with
         the last chunk)."""
-        t, kv = self.table, self.kv
+        kv = self.kv
         if kv is None:
             return 0
-        done = int(t.prefilled[rid])
-        after = done + chunk + (kv.lookahead if done + chunk >= t.need[rid] else 0)
-        bs = kv.block_size
-        return -(-after // bs) + (-done // bs)  # ⌈after / bs⌉ − ⌈done / bs⌉, in Python ints
+        done = int(self.table.prefilled[rid])
+        after = done + chunk
+        return kv.request_blocks(after, decoding=after >= self.table.need[rid]) - kv.request_blocks(done, decoding=False)

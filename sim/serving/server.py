@@ -199,11 +199,10 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed or capped,
                     next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max,
                     tree_nodes=_tree_nodes(policy, config.process), layout=config.layout)
-    replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv)) for r in range(config.replicas)]
+    replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv, replica=r)) for r in range(config.replicas)]
     router = make_router(config.router)
 
     def submit(rid: int) -> None:
-        table.arrival[rid] = env.now
         replicas[router.pick(replicas)].submit(rid)
 
     def open_loop():
@@ -243,8 +242,9 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
             "target": getattr(config.target, "name", repr(config.target))}
     if plan is not None:
         meta["memory"] = plan.describe()
-    return RunRecord(arrival=table.arrival, admitted=table.admitted, first_token=table.first_token, finish=table.finish,
-                     prompt=table.prompt, output=table.output, preemptions=table.preemptions, rounds=table.rounds, prefills=table.prefills,
+    t = table.state()  # the record's own arrays (the table's are read-only views)
+    return RunRecord(arrival=t["arrival"], admitted=t["admitted"], first_token=t["first_token"], finish=t["finish"],
+                     prompt=t["prompt"], output=t["output"], preemptions=t["preemptions"], rounds=t["rounds"], prefills=t["prefills"],
                      itl=recorder.itl_values(), steps=recorder.step_arrays(), spec=spec, kv_blocks=kv.blocks if kv else None,
                      replicas=config.replicas, meta=meta)
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..controllers import NO_CAP, Controller
 from ..cost.base import BatchStats
+from .scheduler import controller_view
 
 __all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
            "step_stats", "unit_stats", "uniform_unit_stats", "compute"]
@@ -232,18 +233,30 @@ def draw(ln: Lanes, W: int, book, pre: Prefills) -> Window:
                   index=index, drafted_raw=drafted)
 
 
-def cap(win: Window, controller: Controller, tree_nodes: np.ndarray | None) -> None:
-    """The controller's cap per step (from its batch size and the lanes' mean context): a flat
+def cap(win: Window, controller: Controller, tree_nodes: np.ndarray | None, running: int) -> None:
+    """The controller's cap per step, from what it sees of the step (:func:`controller_view`:
+    the ``running`` requests, the decoding lanes' mean context at the step's start): a flat
     draft stops at the cap and its accepted prefix is cut there; a tree is cut to the cap's
-    depth (it verifies the nodes of the kept levels)."""
+    depth (it verifies the nodes of the kept levels). A step's context depends on the caps of
+    the steps before it: the caps are iterated to their fixed point (step w's is right once
+    the steps before it are; a cap that reads no context is right at once)."""
     if type(controller).caps is Controller.caps:
         return
-    ctx_mean = float(win.lanes.context.mean()) if len(win.lanes) else 0.0
-    batch = np.add.reduce(win.valid, axis=1)  # a capping controller cuts the window at the first finish
-    batch[0] += len(win.prefills.rid)
-    caps = controller.caps(batch, np.full(win.W, ctx_mean))[:, None]
-    if not (caps < NO_CAP).any():
-        return
+    ln = win.lanes
+    emitted_raw = win.emitted * win.valid
+    before = np.zeros_like(emitted_raw)
+    caps = None
+    for _ in range(win.W + 1):
+        decoding = win.valid & (before < ln.remaining)
+        new = controller.caps(*controller_view(running, ln.context + before, decoding))[:, None]
+        if caps is not None and np.array_equal(new, caps):
+            break
+        caps = new
+        if not (caps < NO_CAP).any():
+            return
+        accepted = np.minimum(win.accepted, caps)
+        emitted = np.minimum(emitted_raw, accepted + 1)
+        before = np.add.accumulate(emitted, axis=0) - emitted
     win.caps = caps
     if tree_nodes is not None:
         depth = len(tree_nodes) - 1
@@ -269,7 +282,7 @@ def progress(win: Window) -> None:
     win.batch[0] += len(win.prefills.rid)
 
 
-def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_first: int, held_throughout: int) -> int:
+def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughout: int) -> int:
     """The steps the window keeps: up to a lane's last drawn round unless it finishes first,
     after the first finish when ``cut_at_finish``, and before the first step whose KV blocks
     exceed the pool. Besides the lanes', blocks are held by running requests that are not lanes:
@@ -285,12 +298,7 @@ def cut(win: Window, *, cut_at_finish: bool, kv, lookahead: int, held_first: int
     if cut_at_finish and win.prefills.finishing:
         keep = 1
     if kv is not None:
-        bs = kv.block_size
-        blocks = win.context + (lookahead + bs - 1)  # ⌈(context + lookahead) / block⌉ (contexts ≥ 0)
-        if bs & (bs - 1):
-            blocks //= bs
-        else:  # a power of two: a shift, the same integers
-            blocks >>= int(bs).bit_length() - 1
+        blocks = kv.request_blocks(win.context)
         held = np.add.reduce(blocks * win.active, axis=1)
         if held_throughout:
             held += held_throughout
@@ -489,7 +497,7 @@ def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state
     W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=nxt, step_guess=step_guess,
              window_max=engine.window_max)
     win = draw(ln, W, book, pre)
-    cap(win, engine.controller, engine.tree_nodes)
+    cap(win, engine.controller, engine.tree_nodes, len(scheduler.running))
     progress(win)
     first = throughout = 0
     kv = scheduler.kv
@@ -500,9 +508,8 @@ def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state
             others = [r for r in scheduler.running if r not in in_lanes]
             first = scheduler.held_blocks([r for r in others if r in chunked])
             throughout = scheduler.held_blocks([r for r in others if r not in chunked])
-        bs = kv.block_size
-        first += sum((t + engine.lookahead + bs - 1) // bs for t in pre.join_cached)  # the joiners' prefill blocks
-    keep = cut(win, cut_at_finish=cut_at_finish, kv=kv, lookahead=engine.lookahead, held_first=first, held_throughout=throughout)
+        first += sum(kv.request_blocks(int(c)) for c in pre.join_cached)  # the joiners' blocks, their prefills complete
+    keep = cut(win, cut_at_finish=cut_at_finish, kv=kv, held_first=first, held_throughout=throughout)
     if keep < W:
         win.truncate(keep)
     price(win, engine, book, layout_state)
