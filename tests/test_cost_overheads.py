@@ -13,13 +13,15 @@ from hypothesis import strategies as st
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
 from draftsim.sim.cost.methods import head_cost, parse_drafter
-from draftsim.sim.cost.overheads import ENGINES, ENGINES_FILE, engine_overheads, pad_tokens, vllm_capture_sizes
+from draftsim.sim.cost.overheads import ENGINES, ENGINES_FILE, engine_overheads, pad_tokens
 from draftsim.sim.errors import DraftsimError
 
-SIZES = vllm_capture_sizes()
+SIZES = ENGINES["vllm"].graph_tokens  # as data: engines.json graph_capture_tokens (listed sizes, then stepped ranges)
 
 
 def test_vllms_capture_sizes_are_its_rule():
+    rule = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, 512 + 1, 16))  # vllm/config/compilation.py, max 512
+    assert SIZES == tuple(rule) == ENGINES["vllm-v0.6"].graph_tokens
     assert SIZES[:5] == (1, 2, 4, 8, 16) and SIZES[-3:] == (480, 496, 512) and len(SIZES) == 51
     assert all(b > a for a, b in zip(SIZES, SIZES[1:]))
 

@@ -19,10 +19,11 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DraftsimError, unknown
+from ..registry import METHODS, methods
 from .base import CostModel
 from .catalog import DTYPE_BYTES, WEIGHT_ONLY, Catalog, HardwareSpec, default_catalog
 from .linear import Costs
-from .methods import HEADS, LOOKUPS, HeadCost, Lookup, head_cost, parse_drafter
+from .methods import DrafterSpec, HeadCost, Lookup, head_cost, parse_drafter
 from .operators import COST_MODELS, OperatorModel
 from .overheads import EngineOverheads, SchedulerDefaults, default_engine, engine_overheads
 from .profile import ProfileCost, load_profile
@@ -30,8 +31,8 @@ from .roofline import RooflineModel
 
 __all__ = ["CHEAP_DRAFTERS", "KV_DTYPES", "Deployment", "Assembly", "assemble"]
 
-#: Drafters that are not neural models: priced by a profile's proposal timing, else free.
-CHEAP_DRAFTERS = LOOKUPS
+#: Drafters that are not neural models: priced by a profile's proposal timing, else free (the registry's lookups).
+CHEAP_DRAFTERS = methods(pricing="lookup")
 #: Dtypes a KV cache may be held in (``--kv-dtype``; "auto": the activations').
 KV_DTYPES = tuple(d for d in DTYPE_BYTES if d not in WEIGHT_ONLY)
 
@@ -160,14 +161,37 @@ def _same_model(catalog: Catalog, x: str, y: str) -> bool:
     return canon(x) == canon(y)
 
 
-def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) -> Assembly:
-    """The cost models of ``deployment``, every name, profile and the hardware checked first.
+@dataclass(frozen=True)
+class _Setting:
+    """What every model of one deployment is priced with: the deployment, its catalogs and
+    hardware, the engine, the KV dtype, the loaded profiles and whether the engine verifies the
+    drafters' proposals by batch expansion."""
 
-    ``machine`` returns this machine's fingerprint (``cpu``, ``cores``; e.g.
-    :func:`draftsim.realrun.profiling.machine_fingerprint`): a CPU profile must have been
-    measured on it. Without it that check is skipped.
-    """
-    d = deployment
+    deployment: Deployment
+    catalog: Catalog
+    hardware: HardwareSpec
+    engine: EngineOverheads
+    kv_dtype: str | None
+    profiles: tuple[ProfileCost, ...]
+    expanded: bool
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """One model's cost model and what the assembly says of it: the name it is listed under, the
+    backend that prices it, where each of its parts is priced from (``--cost-model operators``;
+    keyed by ``operators_key``) and the profile it used (an index into the deployment's)."""
+
+    name: str
+    model: CostModel
+    backend: str
+    operators: str | None = None
+    operators_key: str | None = None
+    profile: int | None = None
+
+
+def _check_deployment(d: Deployment) -> None:
+    """Refuse a deployment that names no target or hardware, or an unknown cost model or KV dtype."""
     if not d.target or not d.hardware:
         raise DraftsimError("give --target MODEL and --hardware HW (and drafters) to price calls from hardware; draftsim cost --list names them")
     if d.cost_model not in COST_MODELS:
@@ -177,118 +201,177 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
     if d.cost_model == "operators" and d.kv_dtype not in ("auto", "bfloat16"):
         raise DraftsimError(f"--kv-dtype {d.kv_dtype}: --cost-model operators prices attention from tables measured with a bfloat16 "
                             "KV cache; use --cost-model roofline for another KV dtype")
-    kv_dtype = None if d.kv_dtype == "auto" else d.kv_dtype
-    catalog = default_catalog(list(d.catalogs))
-    hw = catalog.hardware_spec(d.hardware)
+
+
+def _engine(d: Deployment, hw: HardwareSpec) -> EngineOverheads:
+    """The engine the deployment runs on ``hw`` (its own default where none is named); calibrated
+    hardware holds its engine's overheads already, so it takes none."""
     engine = engine_overheads(default_engine(hw) if d.overheads is None else d.overheads)
     if hw.calibration is not None and engine.name != "none":
         raise DraftsimError(f"hardware {hw.name} is calibrated to measured steps ({hw.calibration.get('fitted_to', 'draftsim calibrate')}), "
                             f"whose times already hold their engine's overheads: use --engine none with it, not {engine.name}")
-    profiles = [load_profile(p) for p in d.profiles]
-    used: set[int] = set()
-    info = {"hardware": hw.name, "dtype": d.dtype, "kv_dtype": d.kv_dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
+    return engine
+
+
+def _info(s: _Setting) -> dict:
+    """What an assembly says of its deployment before any model is priced."""
+    d, hw, engine = s.deployment, s.hardware, s.engine
+    return {"hardware": hw.name, "dtype": d.dtype, "kv_dtype": d.kv_dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
             "engine_name": f"--engine {engine.name}", "engine_label": engine.label,
             "scheduler": engine.scheduler(hw).describe(), "calibration": hw.calibration}
 
-    def profile_for(name: str):
-        for i, prof in enumerate(profiles):
-            if not _same_model(catalog, prof.model, name):
-                continue
-            if hw.kind != "cpu" or prof.device.split(":")[0] != "cpu":
-                raise DraftsimError(f"the profile {d.profiles[i]} was measured on {prof.device} "
-                                    f"({prof.fingerprint.get('machine', {}).get('cpu', '?')}), not on {hw.name}; use --hardware local-cpu")
-            if machine is not None:
-                here = machine()
-                prof.check_fingerprint(machine={k: here[k] for k in ("cpu", "cores")})
-            try:
-                spec = catalog.model(name)
-            except DraftsimError:
-                spec = None  # a model the catalog does not know (e.g. tiny:SEED): its name must do
-            if spec is not None and prof.fingerprint.get("model", {}).get("architecture") not in (None, spec.architecture):
-                raise DraftsimError(f"the profile {d.profiles[i]} was measured for another model: architecture "
-                                    f"{prof.fingerprint['model']['architecture']}, not {name}'s {spec.architecture}")
-            if prof.dtype and prof.dtype != d.dtype:
-                raise DraftsimError(f"the profile {d.profiles[i]} was measured in {prof.dtype}, not {d.dtype}; pass --dtype {prof.dtype}")
-            used.add(i)
-            return prof
+
+def _profile_for(s: _Setting, name: str, machine: Callable[[], dict] | None) -> tuple[int, ProfileCost] | None:
+    """The profile that names model ``name`` (and its index), checked to have been measured on
+    this machine's kind of device, for this model, in this dtype; None where none names it."""
+    d, catalog, hw = s.deployment, s.catalog, s.hardware
+    for i, prof in enumerate(s.profiles):
+        if not _same_model(catalog, prof.model, name):
+            continue
+        if hw.kind != "cpu" or prof.device.split(":")[0] != "cpu":
+            raise DraftsimError(f"the profile {d.profiles[i]} was measured on {prof.device} "
+                                f"({prof.fingerprint.get('machine', {}).get('cpu', '?')}), not on {hw.name}; use --hardware local-cpu")
+        if machine is not None:
+            here = machine()
+            prof.check_fingerprint(machine={k: here[k] for k in ("cpu", "cores")})
+        try:
+            spec = catalog.model(name)
+        except DraftsimError:
+            spec = None  # a model the catalog does not know (e.g. tiny:SEED): its name must do
+        if spec is not None and prof.fingerprint.get("model", {}).get("architecture") not in (None, spec.architecture):
+            raise DraftsimError(f"the profile {d.profiles[i]} was measured for another model: architecture "
+                                f"{prof.fingerprint['model']['architecture']}, not {name}'s {spec.architecture}")
+        if prof.dtype and prof.dtype != d.dtype:
+            raise DraftsimError(f"the profile {d.profiles[i]} was measured in {prof.dtype}, not {d.dtype}; pass --dtype {prof.dtype}")
+        return i, prof
+    return None
+
+
+def _lookup(s: _Setting, name: str) -> _Priced:
+    """A lookup drafter: a profile's measured proposal time per token, else free."""
+    for i, prof in enumerate(s.profiles):
+        if name.lower() in prof.drafters:
+            return _Priced(name, Lookup(0.0, float(prof.drafters[name.lower()]["seconds_per_token"])),
+                           f"measured proposal time per token ({prof.model} profile)", profile=i)
+    return _Priced(name, Lookup(0.0), "free (no profile with its proposal timing)")
+
+
+def _head(s: _Setting, name: str, spec: DrafterSpec) -> _Priced:
+    """A head on the target's devices (or self-speculation: the target over a window of its
+    cache), the engine's per-draft-forward time on each call."""
+    d, engine = s.deployment, s.engine
+    model = head_cost(spec, s.catalog.model(d.target), s.hardware, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
+                      overlap=engine.overlap, kv_dtype=s.kv_dtype, cost_model=d.cost_model, engine=engine.name,
+                      graph_tokens=engine.graph_tokens)
+    if engine.per_draft_forward and isinstance(model, HeadCost):
+        model = model.plus(engine.per_draft_forward, f" + {engine.name} engine overheads")
+    described = model.describe() if hasattr(model, "describe") else None  # --cost-model operators: where each part is priced from
+    return _Priced(name, model, f"{spec.method} on the target's devices: {model.name}", described, name)
+
+
+def _roofline(s: _Setting, spec_m, tp: int, pp: int, host: float, hidden: bool, expert_parallel: bool = False,
+              kv_per_query: bool = False) -> RooflineModel:
+    """The catalog roofline (or measured operators) of ``spec_m`` with the engine's ``host``
+    seconds per call, added, or ``hidden`` behind the forward (the call takes at least that long),
+    named for what it holds."""
+    d, hw, engine = s.deployment, s.hardware, s.engine
+    base = hw.overhead if d.overhead is None else d.overhead
+    priced = {"engine": engine.name} if d.cost_model == "operators" else {}  # measured kernels (sim/cost/operators.py)
+    cls = OperatorModel if priced else RooflineModel
+    model = cls(spec_m, hw, d.dtype, tp, pp, **priced, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
+                overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
+                overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp), floor=host if hidden else 0.0,
+                expert_parallel=expert_parallel, kv_per_query=kv_per_query, kv_dtype=s.kv_dtype)
+    notes = [", verified by batch expansion" if kv_per_query else "",
+             f", experts whole over {tp} devices" if expert_parallel and tp > 1 else "",
+             f" + {engine.name} engine overheads" + (" (host work overlapped)" if hidden else "") if engine.name != "none" else ""]
+    model.name += "".join(notes)
+    return model
+
+
+def _backend(model: RooflineModel) -> str:
+    return f"{'operators' if isinstance(model, OperatorModel) else 'roofline'}: {model.name}"
+
+
+def _model(s: _Setting, name: str, tp: int, pp: int, drafter: bool, machine: Callable[[], dict] | None) -> _Priced:
+    """A model: its measured profile where one names it, else its catalog roofline; a draft
+    model at the target's tp unless its heads do not split over it (then tp 1, as vLLM may)."""
+    d, engine = s.deployment, s.engine
+    found = _profile_for(s, name, machine)
+    if found is not None:
+        return _Priced(name, found[1], f"profile {found[1].name}", profile=found[0])
+    spec_m = s.catalog.model(name, alternatives=tuple(m.spelled for m in METHODS.values() if m.pricing != "draft_model") if drafter else ())
+    note = ""
+    if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
+        tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
+    model = _roofline(s, spec_m, tp, pp, engine.per_draft_forward if drafter else engine.per_step,
+                      hidden=not drafter and engine.host_overlap(speculative=True), expert_parallel=not drafter and d.expert_parallel,
+                      kv_per_query=not drafter and s.expanded)
+    return _Priced(name, model, _backend(model) + note, model.describe() if isinstance(model, OperatorModel) else None, spec_m.name)
+
+
+def _price(s: _Setting, name: str, tp: int, pp: int, machine: Callable[[], dict] | None, drafter: bool = False) -> _Priced:
+    """One model of the deployment, priced as its drafting method is (:data:`draftsim.sim.registry.METHODS`
+    ``pricing``): a lookup, a head on the target's devices, or a model of its own."""
+    entry = METHODS.get(name.lower())
+    if entry is not None and entry.pricing == "lookup":
+        return _lookup(s, name)
+    spec = parse_drafter(name) if drafter else None
+    if spec is not None and METHODS[spec.method].pricing in ("head", "target_window"):
+        return _head(s, name, spec)
+    return _model(s, spec.model if spec is not None else name, tp, pp, drafter, machine)
+
+
+def _plain_target(s: _Setting, target: CostModel) -> _Priced | None:
+    """The target in a server that does not speculate, where the engine prices it apart from a
+    speculating server's (an overlapped scheduler that speculation turns off; batch expansion);
+    None where it is the same model."""
+    d, engine = s.deployment, s.engine
+    if not isinstance(target, RooflineModel) or (engine.host_overlap(speculative=False) == engine.host_overlap(speculative=True)
+                                                 and not target.kv_per_query):
         return None
+    plain = _roofline(s, target.model, d.tp, d.pp, engine.per_step, hidden=engine.host_overlap(speculative=False),
+                      expert_parallel=d.expert_parallel)
+    return _Priced(d.target, plain, _backend(plain), plain.describe() if isinstance(plain, OperatorModel) else None, target.model.name)
 
-    heads: list = []
 
-    def one(name: str, tp: int, pp: int, drafter: bool = False) -> CostModel:
-        if name.lower() in CHEAP_DRAFTERS:
-            for i, prof in enumerate(profiles):
-                if name.lower() in prof.drafters:
-                    used.add(i)
-                    info["backends"][name] = f"measured proposal time per token ({prof.model} profile)"
-                    return Lookup(0.0, float(prof.drafters[name.lower()]["seconds_per_token"]))
-            info["backends"][name] = "free (no profile with its proposal timing)"
-            return Lookup(0.0)
-        spec = parse_drafter(name) if drafter else None
-        if spec is not None and (spec.method in HEADS or spec.method == "selfspec"):
-            model = head_cost(spec, catalog.model(d.target), hw, d.dtype, d.tp, mfu=d.mfu, mbu=d.mbu, overhead=d.overhead,
-                              overlap=engine.overlap, kv_dtype=kv_dtype, cost_model=d.cost_model, engine=engine.name,
-                              graph_tokens=engine.graph_tokens)
-            if engine.per_draft_forward and isinstance(model, HeadCost):
-                model.overhead += engine.per_draft_forward
-                model.name += f" + {engine.name} engine overheads"
-            info["backends"][name] = f"{spec.method} on the target's devices: {model.name}"
-            if hasattr(model, "describe"):  # --cost-model operators: where each of the head's parts is priced from
-                info.setdefault("operators", {})[name] = model.describe()
-            heads.append(model)
-            return model
-        if spec is not None:
-            name = spec.model
-        prof = profile_for(name)
-        if prof is not None:
-            info["backends"][name] = f"profile {prof.name}"
-            return prof
-        spec_m = catalog.model(name, alternatives=(*HEADS, "selfspec:window=B", *LOOKUPS) if drafter else ())
-        note = ""
-        if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
-            tp, note = 1, f" (at tp 1: its {spec_m.heads} heads do not split over the target's {d.tp} devices)"
-        model = roofline(spec_m, tp, pp, engine.per_draft_forward if drafter else engine.per_step,
-                         hidden=not drafter and engine.host_overlap(speculative=True), expert_parallel=not drafter and d.expert_parallel,
-                         kv_per_query=not drafter and expanded)
-        info["backends"][name] = f"{'operators' if isinstance(model, OperatorModel) else 'roofline'}: {model.name}{note}"
-        return model
+def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) -> Assembly:
+    """The cost models of ``deployment``, every name, profile and the hardware checked first.
 
-    def roofline(spec_m, tp: int, pp: int, host: float, hidden: bool, expert_parallel: bool = False,
-                 kv_per_query: bool = False) -> RooflineModel:
-        """The roofline with the engine's ``host`` seconds per call, added, or ``hidden`` behind the
-        forward (the call takes at least that long)."""
-        base = hw.overhead if d.overhead is None else d.overhead
-        priced = {"engine": engine.name} if d.cost_model == "operators" else {}  # measured kernels (sim/cost/operators.py)
-        cls = OperatorModel if priced else RooflineModel
-        model = cls(spec_m, hw, d.dtype, tp, pp, **priced, mfu=d.mfu, mbu=d.mbu, overhead=base + (0.0 if hidden else host),
-                              overhead_per_layer=None if d.overhead is None else 0.0, graph_tokens=engine.graph_tokens,
-                              overlap=engine.overlap, allreduce=engine.allreduce_for(hw.name, tp), floor=host if hidden else 0.0,
-                              expert_parallel=expert_parallel, kv_per_query=kv_per_query, kv_dtype=kv_dtype)
-        if kv_per_query:
-            model.name += ", verified by batch expansion"
-        if expert_parallel and tp > 1:
-            model.name += f", experts whole over {tp} devices"
-
-        if engine.name != "none":
-            model.name += f" + {engine.name} engine overheads" + (" (host work overlapped)" if hidden else "")
-        if priced:
-            info.setdefault("operators", {})[spec_m.name] = model.describe()
-        return model
-
+    ``machine`` returns this machine's fingerprint (``cpu``, ``cores``; e.g.
+    :func:`draftsim.realrun.profiling.machine_fingerprint`): a CPU profile must have been
+    measured on it. Without it that check is skipped.
+    """
+    d = deployment
+    _check_deployment(d)
+    catalog = default_catalog(list(d.catalogs))
+    hw = catalog.hardware_spec(d.hardware)
+    engine = _engine(d, hw)
+    profiles = tuple(load_profile(p) for p in d.profiles)
     # a drafter whose proposals the engine verifies by batch expansion: the target's attention reads per query
     expanded = any(parse_drafter(name).method in engine.batch_expansion for name in d.drafters)
-    target = one(d.target, d.tp, d.pp)
-    if d.expert_parallel and not isinstance(target, RooflineModel):
+    s = _Setting(d, catalog, hw, engine, None if d.kv_dtype == "auto" else d.kv_dtype, profiles, expanded)
+    info = _info(s)
+
+    def record(p: _Priced, listed: bool = True) -> CostModel:
+        if listed:
+            info["backends"][p.name] = p.backend
+        if p.operators is not None:
+            info.setdefault("operators", {})[p.operators_key] = p.operators
+        return p.model
+
+    target = _price(s, d.target, d.tp, d.pp, machine)
+    if d.expert_parallel and not isinstance(target.model, RooflineModel):
         raise DraftsimError(f"--expert-parallel prices the catalog roofline's expert placement; {d.target} is priced by "
-                            f"{info['backends'].get(d.target, 'a measurement')}, which holds its own: drop --expert-parallel")
-    drafters = [one(name, d.tp if d.drafter_tp is None else d.drafter_tp, 1, drafter=True) for name in d.drafters]
+                            f"{target.backend}, which holds its own: drop --expert-parallel")
+    drafters = [_price(s, name, d.tp if d.drafter_tp is None else d.drafter_tp, 1, machine, drafter=True) for name in d.drafters]
+    used = {p.profile for p in (target, *drafters) if p.profile is not None}
     unused = [i for i in range(len(profiles)) if i not in used]
     if unused:
         raise DraftsimError(f"the profile {d.profiles[unused[0]]} is of model {profiles[unused[0]].model!r}, neither the target nor a drafter")
-    plain = None
-    if isinstance(target, RooflineModel) and (engine.host_overlap(speculative=False) != engine.host_overlap(speculative=True)
-                                              or target.kv_per_query):
-        plain = roofline(target.model, d.tp, d.pp, engine.per_step, hidden=engine.host_overlap(speculative=False),
-                         expert_parallel=d.expert_parallel)
-        info["without speculation"] = f"{d.target}: {'operators' if isinstance(plain, OperatorModel) else 'roofline'}: {plain.name}"
-    return Assembly(target, drafters, info, plain, engine, hw)
+    plain = _plain_target(s, target.model)
+    models = [record(p) for p in (target, *drafters)]
+    if plain is not None:
+        record(plain, listed=False)
+        info["without speculation"] = f"{d.target}: {plain.backend}"
+    return Assembly(models[0], models[1:], info, plain.model if plain is not None else None, engine, hw)

@@ -71,6 +71,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DraftsimError, as_count
+from ..registry import METHODS, methods
+from ..registry import method as method_entry
 from .base import BatchStats, CostModel
 from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec
 from .linear import CallCost
@@ -78,15 +80,15 @@ from .memory import NOTHING, MemoryFootprint, activation_bytes_per_token
 from .operators import MeasuredGemm, OperatorModel, Part
 from .roofline import RooflineModel, overlapped
 
-__all__ = ["METHODS", "LOOKUPS", "HEADS", "DrafterSpec", "parse_drafter", "HeadCost", "OperatorHead", "Lookup", "Matmul", "CappedContext",
+__all__ = ["LOOKUPS", "HEADS", "LAYOUTS", "DrafterSpec", "parse_drafter", "HeadCost", "OperatorHead", "Lookup", "Matmul", "CappedContext",
            "head_cost", "EAGLE3_DRAFT_VOCAB"]
 
-#: Drafting methods by the names engines use (``draft_model`` is any catalog model).
-METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix", "selfspec")
-#: Drafters that look tokens up on the CPU instead of running a model.
-LOOKUPS = ("ngram", "suffix", "maxgram", "bigram")
-#: Heads that run on the target's devices from its hidden states.
-HEADS = ("eagle", "eagle3", "medusa", "mtp")
+#: Drafters that look tokens up on the CPU instead of running a model (the registry's ``lookup`` methods).
+LOOKUPS = methods(pricing="lookup")
+#: Heads that run on the target's devices from its hidden states (the registry's ``head`` methods).
+HEADS = methods(pricing="head")
+#: The head layouts :func:`head_cost` builds (a registry head names one as its ``layout``).
+LAYOUTS = ("eagle", "eagle3", "medusa", "mtp")
 #: How each head is built, with the sources (sim/data/drafting_methods.json).
 FACTS = json.loads((Path(__file__).parent.parent / "data" / "drafting_methods.json").read_text())["methods"]
 #: EAGLE-3's reduced draft vocabulary for Llama-3.1-8B (SpecForge configs/llama3-8B-eagle3.json,
@@ -107,7 +109,6 @@ def eagle3_draft_vocab(target: ModelSpec, options=()) -> tuple[int, str]:
     if target.name in EAGLE3_DRAFT_VOCAB_BY_TARGET:
         return EAGLE3_DRAFT_VOCAB_BY_TARGET[target.name], f"the published head's for {target.name}"
     return EAGLE3_DRAFT_VOCAB, f"no head published for {target.name}: Llama-3.1-8B's"
-_OPTIONS = {"eagle3": {"draft_vocab"}, "selfspec": {"window"}, "eagle": set(), "medusa": set(), "mtp": set()}
 
 
 @dataclass(frozen=True)
@@ -128,32 +129,39 @@ class DrafterSpec:
 
 def parse_drafter(text: str) -> DrafterSpec:
     """``eagle3``, ``eagle3:draft_vocab=32000``, ``medusa``, ``mtp``, ``selfspec:window=2048``,
-    ``ngram``, ``suffix``, ``maxgram``, ``bigram``, ``draft_model:NAME`` or a model name/path."""
+    ``ngram``, ``suffix``, ``maxgram``, ``bigram``, ``draft_model:NAME`` or a model name/path: a
+    method of the registry (:data:`draftsim.sim.registry.METHODS`) with the options it takes, each
+    in its range."""
     raw = str(text).strip()
     head, _, rest = raw.partition(":")
-    method = head.lower()
-    if method == "draft_model":
+    entry = METHODS.get(head.lower())
+    if entry is not None and entry.pricing == "draft_model":
         if not rest:
-            raise DraftsimError(f"drafter {raw!r}: draft_model needs a model (draft_model:NAME, a catalog name or config.json path)")
-        return DrafterSpec("draft_model", (), rest)
-    if method in LOOKUPS:
+            raise DraftsimError(f"drafter {raw!r}: {entry.name} needs a model ({entry.name}:NAME, a catalog name or config.json path)")
+        return DrafterSpec(entry.name, (), rest)
+    if entry is None:
+        return DrafterSpec(METHODS["draft_model"].name, (), raw)  # a catalog name or a config.json path: checked by the catalog
+    method = entry.name
+    if entry.pricing == "lookup":
         if rest:
             raise DraftsimError(f"drafter {raw!r}: {method} takes no options")
         return DrafterSpec(method)
-    if method not in _OPTIONS:
-        return DrafterSpec("draft_model", (), raw)  # a catalog name or a config.json path: checked by the catalog
     opts = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value = part.partition("=")
-        if not eq or key not in _OPTIONS[method]:
-            valid = ", ".join(sorted(_OPTIONS[method])) or "none"
+        option = entry.option(key) if eq else None
+        if option is None:
+            valid = ", ".join(sorted(o.key for o in entry.options)) or "none"
             raise DraftsimError(f"drafter {raw!r}: unknown option {part!r} for {method} (valid: {valid})")
-        if not re.fullmatch(r"[0-9]+", value.strip()) or len(value.strip().lstrip("0")) > 8:  # int() of thousands of digits raises
-            raise DraftsimError(f"drafter {raw[:60]!r}: {key} must be a whole number from 1 to 10,000,000; got {value[:20]!r}"
-                                + ("..." if len(value) > 20 else ""))
-        opts[key] = int(as_count(f"{method} {key}", int(value), minimum=1, maximum=10**7))
-    if method == "selfspec" and "window" not in opts:
-        raise DraftsimError(f"drafter {raw!r}: selfspec needs window=B (the KV tokens the drafting pass attends to, e.g. selfspec:window=2048)")
+        digits = len(str(option.maximum))  # int() of thousands of digits raises
+        if not re.fullmatch(r"[0-9]+", value.strip()) or len(value.strip().lstrip("0")) > digits:
+            raise DraftsimError(f"drafter {raw[:60]!r}: {key} must be a whole number from {option.minimum:,} to {option.maximum:,}; "
+                                f"got {value[:20]!r}" + ("..." if len(value) > 20 else ""))
+        opts[key] = int(as_count(f"{method} {key}", int(value), minimum=option.minimum, maximum=option.maximum))
+    for option in entry.options:
+        if option.required and option.key not in opts:
+            raise DraftsimError(f"drafter {raw!r}: {method} needs {option.key}={option.placeholder} ({option.meaning}, "
+                                f"e.g. {method}:{option.key}={option.example})")
     return DrafterSpec(method, tuple(sorted(opts.items())))
 
 
@@ -195,6 +203,11 @@ class HeadCost(CostModel):
         self.name, self.parts = name, parts
         self._footprint = dataclasses.replace(footprint, attached=True)
         self.overhead = float(overhead)  #: seconds per call beyond its parts' rooflines (an engine's per-draft-forward time)
+
+    def plus(self, seconds: float, note: str) -> HeadCost:
+        """A new head of the same kind: this one with ``seconds`` more per call (an engine's
+        per-draft-forward time) and ``note`` added to its name."""
+        return type(self)(self.name + note, self.parts, self._footprint, self.overhead + seconds)
 
     def memory(self) -> MemoryFootprint:
         """The head's weights, KV per cached token (0: no attention) and activations per new
@@ -332,9 +345,11 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
     (:class:`OperatorHead`; a call of N tokens at the CUDA-graph size ``graph_tokens`` above N, as
     vLLM's EAGLE proposer pads its drafting forward), the roofline where they end; its memory
     is the same either way."""
-    facts = FACTS.get(spec.method, {})
+    entry = method_entry(spec.method)
+    layout = entry.layout  # the shape of the head (its builder below); None for self-speculation
+    facts = FACTS.get(entry.facts, {}) if entry.facts else {}
     layers = int(facts.get("layers", facts.get("layers_per_module", 1)))
-    if spec.method == "mtp":  # an MTP module is one of the target's blocks: its experts and latent attention too
+    if layout == "mtp":  # an MTP module is one of the target's blocks: its experts and latent attention too
         layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=layers, dense_layers=0, mtp_layers=0)
     else:  # EAGLE and Medusa heads are dense, with standard attention, on any target
         layer = dataclasses.replace(target, name=f"{spec.label} head of {target.name}", layers=layers, experts=0, experts_per_token=0,
@@ -343,11 +358,11 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                                     head_dim=target.v_head_dim if target.kv_lora_rank else target.head_dim)
     kw = dict(mfu=mfu, mbu=mbu, check_memory=False, overlap=overlap, kv_dtype=kv_dtype)
     measured = dict(engine=engine, graph_tokens=graph_tokens) if cost_model == "operators" else None
-    if spec.method == "selfspec":
+    if entry.pricing == "target_window":
         cls = RooflineModel if measured is None else OperatorModel
         return CappedContext(cls(target, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead, overhead_per_layer=None if overhead is None else 0.0,
                                  overlap=overlap, kv_dtype=kv_dtype, **(measured or {})), dict(spec.options)["window"])
-    if spec.method != "mtp":
+    if layout != "mtp":
         dtype = WEIGHT_ONLY.get(dtype, dtype)
     probe = RooflineModel(layer, hardware, dtype, tp, **kw)
     whole = set(facts.get("replicated", {}).get("layers", ()))  # kept whole on every device (nn.Linear), not split over tp
@@ -359,7 +374,7 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
     h = target.hidden
     act = activation_bytes_per_token(layer, tp, probe.bytes)
     # heads run inside the engine's step: no launch overhead of their own beyond the hardware's per-call one
-    if spec.method == "medusa":
+    if layout == "medusa":
         parts = [mm("residual block", h, h, "residual_block") for _ in range(int(facts["residual_blocks_per_head"]))] + \
                 [mm("LM head", h, target.vocab)]
         # the engine loads every head of the checkpoint; a call runs one
@@ -371,16 +386,16 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
                      for _ in range(int(facts["residual_blocks_per_head"]))] + [MeasuredGemm("lm_head", h, target.vocab, gemms, tp, lm_head=True)]
             return OperatorHead(f"medusa head of {target.name}, operators measured", parts, footprint)
         return HeadCost(f"medusa head of {target.name}", parts, footprint)
-    if spec.method == "mtp":
+    if layout == "mtp":
         if getattr(target, "mtp_layers", 0) < 1:
             raise DraftsimError(f"drafter mtp needs a target with multi-token-prediction modules; {target.name} declares none "
                                 "(its catalog entry or config.json has no mtp_layers / num_nextn_predict_layers)")
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
         parts = [block, mm("projection", facts["projection_inputs"] * h, h, "projection")]
-    elif spec.method == "eagle":
+    elif layout == "eagle":
         block = RooflineModel(layer, hardware, dtype, tp, **kw)
         parts = [block, mm("fc", facts["fc_inputs"] * h, h, "fc")]
-    elif spec.method == "eagle3":
+    elif layout == "eagle3":
         vocab, vocab_from = eagle3_draft_vocab(target, spec.options)
         if vocab > target.vocab:
             raise DraftsimError(f"drafter {spec.label}: draft_vocab {vocab} exceeds {target.name}'s vocabulary {target.vocab}")
@@ -389,25 +404,25 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
         qkv_out = (target.heads / tp + 2 * kv_heads) * target.head_dim
         parts = [block, mm("QKV's embedding half", (facts["qkv_inputs"] - 1) * h, qkv_out * tp)]
     else:  # pragma: no cover - parse_drafter only yields the methods above
-        raise DraftsimError(f"no head {spec.method!r}")
+        raise DraftsimError(f"no head layout {layout!r} (drafting method {spec.method})")
     # the block's parameters count an embedding table and an LM head (one matrix when tied): the
     # embedding is the target's; so is the LM head of eagle and mtp; eagle3's (draft vocabulary) is its own
     matrix = block.model.vocab * h / tp * probe.bytes
-    shared = (1 if block.model.tied_embeddings else 2) if spec.method in ("eagle", "mtp") else (0 if block.model.tied_embeddings else 1)
+    shared = (1 if block.model.tied_embeddings else 2) if layout in ("eagle", "mtp") else (0 if block.model.tied_embeddings else 1)
     weights = block.weight_bytes_per_device() - shared * matrix + sum(p.weights for p in parts[1:]) * probe.bytes
-    if spec.method == "eagle3":  # the fusion layer (3h -> h), run once per round over the verified tokens: held, not priced per call
+    if layout == "eagle3":  # the fusion layer (3h -> h), run once per round over the verified tokens: held, not priced per call
         weights += mm("fusion fc", facts["fusion_inputs"] * h, h, "fusion_fc").weights * probe.bytes
     footprint = MemoryFootprint(max(weights, 0.0), float(block.kv_bytes_per_device(1, 1)),
                                 activation_bytes_per_token(block.model, tp, probe.bytes))
     label = f"{spec.label} head of {target.name}"
-    if spec.method == "eagle3" and vocab_from != "given":
+    if layout == "eagle3" and vocab_from != "given":
         label += f" (draft vocabulary {vocab:,}: {vocab_from})"
     if measured is None:
         return HeadCost(label, parts, footprint)
     # the same head from the measured operators: its layer (EAGLE-3's QKV one GEMM over its 2h inputs) and matrices
     layer_op = OperatorModel(block.model, hardware, dtype, tp, **kw, **measured,
-                             qkv_inputs=facts["qkv_inputs"] * h if spec.method == "eagle3" else None)
-    extra = {"eagle": ("fc", facts.get("fc_inputs", 0)), "mtp": ("projection", facts.get("projection_inputs", 0))}.get(spec.method)
+                             qkv_inputs=facts["qkv_inputs"] * h if layout == "eagle3" else None)
+    extra = {"eagle": ("fc", facts.get("fc_inputs", 0)), "mtp": ("projection", facts.get("projection_inputs", 0))}.get(layout)
     if extra is None:
         parts = [layer_op]
     elif layer_op.whole_roofline:  # an MoE / latent-attention MTP block: no GEMM table was read for it
