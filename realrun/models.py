@@ -17,6 +17,12 @@
   (:class:`draftsim.realrun.drafters.Controlled`) for a known acceptance.
 
 Nothing is ever downloaded: hub access is switched off for every load.
+
+A model too large for this machine is refused before torch allocates anything
+(:func:`check_fits`): its weights at the asked dtype (the catalog's parameter count for
+``random:NAME``, the ``config.json``'s for a checkpoint folder) plus the KV cache of one
+sequence of :data:`KV_TOKENS` tokens, against the memory the device has available
+(``MemAvailable`` of ``/proc/meminfo`` on the CPU, CUDA's free memory on a GPU).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ __all__ = [
     "padded_tokenizer",
     "char_tokenizer",
     "pick_device",
+    "check_fits",
+    "KV_TOKENS",
     "same_tokenizer",
     "cache_arg",
     "sync",
@@ -238,17 +246,58 @@ def _smollm2(device: str, dtype: str) -> LoadedModel:
     return LoadedModel(EMBEDDED, model, tok, device, dtype, f"{gguf} (de-quantised; cached in {cached})")
 
 
-def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32", catalogs=()) -> LoadedModel:
-    """A randomly initialised model of the catalog's ``name`` shape (see the module docstring)."""
-    torch = _torch()
-    from transformers import LlamaConfig, LlamaForCausalLM
+#: Tokens of KV cache a model is taken to need at load, beyond its weights: one sequence of this
+#: many (a draftsim run's prompt and new tokens are well within it). The batched server checks its
+#: own batch against what is left once the models are loaded (:func:`draftsim.realrun.serving.check_memory`).
+KV_TOKENS = 4096
 
+#: Bytes per element of each dtype a model loads in.
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def check_fits(name: str, spec, device: str, dtype: str, available: int | None = None, kv_tokens: int = KV_TOKENS) -> int:
+    """Raise unless a model of ``spec``'s shape (a catalog :class:`~draftsim.sim.cost.catalog.ModelSpec`)
+    fits ``device`` in ``dtype``: its weights (:attr:`ModelSpec.params`, norms and biases left
+    out) plus the KV cache of one sequence of ``kv_tokens`` tokens, against ``available`` bytes
+    (default: what the device has available now, :func:`draftsim.realrun.serving.available_memory`).
+    Checked before torch allocates anything; returns the bytes needed."""
+    if dtype not in _DTYPE_BYTES:
+        raise DraftsimError(f"dtype must be one of {', '.join(_DTYPE_BYTES)}; got {dtype!r}")
+    width = _DTYPE_BYTES[dtype]
+    weights = int(spec.params) * width
+    kv = int(spec.kv_per_token) * int(kv_tokens) * width
+    need = weights + kv
+    if available is None:
+        from .serving import available_memory
+
+        available = available_memory(device)
+    if need > available:
+        where = "MemAvailable in /proc/meminfo" if not str(device).startswith("cuda") else f"free on {device}"
+        smaller = "--dtype bfloat16, " if dtype == "float32" else ""
+        raise DraftsimError(f"{name} needs {need:,} bytes ({_gib(need)}: {spec.params / 1e9:,.2f} B parameters in {dtype}, "
+                            f"{_gib(weights)}, plus {_gib(kv)} of KV cache for {kv_tokens:,} tokens) but this machine has "
+                            f"{available:,} bytes available ({_gib(available)}, {where}); use {smaller}a smaller model or a "
+                            "machine with more memory")
+    return need
+
+
+def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32", catalogs=()) -> LoadedModel:
+    """A randomly initialised model of the catalog's ``name`` shape (see the module docstring),
+    refused before anything is allocated when it does not fit the device (:func:`check_fits`)."""
     from ..sim.cost import default_catalog
 
     spec = default_catalog(list(catalogs)).model(name)
     if spec.experts or spec.kv_lora_rank or spec.mlp != "gated":
         raise DraftsimError(f"random:{name}: random models are dense Llama-shaped decoders (gated MLP, grouped-query attention); "
                             f"{spec.name} is {'a mixture of experts' if spec.experts else 'MLA' if spec.kv_lora_rank else 'a plain-MLP model'}")
+    check_fits(f"random:{name}", spec, device, dtype)
+    torch = _torch()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     tok = padded_tokenizer(spec.vocab)
     config = LlamaConfig(
         vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.intermediate, num_hidden_layers=spec.layers,
@@ -257,8 +306,14 @@ def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "fl
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(seed)
-    with torch.device(device):
-        model = LlamaForCausalLM._from_config(config, dtype=_dtype(dtype)).eval()
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM._from_config(config, dtype=_dtype(dtype)).eval()
+    except (RuntimeError, MemoryError) as exc:  # the allocator, where a limit MemAvailable does not show (ulimit -v, cgroups) binds
+        if "alloc" not in str(exc).lower() and "out of memory" not in str(exc).lower():
+            raise
+        raise DraftsimError(f"random:{name}: the allocator refused its {_gib(int(spec.params) * _DTYPE_BYTES[dtype])} of {dtype} weights on "
+                            f"{device} ({' '.join(str(exc).split())[:240]}); use a smaller model or a machine with more memory") from None
     params = sum(p.numel() for p in model.parameters())
     return LoadedModel(f"random:{spec.name}:{seed}", model, tok, device, dtype,
                        f"random init of {spec.name}'s shape (seed {seed}, {params / 1e9:.2f} B parameters; {spec.source})")
@@ -306,9 +361,23 @@ def load_model(name: str, device: str = "auto", dtype: str = "float32") -> Loade
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise DraftsimError(f"{path} is not a Hugging Face checkpoint (no config.json)")
+        _check_checkpoint_fits(path, device, dtype)
         model, tok = _from_pretrained(path, None, device, dtype)
         return LoadedModel(path.name, model, tok, device, dtype, str(path))
     raise DraftsimError(f"unknown model {name!r}: use {EMBEDDED}, tiny[:SEED], random:NAME[:SEED], a checkpoint directory or a .gguf file")
+
+
+def _check_checkpoint_fits(path: Path, device: str, dtype: str) -> None:
+    """:func:`check_fits` for a checkpoint folder, its shape read from its ``config.json``
+    (:func:`draftsim.sim.cost.catalog.model_from_hf_config`). A config the roofline cannot read
+    (an architecture it does not price) is left to transformers to load: its size is unknown here."""
+    from ..sim.cost.catalog import model_from_hf_config
+
+    try:
+        spec = model_from_hf_config(path)
+    except DraftsimError:
+        return
+    check_fits(str(path), spec, device, dtype)
 
 
 def cache_arg(module) -> str:
