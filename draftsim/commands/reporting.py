@@ -16,6 +16,8 @@ import numpy as np
 
 from draftsim.analysis.report import Figure, Report, Table, copy_figure, headline
 from draftsim.sim.cost import default_catalog
+from draftsim.sim.cost.assembly import Assembly
+from draftsim.sim.cost.provenance import Pricing, pricing
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.serving.steady import describe as steady_text
 
@@ -41,33 +43,44 @@ def _source(lookup, name: str) -> str:
         return "(not in the catalog)"
 
 
-def assumptions(config, serving) -> list[tuple[str, str, str]]:
+#: What the report says of each way a model is priced (:data:`draftsim.sim.cost.provenance.KINDS`).
+PRICED = {
+    "profile": "measured (profile)",
+    "operators": "measured operator tables (the roofline where they end)",
+    "roofline": "catalog architecture, roofline (not calibrated)",
+    "linear": "constant time per call and per token (given)",
+    "free": "no cost",
+    "other": "a cost model of the caller's own",
+}
+
+
+def _priced(p: Pricing) -> str:
+    if p.kind == "fit":
+        return f"catalog architecture, roofline on hardware calibrated to {p.fitted_to}"
+    return PRICED[p.kind]
+
+
+def assumptions(config, serving, assembly: Assembly | None = None) -> list[tuple[str, str, str]]:
     """(what, value, source or status) of a serve-sim configuration: hardware, models and how
-    each is priced, engine overheads, acceptance, memory and the simulator's own model."""
+    each is priced (:func:`draftsim.sim.cost.provenance.pricing`, typed), engine overheads,
+    acceptance, memory and the simulator's own model. ``assembly``: the one ``serving`` was
+    built from (:func:`draftsim.commands.servesim.serving_setup`); None assembles ``config`` again."""
     cat = default_catalog(list(config.catalog))
-    built = config.assembly()
-    info = built.info
-    out = [("hardware", f"{info['hardware']} ({info['dtype']}, tp {info['tp']}, pp {info['pp']})",
-            _source(cat.hardware_spec, config.hardware))]
-    backends = info["backends"]
-    for role, name in [("target", config.target)] + [(f"drafter {i + 1}", d) for i, d in enumerate(config.drafter_model or [])]:
-        how = next((v for k, v in backends.items() if k == name or k.lower() == str(name).lower()), None)
-        if how is None:  # a drafter method keyed by its model (draft_model:NAME)
-            how = next((v for k, v in backends.items() if k.lower() in str(name).lower()), "")
-        calibrated = info.get("calibration")
-        status = ("measured (profile)" if how.startswith("profile") or "measured" in how else
-                  f"catalog architecture, roofline on hardware calibrated to {calibrated['fitted_to']}" if calibrated else
-                  "catalog architecture, roofline (not calibrated)")
-        if how.startswith("free"):
-            status = "no cost"
-        src = _source(cat.model, name)
-        value = f"{name}: {how}" if how else str(name)
-        out.append((role, value, status if src == "(not in the catalog)" else f"{status}; {src}"))
-    if "without speculation" in info:  # the engine prices a server that does not speculate apart
-        out.append(("target without speculation", info["without speculation"], "sim/data/engines.json (the baseline's server)"))
-    out.append(("engine", info["engine"], "sim/data/engines.json" if info.get("engine_label", "").split()[0] != "none" else "none added"))
-    if "scheduler" in info:
-        out.append(("engine scheduler defaults", info["scheduler"], "sim/data/engines.json (the engine's own defaults on this device)"))
+    built = config.assembly() if assembly is None else assembly
+    hw = built.hardware
+    out = [("hardware", f"{hw.name} ({config.dtype}, tp {config.tp}, pp {config.pp})", _source(cat.hardware_spec, hw.name))]
+    for p in pricing(built, config.deployment()):
+        if p.role == "target without speculation":  # the engine prices a server that does not speculate apart
+            out.append((p.role, f"{p.name}: {p.describe()}", "sim/data/engines.json (the baseline's server)"))
+            continue
+        src = _source(cat.model, p.catalog or p.name)
+        status = _priced(p)
+        out.append((p.role, f"{p.name}: {p.describe()}", status if src == "(not in the catalog)" else f"{status}; {src}"))
+    engine = built.engine
+    named = engine is not None and engine.name != "none"
+    out.append(("engine", engine.describe() if engine is not None else "none", "sim/data/engines.json" if named else "none added"))
+    out.append(("engine scheduler defaults", built.scheduler_defaults().describe(),
+                "sim/data/engines.json (the engine's own defaults on this device)"))
     out.append(("acceptance", repr(serving.process), _acceptance_source(config)))
     kv, plan = serving.kv_cache()
     if plan is not None:
@@ -121,9 +134,11 @@ def _has_slo(serving) -> bool:
     return bool(np.isfinite(serving.slo.ttft) or np.isfinite(serving.slo.tpot))
 
 
-def serving_report(config, serving, result, baseline, folder: Path) -> dict:
-    """The report of one serve-sim load (``baseline``: the same workloads without speculation,
-    or None when nothing is drafted); the paths written."""
+def serving_report(config, assembly: Assembly, serving, result, baseline, folder: Path) -> dict:
+    """The report of one serve-sim load: ``config`` as given, the ``assembly`` its models were
+    priced with, the ``serving`` configuration built from both, ``result`` the replications
+    (``baseline``: the same workloads without speculation, or None when nothing is drafted); the
+    paths written."""
     from draftsim.analysis.loadstudy import autoregressive, latency_cdfs, load_over_time
     from draftsim.analysis.report import step_table
     from draftsim.analysis.stepbreakdown import step_breakdown
@@ -177,13 +192,13 @@ def serving_report(config, serving, result, baseline, folder: Path) -> dict:
         verdict = (f"speculation cuts mean E2E latency {speedup:.2f}x" if speedup >= 1
                    else f"speculation makes mean E2E latency {1 / speedup:.2f}x longer")
         subtitle += f": {verdict} ({b_e2e:.2f} s without, {s_e2e:.2f}{pm} s with)"
-    report = Report("draftsim serving report", subtitle, _setup(config, serving), assumptions(config, serving), tables, figures,
+    report = Report("draftsim serving report", subtitle, _setup(config, serving), assumptions(config, serving, assembly), tables, figures,
                     notes=unsteady + ["A simulation: every number comes from the cost models and the acceptance process named under "
                                       "Assumptions; calibrate them from your own runs (draftsim calibrate) before acting on small margins."])
     return report.write(folder)
 
 
-def sweep_report(config, serving, rows: list[dict], cross, folder: Path) -> dict:
+def sweep_report(config, assembly: Assembly, serving, rows: list[dict], cross, folder: Path) -> dict:
     """The report of a serve-sim load sweep (speculation and none at each rate)."""
     from draftsim.analysis.loadstudy import speedup_vs_load
 
@@ -210,15 +225,16 @@ def sweep_report(config, serving, rows: list[dict], cross, folder: Path) -> dict
     head = headline(summaries, slo=_has_slo(serving))
     head.caption = "Serving benchmark result at the lowest and highest load"
     report = Report("draftsim load sweep report", f"{config.policy} on {target}: {verdict}", _setup(config, serving),
-                    assumptions(config, serving), [table, head], [Figure("Speedup over no speculation against load", fig)])
+                    assumptions(config, serving, assembly), [table, head], [Figure("Speedup over no speculation against load", fig)])
     return report.write(folder)
 
 
 def spec_assumptions(spec, configure, limit: int = 64) -> list[tuple[str, str, str]]:
     """The assumptions of a serve-kind spec's configurations (each distinct one once; the first
     ``limit`` points): hardware, models and their pricing, engine overheads, acceptance.
-    ``configure(options)`` gives a point's (ServeSimConfig, ServingConfig) — the caller's, so
-    this module imports no command (no import circle)."""
+    ``configure(options)`` gives a point's (ServeSimConfig, ServingConfig) or, built once,
+    (ServeSimConfig, ServingConfig, Assembly) (:func:`draftsim.commands.servesim.serving_setup`) —
+    the caller's, so this module imports no command (no import circle)."""
     if spec.kind != "serve":
         return []
     seen: dict = {}

@@ -13,6 +13,7 @@ from draftsim.analysis.stepbreakdown import StepBreakdown, step_breakdown
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
 from draftsim.sim.controllers import CONTROLLER_HELP, parse_controller
+from draftsim.sim.cost.assembly import Assembly
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP, parse_policy
 from draftsim.sim.serving import (
@@ -239,6 +240,12 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
     """The serving simulator's configuration (:class:`draftsim.sim.serving.ServingConfig`) of
     ``config``: policy, controller, acceptance process, the models assembled on the hardware,
     scheduler, memory, replicas and SLOs — every option checked."""
+    return serving_setup(config)[0]
+
+
+def serving_setup(config: ServeSimConfig) -> tuple[ServingConfig, Assembly]:
+    """:func:`serving_config` and the assembly it priced the models with (whose typed provenance
+    the report reads: :func:`draftsim.sim.cost.provenance.pricing`)."""
     check(config)
     policy = parse_policy(config.policy)
     controller = parse_controller(config.controller)
@@ -255,7 +262,7 @@ def serving_config(config: ServeSimConfig) -> ServingConfig:
     target = built.target if speculates or built.plain_target is None else built.plain_target
     return ServingConfig(policy, process, target, built.drafters, controller=controller, scheduler=sched, kv_tokens=config.kv_tokens,
                          separate_drafter=config.separate_drafter, replicas=config.replicas, router=config.router, slo=slo,
-                         plain_target=built.plain_target if speculates else None, engine=built.engine)
+                         plain_target=built.plain_target if speculates else None, engine=built.engine), built
 
 
 def scheduler_config(config: ServeSimConfig, built) -> SchedulerConfig:
@@ -311,9 +318,9 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
     if config.load_figure is not None:
         a.output_file("--load-figure", config.load_figure, suffix=".png")
     a.distinct_outputs(("--timeline", config.timeline), ("--figure", config.figure), ("--load-figure", config.load_figure))
-    serving = serving_config(config)
+    serving, built = serving_setup(config)
     if config.sweep_qps is not None:
-        return _sweep(config, serving, bar)
+        return _sweep(config, serving, built, bar)
     arrivals, make = _workload_maker(config, config.qps)
     total = _expected_requests(config, config.qps)
     mean_output = parse_lengths(config.output_len, "--output-len").mean
@@ -356,7 +363,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
     if folder is not None:
         from draftsim.commands.reporting import serving_report
 
-        data["report"] = serving_report(config, serving, result, baseline, folder)
+        data["report"] = serving_report(config, built, serving, result, baseline, folder)
         if baseline is not None:
             data["baseline"] = dict(baseline.summary)
     return ServeSimResult(serving, typed(ServeSummary, summary), data, step_breakdown=breakdown)
@@ -454,7 +461,7 @@ def _report_folder(config: ServeSimConfig):
     return prepare_folder(config.report)
 
 
-def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResult:
+def _sweep(config: ServeSimConfig, serving: ServingConfig, built: Assembly, bar) -> ServeSimResult:
     from draftsim.analysis.loadstudy import crossover, speedup_vs_load, sweep_qps
 
     if config.qps is not None:
@@ -491,7 +498,7 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, bar) -> ServeSimResul
     if folder is not None:
         from draftsim.commands.reporting import sweep_report
 
-        data["report"] = sweep_report(config, serving, rows, cross, folder)
+        data["report"] = sweep_report(config, built, serving, rows, cross, folder)
     return ServeSimResult(serving, None, data, load_sweep=rows, crossover_qps=cross)
 
 
