@@ -1,0 +1,70 @@
+"""MoE decode from AIConfigurator's measured tables against published decode times (benchmarks/published/moe_decode.json).
+
+For every published point: the step priced from the tables (:func:`draftsim.sim.cost.moe_tables.decode_step`,
+the engine's per-step host time from sim/data/engines.json on top), the catalog roofline's plain step as
+``draftsim cost`` prices it today (the same engine), and the error of each. Points the tables cannot price
+say which part is missing. Run: ``python benchmarks/bench_moe.py`` (needs the ``operators`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from draftsim.sim.cost import default_catalog
+from draftsim.sim.cost.assembly import Deployment, assemble
+from draftsim.sim.cost.moe_tables import decode_step
+from draftsim.sim.cost.overheads import engine_overheads
+from draftsim.sim.errors import DraftsimError
+
+DATA = Path(__file__).resolve().parent / "published" / "moe_decode.json"
+
+
+def predict(point: dict) -> tuple[float | None, str]:
+    cat = default_catalog()
+    eng = engine_overheads(point["engine"])
+    try:
+        step = decode_step(cat.model(point["model"]), point["hardware"], point["engine"], point["dtype"], point["tp"], point["batch"],
+                           point["context"], host=eng.per_step, overlap=bool(eng.plain_overlap))
+        return step.seconds * 1e3, ""
+    except DraftsimError as e:
+        return None, str(e)
+
+
+def roofline(point: dict) -> float | None:
+    try:
+        a = assemble(Deployment(point["model"], point["hardware"], (), tp=point["tp"], dtype=point["dtype"], overheads=point["engine"]))
+        return float(a.target.shape_time(point["batch"], 1, point["context"])) * 1e3
+    except DraftsimError:
+        return None
+
+
+def main() -> int:
+    points = json.loads(DATA.read_text())["points"]
+    rows, scored = [], []
+    for p in points:
+        tables, why = predict(p)
+        roof = roofline(p)
+        pub = p["published_tpot_ms"]
+        err = None if tables is None else tables / pub - 1
+        rerr = None if roof is None else roof / pub - 1
+        if p.get("scored") and err is not None:
+            scored.append((err, rerr))
+        rows.append((p["label"], pub, tables, err, roof, rerr, "scored" if p.get("scored") else "not scored", why))
+    print(f"{'point':52s} {'published':>9s} {'tables':>7s} {'error':>7s} {'roofline':>8s} {'error':>7s}")
+    for label, pub, t, e, r, re, s, why in rows:
+        f = lambda x, fmt: "—" if x is None else format(x, fmt)  # noqa: E731
+        print(f"{label[:52]:52s} {pub:9.2f} {f(t, '7.2f')} {f(e, '+7.1%')} {f(r, '8.2f')} {f(re, '+7.1%')}  {s}" + (f"  ({why[:80]})" if why else ""))
+    if scored:
+        e = np.abs([x for x, _ in scored])
+        r = np.abs([y for _, y in scored if y is not None])
+        print(f"{len(scored)} scored points: tables median |error| {np.median(e):.1%}, worst {e.max():.1%}; "
+              f"roofline median {np.median(r):.1%}, worst {r.max():.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

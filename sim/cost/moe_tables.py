@@ -1,0 +1,303 @@
+"""A mixture-of-experts decode step priced from NVIDIA AIConfigurator's measured MoE, MLA, GEMM and
+all-reduce tables (``aiconfigurator-core``, pinned in :mod:`~draftsim.sim.cost.kernel_tables`, read
+with pyarrow; the package itself is never imported).
+
+What the roofline of :mod:`~draftsim.sim.cost.moe` cannot see is how slowly a grouped GEMM runs at
+the few tokens each awake expert receives: one decoding sequence of DeepSeek-V3 gives each of its 8
+experts a single row. The tables measured it:
+
+* **routed experts** (``moe/<engine>/<version>/moe_perf.parquet``): the fused-MoE kernel's time for
+  one layer at (tokens, hidden, expert width, top-k, experts, moe_tp, moe_ep, dtype, routing
+  distribution), linear in the call's tokens between the 27 measured counts (1 … 16,384). Tensor
+  parallelism is ``moe_tp = tp, moe_ep = 1``; ``--expert-parallel`` is ``moe_tp = 1, moe_ep = tp``.
+  The routing is AIConfigurator's own default for DeepSeek, ``power_law_1.01`` (a skewed router,
+  sdk/config.py ``workload_distribution = "power_law"``, sdk/models/deepseek.py alpha 1.01);
+  ``balanced`` is the uniform one of :mod:`~draftsim.sim.cost.moe`. :meth:`MeasuredExperts.efficiency`
+  is the roofline's time over the measured one: the grouped-GEMM efficiency at the tokens each awake
+  expert receives (:func:`tokens_per_awake_expert`), the factor :class:`~draftsim.sim.cost.moe.ExpertCost`
+  takes as ``measured``.
+* **latent attention** (``mla/<engine>/<version>/mla_generation_module_perf.parquet``, vLLM only): the
+  whole MLA block of one decode layer (query and latent projections, FlashMLA over the latent cache,
+  output projection) of DeepSeek-V3's shape at heads/tp query heads, bilinear in batch and cached
+  tokens.
+* **dense GEMMs** (``gemm/<engine>/<version>/gemm_perf.parquet``): the shared expert, the first dense
+  layers' MLP (block-FP8; the kernel order and why in :func:`_gemm_grid`), the router and the LM head
+  (bfloat16, as the checkpoint keeps them), linear in tokens and bilinear in (n, k) between measured
+  widths.
+* **all-reduces** (``comm/<engine>/<version>/custom_allreduce_perf.parquet``): two per layer of
+  N·hidden bfloat16 elements at tp GPUs, the CUDA-graph kernel, linear in message size.
+* **estimated, not measured**: the two residual-add+RMSNorm per layer and the embedding row, by
+  AIConfigurator's analytic memory-op formula (:func:`~draftsim.sim.cost.kernel_tables.mem_op_constants`).
+
+The step adds the engine's per-step host time (``sim/data/engines.json``). A shape a table does not
+hold is reported in :attr:`DecodeStep.missing` and the step is not priced (no silent extrapolation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DraftsimError
+from .kernel_tables import FRAMEWORKS, SYSTEMS, allreduce_rows, mem_op_constants, newest_table, read_columns, systems_root
+from .moe import expected_experts
+
+__all__ = ["DISTRIBUTION", "DecodeStep", "MeasuredExperts", "decode_step", "measured_experts", "tokens_per_awake_expert"]
+
+#: AIConfigurator's default routing distribution for DeepSeek-style MoE (sdk/config.py, sdk/models/deepseek.py).
+DISTRIBUTION = "power_law_1.01"
+#: draftsim weight dtype -> the MoE table's moe_dtype, most preferred first (DeepSeek's checkpoint is block-FP8).
+_MOE_DTYPES = {"float8": ("fp8_block", "fp8"), "bfloat16": ("bfloat16",), "float16": ("bfloat16",)}
+
+
+def tokens_per_awake_expert(n_tokens, experts: int, per_token: int) -> np.ndarray:
+    """N·k / E_act(N): the rows each awake expert's GEMM receives in a call of N tokens (uniform routing)."""
+    n = np.asarray(n_tokens, dtype=np.float64)
+    awake = expected_experts(n, experts, per_token)
+    return np.divide(n * per_token, awake, out=np.zeros_like(n), where=awake > 0)
+
+
+@dataclass(frozen=True)
+class MeasuredExperts:
+    """One MoE layer's routed experts on one device, measured: ``tokens`` (increasing) and ``seconds``."""
+
+    source: str
+    kernel: str
+    moe_dtype: str
+    distribution: str
+    tokens: np.ndarray
+    seconds: np.ndarray
+
+    def inside(self, n_tokens) -> np.ndarray:
+        n = np.asarray(n_tokens, dtype=np.float64)
+        return (n >= self.tokens[0]) & (n <= self.tokens[-1])
+
+    def __call__(self, n_tokens) -> np.ndarray:
+        """Seconds of one layer for calls of N tokens, linear between measured counts (raises outside them)."""
+        n = np.asarray(n_tokens, dtype=np.float64)
+        if not np.all(self.inside(n) | (n == 0)):
+            raise DraftsimError(f"{self.source} measured {int(self.tokens[0])}..{int(self.tokens[-1])} tokens per call; "
+                                f"asked {np.asarray(n).max():g}")
+        return np.where(n > 0, np.interp(n, self.tokens, self.seconds), 0.0)
+
+    def efficiency(self, n_tokens, roofline_seconds) -> np.ndarray:
+        """The roofline's seconds over the measured ones at N tokens: the grouped-GEMM efficiency."""
+        return np.asarray(roofline_seconds, dtype=np.float64) / self(n_tokens)
+
+
+def _frame(system: str, op: str, framework: str, filename: str):
+    root = systems_root()
+    path = newest_table(root, system, op, framework, filename)
+    return root, path
+
+
+def measured_experts(model, hardware: str, framework: str = "vllm", dtype: str = "float8", tp: int = 1,
+                     expert_parallel: bool = False, distribution: str = DISTRIBUTION) -> MeasuredExperts | None:
+    """The MoE table's rows for ``model``'s routed experts on catalog ``hardware`` under ``framework``'s
+    kernels (None: the GPU, engine, dtype or shape is not measured)."""
+    system, fw = SYSTEMS.get(hardware), FRAMEWORKS.get(framework, framework)
+    if system is None or not model.experts:
+        return None
+    _, path = _frame(system, "moe", fw, "moe_perf.parquet")
+    if path is None:
+        return None
+    df = read_columns(str(path), ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                                  "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    mtp, mep = (1, tp) if expert_parallel else (tp, 1)
+    df = df[(df.hidden_size == model.hidden) & (df.inter_size == model.expert_intermediate) & (df.num_experts == model.experts)
+            & (df.topk == model.experts_per_token) & (df.moe_tp_size == mtp) & (df.moe_ep_size == mep)
+            & (df.distribution == distribution)]
+    for moe_dtype in _MOE_DTYPES.get(dtype, ()):
+        rows = df[df.moe_dtype == moe_dtype]
+        if rows.empty:
+            continue
+        kernels = sorted(rows.kernel_source.unique())
+        kernel = next((k for k in kernels if "triton" in k), kernels[0])  # the fused-MoE Triton kernel: both engines' default on Hopper
+        rows = rows[rows.kernel_source == kernel].groupby("num_tokens").latency.median()
+        return MeasuredExperts(str(path), kernel, moe_dtype, distribution, rows.index.to_numpy(np.float64), rows.to_numpy(np.float64) * 1e-3)
+    return None
+
+
+class _GemmGrid:
+    """GEMM latencies of one kernel and dtype: linear in m, bilinear in (n, k) between measured widths."""
+
+    def __init__(self, df):
+        self.df = df
+        self.n = np.sort(df.n.unique())
+        self.k = np.sort(df.k.unique())
+        self.by = {key: (g.m.to_numpy(np.float64), g.latency.to_numpy(np.float64) * 1e-3)
+                   for key, g in df.sort_values("m").groupby(["n", "k"])}
+
+    def __call__(self, m: float, n: int, k: int) -> float | None:
+        if not (self.n[0] <= n <= self.n[-1] and self.k[0] <= k <= self.k[-1]):
+            return None
+        i = min(np.searchsorted(self.n, n, side="right") - 1, len(self.n) - 2)
+        j = min(np.searchsorted(self.k, k, side="right") - 1, len(self.k) - 2)
+        n0, n1, k0, k1 = self.n[i], self.n[i + 1], self.k[j], self.k[j + 1]
+        fn, fk = (n - n0) / (n1 - n0), (k - k0) / (k1 - k0)
+        total = 0.0
+        for nn, kk, wgt in ((n0, k0, (1 - fn) * (1 - fk)), (n0, k1, (1 - fn) * fk), (n1, k0, fn * (1 - fk)), (n1, k1, fn * fk)):
+            if wgt == 0:
+                continue
+            ms = self.by.get((nn, kk))
+            if ms is None or not ms[0][0] <= m <= ms[0][-1]:
+                return None
+            total += wgt * float(np.interp(m, *ms))
+        return total
+
+
+class _Gemms:
+    """A dtype's GEMM kernels, the widest-covered first: a shape is priced by the first that measured it."""
+
+    def __init__(self, grids: list):
+        self.grids = grids
+
+    def __call__(self, m: float, n: int, k: int) -> float | None:
+        return next((t for t in (g(m, n, k) for g in self.grids) if t is not None), None)
+
+
+def _gemm_grid(path: Path, dtype: str) -> _Gemms | None:
+    """The GEMM kernels of ``dtype`` ("fp8_block" or "bfloat16"), in the order a shape is priced by.
+
+    Block-FP8 (DeepSeek's checkpoint): DeepGEMM, then CUTLASS block-scaled, then the per-tensor FP8
+    CUTLASS kernel as a proxy (the same weight bytes; the tables hold no block-FP8 row of the first two
+    below 16 tokens), and FlashInfer's block-scaled GEMM last: it measures 56-62 us at m <= 8 whatever
+    the width on h200_sxm (4-6x the others), which vLLM's own MLA-module table (four block-FP8 GEMMs
+    and the attention in ~0.1 ms a layer) shows is not what vLLM runs at decode sizes."""
+    df = read_columns(str(path), ("kernel_source", "gemm_dtype", "m", "n", "k", "latency"))
+    order = []
+    if dtype == "fp8_block":
+        block = df[df.gemm_dtype == "fp8_block"]
+        kernels = sorted(block.kernel_source.unique(), key=lambda k: ("flashinfer" in k.lower(), "cutlass" in k.lower()))
+        late = [k for k in kernels if "flashinfer" in k.lower()]
+        order = [block[block.kernel_source == k] for k in kernels if k not in late]
+        order.append(df[df.gemm_dtype == "fp8"])
+        order += [block[block.kernel_source == k] for k in late]
+    else:
+        plain = df[df.gemm_dtype == dtype]
+        order = [plain[plain.kernel_source == k] for k in plain.groupby("kernel_source").size().sort_values(ascending=False).index]
+    order = [o for o in order if not o.empty]
+    return _Gemms([_GemmGrid(o) for o in order]) if order else None
+
+
+@dataclass
+class DecodeStep:
+    """A decode step of ``batch`` sequences at ``context`` cached tokens, split into its parts (seconds, per device)."""
+
+    parts: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict)
+    missing: list = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        if self.missing:
+            raise DraftsimError("not measured: " + "; ".join(self.missing))
+        return float(sum(self.parts.values()))
+
+
+def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "float8", tp: int = 1, batch: int = 1,
+                context: int = 512, expert_parallel: bool = False, host: float = 0.0,
+                distribution: str = DISTRIBUTION, overlap: bool = False) -> DecodeStep:
+    """One decode step of a MoE with latent attention (the MLA tables hold DeepSeek-V3's shape; GQA
+    attention is not priced here) from the tables, plus ``host`` seconds of engine time (``overlap``:
+    the engine hides it behind the forward, the step taking max(forward, host))."""
+    out = DecodeStep()
+    system, fw = SYSTEMS.get(hardware), FRAMEWORKS.get(framework, framework)
+    if system is None:
+        raise DraftsimError(f"AIConfigurator's tables cover {', '.join(SYSTEMS)}; got {hardware!r}")
+    root = systems_root()
+    N, h, L = batch, model.hidden, model.layers
+    # routed experts
+    experts = measured_experts(model, hardware, framework, dtype, tp, expert_parallel, distribution)
+    if experts is None or not bool(experts.inside(N)):
+        out.missing.append(f"routed experts {model.experts}x{model.expert_intermediate} top-{model.experts_per_token} at tp {tp}")
+    else:
+        out.parts["routed experts"] = model.moe_layers * float(experts(N))
+        out.sources["routed experts"] = f"{experts.source} ({experts.kernel}, {experts.moe_dtype}, {experts.distribution})"
+    # latent attention, whole block
+    mla_path = newest_table(root, system, "mla", fw, "mla_generation_module_perf.parquet")
+    mla_note = ""
+    if mla_path is None and fw != "vllm":  # SGLang's MLA tables hold the attention kernel alone: vLLM's whole block, said
+        mla_path, mla_note = newest_table(root, system, "mla", "vllm", "mla_generation_module_perf.parquet"), f", vLLM's: {fw} has no MLA module table"
+    if not model.kv_lora_rank or mla_path is None:
+        out.missing.append(f"attention of {model.name} ({'no MLA module table for ' + fw if model.kv_lora_rank else 'not MLA'})")
+    else:
+        df = read_columns(str(mla_path), ("kernel_source", "model", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size", "step",
+                                          "latency"))
+        kv = "fp8" if dtype == "float8" else "bfloat16"
+        gemm = "fp8_block" if dtype == "float8" else "bfloat16"
+        df = df[(df.model == "deepseek-ai/DeepSeek-V3") & (df.kv_cache_dtype == kv) & (df.gemm_type == gemm)
+                & (df.num_heads == model.heads // tp)]
+        shape_ok = (model.hidden, model.q_lora_rank, model.kv_lora_rank) == (7168, 1536, 512)
+        t = _bilinear(df, batch, context) if shape_ok and not df.empty else None
+        if t is None:
+            out.missing.append(f"MLA block at {model.heads // tp} heads, batch {batch}, context {context}")
+        else:
+            out.parts["attention (MLA block)"] = L * t
+            out.sources["attention (MLA block)"] = f"{mla_path} ({df.kernel_source.iloc[0]}, kv {kv}{mla_note})"
+    # dense GEMMs
+    gpath = newest_table(root, system, "gemm", fw, "gemm_perf.parquet")
+    fp8 = _gemm_grid(gpath, "fp8_block" if dtype == "float8" else "bfloat16") if gpath else None
+    bf16 = _gemm_grid(gpath, "bfloat16") if gpath else None
+    dense_layers = L - model.moe_layers
+    s = model.shared_experts * model.expert_intermediate
+    shared = model.moe_layers if s else 0
+    gemms = [("shared expert gate+up", fp8, 2 * s // tp, h, shared), ("shared expert down", fp8, h, s // tp, shared),
+             ("router", bf16, model.experts, h, model.moe_layers),
+             ("dense MLP gate+up", fp8, 2 * model.intermediate // tp, h, dense_layers),
+             ("dense MLP down", fp8, h, model.intermediate // tp, dense_layers),
+             ("LM head", bf16, -(-model.vocab // tp), h, 1)]
+    for name, grid, n, k, count in gemms:
+        if count == 0 or n == 0:
+            continue
+        t = grid(N, n, k) if grid is not None else None
+        if t is None:
+            out.missing.append(f"GEMM {name} m={N} n={n} k={k}")
+        else:
+            out.parts[f"GEMM {name}"] = count * t
+            out.sources[f"GEMM {name}"] = str(gpath)
+    # all-reduces
+    if tp > 1:
+        apath = newest_table(root, system, "comm", fw, "custom_allreduce_perf.parquet")
+        rows = allreduce_rows(apath) if apath else None
+        rows = rows[(rows.num_gpus == tp) & rows.kernel_source.str.endswith("_graph")].sort_values("message_size") if rows is not None else None
+        msg = N * h
+        if rows is None or rows.empty or not rows.message_size.iloc[0] <= msg <= rows.message_size.iloc[-1]:
+            out.missing.append(f"all-reduce of {msg} elements at {tp} GPUs")
+        else:
+            out.parts["all-reduce (2 per layer)"] = 2 * L * float(np.interp(msg, rows.message_size, rows.latency)) * 1e-3
+            out.sources["all-reduce (2 per layer)"] = str(apath)
+    # estimated: residual-add+RMSNorm twice per layer, the embedding row (AIConfigurator's memory-op formula)
+    bw, scale, const = mem_op_constants(root, system)
+    norm = (2 * N * h * 2 + 2 * N * h * 2) / (bw * scale) + const
+    out.parts["add+norm (estimated)"] = 2 * L * norm
+    out.parts["embedding (estimated)"] = N * h * 2 / (bw * scale) + const
+    out.sources["add+norm (estimated)"] = out.sources["embedding (estimated)"] = f"{root / (system + '.yaml')} memory-op formula"
+    if host:
+        out.parts["engine host"] = float(host)
+        out.sources["engine host"] = "sim/data/engines.json per_step"
+        if overlap:  # an overlapped scheduler: the step is max(forward, host)
+            gpu = sum(v for k, v in out.parts.items() if k != "engine host")
+            out.parts["engine host"] = max(0.0, float(host) - gpu)
+            out.sources["engine host"] += " (overlapped: what the forward does not hide)"
+    return out
+
+
+def _bilinear(df, batch: float, step: float) -> float | None:
+    """Latency (seconds) bilinear in (batch_size, step) on the measured grid; None outside it."""
+    table = df.pivot_table(index="batch_size", columns="step", values="latency", aggfunc="median")
+    b, s = table.index.to_numpy(np.float64), table.columns.to_numpy(np.float64)
+    if not (b[0] <= batch <= b[-1] and s[0] <= step <= s[-1]):
+        return None
+    i = min(np.searchsorted(b, batch, side="right") - 1, len(b) - 2) if len(b) > 1 else 0
+    j = min(np.searchsorted(s, step, side="right") - 1, len(s) - 2) if len(s) > 1 else 0
+    i1, j1 = min(i + 1, len(b) - 1), min(j + 1, len(s) - 1)
+    fb = (batch - b[i]) / (b[i1] - b[i]) if b[i1] > b[i] else 0.0
+    fs = (step - s[j]) / (s[j1] - s[j]) if s[j1] > s[j] else 0.0
+    v = table.to_numpy(np.float64)
+    corners = ((v[i, j], (1 - fb) * (1 - fs)), (v[i, j1], (1 - fb) * fs), (v[i1, j], fb * (1 - fs)), (v[i1, j1], fb * fs))
+    if any(np.isnan(x) and w > 0 for x, w in corners):
+        return None
+    return 1e-3 * float(sum(x * w for x, w in corners if w > 0))

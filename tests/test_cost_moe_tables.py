@@ -1,0 +1,92 @@
+"""MoE decode priced from AIConfigurator's measured tables (sim/cost/moe_tables.py) against published decode times."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from draftsim.sim.cost import RooflineModel, default_catalog
+from draftsim.sim.cost.overheads import engine_overheads
+from draftsim.sim.errors import DraftsimError
+
+pytest.importorskip("pyarrow")
+try:
+    from draftsim.sim.cost.kernel_tables import systems_root
+
+    systems_root()
+except Exception:  # the operators extra is not installed: the plain roofline stays, these tests skip
+    pytest.skip("aiconfigurator-core tables not installed", allow_module_level=True)
+
+from draftsim.sim.cost.moe_tables import decode_step, measured_experts, tokens_per_awake_expert  # noqa: E402
+
+CAT = default_catalog()
+DATA = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "moe_decode.json").read_text())
+
+
+def _deepseek_points():
+    return [p for p in DATA["points"] if p["model"] == "deepseek-v3" and p["hardware"] == "h200" and p.get("scored")]
+
+
+def _tables_ms(p):
+    eng = engine_overheads(p["engine"])
+    return decode_step(CAT.model(p["model"]), p["hardware"], p["engine"], p["dtype"], p["tp"], p["batch"], p["context"],
+                       host=eng.per_step, overlap=bool(eng.plain_overlap)).seconds * 1e3
+
+
+def test_grouped_gemm_efficiency_is_low_at_one_row_per_expert_and_rises_with_rows():
+    """DeepSeek-V3's routed experts at TP 8 on H200 (vLLM's fused-MoE Triton kernel): at one decoding token each
+    of 8 experts gets one row and the measured kernel runs far below the roofline; the efficiency rises as
+    each awake expert receives more rows while the layer stays memory-bound (1 to 64 tokens: 1 to ~2.3 rows per
+    expert; beyond, the kernel meets the FP8 compute roof at a lower fraction, 27% at 4,096 tokens)."""
+    m = CAT.model("deepseek-v3")
+    table = measured_experts(m, "h200", "vllm", "float8", tp=8)
+    assert table is not None and "triton" in table.kernel and table.moe_dtype == "fp8_block"
+    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
+    B, P = roof.hardware.memory_bandwidth, roof.peak  # the hardware's own peaks: efficiency against the datasheet
+    n = np.array([1.0, 8.0, 64.0])
+    per_layer = roof._experts.seconds(n, B, P) / m.moe_layers
+    eff = table.efficiency(n, per_layer)
+    assert np.all(eff > 0) and np.all(eff < 1)
+    assert eff[0] < 0.35 and np.all(np.diff(eff) > 0)
+    rows = tokens_per_awake_expert(n, m.experts, m.experts_per_token)
+    assert rows[0] == pytest.approx(1.0) and np.all(np.diff(rows) > 0)
+
+
+def test_a_batch1_decode_step_has_every_part_measured_and_costs_more_than_the_roofline():
+    m = CAT.model("deepseek-v3")
+    step = decode_step(m, "h200", "vllm", "float8", tp=8, batch=1, context=512)
+    assert not step.missing
+    assert {"routed experts", "attention (MLA block)", "all-reduce (2 per layer)"} <= set(step.parts)
+    assert all("aiconfigurator_core" in step.sources[k] for k in ("routed experts", "attention (MLA block)"))
+    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
+    assert step.seconds > 2 * float(roof.shape_time(1, 1, 512))  # the roofline's 2.8 ms forward misses the small-M inefficiency
+
+
+def test_tables_are_closer_than_the_roofline_to_every_scored_deepseek_measurement():
+    from draftsim.sim.cost.assembly import Deployment, assemble
+
+    pts = _deepseek_points()
+    assert len(pts) >= 3
+    for p in pts:
+        a = assemble(Deployment(p["model"], p["hardware"], (), tp=p["tp"], dtype=p["dtype"], overheads=p["engine"]))
+        roof = float(a.target.shape_time(p["batch"], 1, p["context"])) * 1e3
+        assert abs(_tables_ms(p) / p["published_tpot_ms"] - 1) < abs(roof / p["published_tpot_ms"] - 1), p["label"]
+
+
+@pytest.mark.xfail(strict=True, reason="misses: the tables price DeepSeek-V3 on 8x H200 (fp8, TP 8) 24.5-35% above InferenceX issue 870's "
+                   "SGLang v0.5.7 measurements (batch 4-8; no batch-1 8x H200 measurement of a current engine was found); "
+                   "vLLM's MLA-block table stands in for SGLang's attention. Not tuned.")
+def test_deepseek_v3_8x_h200_decode_within_25_percent_of_the_cited_measurements():
+    for p in _deepseek_points():
+        assert _tables_ms(p) == pytest.approx(p["published_tpot_ms"], rel=0.25), p["label"]
+
+
+def test_a_shape_the_tables_do_not_hold_is_reported_not_extrapolated():
+    step = decode_step(CAT.model("deepseek-v3"), "h100-sxm", "sglang", "float8", tp=16, batch=1, context=192)
+    assert any("16 GPUs" in x for x in step.missing)
+    with pytest.raises(DraftsimError, match="not measured"):
+        _ = step.seconds
+    assert measured_experts(CAT.model("llama-3.1-8b"), "h200") is None
