@@ -121,12 +121,14 @@ class Capacity:
 
 
 def find_capacity(evaluate: Callable[[float], tuple[bool, dict]], start: float = 1.0, minimum: float = 1e-3,
-                  maximum: float = 1e6, tolerance: float = 0.02, max_evaluations: int = 64) -> Capacity:
+                  maximum: float = 1e6, tolerance: float = 0.02, max_evaluations: int = 64,
+                  on_step: Callable[[Step], None] | None = None) -> Capacity:
     """The largest rate in [minimum, maximum] meeting the SLOs, to relative ``tolerance``.
 
     Bracketing: from ``start``, double while the rate meets the SLOs (or halve while it does
     not) until the two sides differ; then bisect at geometric midpoints until
     ``high / low - 1 <= tolerance``. Assumes meeting the SLOs is monotone in the rate.
+    ``on_step(step)`` is told after each rate (:class:`Step`: the bracket it leaves).
     """
     if not (0 < minimum <= start <= maximum and math.isfinite(maximum)):
         raise DraftsimError(f"capacity search needs 0 < minimum <= start <= maximum < inf; got minimum {minimum!r}, "
@@ -145,34 +147,110 @@ def find_capacity(evaluate: Callable[[float], tuple[bool, dict]], start: float =
         seen[q] = dict(metrics)
         return bool(ok)
 
+    def told(phase: str, q: float, low: float, high: float) -> None:
+        if on_step is not None:
+            ok, metrics = trail[-1][1], trail[-1][2]
+            on_step(Step(phase, q, ok, metrics, low, high, len(trail), bisections_left(low, high, tolerance)))
+
     q = start
     if check(q):
         low = q
+        told("bracketing", q, low, math.inf)
         while True:
             if low >= maximum:
                 return Capacity(low, low, math.inf, seen[low], trail)
             q = min(low * 2.0, maximum)
             if not check(q):
                 high = q
+                told("bracketing", q, low, high)
                 break
             low = q
+            told("bracketing", q, low, math.inf)
     else:
         high = q
+        told("bracketing", q, 0.0, high)
         while True:
             if high <= minimum:
                 return Capacity(0.0, 0.0, high, {}, trail)
             q = max(high / 2.0, minimum)
             if check(q):
                 low = q
+                told("bracketing", q, low, high)
                 break
             high = q
+            told("bracketing", q, 0.0, high)
     while high / low - 1.0 > tolerance:
         mid = math.sqrt(low * high)
         if check(mid):
             low = mid
         else:
             high = mid
+        told("bisecting", mid, low, high)
     return Capacity(low, low, high, seen[low], trail)
+
+
+def bisections_left(low: float, high: float, tolerance: float) -> int | None:
+    """How many geometric bisections take the bracket [low, high] within ``tolerance`` (None
+    while it is open: low 0 or high inf)."""
+    if not (0 < low < high < math.inf):
+        return None
+    halvings = math.log2(math.log(high / low)) - math.log2(math.log1p(tolerance))  # finite even for a denormal tolerance
+    return max(0, math.ceil(halvings - 1e-9))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rate of a search as progress sees it: the ``phase`` (bracketing, bisecting, interval,
+    replicas), the ``rate`` (or replica count) tried, whether it met the SLOs and its mean
+    metrics, the bracket [``low``, ``high``] after it (0 / inf: still open), the evaluations so
+    far and the bisections still needed (None: unknown)."""
+
+    phase: str
+    rate: float
+    ok: bool
+    metrics: dict
+    low: float
+    high: float
+    evaluations: int
+    left: int | None = None
+
+
+class Progress:
+    """The progress lines of one configuration's search, "LABEL: what [N s]" (seconds since the
+    configuration started), told to ``say`` (None: silent): each rate simulated with its verdict,
+    the SLO metrics against their bounds and the bracket it leaves (:meth:`step`), and each run
+    lengthened or found overloaded (:meth:`__call__`)."""
+
+    def __init__(self, say: Callable[[str], None] | None, label: str, slo: Mapping[str, float]):
+        self.say, self.label, self.slo, self.t0 = say, label, dict(slo), time.perf_counter()
+
+    def __call__(self, text: str) -> None:
+        if self.say is not None:
+            self.say(f"{self.label}: {text} [{time.perf_counter() - self.t0:.0f} s]")
+
+    def step(self, step: Step, load: float | None = None) -> None:
+        if self.say is None:
+            return
+        m = step.metrics
+        if m.get("overloaded") is not None and m["overloaded"] > 0:
+            verdict = "overloaded (queue still growing)"
+        elif not settled(m):
+            verdict = "not settled"
+        else:
+            verdict = "meets the SLOs" if step.ok else "misses the SLOs"
+        detail = ", ".join(f"{name} {_fmt(m.get(name))}/{bound:g}" for name, bound in self.slo.items())
+        top = "inf" if math.isinf(step.high) else f"{step.high:.4g}"
+        if step.phase == "replicas":
+            what = f"{step.rate:g} replica(s) at {load:g} req/s"
+            fewest = f"fewest in ({step.low:g}, {step.high:g}]" if math.isfinite(step.high) else f"more than {step.low:g}"
+        elif step.phase == INTERVAL_PHASE:
+            what, fewest = f"rate {step.rate:.4g} req/s", f"interval so far [{step.low:.4g}, {top}]"
+        else:
+            what = f"rate {step.rate:.4g} req/s"
+            fewest = "capacity " + (f"below {top}" if step.low <= 0 else
+                                    f">= {step.low:.4g}" if math.isinf(step.high) else f"in [{step.low:.4g}, {top}]")
+        left = f", ~{step.left} more" if step.left else ""
+        self(f"{step.phase}: {what} {verdict} ({detail}); {fewest}{left} (evaluation {step.evaluations})")
 
 
 def replicated(meets_slo: Callable[[float, int], object], seeds: Sequence[int], slo: Mapping[str, float] | None = None
@@ -260,17 +338,21 @@ def capacity_interval(cap: Capacity, slo: Mapping[str, float]) -> tuple[float, f
     return min(low, cap.low), max(high, cap.high)
 
 
+#: The phase of the steps :func:`confirm_interval` simulates.
+INTERVAL_PHASE = "95% interval"
 #: Most rates simulated beyond the bisection to find and sharpen the ends of the capacity's interval.
 MAX_INTERVAL_EVALUATIONS = 6
 
 
-def confirm_interval(evaluate: Callable[[float], tuple[bool, dict]], cap: Capacity, s) -> tuple[float, float] | None:
+def confirm_interval(evaluate: Callable[[float], tuple[bool, dict]], cap: Capacity, s,
+                     on_step: Callable[[Step], None] | None = None) -> tuple[float, float] | None:
     """:func:`capacity_interval`, after simulating the rates it needs: while no simulated rate
     surely fails the SLOs, twice the highest one (up to ``s.maximum``); while none surely meets
     them, half the lowest (down to ``s.minimum``); then, while an end is further than
     ``s.tolerance`` from the nearest simulated rate the SLOs' band straddles, their geometric
     midpoint (a bisection of each end). At most :data:`MAX_INTERVAL_EVALUATIONS` more rates,
-    added to ``cap.evaluations``; one inside the bracket narrows it (``cap`` is updated)."""
+    added to ``cap.evaluations``; one inside the bracket narrows it (``cap`` is updated).
+    ``on_step(step)`` is told after each (its bracket: the interval so far)."""
     for _ in range(MAX_INTERVAL_EVALUATIONS):
         interval = capacity_interval(cap, s.slo)
         if interval is None:
@@ -299,6 +381,9 @@ def confirm_interval(evaluate: Callable[[float], tuple[bool, dict]], cap: Capaci
                 cap.metrics = dict(metrics)
             else:
                 cap.high = q
+        if on_step is not None:
+            now = capacity_interval(cap, s.slo) or (cap.low, cap.high)
+            on_step(Step(INTERVAL_PHASE, q, bool(ok), dict(metrics), now[0], now[1], len(cap.evaluations)))
     return capacity_interval(cap, s.slo)
 
 
@@ -397,27 +482,33 @@ def device_count(config: dict, names: Sequence[str]) -> float:
 
 
 def lengthened(evaluate_at: Callable[[object, int], tuple[bool, dict]], s: Settings, option: str | None, base,
-               describe: Callable[[object], str], notes: list) -> Callable[[object], tuple[bool, dict]]:
+               describe: Callable[[object], str], notes: list,
+               progress: Callable[[str], None] | None = None) -> Callable[[object], tuple[bool, dict]]:
     """``evaluate(point)`` that reruns a point whose runs did not settle (``steady`` < 1, not
     overloaded) at twice the length, up to ``s.max_lengthening`` times the spec's (the
     ``option``'s ``base`` value; None: no option to lengthen). ``evaluate_at(point, factor)`` runs
     the point at ``factor`` times the length. Each lengthening, and each overloaded point, is
-    said in ``notes``; the metrics carry the ``lengthening`` used."""
+    said in ``notes`` (and told to ``progress``); the metrics carry the ``lengthening`` used."""
+    def note(text: str) -> None:
+        notes.append(text)
+        if progress is not None:
+            progress(text)
+
     def evaluate(point) -> tuple[bool, dict]:
         factor = 1
         while True:
             ok, metrics = evaluate_at(point, factor)
             steady, overloaded = metrics.get("steady"), metrics.get("overloaded")
             if overloaded is not None and overloaded > 0:
-                notes.append(f"{describe(point)}: overloaded at {_length(option, base, factor)} (queue still growing): does not meet the SLOs")
+                note(f"{describe(point)}: overloaded at {_length(option, base, factor)} (queue still growing): does not meet the SLOs")
                 break
             if steady is None or steady >= 1.0:
                 break
             if option is None or factor >= s.max_lengthening:
                 why = "nothing to lengthen (give duration or requests)" if option is None else f"the longest allowed ({s.max_lengthening}x)"
-                notes.append(f"{describe(point)}: not steady at {_length(option, base, factor)}, {why}: counted as not meeting the SLOs")
+                note(f"{describe(point)}: not steady at {_length(option, base, factor)}, {why}: counted as not meeting the SLOs")
                 break
-            notes.append(f"{describe(point)}: not steady at {_length(option, base, factor)} (queue still growing: overloaded, or run "
+            note(f"{describe(point)}: not steady at {_length(option, base, factor)} (queue still growing: overloaded, or run "
                          f"longer): rerun at {_length(option, base, factor * 2)}")
             factor *= 2
         metrics["lengthening"] = float(factor)
@@ -441,9 +532,12 @@ def _scaled(config: dict, option: str | None, base, factor: int) -> dict:
 
 
 def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings, spec_seed: int, replications: int,
-                task: Task) -> Outcome:
-    """One configuration's capacity search in a worker (the task's row values: see the module docstring)."""
+                task: Task, say: Callable[[str], None] | None = None, labels: Mapping[int, str] | None = None) -> Outcome:
+    """One configuration's capacity search in a worker (the task's row values: see the module
+    docstring); ``say(line)`` is told its progress (:class:`Progress`), each line led by the
+    configuration's ``labels[task.point]``."""
     t0, c0 = time.perf_counter(), time.process_time()
+    progress = Progress(say, (labels or {}).get(task.point, f"configuration {task.point}"), s.slo)
     try:
         seeds = [derive_seed(spec_seed, task.point, r) for r in range(replications)]
         option = next((o for o in LENGTH_OPTIONS if task.config.get(o) is not None), None)
@@ -456,9 +550,10 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
                 return {m: as_metric(m, lookup(output, p)) for m, p in metric_paths.items()}
             return replicated(meets, seeds, s.slo)(qps)
 
-        evaluate = lengthened(at, s, option, base, lambda q: f"{q:.4g} req/s", notes)
-        cap = find_capacity(evaluate, s.start, s.minimum, s.maximum, s.tolerance, s.max_evaluations)
-        interval = confirm_interval(evaluate, cap, s)
+        progress(f"searching from {s.start:.4g} req/s, {replications} replication(s) per rate, to {s.tolerance:.0%}")
+        evaluate = lengthened(at, s, option, base, lambda q: f"{q:.4g} req/s", notes, progress)
+        cap = find_capacity(evaluate, s.start, s.minimum, s.maximum, s.tolerance, s.max_evaluations, on_step=progress.step)
+        interval = confirm_interval(evaluate, cap, s, on_step=progress.step)
         devices = device_count(task.config, s.devices)
         throughput = cap.metrics.get(s.throughput) if s.throughput else None
         cost = None
@@ -472,16 +567,23 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
         if s.latency:
             curve = sorted({q: m.get(s.latency) for q, _, m in cap.evaluations}.items())
             values["latency_curve"] = json.dumps([[q, v] for q, v in curve if v is not None and math.isfinite(v)])
+        done = f"capacity {cap.qps:.4g} req/s" + (f", 95% [{interval[0]:.4g}, {interval[1]:.4g}]" if interval else "")
         if s.load is not None:
             def at_load(point, factor: int) -> tuple[bool, dict]:
                 return replicated(meets_with_replicas(run, rate_option, metric_paths, _scaled(task.config, option, base, factor)),
                                   seeds, s.slo)(point)
 
-            load_eval = lengthened(at_load, s, option, base, lambda p: f"{p[0]:g} replica(s) at {p[1]:.4g} req/s", notes)
-            values.update(replicas_for_load(task.config, cap.qps, s, load_eval, devices, interval))
+            load_eval = lengthened(at_load, s, option, base, lambda p: f"{p[0]:g} replica(s) at {p[1]:.4g} req/s", notes, progress)
+            found = replicas_for_load(task.config, cap.qps, s, load_eval, devices, interval,
+                                      on_step=lambda step: progress.step(step, s.load), notes=notes)
+            values.update(found)
+            reps = found["replicas_for_load"]
+            done += f"; {'no replica count found' if reps is None else f'{reps:g} replica(s)'} for {s.load:g} req/s"
         values["notes"] = json.dumps(notes)
+        progress(f"done: {done}")
         return Outcome(task.id, values, None, time.perf_counter() - t0, time.process_time() - c0)
     except Exception as exc:  # recorded with its error; the other configurations go on
+        progress(f"failed: {one_line(exc)}")
         return Outcome(task.id, {}, one_line(exc), time.perf_counter() - t0, time.process_time() - c0)
 
 
@@ -494,17 +596,19 @@ def meets_with_replicas(run: Callable, rate_option: str, metric_paths: dict, con
     return meets
 
 
-#: Most replicas a load search tries.
+#: Most replicas a load search tries (serve-sim's --replicas takes up to 1,024).
 MAX_REPLICAS = 1024
 
 
 def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Callable, devices: float,
-                      interval: tuple[float, float] | None = None) -> dict:
+                      interval: tuple[float, float] | None = None, on_step: Callable[[Step], None] | None = None,
+                      notes: list | None = None) -> dict:
     """The fewest replicas that meet the SLOs at ``s.load`` (see the module docstring), from the
     first guess ⌈load / capacity⌉; ``evaluate((replicas, qps))`` runs the configuration and
     returns (meets, metrics). With the capacity's 95% ``interval``, the margin's interval and
     whether it is within the noise: its interval reaches 0, or the SLOs are not surely met at
-    the load with that many replicas (:func:`slo_ratio`)."""
+    the load with that many replicas (:func:`slo_ratio`). ``on_step`` is told each count tried
+    (phase "replicas")."""
     base = config.get("replicas", 1)
     none = {"replicas_for_load": None, "devices_for_load": None, "load_margin": None, "load_margin_low": None,
             "load_margin_high": None, "margin_within_noise": None, "latency_at_load": None}
@@ -515,6 +619,9 @@ def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Call
     def meets(n: int) -> bool:
         ok, metrics = evaluate((n * base, s.load))
         seen[n] = metrics
+        if on_step is not None:
+            on_step(Step("replicas", float(n * base), bool(ok), dict(metrics), 0.0 if ok else float(n * base),
+                         float(n * base) if ok else math.inf, len(seen)))
         return ok
 
     r = max(1, math.ceil(s.load / capacity - 1e-9))
@@ -536,18 +643,29 @@ def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Call
     return out
 
 
+def point_label(values: Mapping) -> str:
+    """A configuration as its progress lines name it: its axes' values (lists joined by +)."""
+    shown = lambda v: ("+".join(map(str, v)) or "none") if isinstance(v, (list, tuple)) else str(v)  # noqa: E731
+    return ", ".join(f"{k}={shown(v)}" for k, v in values.items()) or "the configuration"
+
+
 def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
-                 resume: bool = False, force: bool = False, progress=None) -> tuple[Summary, Settings]:
-    """Search the capacity of every configuration of ``spec`` (one task each) into ``out``."""
+                 resume: bool = False, force: bool = False, progress=None, say: Callable[[str], None] | None = None,
+                 labels: Mapping[int, str] | None = None) -> tuple[Summary, Settings]:
+    """Search the capacity of every configuration of ``spec`` (one task each) into ``out``.
+    ``progress(done, failed,
+    total)`` is told as configurations finish, ``say(line)`` each step within one (a picklable,
+    module-level function: workers call it; lines are led by ``labels[point]``, default
+    "[i/n] axis=value, ...")."""
     s = settings(spec, kind)
     check_size(spec, force)
     points = validate_points(spec, kind, {kind.rate_option: s.start})
-    for p in points:
-        device_count(p.config, s.devices)
     tasks = [Task(p.index, p.index, 0, derive_seed(spec.seed, p.index, 0), p.config) for p in points]
     names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else []), *([s.latency] if s.latency else []),
                                 *[f for f in STEADY_METRICS if f in kind.metrics]]))
-    worker = partial(search_task, kind.run, kind.rate_option, {m: kind.metrics[m] for m in names}, s, spec.seed, spec.replications)
+    labels = {p.index: f"[{i + 1}/{len(points)}] {(labels or {}).get(p.index) or point_label(p.values)}" for i, p in enumerate(points)}
+    worker = partial(search_task, kind.run, kind.rate_option, {m: kind.metrics[m] for m in names}, s, spec.seed, spec.replications,
+                     say=say, labels=labels)
     columns = list(CAPACITY_COLUMNS) + [f"{m}_at_capacity" for m in s.slo]
     summary = run_tasks(spec, points, tasks, worker, columns, out, workers, ray, ray_address, resume, progress,
                         extra={"capacity": {"slo": s.slo, "tolerance": s.tolerance, "price_per_hour": s.price_per_hour}},

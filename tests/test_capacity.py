@@ -295,3 +295,45 @@ def test_curve_crossover_edges():
     # log-log straight lines crossing at q = 4: baseline 1·q^0, speculation 0.5·q^0.5
     got = cap.curve_crossover([[1, 1.0], [16, 1.0]], [[1, 0.5], [16, 2.0]])
     assert got[0] == pytest.approx(4.0, rel=1e-9)
+
+
+def test_each_search_tells_its_steps_on_stderr_and_json_stays_pure(tmp_path, capsys):
+    """Progress within each configuration: one stderr line per rate simulated (bracketing,
+    bisecting, the 95% interval's ends), each naming the configuration, the rate, its verdict and
+    the bracket it leaves; the last bisection's bracket is the row's; then the configuration's
+    answer and the count of configurations searched. --json's stdout is the JSON alone."""
+    spec = tmp_path / "cap.toml"
+    spec.write_text(DES_SPEC)
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    lines = captured.err.splitlines()
+    for i, row in enumerate(doc["configurations"]):
+        own = [line for line in lines if line.startswith(f"[{i + 1}/2] policy={row['policy']}: ")]
+        steps = [line for line in own if any(f": {phase}: rate " in line for phase in ("bracketing", "bisecting", "95% interval"))]
+        assert len(steps) == row["evaluations"], own
+        assert all(("meets the SLOs" in s or "misses the SLOs" in s) and "latency_mean " in s and "/400" in s for s in steps), steps
+        last = [s for s in steps if ": bisecting: " in s][-1]
+        assert f"capacity in [{row['bracket_low']:.4g}, {row['bracket_high']:.4g}]" in last or ": 95% interval: " in steps[-1]
+        assert own[-1].split(": ", 1)[1].startswith(f"done: capacity {row['capacity_qps']:.4g} req/s, 95% ")
+    assert "capacity: 2 of 2 configuration(s) searched" in captured.err
+
+
+def test_replica_and_lengthening_steps_are_told(tmp_path, capsys):
+    """With a load, each replica count simulated is a line; every
+    note the row keeps (a run lengthened, a rate overloaded) was said as it happened."""
+    text = SERVE_SPEC.replace("price_per_hour = 2.0", "price_per_hour = 2.0\nload = 250.0")
+    spec = tmp_path / "load.toml"
+    spec.write_text(text)
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)
+    notes = []
+    for i, r in enumerate(sw.load(tmp_path / "out").to_pylist()):
+        own = [line for line in captured.err.splitlines() if line.startswith(f"[{i + 1}/2] policy={r['policy']}: ")]
+        counts = [line for line in own if ": replicas: " in line]
+        assert counts and all("replica(s) at 250 req/s" in c for c in counts), counts
+        notes += json.loads(r["notes"])
+        for note in json.loads(r["notes"]):
+            assert any(note in line for line in own), note
+    assert any("rerun at" in n for n in notes), notes  # 4 s runs: some were lengthened

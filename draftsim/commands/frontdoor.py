@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from draftsim.sim.errors import DraftsimError
 
 __all__ = ["SLO_NAMES", "SLO_STATS", "parse_slo", "parse_method", "Method", "build_spec", "Recommendation", "recommend", "deploy",
-           "hf_id", "toml_text"]
+           "hf_id", "toml_text", "configuration_name"]
 
 SLO_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -229,6 +229,22 @@ def _k(policy: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _drafter(values) -> str | None:
+    d = values.get("drafter_model")
+    return (d[0] if d else None) if isinstance(d, (list, tuple)) else (d or None)
+
+
+def configuration_name(values, methods=()) -> str:
+    """A front-door configuration (its ``policy`` and ``drafter_model``) as the answer and the
+    progress lines name it: "plain decoding", "EAGLE-3 with k = 2" (``methods``: the --method
+    texts, for their titles)."""
+    if str(values.get("policy")) == "ar":
+        return "plain decoding"
+    titles = {m.drafter: m.title for m in (parse_method(x) for x in methods)}
+    d = _drafter(values)
+    return f"{titles.get(d, d)} with k = {_k(values['policy'])}"
+
+
 def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Recommendation | None:
     """The answer in one sentence, from :func:`draftsim.analysis.capacity.recommend` (the fewest
     devices meeting the SLOs at ``--load`` among the clear wins; ties on the steady-state cost,
@@ -244,15 +260,10 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
         return None
     axes = [a for a in ("policy", "drafter_model") if a in table.column_names]
     best, noisy = cap.recommend(table, axes)
-    title = {m.drafter: m.title for m in (parse_method(x) for x in config.method)}
-
-    def drafter_of(r) -> str | None:
-        d = r.get("drafter_model")
-        return (d[0] if d else None) if isinstance(d, list) else (d or None)
+    drafter_of = _drafter
 
     def name(r) -> str:
-        d = drafter_of(r)
-        return "plain decoding" if str(r.get("policy")) == "ar" else f"{title.get(d, d)} with k = {_k(r['policy'])}"
+        return configuration_name(r, config.method)
 
     def fleet(r) -> str:
         n = int(r["replicas_for_load"])

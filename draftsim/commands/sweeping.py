@@ -17,6 +17,7 @@ from draftsim.analysis import capacity as cap
 from draftsim.analysis import sweep as sw
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
+from draftsim.sim.registry import engine_help, served_method_help
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
@@ -92,12 +93,12 @@ class CapacityConfig(RunnerOptions):
     target: str | None = option(help="target model (catalog name or Hugging Face id)", metavar="MODEL", group=FRONT)
     hardware: str | None = option(help="catalog hardware", metavar="HW", group=FRONT)
     tp: int = option(1, "tensor-parallel devices per replica (default 1)", type=a.count("tp", 1, 1024), group=FRONT)
-    engine: str | None = option(help="serving engine (default: vllm on catalog GPUs): its overheads and scheduler defaults",
+    engine: str | None = option(help=f"serving engine (default: vllm on catalog GPUs): its overheads and scheduler defaults; {engine_help()}",
                                 group=FRONT)
     slo: list[str] = option([], "a percentile SLO, NAME:STAT=VALUE[UNIT] (repeat): ttft:p99=2s, tpot:p90=60ms", append=True,
                             metavar="SLO", group=FRONT)
-    method: list[str] = option([], "a drafting method and its draft lengths to try (repeat): eagle3:k=1..4, ngram:k=2,4, "
-                               "qwen2.5-0.5b:k=3 (plain decoding is always tried)", append=True, metavar="METHOD", group=FRONT)
+    method: list[str] = option([], f"a drafting method and its draft lengths to try (repeat), NAME[:k=K]: NAME {served_method_help()}; "
+                               "K a list or range (eagle3:k=1..4, ngram:k=2,4, qwen2.5-0.5b:k=3; plain decoding is always tried)", append=True, metavar="METHOD", group=FRONT)
     alpha: float | None = option(help="acceptance rate per drafted token of every method", type=a.probability("alpha"), group=FRONT)
     acceptance: str | None = option(help="a cited acceptance entry (draftsim acceptance lists them)", metavar="NAME", group=FRONT)
     borrow: bool = option(False, "use --acceptance for a target or a method it was not measured on: a warning per difference on "
@@ -376,9 +377,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     return _failures(result)
 
 
-def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
+def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
     """Search (or with ``check``, only validate) the capacity of every configuration of the
-    spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps."""
+    spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps,
+    ``say(line)`` each step within a configuration (a module-level function: workers call it)."""
     check(config)
     spec, kind, workers = _prepare(config)
     warnings = _acceptance_warnings(config)
@@ -387,16 +389,22 @@ def capacity(config: CapacityConfig, progress=None) -> CapacityResult:
             spec.capacity = {**spec.capacity, key: value}
             spec.raw = {**spec.raw, "capacity": spec.capacity}
     settings = cap.settings(spec, kind)
+    sw.check_size(spec, config.force)
+    points = sw.validate_points(spec, kind, {kind.rate_option: settings.start})
     if config.check:
-        sw.check_size(spec, config.force)
-        sw.validate_points(spec, kind, {kind.rate_option: settings.start})
         return CapacityResult(spec, settings, warnings=warnings)
     figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
     if config.figure is not None:
         a.output_file("--figure", config.figure, suffix=".png")
     folder = _report_folder(config)
+    labels = None
+    if config.front_door:
+        from .frontdoor import configuration_name
+
+        labels = {p.index: configuration_name(p.values, config.method) for p in points}
     summary, settings = cap.run_capacity(spec, kind, config.out, workers=workers, ray=config.ray is not None,
-                                         ray_address=config.ray or None, resume=config.resume, force=config.force, progress=progress)
+                                         ray_address=config.ray or None, resume=config.resume, force=config.force, progress=progress,
+                                         say=say, labels=labels)
     table = sw.load(config.out)
     cap.figure(figure, table, spec.axes, settings)
     result = CapacityResult(spec, settings, summary, table, figure, warnings=warnings)
@@ -457,9 +465,14 @@ def _answer(config: CapacityConfig, result: CapacityResult) -> None:
 
 
 def run_capacity(args: argparse.Namespace) -> int:
+    from ..progress import line
+
     config = from_namespace(CapacityConfig, args)
-    with _bar("capacity") as bar:
-        result = capacity(config, bar)
+
+    def progress(done: int, failed: int, total: int) -> None:
+        line(f"capacity: {done} of {total} configuration(s) searched" + (f" ({failed} failed)" if failed else ""))
+
+    result = capacity(config, progress, say=line)
     from .simulation import report_warnings
 
     report_warnings(result.warnings)
