@@ -90,3 +90,15 @@ def test_a_shape_the_tables_do_not_hold_is_reported_not_extrapolated():
     with pytest.raises(DraftsimError, match="not measured"):
         _ = step.seconds
     assert measured_experts(CAT.model("llama-3.1-8b"), "h200") is None
+
+
+def test_expert_cost_prices_measured_layers_in_place_of_the_roofline():
+    import dataclasses
+
+    m = CAT.model("deepseek-v3")
+    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
+    table = measured_experts(m, "h200", "vllm", "float8", tp=8)
+    e = dataclasses.replace(roof._experts, measured=table)
+    n = np.array([1.0, 4.0, 64.0])
+    assert np.allclose(e.seconds(n, 1.0, 1.0), m.moe_layers * table(n))  # bandwidth and peak no longer matter
+    assert np.all(e.seconds(n, 4.8e12, 1.98e15) > roof._experts.seconds(n, 4.8e12, 1.98e15))

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 
@@ -103,7 +104,9 @@ class ExpertCost:
     ``flops_per_token`` of one expert (its share on this device), ``act_bytes`` of activations
     per token per expert it runs. ``groups`` > 1: expert parallelism over that many devices,
     each holding whole experts (then the shares are whole experts' and a call costs the busiest
-    device's; module docstring)."""
+    device's; module docstring). ``measured``: one layer's measured seconds for calls of N tokens
+    (:class:`~draftsim.sim.cost.moe_tables.MeasuredExperts`, the fused-MoE kernel at the rows each
+    awake expert receives), which :meth:`seconds` then prices in place of the roofline."""
 
     layers: int
     experts: int
@@ -112,6 +115,7 @@ class ExpertCost:
     act_bytes: float
     flops_per_token: float
     groups: int = 1
+    measured: Callable | None = None
 
     def _pairs(self, n: np.ndarray) -> np.ndarray:
         if self.groups == 1:
@@ -128,5 +132,8 @@ class ExpertCost:
         return self.layers * self._pairs(np.asarray(n_tokens, dtype=np.float64)) * self.flops_per_token
 
     def seconds(self, n_tokens, bandwidth: float, peak: float) -> np.ndarray:
-        """max(bytes / bandwidth, FLOPs / peak) per layer, summed over the layers."""
+        """max(bytes / bandwidth, FLOPs / peak) per layer, summed over the layers; with ``measured``
+        the layers' measured time instead."""
+        if self.measured is not None:
+            return self.layers * np.asarray(self.measured(np.asarray(n_tokens, dtype=np.float64)), dtype=np.float64)
         return np.maximum(self.bytes(n_tokens) / bandwidth, self.flops(n_tokens) / peak)
