@@ -28,9 +28,11 @@ option, plus a ``[capacity]`` table::
 
 With ``load``, each configuration's single-replica capacity c gives a first guess of
 ⌈load / c⌉ replicas, which is then checked by simulating that many replicas (round-robin) at the
-load itself, and moved up or down until the fewest replicas that meet the SLOs are found (the
-kind needs a ``replicas`` option). The row reports them, the devices they take (replicas × the
-configuration's ``devices``) and the margin at that count, replicas × c / load − 1.
+load itself; the search gallops away from the guess (g − 1, g − 2, g − 4, ..., or up) to a bracket
+and bisects it, so it simulates O(log |answer − guess|) counts, to the fewest replicas that meet
+the SLOs (the kind needs a ``replicas`` option; at most :data:`MAX_REPLICAS`). The row reports
+them, the devices they take (replicas × the configuration's ``devices``) and the margin at
+that count, replicas × c / load − 1.
 
 **Crossover.** Each search also keeps its configuration's ``latency`` (mean over the
 replications) at every rate it simulated (``latency_curve``). :func:`crossovers` pairs each
@@ -603,37 +605,62 @@ MAX_REPLICAS = 1024
 def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Callable, devices: float,
                       interval: tuple[float, float] | None = None, on_step: Callable[[Step], None] | None = None,
                       notes: list | None = None) -> dict:
-    """The fewest replicas that meet the SLOs at ``s.load`` (see the module docstring), from the
-    first guess ⌈load / capacity⌉; ``evaluate((replicas, qps))`` runs the configuration and
-    returns (meets, metrics). With the capacity's 95% ``interval``, the margin's interval and
-    whether it is within the noise: its interval reaches 0, or the SLOs are not surely met at
-    the load with that many replicas (:func:`slo_ratio`). ``on_step`` is told each count tried
-    (phase "replicas")."""
+    """The fewest replicas that meet the SLOs at ``s.load`` (see the module docstring);
+    ``evaluate((replicas, qps))`` runs the configuration and returns (meets, metrics).
+
+    From the first guess g = ⌈load / capacity⌉: if g meets, g − 1, g − 2, g − 4, ... are tried
+    until one fails (or 1 meets), and if g fails, g + 1, g + 2, g + 4, ... until one meets (at
+    most :data:`MAX_REPLICAS`); the bracket (fails, meets] is then bisected. Meeting the SLOs is
+    assumed monotone in the replicas, so O(log |answer − g|) counts are simulated, never a walk
+    one count at a time. A guess beyond :data:`MAX_REPLICAS`, or no count up to it meeting the
+    SLOs, gives no replica count (said in ``notes``). With the capacity's 95% ``interval``, the
+    margin's interval and whether it is within the noise: its interval reaches 0, or the SLOs
+    are not surely met at the load with that many replicas (:func:`slo_ratio`). ``on_step`` is
+    told each count tried (phase "replicas", its bracket (fails, meets])."""
     base = config.get("replicas", 1)
     none = {"replicas_for_load": None, "devices_for_load": None, "load_margin": None, "load_margin_low": None,
             "load_margin_high": None, "margin_within_noise": None, "latency_at_load": None}
     if capacity <= 0:
         return none
+    top = MAX_REPLICAS // base
+    guess = max(1, math.ceil(s.load / capacity - 1e-9))
+    if guess > top:
+        if notes is not None:
+            notes.append(f"{s.load:g} req/s at {capacity:.4g} req/s per replica needs about {guess:,} replicas, more than the "
+                         f"{top:,} a load search tries: no replica count")
+        return none
     seen: dict = {}
+    fails, meets_at = 0, math.inf  # the bracket: `fails` replicas miss the SLOs (0: none tried), `meets_at` meet them
 
     def meets(n: int) -> bool:
+        nonlocal fails, meets_at
         ok, metrics = evaluate((n * base, s.load))
         seen[n] = metrics
+        if ok:
+            meets_at = min(meets_at, n)
+        else:
+            fails = max(fails, n)
         if on_step is not None:
-            on_step(Step("replicas", float(n * base), bool(ok), dict(metrics), 0.0 if ok else float(n * base),
-                         float(n * base) if ok else math.inf, len(seen)))
+            on_step(Step("replicas", float(n * base), bool(ok), dict(metrics), float(fails * base), meets_at * base, len(seen),
+                         math.ceil(math.log2(meets_at - fails)) if fails and math.isfinite(meets_at) and meets_at - fails > 1 else None))
         return ok
 
-    r = max(1, math.ceil(s.load / capacity - 1e-9))
-    if meets(r):
-        while r > 1 and meets(r - 1):
-            r -= 1
+    step = 1
+    if meets(guess):
+        while fails == 0 and meets_at > 1:  # down: g - 1, g - 2, g - 4, ... (at least 1)
+            meets(max(1, meets_at - step))
+            step *= 2
     else:
-        r += 1
-        while not meets(r):
-            r += 1
-            if r > MAX_REPLICAS:
-                raise DraftsimError(f"no count of replicas up to {MAX_REPLICAS} meets the SLOs at {s.load:g} requests/s")
+        while math.isinf(meets_at):  # up: g + 1, g + 2, g + 4, ... (at most top)
+            if fails >= top:
+                if notes is not None:
+                    notes.append(f"no count of replicas up to {top * base:,} meets the SLOs at {s.load:g} req/s: no replica count")
+                return none
+            meets(min(top, fails + step))
+            step *= 2
+    while meets_at - fails > 1:  # bisect (fails, meets_at]
+        meets((fails + meets_at) // 2)
+    r = int(meets_at)
     out = {**none, "replicas_for_load": float(r * base), "devices_for_load": float(r * devices), "load_margin": r * capacity / s.load - 1.0,
            "latency_at_load": seen[r].get(s.latency) if s.latency else None}
     if interval is not None:

@@ -73,3 +73,59 @@ def test_figure_is_written(tmp_path):
     s = cap.Settings(slo={"ttft_p99": 1.0}, price_per_hour=2.0, compare="policy")
     path = cap.figure(tmp_path / "cap.png", table(), ["policy", "tp"], s)
     assert png_size(path) and not list(tmp_path.glob(".*"))
+
+
+@given(answer=st.integers(1, 1024), capacity=st.floats(0.05, 50.0), load=st.floats(1.0, 2000.0))
+def test_replicas_are_bisected_not_walked(answer, capacity, load):
+    """The fewest replicas meeting a monotone SLO (met from ``answer`` replicas on) are found
+    from any first guess ⌈load / capacity⌉ in O(log |answer − guess|) simulated counts:
+    galloping away from the guess, then bisecting; a guess past MAX_REPLICAS simulates nothing."""
+    tried = []
+
+    def evaluate(point):
+        n, qps = point
+        assert qps == load
+        tried.append(n)
+        return n >= answer, {"x": 0.5}
+
+    s = cap.Settings(slo={"x": 1.0}, load=load, latency="x")
+    notes: list = []
+    found = cap.replicas_for_load({}, capacity, s, evaluate, devices=2.0, notes=notes)
+    guess = math.ceil(load / capacity - 1e-9)
+    if guess > cap.MAX_REPLICAS:
+        assert found["replicas_for_load"] is None and not tried and "more than the 1,024" in notes[0]
+        return
+    assert found["replicas_for_load"] == answer and found["devices_for_load"] == 2 * answer
+    assert found["load_margin"] == pytest.approx(answer * capacity / load - 1)
+    assert len(tried) == len(set(tried)) <= 3 + 2 * math.ceil(math.log2(abs(answer - guess) + 1)), (guess, tried)
+
+
+#: The runs of :func:`_pooled_run`: (replicas, rate) per call.
+RUNS: list = []
+
+
+def _pooled_run(config, seed):
+    """A stand-in serving run whose replicas pool (n replicas serve a load n^1.25 times one's:
+    the first guess ⌈load / capacity⌉ overshoots the fewest replicas by hundreds), counting its
+    calls in :data:`RUNS`: the mean wait of an M/M/1 queue at the per-replica load."""
+    RUNS.append((config.get("replicas", 1), config["qps"]))
+    rho = config["qps"] / config.get("replicas", 1) ** 1.25
+    return {"wait": rho / (1.0 - rho) if rho < 1 else math.inf}
+
+
+def test_a_large_load_takes_logarithmically_many_replica_runs():
+    """A configuration's whole search (capacity, then replicas for 300 req/s) counted run by run
+    on a stand-in whose guess is 601 replicas where 167 suffice: the replica search simulates
+    at most 2 log2(434) + 3 counts (18 measured), not the 435 a walk down one count at a time took."""
+    from draftsim.analysis.sweep import Task
+
+    RUNS.clear()
+    s = cap.Settings(slo={"wait": 1.0}, start=0.1, minimum=0.01, maximum=10.0, tolerance=1e-3, throughput=None, load=300.0,
+                     latency="wait")
+    out = cap.search_task(_pooled_run, "qps", {"wait": "wait"}, s, 0, 1, Task(0, 0, 0, 0, {"policy": "ar"}))
+    assert out.error is None, out.error
+    counts = [n for n, q in RUNS if q == 300.0]
+    # one replica meets wait <= 1 up to rho = 0.5: capacity 0.5, guess 600; n replicas meet 300 req/s from n^1.25 >= 600
+    assert out.values["capacity_qps"] == pytest.approx(0.5, rel=1e-3)
+    assert out.values["replicas_for_load"] == math.ceil(600 ** (1 / 1.25) - 1e-9) == 167
+    assert len(counts) <= 2 * math.ceil(math.log2(601 - 167)) + 3 and len(counts) == len(set(counts)), counts
