@@ -20,8 +20,6 @@ from draftsim.sim.serving import (
     SLO,
     SchedulerConfig,
     ServingConfig,
-    make_workload,
-    read_request_trace,
     run_replications,
     write_chrome_trace,
 )
@@ -31,11 +29,10 @@ from draftsim.sim.serving.workload import (
     ARRIVAL_HELP,
     LENGTH_HELP,
     WORKLOAD_HELP,
-    parse_arrivals,
-    parse_lengths,
     workload_lengths,
     workload_presets,
 )
+from draftsim.sim.workload_spec import WorkloadSpec
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
@@ -277,26 +274,24 @@ def scheduler_config(config: ServeSimConfig, built) -> SchedulerConfig:
                            block_size=config.block_size if config.block_size is not None else d.block_size)
 
 
-def check_workload(config: ServeSimConfig) -> None:
+def check_workload(config: ServeSimConfig) -> WorkloadSpec:
     """Check the workload options (arrival process, length distributions, a request count or
-    duration) without drawing any request."""
-    _workload_maker(config)
+    duration) without drawing any request; the workload they name."""
+    return workload_spec(config)
+
+
+def workload_spec(config: ServeSimConfig) -> WorkloadSpec:
+    """The workload ``config`` names, parsed once (:class:`draftsim.sim.workload_spec.WorkloadSpec`):
+    everything after uses its objects."""
+    return WorkloadSpec.parse(arrivals=config.arrivals, prompt_len=config.prompt_len, output_len=config.output_len,
+                              requests=config.requests, duration=config.duration, request_trace=config.request_trace,
+                              priorities=config.priorities, default_requests=DEFAULT_REQUESTS)
 
 
 def _workload_maker(config: ServeSimConfig, qps=None):
-    arrivals = parse_arrivals(config.arrivals)
-    prompt = parse_lengths(config.prompt_len, "--prompt-len")
-    output = parse_lengths(config.output_len, "--output-len")
-    requests = config.requests
-    if config.request_trace is None and requests is None and config.duration is None:
-        requests = DEFAULT_REQUESTS
-    trace = read_request_trace(config.request_trace) if config.request_trace is not None else None  # once: it may be a pipe
-
-    def make(rng, q=qps):
-        return make_workload(arrivals=arrivals, qps=q, requests=requests, duration=config.duration, prompt=prompt, output=output,
-                             rng=rng, trace=trace, priorities=config.priorities)
-
-    return arrivals, make
+    """The arrival process and a draw ``make(rng, q=qps)`` of ``config``'s workload."""
+    spec = workload_spec(config)
+    return spec.arrivals, lambda rng, q=qps: spec.make(rng, q)
 
 
 def _expected_requests(config: ServeSimConfig, qps) -> int:
@@ -321,9 +316,10 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
     serving, built = serving_setup(config)
     if config.sweep_qps is not None:
         return _sweep(config, serving, built, bar)
-    arrivals, make = _workload_maker(config, config.qps)
+    spec = workload_spec(config)
+    arrivals, make = spec.arrivals, lambda rng: spec.make(rng, config.qps)
     total = _expected_requests(config, config.qps)
-    mean_output = parse_lengths(config.output_len, "--output-len").mean
+    mean_output = spec.output.mean
     a.check_budget(f"{total:,} requests x {config.replications} replications", total * config.replications * SECONDS_PER_REQUEST,
                    total * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output),
                    "give fewer --requests, a shorter --duration or fewer --replications")
@@ -470,7 +466,8 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, built: Assembly, bar)
         if getattr(config, name) is not None:
             raise DraftsimError(f"--{name.replace('_', '-')} applies to a single load, not to --sweep-qps")
     qps = float_list("--sweep-qps", config.sweep_qps)
-    arrivals, make = _workload_maker(config, qps[0])
+    spec = workload_spec(config)
+    arrivals, make = spec.arrivals, spec.make
     if arrivals.closed:
         raise DraftsimError("--sweep-qps needs open-loop arrivals (poisson, gamma or fixed)")
     if config.request_trace is not None:
@@ -480,7 +477,7 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, built: Assembly, bar)
             raise DraftsimError(f"--sweep-qps rates must be finite and > 0; got {q:g}")
     total = sum(_expected_requests(config, q) for q in qps) * 2 * config.replications
     biggest = _expected_requests(config, max(qps))
-    mean_output = parse_lengths(config.output_len, "--output-len").mean
+    mean_output = spec.output.mean
     a.check_budget(f"a sweep of {len(qps)} rates ({total:,} requests)", total * SECONDS_PER_REQUEST,
                    biggest * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output), "give fewer rates, --requests or --replications")
     serving.check(make(np.random.default_rng(config.seed), max(qps)))
