@@ -14,9 +14,9 @@ option, plus a ``[capacity]`` table::
 
     [capacity]
     slo = { ttft_p99 = 1.0, tpot_p50 = 0.05 }  # metric name -> upper bound
-    start = 1.0          # first rate tried (requests/s)
-    minimum = 0.01       # below this the configuration is reported with capacity 0
-    maximum = 1000.0     # above this the search stops (capacity reported as >= maximum)
+    start = 1.0          # first rate tried (requests/s; default 1, moved within minimum..maximum)
+    minimum = 0.01       # below this the configuration is reported with capacity 0 (default: 10 requests a run)
+    maximum = 1000.0     # above this the search stops, capacity ">= maximum" (default: 1e6 requests in the longest run, <= 1e4)
     tolerance = 0.02     # stop when high / low - 1 <= tolerance
     throughput = "throughput"   # metric in output tokens/s, reported at capacity
     price_per_hour = 2.5        # optional: price of one device-hour -> cost per 1M tokens
@@ -25,6 +25,15 @@ option, plus a ``[capacity]`` table::
     load = 40.0          # optional: a target load (requests/s) -> the fewest replicas that meet the SLOs at it
     latency = "e2e_mean" # the latency whose crossover is reported (default e2e_mean, or latency_mean)
     max_lengthening = 8  # an unsettled run is rerun at 2x, 4x, ... up to this many times the spec's length
+
+**Checked before any run** (:func:`settings`, :func:`check_search`; one line naming the field and
+what is valid, nothing written): every key's type and range; the bisection fits
+``max_evaluations``; a load needs at most :data:`MAX_REPLICAS` replicas of ``maximum``, and a kind
+with a ``replicas`` option; per configuration, a run at ``minimum`` and at the load expects at
+least :data:`MIN_RUN_REQUESTS` requests, the longest run (``maximum`` or the load at
+``max_lengthening`` times the length) at most :data:`MAX_RUN_REQUESTS`, and the kind accepts the
+configuration at those rates and lengths. Without ``minimum`` / ``maximum`` the spec's durations
+set them to those bounds.
 
 With ``load``, each configuration's single-replica capacity c gives a first guess of
 ⌈load / c⌉ replicas, which is then checked by simulating that many replicas (round-robin) at the
@@ -438,9 +447,27 @@ def settings(spec: Spec, kind: Kind) -> Settings:
     for name in ("start", "minimum", "maximum", "tolerance", "price_per_hour", "load"):
         if name in table:
             out[name] = _positive(name, table[name])
+    longest = table.get("max_lengthening", 8)
+    if isinstance(longest, bool) or longest not in (1, 2, 4, 8, 16, 32, 64):
+        raise DraftsimError(f"[capacity] max_lengthening must be one of 1, 2, 4, 8, 16, 32, 64 (runs are doubled); got {longest!r}")
+    durations = [d for d in (p.config.get("duration") for p in spec.points())  # bad ones: refused with their point
+                 if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d > 0]
+    why = {"minimum": "", "maximum": ""}
+    if durations:  # defaults every run can hold: MIN_RUN_REQUESTS at the lowest rate, MAX_RUN_REQUESTS at the longest
+        if "minimum" not in out:
+            out["minimum"] = max(Settings.minimum, MIN_RUN_REQUESTS / min(durations))
+            why["minimum"] = f" (the default: {MIN_RUN_REQUESTS} requests over duration {min(durations):g} s)"
+        if "maximum" not in out:
+            out["maximum"] = min(Settings.maximum, MAX_RUN_REQUESTS / (max(durations) * longest))
+            why["maximum"] = f" (the default: {MAX_RUN_REQUESTS:,} requests over duration {max(durations):g} s x {longest})"
+    out.setdefault("start", min(max(Settings.start, out.get("minimum", Settings.minimum)), out.get("maximum", Settings.maximum)))
     s = Settings(**out)
+    if not s.minimum <= s.maximum:
+        raise DraftsimError(f"[capacity] minimum {s.minimum:g} req/s{why['minimum']} exceeds maximum {s.maximum:g}{why['maximum']}: "
+                            "give minimum <= maximum")
     if not s.minimum <= s.start <= s.maximum:
-        raise DraftsimError(f"[capacity] needs minimum <= start <= maximum; got {s.minimum:g}, {s.start:g}, {s.maximum:g}")
+        raise DraftsimError(f"[capacity] start {s.start:g} req/s must lie in [minimum {s.minimum:g}{why['minimum']}, maximum "
+                            f"{s.maximum:g}{why['maximum']}] (minimum <= start <= maximum)")
     if not s.tolerance < 1:
         raise DraftsimError(f"[capacity] tolerance must lie in (0, 1); got {s.tolerance:g}")
     throughput = table.get("throughput", "throughput" if "throughput" in kind.metrics else None)
@@ -465,11 +492,84 @@ def settings(spec: Spec, kind: Kind) -> Settings:
     latency = table.get("latency", next((m for m in ("e2e_mean", "latency_mean") if m in kind.metrics), None))
     if latency is not None and latency not in kind.metrics:
         raise DraftsimError(f"[capacity] latency: unknown metric {latency!r}; valid metrics: {', '.join(kind.metrics)}")
-    longest = table.get("max_lengthening", 8)
-    if isinstance(longest, bool) or longest not in (1, 2, 4, 8, 16, 32, 64):
-        raise DraftsimError(f"[capacity] max_lengthening must be one of 1, 2, 4, 8, 16, 32, 64 (runs are doubled); got {longest!r}")
     return Settings(out["slo"], s.start, s.minimum, s.maximum, s.tolerance, throughput, s.price_per_hour,
                     tuple(d.replace("-", "_") for d in devices), compare, max_ev, s.load, latency, longest)
+
+
+#: Fewest requests a run at the search's lowest rate (or at the load) may expect: fewer, and a Poisson
+#: draw may hold none (the serving simulator refuses a run without requests).
+MIN_RUN_REQUESTS = 10
+#: Most requests one run of a search may expect; its longest is the highest rate (or the load) at
+#: ``max_lengthening`` times the spec's length. The serving simulator's own budget (serve-sim: 1 ms
+#: and ~4 kB per request of a few hundred tokens, 1 h and 4 GB) refuses runs of a few million.
+MAX_RUN_REQUESTS = 1_000_000
+
+
+def search_evaluations(s: Settings) -> int:
+    """The most rates :func:`find_capacity` simulates under ``s``: the start, doublings to
+    ``maximum`` or halvings to ``minimum``, then the bisection of a bracket of ratio 2 to the
+    tolerance."""
+    doublings = max(math.log2(s.maximum / s.start), math.log2(s.start / s.minimum))
+    return 1 + math.ceil(doublings - 1e-9) + (bisections_left(1.0, 2.0, s.tolerance) or 0)
+
+
+def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence) -> None:
+    """Every run the search of ``spec`` may make, checked before any runs (one line naming the
+    field and what is valid): the bisection fits ``max_evaluations``; a load needs no more than
+    :data:`MAX_REPLICAS` replicas of ``maximum`` each; per configuration, a run at ``minimum``
+    (and at the load) expects at least :data:`MIN_RUN_REQUESTS` requests, and the longest run
+    — ``maximum`` (or the load) at ``max_lengthening`` times the length — at most
+    :data:`MAX_RUN_REQUESTS`; and ``kind.validate`` accepts the configuration at those rates and
+    lengths (with the load, at that many replicas)."""
+    need = search_evaluations(s)
+    if need > s.max_evaluations:
+        brackets = need - (bisections_left(1.0, 2.0, s.tolerance) or 0)
+        room = s.max_evaluations - brackets
+        fits = f"tolerance >= {2.0 ** (0.5 ** room) - 1.0:.2g}" if room >= 0 else "a narrower minimum..maximum"
+        raise DraftsimError(f"[capacity] tolerance {s.tolerance:g} from start {s.start:g} over [{s.minimum:g}, {s.maximum:g}] req/s "
+                            f"may need {need} evaluations, more than max_evaluations {s.max_evaluations}: give {fits}, or raise "
+                            "max_evaluations (at most 1000)")
+    if s.load is not None and s.load > s.maximum * MAX_REPLICAS:
+        raise DraftsimError(f"[capacity] load {s.load:g} req/s needs more than {MAX_REPLICAS:,} replicas of at most maximum "
+                            f"{s.maximum:g} req/s each: give load <= {s.maximum * MAX_REPLICAS:g}, or raise maximum")
+    checked: set = set()
+    for p in points:
+        option = next((o for o in LENGTH_OPTIONS if p.config.get(o) is not None), None)
+        base = p.config.get(option) if option else None
+        where = f"point {p.index} ({', '.join(f'{k}={v!r}' for k, v in p.values.items()) or 'the base configuration'})"
+        if option == "duration" and isinstance(base, (int, float)):
+            for name, rate in (("minimum", s.minimum), ("load", s.load)):
+                if rate is not None and rate * base < MIN_RUN_REQUESTS * (1 - 1e-9):  # (the defaults sit on the bounds)
+                    raise DraftsimError(f"[capacity] {name} {rate:g} req/s over duration {base:g} s expects {rate * base:.3g} requests "
+                                        f"per run, fewer than {MIN_RUN_REQUESTS} ({where}): give {name} >= "
+                                        f"{MIN_RUN_REQUESTS / base:.3g}, or duration >= {MIN_RUN_REQUESTS / rate:.3g} s")
+            for name, rate in (("maximum", s.maximum), ("load", s.load)):
+                longest = None if rate is None else rate * base * s.max_lengthening
+                if longest is not None and longest > MAX_RUN_REQUESTS * (1 + 1e-9):
+                    raise DraftsimError(f"[capacity] {name} {rate:g} req/s over duration {base:g} s x max_lengthening "
+                                        f"{s.max_lengthening} expects {longest:.3g} requests in the longest run, more than "
+                                        f"{MAX_RUN_REQUESTS:,} ({where}): give {name} <= {MAX_RUN_REQUESTS / (base * s.max_lengthening):.4g}, "
+                                        "or a shorter duration or max_lengthening")
+        elif option == "requests" and isinstance(base, (int, float)) and base * s.max_lengthening > MAX_RUN_REQUESTS:
+            raise DraftsimError(f"[capacity] requests {base:g} x max_lengthening {s.max_lengthening} is {base * s.max_lengthening:.3g} "
+                                f"requests in the longest run, more than {MAX_RUN_REQUESTS:,} ({where}): give requests <= "
+                                f"{MAX_RUN_REQUESTS // s.max_lengthening:,}, or a smaller max_lengthening")
+        longest = _scaled(p.config, option, base, s.max_lengthening)
+        runs = [("minimum", {**p.config, kind.rate_option: s.minimum}), ("maximum", {**longest, kind.rate_option: s.maximum})]
+        if s.load is not None:
+            replicas = p.config.get("replicas", 1)
+            runs.append(("load", {**longest, kind.rate_option: s.load, "replicas": replicas * 2 if isinstance(replicas, int) else 2}))
+        for name, config in runs:
+            key = json.dumps(config, sort_keys=True, default=str)
+            if key in checked:
+                continue
+            checked.add(key)
+            try:
+                kind.validate(config)
+            except DraftsimError as exc:
+                value = getattr(s, name)
+                raise DraftsimError(f"[capacity] {name} {value:g} req/s: {where} would be refused there: "
+                                    f"{' '.join(str(exc).split())}") from None
 
 
 def device_count(config: dict, names: Sequence[str]) -> float:
@@ -679,14 +779,15 @@ def point_label(values: Mapping) -> str:
 def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = False, ray_address: str | None = None,
                  resume: bool = False, force: bool = False, progress=None, say: Callable[[str], None] | None = None,
                  labels: Mapping[int, str] | None = None) -> tuple[Summary, Settings]:
-    """Search the capacity of every configuration of ``spec`` (one task each) into ``out``.
-    ``progress(done, failed,
+    """Search the capacity of every configuration of ``spec`` (one task each) into ``out``; every
+    input is checked first (:func:`settings`, :func:`check_search`). ``progress(done, failed,
     total)`` is told as configurations finish, ``say(line)`` each step within one (a picklable,
     module-level function: workers call it; lines are led by ``labels[point]``, default
     "[i/n] axis=value, ...")."""
     s = settings(spec, kind)
     check_size(spec, force)
     points = validate_points(spec, kind, {kind.rate_option: s.start})
+    check_search(spec, kind, s, points)
     tasks = [Task(p.index, p.index, 0, derive_seed(spec.seed, p.index, 0), p.config) for p in points]
     names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else []), *([s.latency] if s.latency else []),
                                 *[f for f in STEADY_METRICS if f in kind.metrics]]))

@@ -15,8 +15,8 @@ Grammar of the flags:
 
 * ``--slo NAME:STAT=VALUE[UNIT]``: NAME one of ttft, tpot, itl, e2e, queue; STAT one of mean,
   p50, p90, p99; UNIT s (default), ms or us (``ttft:p99=2s``, ``tpot:p90=60ms``);
-* ``--method NAME[:k=K]``: NAME a drafting method (eagle, eagle3, medusa, mtp, ngram, suffix) or
-  a catalog draft model (``qwen2.5-0.5b``); K a list or range of draft lengths (``k=2``,
+* ``--method NAME[:k=K]``: NAME a drafting method serving engines deploy (the ``served`` ones of
+  :data:`draftsim.sim.registry.METHODS`: eagle, eagle3, …) or a catalog draft model (``qwen2.5-0.5b``); K a list or range of draft lengths (``k=2``,
   ``k=1..4``, ``k=2,4,6``; default 1..4).
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from draftsim.sim.errors import DraftsimError
 
 __all__ = ["SLO_NAMES", "SLO_STATS", "parse_slo", "parse_method", "Method", "build_spec", "Recommendation", "recommend", "deploy",
-           "hf_id", "toml_text", "configuration_name"]
+           "hf_id", "toml_text", "configuration_name", "search_range"]
 
 SLO_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -40,9 +40,9 @@ _UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 MAX_KS = 16
 #: Seconds of arrivals per simulation the front door starts from (capacity lengthens runs that have not settled).
 DEFAULT_DURATION = 120.0
-
-_METHOD_NAMES = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa", "mtp": "MTP", "ngram": "n-gram lookup",
-                 "suffix": "suffix decoding"}
+#: Highest per-replica rate the front door searches: LOAD_SPAN x the load (a capacity above it is shown as ">="), or
+#: without a load MAX_RATE; lowered where the longest run would exceed the search's request bound.
+LOAD_SPAN, MAX_RATE = 4.0, 1e4
 
 
 def parse_slo(text: str) -> tuple[str, float]:
@@ -77,7 +77,10 @@ class Method:
 
     @property
     def title(self) -> str:
-        return _METHOD_NAMES.get(self.name, f"draft model {self.name}")
+        from draftsim.sim.registry import METHODS
+
+        entry = METHODS.get(self.name)
+        return entry.title if entry is not None and entry.served and entry.pricing != "draft_model" else f"draft model {self.name}"
 
 
 def _ks(text: str, where: str) -> tuple[int, ...]:
@@ -102,20 +105,24 @@ def _ks(text: str, where: str) -> tuple[int, ...]:
 def parse_method(text: str, catalog=None) -> Method:
     """``eagle3:k=1..4`` → Method('eagle3', 'eagle3', (1, 2, 3, 4)); a catalog model name is a
     draft model (``qwen2.5-0.5b:k=3``)."""
-    from draftsim.sim.cost.methods import HEADS, LOOKUPS
+    from draftsim.sim.registry import METHODS, served_method_help
+
+    served = [m.name for m in METHODS.values() if m.served and m.pricing != "draft_model"]
 
     raw = str(text).strip()
-    name, _, rest = raw.partition(":k=")
+    name, sep, rest = raw.partition(":k=")
+    if sep and not rest.strip():
+        raise DraftsimError(f"--method {text!r}: k= names no draft length; write k=2, k=1..4 or k=2,4 (or leave :k= out for 1..4)")
     if ":" in name and not rest:
         name, _, tail = name.partition(":")
         raise DraftsimError(f"--method {text!r}: write NAME or NAME:k=K (k=2, k=1..4, k=2,4); got {tail!r} after the name")
     ks = _ks(rest, f"--method {text!r}") if rest else (1, 2, 3, 4)
     low = name.lower()
-    if low in HEADS or low in ("ngram", "suffix"):
+    if low in served:
         return Method(low, low, ks)
-    if low in LOOKUPS:
-        raise DraftsimError(f"--method {low}: Max-Gram and bigram are the papers' drafters, not a serving engine's; "
-                            f"valid methods: {', '.join(HEADS)}, ngram, suffix or a catalog draft model")
+    if low in METHODS and METHODS[low].pricing == "lookup":
+        papers = " and ".join(m.title for m in METHODS.values() if m.pricing == "lookup" and not m.served)
+        raise DraftsimError(f"--method {low}: {papers} are the papers' drafters, not a serving engine's; valid methods: {served_method_help()}")
     if catalog is None:
         from draftsim.sim.cost import default_catalog
 
@@ -125,8 +132,7 @@ def parse_method(text: str, catalog=None) -> Method:
     except DraftsimError:
         from draftsim.sim.errors import unknown
 
-        raise unknown("--method", name, [*HEADS, "ngram", "suffix"],
-                      known=f"known: {', '.join(HEADS)}, ngram, suffix, or a catalog draft model (draftsim cost --list)") from None
+        raise unknown("--method", name, served, known=f"known: {', '.join(served)}, or a catalog draft model (draftsim cost --list)") from None
     return Method(name, spec.name, ks)
 
 
@@ -141,12 +147,23 @@ def build_spec(config) -> dict:
     catalog = default_catalog()
     catalog.model(config.target)
     catalog.hardware_spec(config.hardware)
-    slo = dict(parse_slo(s) for s in config.slo)
+    slo = {}
+    for text in config.slo:
+        metric, bound = parse_slo(text)
+        if metric in slo:
+            raise DraftsimError(f"--slo {text!r}: {metric} is bounded twice; give each latency and statistic once")
+        slo[metric] = bound
     methods = [parse_method(m, catalog) for m in config.method]
+    drafters = [m.drafter for m in methods]
+    twice = next((m for i, m in enumerate(methods) if m.drafter in drafters[:i]), None)
+    if twice is not None:
+        raise DraftsimError(f"--method {twice.name} is given twice; give it once with all its draft lengths (e.g. {twice.name}:k=1..4)")
+    duration = None if config.request_trace else (config.duration or DEFAULT_DURATION)
+    minimum, start, maximum = search_range(config.load, duration)
     if methods and config.alpha is None and config.acceptance is None:
         raise DraftsimError("say how often drafts are accepted: --alpha A (per token) or --acceptance NAME (draftsim acceptance lists them)")
     base: dict = {"target": config.target, "hardware": config.hardware, "tp": config.tp, "replications": 1,
-                  "duration": config.duration or DEFAULT_DURATION}
+                  "duration": duration}
     if config.engine is not None:
         base["engine"] = config.engine
     if config.request_trace:
@@ -173,16 +190,43 @@ def build_spec(config) -> dict:
         raw["zip"] = [{"policy": policies, "drafter-model": drafters}]
     else:
         raw["base"]["policy"] = "ar"
-    cap = {"slo": slo, "devices": ["replicas", "tp"], "tolerance": 0.05}
+    cap = {"slo": slo, "devices": ["replicas", "tp"], "tolerance": 0.05, "start": start, "minimum": minimum, "maximum": maximum}
     if len(policies) > 1:
         cap["compare"] = "policy"
     if config.load is not None:
         cap["load"] = config.load
-        cap["start"] = max(config.load / 4.0, 0.01)
     if config.price is not None:
         cap["price_per_hour"] = config.price
     raw["capacity"] = cap
     return raw
+
+
+def search_range(load: float | None, duration: float | None) -> tuple[float, float, float]:
+    """(minimum, start, maximum) of the per-replica rate search for ``--load`` and ``--duration``
+    (None: a request trace's own length), refused in one line naming those flags where no search
+    fits the capacity search's run bounds (:data:`draftsim.analysis.capacity.MIN_RUN_REQUESTS`,
+    :data:`~draftsim.analysis.capacity.MAX_RUN_REQUESTS` at the longest lengthening): a run at the
+    lowest rate and at the load expects at least the fewest requests, the longest run at most
+    the most. The search starts at a quarter of the load and ends at :data:`LOAD_SPAN` times it."""
+    from draftsim.analysis.capacity import MAX_RUN_REQUESTS, MIN_RUN_REQUESTS, Settings
+
+    longest = Settings.max_lengthening
+    if duration is None:  # a trace: its own requests at every rate
+        start = load / 4.0 if load is not None else 1.0
+        return min(Settings.minimum, start), start, LOAD_SPAN * load if load is not None else MAX_RATE
+    minimum, top = MIN_RUN_REQUESTS / duration, MAX_RUN_REQUESTS / (duration * longest)
+    if load is not None:
+        if load * duration < MIN_RUN_REQUESTS:
+            raise DraftsimError(f"--load {load:g} req/s over --duration {duration:g} s expects {load * duration:.3g} requests per run, "
+                                f"fewer than {MIN_RUN_REQUESTS}: give --load >= {minimum:.3g} or --duration >= "
+                                f"{MIN_RUN_REQUESTS / load:.3g}")
+        if load > top:
+            raise DraftsimError(f"--load {load:g} req/s over --duration {duration:g} s expects {load * duration * longest:.3g} requests "
+                                f"in the longest run ({longest}x the duration), more than {MAX_RUN_REQUESTS:,}: give --load <= "
+                                f"{top:.4g} or --duration <= {MAX_RUN_REQUESTS / (load * longest):.4g}")
+    maximum = min(LOAD_SPAN * load if load is not None else MAX_RATE, top)
+    start = min(max(load / 4.0 if load is not None else 1.0, minimum), maximum)
+    return minimum, start, maximum
 
 
 def toml_text(raw: dict) -> str:

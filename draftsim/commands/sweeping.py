@@ -380,7 +380,8 @@ def run_sweep(args: argparse.Namespace) -> int:
 def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
     """Search (or with ``check``, only validate) the capacity of every configuration of the
     spec into ``config.out`` and draw the figure; ``progress(done, failed, total)`` as sweeps,
-    ``say(line)`` each step within a configuration (a module-level function: workers call it)."""
+    ``say(line)`` each step within a configuration (a module-level function: workers call it).
+    Every input is checked before anything is written (:func:`draftsim.analysis.capacity.check_search`)."""
     check(config)
     spec, kind, workers = _prepare(config)
     warnings = _acceptance_warnings(config)
@@ -391,6 +392,7 @@ def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
     settings = cap.settings(spec, kind)
     sw.check_size(spec, config.force)
     points = sw.validate_points(spec, kind, {kind.rate_option: settings.start})
+    cap.check_search(spec, kind, settings, points)  # every run the search may make: before anything is written
     if config.check:
         return CapacityResult(spec, settings, warnings=warnings)
     figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
@@ -479,7 +481,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     spec, settings, summary = result.spec, result.settings, result.summary
     if args.json:
         a.emit_json(result.to_dict())
-        return 0
+        return _all_failed(result)
     if summary is None:
         print(f"{spec.kind} capacity search: {spec.n_points:,} configuration(s) over {', '.join(spec.axes) or 'no axis'}, "
               f"{spec.replications} replication(s) per rate; every configuration is valid")
@@ -515,7 +517,20 @@ def run_capacity(args: argparse.Namespace) -> int:
         print(f"the search's spec: {os.path.join(config.out, 'spec.toml')} (draftsim capacity SPEC --out DIR reruns it)")
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
-    return 0
+    return _all_failed(result)
+
+
+def _all_failed(result: CapacityResult) -> int:
+    """Exit status 1, with one line on stderr, when every configuration's search failed; else 0."""
+    if result.table is None:
+        return 0
+    status = result.table.column("status").to_pylist()
+    if not status or any(st == "ok" for st in status):
+        return 0
+    errors = [e for e in result.table.column("error").to_pylist() if e]
+    print(f"draftsim capacity: every configuration's search failed ({len(status)}); first error: "
+          f"{errors[0] if errors else 'no error recorded'}", file=sys.stderr)
+    return 1
 
 
 #: Points a sweep's result table prints (the Parquet files hold them all).
