@@ -52,7 +52,7 @@ def window_outcome(sched: Scheduler, plan, steps: list, now: float, ends: np.nda
     emitted = np.array([[step.get(int(r), 0) for r in rid] for step in steps], dtype=np.int64).reshape(len(steps), len(rid))
     lanes = Lanes(rid, first, generated, remaining, t.prompt[rid] + generated, first * 0, first + len(steps))
     win = SimpleNamespace(lanes=lanes, cum=np.add.accumulate(emitted, axis=0), active=emitted > 0)
-    return outcome(win, len(steps), now, ends)
+    return outcome(win, len(steps), now + ends)
 
 
 @st.composite

@@ -406,14 +406,12 @@ class RooflineModel(CostModel):
 class _DenseCurve:
     """Seconds of a call's dense operators and fixed costs as a function of its new tokens N:
     Σ_j max(a_j + b_j·N, c_j·N) + linear·N + const, a convex piecewise-linear function whose
-    knots are 0, the operators' crossings a_j / (c_j − b_j) below the calls' largest N, and that
-    largest N (at least 1). ``__call__`` interpolates at those knots; the knots and their values
-    are kept per largest N (a serving run asks for few distinct ones). With ``overlap`` o < 1
-    each operator takes max + (1 − o)·min of its two times, o·max(…) + (1 − o)·(a_j + (b_j + c_j)·N):
-    the same knots, so the same interpolation."""
-
-    #: Most tables kept (the cache is emptied when full).
-    CACHE = 4096
+    knots are 0 and the operators' crossings a_j / (c_j − b_j). ``__call__`` evaluates the line
+    of N's segment, intercept_k + slope_k·N (each operator's branch fixed on the segment): one
+    call's seconds depend on its own N only, never on the other calls priced with it (a
+    serving window's steps cost what they cost one step at a time). With ``overlap`` o < 1 each
+    operator takes max + (1 − o)·min of its two times, o·max(…) + (1 − o)·(a_j + (b_j + c_j)·N):
+    the same segments."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, linear: float, const: float, overlap: float = 1.0):
         self.a, self.b, self.c, self.linear, self.const, self.overlap = a, b, c, linear, const, overlap
@@ -421,8 +419,17 @@ class _DenseCurve:
             cross = np.where(c > b, a / (c - b), np.inf)
         cross = np.unique(cross[np.isfinite(cross) & (cross > 0.0)])  # 0 is a knot anyway
         self._cross = cross
-        self._cross_values = self.values(np.concatenate([[0.0], cross]))
-        self._tables: dict = {}
+        # a point inside each segment [0, x_1), [x_1, x_2), …, [x_last, ∞) fixes each operator's branch there
+        edges = np.concatenate([[0.0], cross])
+        inside = np.concatenate([(edges[:-1] + edges[1:]) / 2, [edges[-1] + 1.0]])
+        memory = (a + b * inside[:, None]) >= c * inside[:, None]  # (segments, operators)
+        intercept = np.where(memory, a, 0.0).sum(axis=-1)
+        slope = np.where(memory, b, c).sum(axis=-1)
+        if overlap < 1.0:
+            intercept = overlap * intercept + (1.0 - overlap) * a.sum()
+            slope = overlap * slope + (1.0 - overlap) * (b + c).sum()
+        self._intercept = intercept + const
+        self._slope = slope + linear
 
     def values(self, N: np.ndarray) -> np.ndarray:
         """The curve at the points ``N`` (1-D), summed operator by operator."""
@@ -432,22 +439,12 @@ class _DenseCurve:
             out = o * out + (1.0 - o) * (self.a.sum() + (self.b + self.c).sum() * N)
         return out + N * self.linear + self.const
 
-    def table(self, n_max: float) -> tuple[np.ndarray, np.ndarray]:
-        """Knots and values for calls of at most ``n_max`` new tokens."""
-        got = self._tables.get(n_max)
-        if got is None:
-            k = int(np.searchsorted(self._cross, n_max, side="left"))  # crossings below n_max
-            last = np.array([max(n_max, 1.0)])
-            got = (np.concatenate([[0.0], self._cross[:k], last]),
-                   np.concatenate([self._cross_values[: k + 1], self.values(last)]))
-            if len(self._tables) >= self.CACHE:
-                self._tables.clear()
-            self._tables[n_max] = got
-        return got
-
     def __call__(self, N: np.ndarray) -> np.ndarray:
-        knots, values = self.table(float(N.max()) if N.size else 0.0)
-        return np.interp(N, knots, values)
+        k = np.searchsorted(self._cross, N, side="right")
+        out = self._slope.take(k)
+        out *= N
+        out += self._intercept.take(k)
+        return out
 
 
 def overlapped(m, c, overlap: float):

@@ -18,7 +18,10 @@ capped per step by the speculation controller (:mod:`draftsim.sim.controllers`).
 replica computes a *window* of consecutive steps at once (:mod:`draftsim.sim.serving.window`).
 The simpy process holds one timeout per window; an arrival it could not foresee (closed-loop
 clients of another replica) wakes it, and it keeps only the steps that started before the
-arrival. The result is the same as stepping one iteration at a time (``window_max = 1``).
+arrival. The result is the same as stepping one iteration at a time (``window_max = 1``), bit
+for bit: a step's price depends on its own batch sums only, and the replica's clock adds the
+steps' times one by one in both (times are kept exact, not read from simpy's clock, which adds
+delays).
 """
 
 from __future__ import annotations
@@ -79,80 +82,86 @@ class Replica:
         self.kv: KVCache | None = scheduler.kv
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
-        self._pending: tuple | None = None  # the window under way: (start, step ends, finishing steps, steps kept, prefills finishing at step 0)
+        self._pending: tuple | None = None  # the window under way: (step ends, finishing steps, steps kept, prefills finishing at step 0)
         self._step_guess = 1e-3
         self._layout = LayoutState(len(engine.table)) if engine.layout is not None else None
         self.process = engine.env.process(self._run())
 
     # -- the outside world -------------------------------------------------------------------
-    def submit(self, rid: int) -> None:
-        """A request reaches this replica now."""
-        self.scheduler.add(rid, self.engine.env.now)
+    def submit(self, rid: int, at: float) -> None:
+        """Request ``rid`` reaches this replica at ``at`` (the simulated time, exactly: simpy's
+        clock adds delays and may be an ulp off)."""
+        self.scheduler.add(rid, at)
         if self._idle is not None and not self._idle.triggered:
-            self._idle.succeed()
+            self._idle.succeed(at)
         elif self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+            self._wake.succeed(at)
 
     def outstanding(self) -> int:
         """Requests here that have not finished by now (for least-outstanding routing)."""
         done = 0
         if self._pending is not None:
-            start, ends, finish, n, first = self._pending
+            ends, finish, n, first = self._pending
             now = self.engine.env.now
-            done = np.count_nonzero(start + ends[finish[finish < n]] <= now) + (first if start + ends[0] <= now else 0)
+            done = np.count_nonzero(ends[finish[finish < n]] <= now) + (first if ends[0] <= now else 0)
         return len(self.scheduler.running) + len(self.scheduler.waiting) - done
 
     # -- the step loop --------------------------------------------------------------------------
     def _run(self):
+        """The step loop. The replica keeps its own clock, ``now``: a step ends at its start plus
+        its time, so the window's step ends are the running sums of [now, time_0, time_1, …]
+        — the same additions, in the same order, as stepping one step at a time."""
         env, eng, sched = self.engine.env, self.engine, self.scheduler
+        now = env.now
         while True:
             if not sched.running and not sched.waiting:
                 self._idle = env.event()
-                yield self._idle
+                now = yield self._idle
                 self._idle = None
                 continue
-            now = env.now
             plan = sched.schedule(eng.lookahead, now)
             win = compute(eng, sched, plan, now, self._step_guess, self._layout)
             waiting = len(sched.waiting)  # during the window (arrivals join at its end)
-            ends = np.add.accumulate(win.time)
-            starts = np.empty(win.W)
-            starts[0] = 0.0
-            starts[1:] = ends[:-1]
+            clock = np.empty(win.W + 1)
+            clock[0] = now
+            clock[1:] = win.time
+            np.add.accumulate(clock, out=clock)
+            starts, ends = clock[:-1], clock[1:]
             nxt = eng.next_arrival() if eng.next_arrival is not None else np.inf
-            n = max(1, np.count_nonzero(now + starts < nxt))  # the steps that start before the next arrival
+            n = max(1, np.count_nonzero(starts < nxt))  # the steps that start before the next arrival
             first = self._prefills_finishing(win)  # requests whose last token is their prefill's, out at step 0's end
-            self._pending = (now, ends, win.finish, n, first)
-            planned = now + ends[n - 1]
+            self._pending = (ends, win.finish, n, first)
             if not eng.closed_loop:  # open loop: every arrival is foreseen (the window stops at it)
-                yield env.timeout(ends[n - 1])
+                yield env.timeout(max(ends[n - 1] - env.now, 0.0))
             else:
                 self._wake = env.event()
-                yield env.timeout(ends[n - 1]) | self._wake
-            if env.now < planned:  # woken by an arrival nobody foresaw
-                n = max(1, np.count_nonzero(now + starts[:n] < env.now))
-                self._pending = (now, ends, win.finish, n, first)
-                self._wake = None
-                rest = now + ends[n - 1] - env.now
-                if rest > 0:
-                    yield env.timeout(rest)
+                yield env.timeout(max(ends[n - 1] - env.now, 0.0)) | self._wake
+                if self._wake.triggered:  # an arrival nobody foresaw: keep the steps that started before it
+                    n = max(1, np.count_nonzero(starts[:n] < self._wake.value))
+                    self._pending = (ends, win.finish, n, first)
+                    self._wake = None
+                    rest = ends[n - 1] - env.now
+                    if rest > 0:
+                        yield env.timeout(rest)
             self._wake = None
-            self._commit(plan, win, n, now, starts, ends, waiting)
+            self._commit(plan, win, n, starts, ends, waiting)
             self._pending = None
             self._step_guess = float(np.add.reduce(win.time[:n])) / n  # (np.mean's sum)
+            now = float(ends[n - 1])
 
-    def _commit(self, plan, win: Window, n: int, now: float, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
-        """Apply the window's first n steps: the requests' inter-token latencies and the
-        speculative-decoding counters to the recorder, what the steps did to the scheduler
-        (:meth:`Scheduler.update`, with :func:`outcome`), the steps to the recorder."""
+    def _commit(self, plan, win: Window, n: int, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
+        """Apply the window's first n steps (``starts``, ``ends``: each step's start and end):
+        the requests' inter-token latencies and the speculative-decoding counters to the
+        recorder, what the steps did to the scheduler (:meth:`Scheduler.update`, with
+        :func:`outcome`), the steps to the recorder."""
         eng = self.engine
-        self._record_itl(win, n, now, ends)
+        self._record_itl(win, n, ends)
         if len(win.lanes):
             eng.recorder.spec(win.drafted[:n], win.accepted[:n], win.active[:n])
-        finished = self.scheduler.update(plan, outcome(win, n, now, ends))
+        finished = self.scheduler.update(plan, outcome(win, n, ends))
         if win.layout is not None:
             self._layout.after(win.lanes.rid, win.layout[n - 1])
-        eng.recorder.steps(self.index, now + starts[:n], win.time[:n], win.draft_time[:n], win.batch[:n],
+        eng.recorder.steps(self.index, starts[:n], win.time[:n], win.draft_time[:n], win.batch[:n],
                            win.tokens[:n], win.kv[:n] if win.kv is not None else None, waiting)
         if eng.on_finish is not None:
             for rid in finished:
@@ -165,14 +174,14 @@ class Replica:
         t, pre = self.engine.table, win.prefills
         return sum(1 for rid, comp in zip(pre.rid, pre.completes) if comp and t.generated[rid] + 1 >= t.output[rid])
 
-    def _record_itl(self, win: Window, n: int, now: float, ends: np.ndarray) -> None:
+    def _record_itl(self, win: Window, n: int, ends: np.ndarray) -> None:
         """The inter-token latencies of the window's first n steps (before the scheduler learns
         of them: they start from each request's latest token so far). A request prefilled anew
         after a preemption: from its latest token to its prefill's at step 0's end. A lane: from
         its latest token (a joining lane's came out at the end of step 0), then between its
         active steps (a lane decodes in a run of consecutive steps from its first)."""
         t, rec = self.engine.table, self.engine.recorder
-        t0 = now + ends[0]
+        t0 = ends[0]
         pre = win.prefills
         for rid, comp in zip(pre.rid, pre.completes):
             if comp and not np.isnan(t.first_token[rid]):
@@ -181,7 +190,7 @@ class Replica:
         if not len(ln):
             return
         act = win.active[:n]
-        out = now + ends[:n]  # when each step's tokens come out
+        out = ends[:n]  # when each step's tokens come out
         prev = np.empty((len(ln), n))
         prev[:, 0] = t.last_emit[ln.rid]
         prev[:, 1:] = out[:-1]
@@ -190,12 +199,13 @@ class Replica:
         rec.itl((out - prev)[act.T])
 
 
-def outcome(win: Window, n: int, now: float, ends: np.ndarray) -> Outcome:
-    """What the window's first n steps did, for :meth:`Scheduler.update`: the step-0 prefill
-    chunks done at step 0's end, each lane's tokens (up to its remaining ones), rounds (its
-    active steps) and latest token's time (a lane that has not decoded yet: its prefill's)."""
+def outcome(win: Window, n: int, ends: np.ndarray) -> Outcome:
+    """What the window's first n steps (ending at ``ends``) did, for :meth:`Scheduler.update`:
+    the step-0 prefill chunks done at step 0's end, each lane's tokens (up to its remaining
+    ones), rounds (its active steps) and latest token's time (a lane that has not decoded yet:
+    its prefill's)."""
     ln = win.lanes
-    out = now + ends[:n]
+    out = ends[:n]
     if not len(ln):
         empty = np.zeros(0, dtype=np.int64)
         return Outcome(float(out[0]), empty, empty, empty, np.zeros(0))

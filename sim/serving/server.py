@@ -168,7 +168,11 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
         i = int(np.argmax(table.prompt + table.output))
         kv.check_request(int(table.prompt[i]), int(table.output[i]))
     n = len(table)
-    state = {"next": 0, "done": 0, "slot": None}
+    # times are kept exact (simpy's clock adds delays and may be an ulp off): a request reaches
+    # its replica at its arrival time, or when the client could send it (the previous one sent,
+    # a request finished), or when a closed-loop client's previous request finished plus its
+    # think time
+    state = {"next": 0, "done": 0, "slot": None, "sent": 0.0, "freed": 0.0}
     heap: list = []
     finish_events: dict = {}
 
@@ -182,18 +186,20 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
             return np.inf  # sent when a request finishes (a finish cuts the window)
         if i >= n:
             return np.inf
-        return max(float(workload.arrival[i]), env.now) if capped else float(workload.arrival[i])
+        return max(float(workload.arrival[i]), state["sent"], state["freed"]) if capped else float(workload.arrival[i])
 
     def on_finish(rid: int) -> None:
         state["done"] += 1
+        at = float(table.finish[rid])
+        state["freed"] = max(state["freed"], at)
         if state["slot"] is not None:
-            state["slot"].succeed()
+            state["slot"].succeed(at)
             state["slot"] = None
         if progress is not None:
             progress(1)
         ev = finish_events.pop(rid, None)
         if ev is not None:
-            ev.succeed()
+            ev.succeed(at)
 
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed or capped,
@@ -202,29 +208,32 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv, replica=r)) for r in range(config.replicas)]
     router = make_router(config.router)
 
-    def submit(rid: int) -> None:
-        replicas[router.pick(replicas)].submit(rid)
+    def submit(rid: int, at: float) -> None:
+        replicas[router.pick(replicas)].submit(rid, at)
 
     def open_loop():
         for rid in range(n):
-            delay = float(workload.arrival[rid]) - env.now
+            at = max(float(workload.arrival[rid]), state["sent"])
+            delay = at - env.now
             if delay > 0:
                 yield env.timeout(delay)
             while capped and rid - state["done"] >= max_in_flight:
                 state["slot"] = env.event()
-                yield state["slot"]
-            state["next"] = rid + 1
-            submit(rid)
+                at = max(at, (yield state["slot"]))
+            state["next"], state["sent"] = rid + 1, at
+            submit(rid, at)
 
     def client(c: int, ids: list, think: np.ndarray):
+        at = 0.0
         for j, rid in enumerate(ids):
             if j and think[j] > 0:
-                t = env.now + think[j]
-                heapq.heappush(heap, t)
-                yield env.timeout(think[j])
+                at += think[j]
+                heapq.heappush(heap, at)
+                if at > env.now:
+                    yield env.timeout(at - env.now)
             finish_events[rid] = env.event()
-            submit(rid)
-            yield finish_events[rid]
+            submit(rid, at)
+            at = yield finish_events[rid]
 
     if closed:
         think = arrivals.think_times(n, workload_stream(seed, replication + (1 << 16)))

@@ -353,7 +353,10 @@ def price(win: Window, engine, book, layout_state) -> None:
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
             ctx = c_t + k * per_call if cap_ctx is None else np.minimum(c_t + k * per_call, cap_ctx)
             stats = step_stats((on * per_call).reshape(T * W, B), ctx.reshape(T * W, B), draft_pre)
-        calls_time = np.add.reduce(model.stats_time(stats).reshape(T, W), axis=0)
+        per_call = np.asarray(model.stats_time(stats), dtype=np.float64).reshape(T, W)
+        calls_time = per_call[0].copy()
+        for t in range(1, T):  # call by call, in order: a step's sum whatever the window's shape (a reduction may pair terms)
+            calls_time += per_call[t]
         draft_time = calls_time if draft_time is None else draft_time + calls_time
     if draft_time is None:
         draft_time = np.zeros(W)
