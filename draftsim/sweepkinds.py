@@ -168,7 +168,7 @@ KINDS: dict[str, Kind] = {
                       seed_option="seed", rate_option="rate", forbidden=("timeline", "timeline_png"),
                       help="draftsim simulate: Monte Carlo or discrete-event simulation of a policy"),
     "serve": _kind("serve", SERVE_METRICS, ("ttft_p99", "tpot_p50", "e2e_p99", "throughput", "goodput", "mean_acceptance_length"),
-                   seed_option="seed", rate_option="qps", forbidden=("timeline", "figure", "load_figure", "sweep_qps", "report"),
+                   seed_option="seed", rate_option="qps", forbidden=("sweep_qps",),
                    help="draftsim serve-sim: continuous-batching serving simulation"),
     "optimize": _kind("optimize", OPTIMIZE_METRICS, tuple(OPTIMIZE_METRICS), seed_option=None,
                       help="draftsim optimize WHAT (what = kmatrix | threshold | tree in [base])"),

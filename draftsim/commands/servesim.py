@@ -92,21 +92,33 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     slo_tpot: float | None = option(help="TPOT objective for goodput, seconds", type=a.positive("slo_tpot"), group="output")
     seed: int = option(0, type=a.count("seed"), group="output")
     replications: int = option(3, "independent replications (default 3)", type=a.count("replications", 1, 1000), group="output")
+    sweep_qps: str | None = option(help="serve at each rate with and without speculation; mark the crossover", metavar="Q1,Q2,...",
+                                   group="output")
+
+    def __post_init__(self):
+        # the lengths run: as given, else the --workload preset's, else fixed:512 / fixed:256
+        self.prompt_len, self.output_len = workload_lengths(self.workload, self.prompt_len, self.output_len)
+
+
+@dataclass(kw_only=True)
+class ServeSimOutputs:
+    """What ``draftsim serve-sim`` writes beside its result (files, figures, a report folder):
+    none of it changes what is computed, so a :class:`ServeSimConfig` — a sweep's point — holds
+    none of it."""
+
     timeline: str | None = option(help="Chrome trace-event timeline of the first replication (Perfetto)", metavar="OUT.json",
                                   group="output")
     figure: str | None = option(help="latency CDFs (or, with --sweep-qps, speedup against load)", metavar="OUT.png", group="output")
     load_figure: str | None = option(help="batch size, waiting requests and KV use over time (first replication)", metavar="OUT.png",
                                      group="output")
-    sweep_qps: str | None = option(help="serve at each rate with and without speculation; mark the crossover", metavar="Q1,Q2,...",
-                                   group="output")
     report: str | None = option(help="write a report into DIR: report.html (one self-contained page) and report.md with the setup, "
                                 "the assumptions and their sources, the headline table beside no speculation and the figures "
                                 "(serves the workload without speculation too)", metavar="DIR", group="output")
 
 
-    def __post_init__(self):
-        # the lengths run: as given, else the --workload preset's, else fixed:512 / fixed:256
-        self.prompt_len, self.output_len = workload_lengths(self.workload, self.prompt_len, self.output_len)
+@dataclass(kw_only=True)
+class _ServeSimOptions(ServeSimOutputs, ServeSimConfig):
+    """Every serve-sim option, for its parser: the configuration's, then the outputs'."""
 
 
 #: ``--help`` titles of serve-sim's option groups.
@@ -208,7 +220,7 @@ def register(sub, common) -> None:
         epilog="\n\n".join([POLICY_HELP, CONTROLLER_HELP, LENGTH_HELP, WORKLOAD_HELP, ARRIVAL_HELP]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_options(p, ServeSimConfig, SERVE_TITLES)
+    add_options(p, _ServeSimOptions, SERVE_TITLES)
     p.set_defaults(run=run)
 
 
@@ -302,20 +314,21 @@ def _expected_requests(config: ServeSimConfig, qps) -> int:
     return DEFAULT_REQUESTS
 
 
-def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
+def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs | None = None) -> ServeSimResult:
     """Serve ``config``'s workload (every replication), or with --sweep-qps each load with and
-    without speculation; write the timeline and figures it names. ``bar(total, desc)`` is a
+    without speculation; write the timeline, figures and report ``outputs`` names (None: nothing). ``bar(total, desc)`` is a
     progress-bar context (:func:`draftsim.progress.count_bar`). Everything is checked first."""
-    if config.timeline is not None:
-        a.output_file("--timeline", config.timeline, suffix=".json")
-    if config.figure is not None:
-        a.output_file("--figure", config.figure, suffix=".png")
-    if config.load_figure is not None:
-        a.output_file("--load-figure", config.load_figure, suffix=".png")
-    a.distinct_outputs(("--timeline", config.timeline), ("--figure", config.figure), ("--load-figure", config.load_figure))
+    out = outputs or ServeSimOutputs()
+    if out.timeline is not None:
+        a.output_file("--timeline", out.timeline, suffix=".json")
+    if out.figure is not None:
+        a.output_file("--figure", out.figure, suffix=".png")
+    if out.load_figure is not None:
+        a.output_file("--load-figure", out.load_figure, suffix=".png")
+    a.distinct_outputs(("--timeline", out.timeline), ("--figure", out.figure), ("--load-figure", out.load_figure))
     serving, built = serving_setup(config)
     if config.sweep_qps is not None:
-        return _sweep(config, serving, built, bar)
+        return _sweep(config, out, serving, built, bar)
     spec = workload_spec(config)
     arrivals, make = spec.arrivals, lambda rng: spec.make(rng, config.qps)
     total = _expected_requests(config, config.qps)
@@ -325,7 +338,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
                    "give fewer --requests, a shorter --duration or fewer --replications")
     # validate the workload (lengths vs memory, trace columns) before the long part
     serving.check(make(np.random.default_rng(config.seed)))
-    folder = _report_folder(config)  # everything checked: made before the long work
+    folder = _report_folder(out)  # everything checked: made before the long work
     baseline = None
     speculates = serving.policy.n_models > 1
     with bar(total * config.replications * (2 if folder is not None and speculates else 1), "serving") as b:
@@ -338,18 +351,18 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
                                         arrivals=arrivals if arrivals.closed else None, progress=b.update, keep_runs=False)
     summary = result.summary
     written = {}
-    if config.timeline:
-        written["timeline"] = write_chrome_trace(config.timeline, result.runs)
-    if config.figure:
+    if out.timeline:
+        written["timeline"] = write_chrome_trace(out.timeline, result.runs)
+    if out.figure:
         from draftsim.analysis.loadstudy import latency_cdfs
 
-        latency_cdfs(config.figure, {config.policy: result.runs[0]})
-        written["figure"] = config.figure
-    if config.load_figure:
+        latency_cdfs(out.figure, {config.policy: result.runs[0]})
+        written["figure"] = out.figure
+    if out.load_figure:
         from draftsim.analysis.loadstudy import load_over_time
 
-        load_over_time(config.load_figure, result.runs[0])
-        written["load_figure"] = config.load_figure
+        load_over_time(out.load_figure, result.runs[0])
+        written["load_figure"] = out.load_figure
     data = dict(summary)
     breakdown = step_breakdown(result.runs[0], serving, "the first replication")
     if breakdown is not None:
@@ -366,14 +379,14 @@ def serve_sim(config: ServeSimConfig, bar=null_bar) -> ServeSimResult:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = from_namespace(ServeSimConfig, args)
-    result = serve_sim(config, count_bar)
+    config, outputs = from_namespace(ServeSimConfig, args), from_namespace(ServeSimOutputs, args)
+    result = serve_sim(config, count_bar, outputs=outputs)
     report_warnings(acceptance_warnings(config, config.target), result.data)  # --acceptance NAME --borrow: stderr and --json
     if args.json:
         a.emit_json(result.to_dict())
         return 0
     if result.load_sweep is not None:
-        _print_sweep(config, result)
+        _print_sweep(config, outputs, result)
         return 0
     _print_summary(result.serving, result.data)
     if result.step_breakdown is not None:
@@ -449,21 +462,21 @@ def _print_summary(config: ServingConfig, s: dict) -> None:
               + " ".join(f"{x:.3f}" for x in per_pos[:8]))
 
 
-def _report_folder(config: ServeSimConfig):
-    if config.report is None:
+def _report_folder(out: ServeSimOutputs):
+    if out.report is None:
         return None
     from draftsim.analysis.report import prepare_folder
 
-    return prepare_folder(config.report)
+    return prepare_folder(out.report)
 
 
-def _sweep(config: ServeSimConfig, serving: ServingConfig, built: Assembly, bar) -> ServeSimResult:
+def _sweep(config: ServeSimConfig, out: ServeSimOutputs, serving: ServingConfig, built: Assembly, bar) -> ServeSimResult:
     from draftsim.analysis.loadstudy import crossover, speedup_vs_load, sweep_qps
 
     if config.qps is not None:
         raise DraftsimError("--sweep-qps replaces --qps; drop --qps")
     for name in ("timeline", "load_figure"):
-        if getattr(config, name) is not None:
+        if getattr(out, name) is not None:
             raise DraftsimError(f"--{name.replace('_', '-')} applies to a single load, not to --sweep-qps")
     qps = float_list("--sweep-qps", config.sweep_qps)
     spec = workload_spec(config)
@@ -481,17 +494,17 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, built: Assembly, bar)
     a.check_budget(f"a sweep of {len(qps)} rates ({total:,} requests)", total * SECONDS_PER_REQUEST,
                    biggest * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output), "give fewer rates, --requests or --replications")
     serving.check(make(np.random.default_rng(config.seed), max(qps)))
-    folder = _report_folder(config)
+    folder = _report_folder(out)
     with bar(total, "sweeping") as b:
         rows = sweep_qps(serving, lambda rng, q: make(rng, q), qps, seed=config.seed, replications=config.replications, progress=b.update)
     cross = crossover(rows)
-    if config.figure:
-        speedup_vs_load(config.figure, rows, f"{config.policy} on {getattr(serving.target, 'name', '')}", cross)
+    if out.figure:
+        speedup_vs_load(out.figure, rows, f"{config.policy} on {getattr(serving.target, 'name', '')}", cross)
     data = {"sweep": [{"qps": r["qps"], "speedup": r["speedup"], "tpot_speedup": r["tpot_speedup"], "throughput_ratio": r["throughput_ratio"],
                        "steady": r["steady"], "steady_reason": r["steady_reason"],
                        "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode")},
                        "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")}} for r in rows],
-            "crossover_qps": cross, "figure_path": config.figure, "config": _describe(serving)}
+            "crossover_qps": cross, "figure_path": out.figure, "config": _describe(serving)}
     if folder is not None:
         from draftsim.commands.reporting import sweep_report
 
@@ -499,7 +512,7 @@ def _sweep(config: ServeSimConfig, serving: ServingConfig, built: Assembly, bar)
     return ServeSimResult(serving, None, data, load_sweep=rows, crossover_qps=cross)
 
 
-def _print_sweep(config: ServeSimConfig, result: ServeSimResult) -> None:
+def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimResult) -> None:
     rows, cross, serving = result.load_sweep, result.crossover_qps, result.serving
     qps = [r["qps"] for r in rows]
     table = []
@@ -520,8 +533,8 @@ def _print_sweep(config: ServeSimConfig, result: ServeSimResult) -> None:
         print(f"speculation does not pay even at the lowest load tested ({min(qps):g} requests/s)")
     else:
         print(f"crossover: speculation stops paying at about {cross:.3g} requests/s")
-    if config.figure:
-        print(f"figure written to {config.figure}")
+    if out.figure:
+        print(f"figure written to {out.figure}")
     _print_report(result.data)
 
 
