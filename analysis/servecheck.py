@@ -417,6 +417,14 @@ def _metadata(meta: dict, path) -> dict:
         v = meta.get(key)
         if (v is not None or required) and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 1 << 30):
             bad(key, f"a whole number from 1 to {1 << 30:,}")
+    for key, parse in (("policy", parse_policy), ("controller", parse_controller)):  # the parser's line, with the trace's name
+        try:
+            parse(meta.get(key) or "none")
+        except DraftsimError as exc:
+            raise DraftsimError(f"serving trace {path}: metadata field '{key}': {exc}") from None
+    policy = parse_policy(meta["policy"])
+    if policy.kind != "chain" or policy.n_models > 2:
+        bad("policy", "a chain policy of at most one drafter (ar, fixed, heuristic, confidence, threshold: what draftsim serve runs)")
     return meta
 
 

@@ -314,6 +314,9 @@ def test_a_draft_vocab_of_thousands_of_digits_is_one_line(capsys):
     ("cache", "static", "metadata field 'cache' is 'static'; an object or null is valid"),
     ("model", "smollm2", "metadata field 'model' is 'smollm2'"),
     ("scheduling", 3, "metadata field 'scheduling' is 3"),
+    ("policy", "inf", "metadata field 'policy': unknown policy 'inf'"),
+    ("policy", "tree:width=2,depth=2", "metadata field 'policy' is 'tree:width=2,depth=2'; a chain policy of at most one drafter"),
+    ("controller", "lots", "metadata field 'controller': unknown controller 'lots'"),
 ])
 def test_an_edited_serving_trace_metadata_is_one_line(tmp_path, capsys, key, value, fragment):
     trace = serving_trace(tmp_path / "trace")
