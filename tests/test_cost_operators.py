@@ -15,7 +15,7 @@ from clirun import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from draftsim.sim.cost import RooflineModel, default_catalog
+from draftsim.sim.cost import default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
 from draftsim.sim.cost.catalog import ModelSpec
 from draftsim.sim.cost.operators import PINNED_VERSION, OperatorModel, systems_root
@@ -196,13 +196,98 @@ def test_a_call_is_the_sum_of_its_parts_and_the_engines_forward_overlap_is_not_a
     assert host.seconds == pytest.approx(vllm.per_step) and host.basis == "engine"
 
 
+def _moe_rows(system, engine, model, dtype, tp, ep, tokens):
+    """The fused-MoE table's median latency (seconds) of ``model``'s experts at ``tokens``, read from the parquet file."""
+    from draftsim.sim.cost.moe_tables import measured_experts
+
+    kernel = measured_experts(model, {"h100_sxm": "h100-sxm", "h200_sxm": "h200"}[system], engine, dtype, tp, ep).kernel
+    version = {"vllm": "0.24.0", "sglang": "0.5.14"}[engine]
+    df = _frame_at(f"{system}/moe/{engine}/{version}/moe_perf.parquet")
+    mtp, mep = (1, tp) if ep else (tp, 1)
+    hit = df[(df.kernel_source == kernel) & (df.num_tokens == tokens) & (df.hidden_size == model.hidden) & (df.num_experts == model.experts)
+             & (df.inter_size == model.expert_intermediate) & (df.topk == model.experts_per_token) & (df.moe_tp_size == mtp)
+             & (df.moe_ep_size == mep) & (df.distribution == "power_law_1.01")]
+    assert len(hit) >= 1
+    return float(hit.latency.median()) * 1e-3
+
+
+def _frame_at(rel: str):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(systems_root() / "data" / rel).to_pandas()
+
+
 @tables
-def test_a_mixture_of_experts_is_priced_by_the_roofline_whole_and_says_so():
+def test_a_gqa_mixture_of_experts_is_priced_part_by_part_from_the_moe_attention_and_allreduce_tables():
     mixtral = CATALOG.model("mixtral-8x7b")
-    ops, roof = OperatorModel(mixtral, H100, tp=2, engine="none"), RooflineModel(mixtral, H100, tp=2)
-    assert np.allclose(ops.shape_time([1, 16, 64], 1, 512), roof.shape_time([1, 16, 64], 1, 512), rtol=1e-12)
-    [part] = ops.breakdown(16, 1, 512)
-    assert not part.measured and "roofline" in part.source and "MoE/MLA" in ops.name
+    ops = OperatorModel(mixtral, H100, tp=2, engine="none")
+    parts = {p.part: p for p in ops.breakdown(16, 1, 512)}
+    assert {"gemm layers", "gemm lm_head", "attention", "routed experts", "allreduce", "elementwise", "host"} <= set(parts)
+    routed = parts["routed experts"]
+    assert routed.measured and "moe_perf.parquet" in routed.source
+    assert routed.seconds == pytest.approx(mixtral.moe_layers * _moe_rows("h100_sxm", "vllm", mixtral, "bfloat16", 2, False, 16), rel=1e-12)
+    assert parts["attention"].measured and "generation_attention_perf.parquet" in parts["attention"].source
+    assert parts["allreduce"].measured
+    assert sum(p.seconds for p in parts.values()) == pytest.approx(float(ops.shape_time(16, 1, 512)), rel=1e-12)
+    # the router's 8 columns lie below the table's narrowest width: estimated, and said
+    assert not parts["gemm layers"].measured and "router" in parts["gemm layers"].note
+
+
+@tables
+def test_latent_attention_is_the_mla_block_tables_row_and_fp8_experts_the_moe_tables():
+    ds = CATALOG.model("deepseek-v3")
+    ops = OperatorModel(ds, CATALOG.hardware_spec("h200"), "float8", tp=8, engine="vllm", check_memory=False)
+    parts = {p.part: p for p in ops.breakdown(4, 1, 4096)}
+    df = _frame_at("h200_sxm/mla/vllm/0.24.0/mla_generation_module_perf.parquet")
+    row = df[(df.kernel_source == "FLASHMLA") & (df.kv_cache_dtype == "fp8") & (df.gemm_type == "fp8_block") & (df.num_heads == 16)
+             & (df.batch_size == 4) & (df.step == 4096)]
+    assert parts["attention"].measured and "MLA block" in parts["attention"].source
+    assert parts["attention"].seconds == pytest.approx(ds.layers * float(row.latency.median()) * 1e-3, rel=1e-12)
+    assert parts["routed experts"].measured and "fp8_block" in parts["routed experts"].source
+    assert parts["routed experts"].seconds == pytest.approx(ds.moe_layers * _moe_rows("h200_sxm", "vllm", ds, "float8", 8, False, 4), rel=1e-12)
+    # a 4-token verification: each token a row of the decode table (estimated, said)
+    verify = {p.part: p for p in ops.breakdown(4, 4, 4096)}["attention"]
+    assert not verify.measured and "one row each" in verify.note
+
+
+@tables
+def test_data_parallel_attention_with_expert_parallelism_trades_the_allreduce_for_a_measured_all_to_all():
+    """--expert-parallel under the operator model: attention on every device over its own sequences, experts
+    split whole (moe_ep 8), DeepEP dispatch + combine per MoE layer from vLLM's all-to-all table."""
+    ds, h200 = CATALOG.model("deepseek-v3"), CATALOG.hardware_spec("h200")
+    tp = OperatorModel(ds, h200, "float8", tp=8, engine="vllm", check_memory=False)
+    dp = OperatorModel(ds, h200, "float8", tp=8, engine="vllm", expert_parallel=True, check_memory=False)
+    parts = {p.part: p for p in dp.breakdown(8, 1, 1024)}  # one sequence per device
+    assert "allreduce" not in parts and parts["all-to-all"].measured and "moe_a2a_perf.parquet" in parts["all-to-all"].source
+    df = _frame_at("h200_sxm/comm/vllm/0.24.0/moe_a2a_perf.parquet")
+    ll = df[(df.comm_backend == "deepep_ll") & (df.hidden_size == 7168) & (df.num_experts == 256) & (df.topk == 8) & (df.num_tokens == 1)]
+    assert parts["all-to-all"].seconds == pytest.approx(ds.moe_layers * float(ll.latency.sum()) * 1e-6, rel=1e-9)
+    assert parts["routed experts"].seconds == pytest.approx(ds.moe_layers * _moe_rows("h200_sxm", "vllm", ds, "float8", 8, True, 8), rel=1e-12)
+    # attention: one sequence per device with all 128 heads, as batch 1 of the 128-head rows
+    mla = _frame_at("h200_sxm/mla/vllm/0.24.0/mla_generation_module_perf.parquet")
+    row = mla[(mla.kernel_source == "FLASHMLA") & (mla.kv_cache_dtype == "fp8") & (mla.gemm_type == "fp8_block") & (mla.num_heads == 128)
+              & (mla.batch_size == 1) & (mla.step == 1024)]
+    assert parts["attention"].seconds == pytest.approx(ds.layers * float(row.latency.median()) * 1e-3, rel=1e-12)
+    # each device caches its own sequences only (the latent is replicated under tensor parallelism), and holds all attention weights
+    assert float(dp.kv_bytes_per_device(64, 4096)) == pytest.approx(float(tp.kv_bytes_per_device(64, 4096)) / 8)
+    assert dp.weight_bytes_per_device() > tp.weight_bytes_per_device()
+
+
+@tables
+@pytest.mark.parametrize("target,hardware,dtype,measured_experts", [("glm-4.5-air", "h200", "bfloat16", False),
+                                                                    ("deepseek-v3", "h200", "float8", True)])
+def test_an_mtp_module_is_priced_as_one_moe_block_of_the_target(target, hardware, dtype, measured_experts):
+    kw = dict(tp=8 if target == "deepseek-v3" else 2, drafters=("mtp",), overheads="vllm", dtype=dtype)
+    head = assemble(Deployment(target, hardware, cost_model="operators", **kw)).drafters[0]
+    parts = {p.part: p for p in head.breakdown(16, 1, 512)}
+    assert {"routed experts", "attention", "gemm layers", "host"} <= set(parts)
+    assert parts["routed experts"].measured is measured_experts  # GLM-4.5's experts are not in the tables: the roofline, said
+    assert parts["attention"].measured
+    assert "gemm projection" in head.describe()
+    target_model = assemble(Deployment(target, hardware, cost_model="operators", **kw)).target
+    one_layer = parts["routed experts"].seconds
+    whole = {p.part: p for p in target_model.breakdown(16, 1, 512)}["routed experts"].seconds
+    assert one_layer == pytest.approx(whole / CATALOG.model(target).moe_layers, rel=1e-9)
 
 
 @tables
@@ -377,14 +462,3 @@ def test_cost_prints_a_measured_heads_call_by_operator(capsys):
     parts = {p["part"]: p for p in head["parts"]}
     assert parts["gemm layers"]["measured"] and parts["gemm lm_head"]["measured"] and parts["host"]["basis"] == "engine"
     assert "operators measured" in doc["backends"]["eagle3"] and "eagle3" in doc["operators"]
-
-
-@tables
-def test_an_mtp_module_of_a_mixture_of_experts_stays_on_the_roofline_and_says_so():
-    kw = dict(tp=2, drafters=("mtp",), overheads="vllm")
-    ops = assemble(Deployment("glm-4.5-air", "h200", cost_model="operators", **kw)).drafters[0]
-    roof = assemble(Deployment("glm-4.5-air", "h200", **kw)).drafters[0]
-    assert np.allclose(ops.shape_time([1, 16, 64], 1, 512), roof.shape_time([1, 16, 64], 1, 512), rtol=1e-12)
-    parts = ops.breakdown(16, 1, 512)
-    assert not any(p.measured for p in parts) and {p.part for p in parts} >= {"whole call", "host"}
-    assert "whole call" in ops.fallbacks

@@ -50,8 +50,12 @@ with a fixed cost per kernel) — for a GEMM scaled at the nearest measured shap
 (t_table(clamped) · curve(shape) / curve(clamped)), for attention and collectives the curve itself
 (the constant-efficiency catalog roofline only where a GPU has no table of that kind) — and the model records it
 (:attr:`OperatorModel.fallbacks`, :meth:`~OperatorModel.breakdown`). Nothing is extrapolated
-silently. A mixture of experts or latent attention (MoE, MLA) is priced by the roofline whole in
-this first version, and said so.
+silently. A mixture of experts or latent attention (DeepSeek-V3/R1, Qwen3-MoE, Mixtral, GPT-OSS,
+GLM-4.5) adds its routed experts from the fused-MoE tables, its MLA block from the MLA module tables
+and, with ``expert_parallel``, data-parallel attention and the all-to-all from DeepEP's tables
+(:mod:`~draftsim.sim.cost.moe_operators`); its attention projections, first dense layers' MLP, shared
+experts and router are GEMMs as above (float8 weights: the per-tensor FP8 table), an MTP module one
+such block (:mod:`~draftsim.sim.cost.methods`).
 
 Engine overheads (``sim/data/engines.json``) stay the engine's and go on top of the operators'
 GPU time: the per-step host time (added, or with an overlapped scheduler a floor), per draft
@@ -80,8 +84,11 @@ from .kernel_tables import (
     gemm_rows,
     mem_op_constants,
     newest_table,
+    read_columns,
     systems_root,
 )
+from .moe_operators import A2A_LOW_LATENCY_MAX, a2a_table, attention_params, mla_grid
+from .moe_tables import measured_experts
 from .overheads import pad_tokens
 from .roofline import RooflineModel
 
@@ -127,10 +134,21 @@ class _Grid2D:
 
 
 class _GemmTable:
-    """bfloat16 GEMM latencies on the grid m × n × k (seconds), multilinear between measured shapes."""
+    """bfloat16 GEMM latencies on the grid m × n × k (seconds), multilinear between measured shapes.
+    ``dtype`` ``"fp8"``: the per-tensor FP8 kernel's (CUTLASS in vLLM, sgl-kernel in SGLang), the one FP8
+    kernel measured on the whole grid, standing in for the block-FP8 layers of a MoE checkpoint (the
+    same weight bytes; the block-scaled kernels' rows cover part of the grid: sim/cost/moe_tables.py)."""
 
-    def __init__(self, path: Path):
-        self.kernel, df = gemm_rows(path)
+    def __init__(self, path: Path, dtype: str = "bfloat16"):
+        if dtype == "bfloat16":
+            self.kernel, df = gemm_rows(path)
+        else:
+            df = read_columns(str(path), ("kernel_source", "gemm_dtype", "m", "n", "k", "latency"))
+            df = df[df.gemm_dtype == dtype]
+            if df.empty:
+                raise DraftsimError(f"{path} holds no {dtype} GEMMs")
+            self.kernel = df.groupby("kernel_source").size().idxmax()
+            df = df[df.kernel_source == self.kernel]
         self.m, self.n, self.k = (np.sort(df[c].unique()).astype(np.float64) for c in ("m", "n", "k"))
         cube = df.pivot_table(index=["n", "k"], columns="m", values="latency", aggfunc="median")
         self.t = np.full((len(self.n), len(self.k), len(self.m)), np.nan)
@@ -199,22 +217,28 @@ class OperatorModel(RooflineModel):
     draftsim engine whose kernels' tables are read (vllm, sglang; ``none``: vLLM's) and
     ``systems``: the tables' root (default: the installed package's).
 
-    ``overlap`` (an engine's forward_overlap) is kept for the roofline fallback of a MoE/MLA model
-    only; measured operators are never overlapped. :attr:`fallbacks` collects, per operator, why a
+    ``overlap`` (an engine's forward_overlap) is kept for the roofline's fallbacks only; measured
+    operators are never overlapped. ``expert_parallel`` at tp > 1: data-parallel attention with the
+    routed experts split whole over the devices (:mod:`~draftsim.sim.cost.moe_operators`). :attr:`fallbacks` collects, per operator, why a
     call left its table (each reason once); :meth:`breakdown` prices one shape part by part.
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  engine: str = "vllm", systems: str | Path | None = None, qkv_inputs: int | None = None, **kwargs):
+        #: a mixture of experts or latent attention: the routed experts, MLA and all-to-all of sim/cost/moe_operators.py
+        self.moe = bool(model.experts or model.kv_lora_rank)
+        #: data-parallel attention with the experts split whole over the devices (sim/cost/moe_operators.py)
+        self.dp_attention = bool(kwargs.get("expert_parallel")) and int(tp) > 1
         super().__init__(model, hardware, dtype, tp, pp, **kwargs)
         #: the QKV projection's input width (None: the hidden size; EAGLE-3's layer: 2 x hidden, sim/cost/methods.py)
         self.qkv_inputs = None if qkv_inputs is None else int(qkv_inputs)
         if hardware.name not in SYSTEMS:
             raise DraftsimError(f"--cost-model operators has measured tables for {', '.join(SYSTEMS)}; not for {hardware.name} "
                                 "(use --cost-model roofline)")
-        if dtype != "bfloat16":
-            raise DraftsimError(f"--cost-model operators prices bfloat16 (its tables' GEMMs and attention in this version); got "
-                                f"--dtype {dtype} (use --cost-model roofline)")
+        if dtype != "bfloat16" and not (dtype == "float8" and model.experts):
+            raise DraftsimError(f"--cost-model operators prices bfloat16 (its tables' GEMMs and attention in this version; float8 for a "
+                                f"mixture of experts, whose tables measure block-FP8 experts); got --dtype {dtype} for {model.name} "
+                                "(use --cost-model roofline)")
         if engine not in FRAMEWORKS:
             raise DraftsimError(f"--cost-model operators reads tables of the engines {', '.join(FRAMEWORKS)}; not {engine}")
         self.engine = engine
@@ -224,15 +248,12 @@ class OperatorModel(RooflineModel):
         #: operator → reasons a priced call left its table (filled as calls are priced)
         self.fallbacks: dict[str, set[str]] = {}
         self._local: dict[str, set[str]] | None = None  # the notes of the call breakdown() prices
-        self.whole_roofline = bool(model.experts or model.kv_lora_rank)
+        #: every part is priced from the tables or their fallbacks (kept for callers that asked whether a call was the roofline's whole)
+        self.whole_roofline = False
         self.name = (f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") +
                      (f", pp {self.pp}" if self.pp > 1 else "") + f"), operators measured by {PACKAGE} {PINNED_VERSION} "
-                     f"({self.system}, {self.framework} tables)")
-        if self.whole_roofline:
-            self.name += "; MoE/MLA priced by the roofline"
-            self._sources = {"whole call": "roofline (a mixture of experts or latent attention is not priced from the tables in "
-                                           "this version)"}
-            return
+                     f"({self.system}, {self.framework} tables)" + (f"; attention data-parallel over {self.tp} devices, experts "
+                                                                   "split whole (all-to-all)" if self.dp_attention else ""))
         self._load_tables()
 
     # -- tables -----------------------------------------------------------------------------------
@@ -244,8 +265,9 @@ class OperatorModel(RooflineModel):
 
     def _load_tables(self) -> None:
         m, t = self.model, self.tp
+        at = 1 if self.dp_attention else t  # the devices attention and the dense layers are split over
         hd, L = m.head_dim, m.layers
-        q_heads, kv_heads = m.heads // t, int(np.ceil(m.kv_heads / t))
+        q_heads, kv_heads = m.heads // at, int(np.ceil(m.kv_heads / at))
         self._sources: dict[str, str] = {}
         self._layout = (q_heads, kv_heads, hd)
         # the catalog roofline of attention (where no table of its kind exists): seconds per KV entry read, per new token, per query-key pair
@@ -256,39 +278,49 @@ class OperatorModel(RooflineModel):
         if gemm_path is None:
             raise DraftsimError(f"{PACKAGE} {PINNED_VERSION} holds no {self.framework} GEMM table for {self.system}; use --cost-model roofline")
         self._gemm = _GemmTable(gemm_path)
+        #: the layers' FP8 GEMMs (float8 weights of a mixture of experts): the per-tensor FP8 kernel's table (see _GemmTable)
+        self._gemm8 = _GemmTable(gemm_path, "fp8") if self.dtype == "float8" else None
         #: the efficiency curves fitted on this GPU's and engine's tables (sim/cost/efficiency.py): the fallback outside a table
         self.curves: Curves = fit_curves(self.root, self.system, self.framework, Roofs.of(self.hardware))
-        *layer, head = gemm_shapes(m, t, self.qkv_inputs)
-        shapes = [(name, n, k, L) for name, n, k in layer]
+        *_, head = gemm_shapes(m, t, self.qkv_inputs)
+        shapes = self._layer_gemm_shapes(at)
         self._layer_curve = np.zeros(len(self._gemm.m))
         self._gemm_parts: list[tuple[str, bool, str]] = []
-        for name, n, k, mult in shapes:
-            c, measured, note = self._gemm_curve(name, n, k)
+        for name, n, k, mult, fp8 in shapes:
+            c, measured, note = self._gemm_curve(name, n, k, self._gemm8 if fp8 else None)
             self._layer_curve += mult * c
             self._gemm_parts.append((name, measured, note))
         self._head_curve, measured, note = self._gemm_curve("lm_head", head[1], head[2])
         self._gemm_parts.append(("lm_head", measured, note))
-        self._gemm_shapes = shapes + [(*head, 1)]
-        self._sources["gemm"] = f"{self._rel(gemm_path)} ({self._gemm.kernel}, bfloat16): " + "; ".join(
+        self._gemm_shapes = [s[:4] for s in shapes] + [(*head, 1)]
+        kinds = f"{self._gemm.kernel}, bfloat16" + (f"; {self._gemm8.kernel}, per-tensor FP8, for the block-FP8 layers" if self._gemm8 else "")
+        self._sources["gemm"] = f"{self._rel(gemm_path)} ({kinds}): " + "; ".join(
             f"{name} {'measured' if meas else 'estimated'}{' (' + note + ')' if note else ''}" for name, meas, note in self._gemm_parts)
         # attention
-        self._attn = self._attn_ctx = None
-        gen_path = self._table("attention", "generation_attention_perf.parquet")
-        ctx_path = self._table("attention", "context_attention_perf.parquet")
-        self._attn_kernel = heads_note = ""
-        if gen_path is not None:
-            self._attn, self._attn_kernel, heads_note = self._attention_grid(gen_path, "step", q_heads, kv_heads, hd)
-        if ctx_path is not None:
-            self._attn_ctx, _, _ = self._attention_grid(ctx_path, "isl", q_heads, kv_heads, hd)
-        self._gen_path, self._ctx_path = gen_path, ctx_path
-        layout = f"{q_heads} query / {kv_heads} KV heads x {hd}, bfloat16 KV cache"
-        self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}; "
-                                      f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}"
-                                      + (f" ({self._attn_kernel}, {layout}" + (f"; {heads_note}" if heads_note else "") + ")"
-                                         if self._attn_kernel else ""))
-        # all-reduce
-        self._ar_tables = None
-        if t > 1:
+        self._attn = self._attn_ctx = self._mla = self._mla_ctx = None
+        if m.kv_lora_rank:
+            self._load_mla(m.heads // at)
+        else:
+            gen_path = self._table("attention", "generation_attention_perf.parquet")
+            ctx_path = self._table("attention", "context_attention_perf.parquet")
+            self._attn_kernel = heads_note = ""
+            if gen_path is not None:
+                self._attn, self._attn_kernel, heads_note = self._attention_grid(gen_path, "step", q_heads, kv_heads, hd)
+            if ctx_path is not None:
+                self._attn_ctx, _, _ = self._attention_grid(ctx_path, "isl", q_heads, kv_heads, hd)
+            self._gen_path, self._ctx_path = gen_path, ctx_path
+            layout = f"{q_heads} query / {kv_heads} KV heads x {hd}, bfloat16 KV cache"
+            self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}; "
+                                          f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}"
+                                          + (f" ({self._attn_kernel}, {layout}" + (f"; {heads_note}" if heads_note else "") + ")"
+                                             if self._attn_kernel else ""))
+            if self.dp_attention:
+                self._sources["attention"] += f"; data-parallel: each of {t} devices attends over its own sequences with every head"
+        if m.experts:
+            self._load_experts()
+        # all-reduce (tensor-parallel attention); all-to-all (data-parallel attention with the experts split whole)
+        self._ar_tables = self._a2a = None
+        if t > 1 and not self.dp_attention:
             ar_path = self._table("comm", "custom_allreduce_perf.parquet")
             self._ar_path = ar_path
             if ar_path is not None:
@@ -305,6 +337,13 @@ class OperatorModel(RooflineModel):
                     self._ar_tables = tabs
             self._sources["allreduce"] = (f"{self._rel(ar_path)} at {t} GPUs ({', '.join(self._ar_tables)} rows), {2 * L + 1} per call"
                                           if self._ar_tables else f"roofline (no measured all-reduce at {t} GPUs)")
+        if self.dp_attention:
+            a2a_path = newest_table(self.root, self.system, "comm", "vllm", "moe_a2a_perf.parquet")
+            self._a2a = a2a_table(a2a_path, m, t)
+            said = "" if self.framework == "vllm" else f" (vLLM's DeepEP table: {self.framework}'s runs the same kernels)"
+            self._sources["all-to-all"] = (f"{self._rel(a2a_path)} (DeepEP dispatch + combine at {t} devices: "
+                                           f"{', '.join(self._a2a)}){said}, per MoE layer" if self._a2a else
+                                           f"estimated: roofline interconnect (no measured all-to-all of {m.name}'s widths at {t} devices)")
         bw, scale, const = mem_op_constants(self.root, self.system)
         self._mem_op = (bw * scale, const)
         self._sources["elementwise"] = (f"estimated: AIConfigurator's memory-op formula, bytes / ({bw / 1e9:.0f} GB/s x {scale:g}) + "
@@ -312,6 +351,54 @@ class OperatorModel(RooflineModel):
                                         f"MLP activation per layer, the embedding lookup")
         if t > 1 or self.pp > 1:
             self._sources["other collectives"] = "estimated: roofline (logits all-gather at tp > 1, stage hand-offs at pp > 1)"
+
+    def _layer_gemm_shapes(self, at: int) -> list[tuple[str, int, int, int, bool]]:
+        """(name, n, k, times per call, FP8 weights) of the layers' GEMMs: a dense model's QKV, output,
+        MLP; a mixture of experts' attention projections (none with latent attention: the MLA block's
+        table holds them), the first dense layers' MLP, the shared experts and the router (bfloat16, as
+        the checkpoints keep it), each split over ``at`` devices (1: data-parallel attention)."""
+        m, L = self.model, self.model.layers
+        if not self.moe:
+            return [(name, n, k, L, False) for name, n, k in gemm_shapes(m, self.tp, self.qkv_inputs)[:-1]]
+        fp8, h = self.dtype == "float8", m.hidden
+        out = [] if m.kv_lora_rank else [(name, n, k, L, fp8) for name, n, k in gemm_shapes(m, at, self.qkv_inputs)[:2]]
+        dense = L - m.moe_layers
+        up = m.mlp_matrices - 1
+        if dense:
+            out += [("gate_up" if m.mlp == "gated" else "up", up * m.intermediate // at, h, dense, fp8), ("down", h, m.intermediate // at, dense, fp8)]
+        s = m.shared_experts * m.expert_intermediate
+        if s and m.moe_layers:
+            out += [("shared expert gate_up", up * s // at, h, m.moe_layers, fp8), ("shared expert down", h, s // at, m.moe_layers, fp8)]
+        if m.moe_layers:
+            out.append(("router", m.experts, h, m.moe_layers, False))
+        return out
+
+    def _load_mla(self, heads: int) -> None:
+        """The latent attention's whole-block tables (vLLM's; other engines' hold the kernel alone)."""
+        paths = [self._table("mla", f) for f in ("mla_generation_module_perf.parquet", "mla_context_module_perf.parquet")]
+        said = ""
+        if self.framework != "vllm" and paths[0] is None:
+            paths = [newest_table(self.root, self.system, "mla", "vllm", f) for f in ("mla_generation_module_perf.parquet",
+                                                                                    "mla_context_module_perf.parquet")]
+            said = f"; vLLM's: {self.framework}'s MLA tables hold the attention kernel alone, not the block"
+        (self._mla, gen_kernel), (self._mla_ctx, ctx_kernel) = (mla_grid(p, self.model, heads, self.dtype, axis)
+                                                                for p, axis in zip(paths, ("step", "isl")))
+        self._sources["attention"] = (f"MLA block (projections + attention) at {heads} query heads: decode "
+                                      + (f"{self._rel(paths[0])} ({gen_kernel})" if self._mla else f"estimated: roofline ({gen_kernel})")
+                                      + "; prefill " + (f"{self._rel(paths[1])} ({ctx_kernel})" if self._mla_ctx else f"estimated: roofline ({ctx_kernel})")
+                                      + said + ("; data-parallel: every head, each device's own sequences" if self.dp_attention else ""))
+
+    def _load_experts(self) -> None:
+        m = self.model
+        self._routed = measured_experts(m, self.hardware.name, self.engine, self.dtype, self.tp, self.expert_parallel)
+        split = f"moe_tp {1 if self.expert_parallel else self.tp}, moe_ep {self.tp if self.expert_parallel else 1}"
+        if self._routed is None:
+            self._sources["routed experts"] = (f"estimated: roofline (no measured fused MoE of {m.experts} x {m.expert_intermediate}, top-"
+                                               f"{m.experts_per_token}, hidden {m.hidden}, {self.dtype}, {split})")
+        else:
+            r = self._routed
+            self._sources["routed experts"] = (f"{self._rel(Path(r.source))} ({r.kernel}, {r.moe_dtype}, {r.distribution} routing, {split}), "
+                                               f"{m.moe_layers} MoE layers, {int(r.tokens[0])}..{int(r.tokens[-1])} tokens measured")
 
     def _attention_grid(self, path: Path, axis: str, q_heads: int, kv_heads: int, hd: int):
         """The table's grid (batch × ``axis``) for this head layout, its kernel and how it was found:
@@ -335,10 +422,15 @@ class OperatorModel(RooflineModel):
         """One GEMM of m tokens by the roofline with the efficiency curve fitted on the GEMM table."""
         return self.curves.gemm_seconds(np.asarray(m, np.float64), n, k)
 
-    def _gemm_curve(self, name: str, n: int, k: int) -> tuple[np.ndarray, bool, str]:
-        """Seconds at the table's token counts for width (n, k): the table's, or outside its widths the
-        roofline scaled at the nearest measured width."""
-        g = self._gemm
+    def _gemm_curve(self, name: str, n: int, k: int, table: "_GemmTable | None" = None) -> tuple[np.ndarray, bool, str]:
+        """Seconds at the bfloat16 table's token counts for width (n, k): ``table``'s (default the bfloat16
+        one), or outside its widths the roofline scaled at the nearest measured width."""
+        if table is not None:  # another dtype's table: its curve at the bfloat16 table's token counts
+            c, measured, note = self._gemm_curve_of(table, name, n, k)
+            return np.interp(self._gemm.m, table.m, c), measured, note
+        return self._gemm_curve_of(self._gemm, name, n, k)
+
+    def _gemm_curve_of(self, g: "_GemmTable", name: str, n: int, k: int) -> tuple[np.ndarray, bool, str]:
         c = g.curve(n, k)
         if c is not None:
             return c, True, ""
@@ -454,12 +546,117 @@ class OperatorModel(RooflineModel):
             out = np.where(sel, t, out)
         return count * out
 
+    def _parts_seconds(self, stats: BatchStats) -> dict[str, np.ndarray]:
+        """Seconds per operator kind (arrays of the calls' shape); active calls only are meaningful."""
+        B = np.maximum(np.asarray(stats.sequences, np.float64), 1.0)
+        N = np.maximum(np.asarray(stats.tokens, np.float64), 1.0)
+        rows = N if stats.rows is None else np.maximum(np.asarray(stats.rows, np.float64), 1.0)
+        Np = N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens)
+        Nr = rows if self.graph_tokens is None else pad_tokens(rows, self.graph_tokens)
+        cached, pairs = np.asarray(stats.cached, np.float64), np.asarray(stats.pairs, np.float64)
+        # the layers' tokens and sequences on a device: all of them, or with data-parallel attention the busiest rank's share
+        Bd, Nd, Ndp, cd, pd = B, N, Np, cached, pairs
+        if self.dp_attention:
+            share = np.ceil(B / self.tp) / B
+            Bd, Nd, cd, pd = B * share, np.maximum(np.ceil(N * share), 1.0), cached * share, pairs * share
+            Ndp = Nd if self.graph_tokens is None else pad_tokens(Nd, self.graph_tokens)
+        out = {"gemm layers": self._gemm_seconds(Ndp, self._layer_curve, "gemm layers"),
+               "gemm lm_head": self._gemm_seconds(Nr, self._head_curve, "gemm lm_head"),
+               "attention": (self._mla_seconds(Bd, Nd, cd) if self.model.kv_lora_rank else self._attention_seconds(Bd, Nd, cd, pd))}
+        if self.model.experts:
+            out["routed experts"] = self._routed_seconds(Np)
+        if self.dp_attention:
+            out["all-to-all"] = self._a2a_seconds(Ndp)
+        else:
+            out["allreduce"] = np.broadcast_to(self._measured_allreduce_seconds(Np), N.shape)
+        out["elementwise"] = self._elementwise_seconds(Ndp)
+        out["other collectives"] = np.broadcast_to(self._other_comm_seconds(N), N.shape)
+        out["host"] = np.full(N.shape, self.overhead + self.overhead_per_layer * self.model.layers)
+        return out
+
+    def _mla_seconds(self, B, N, cached) -> np.ndarray:
+        """The latent-attention blocks of every layer from the MLA module tables (module docstring of
+        sim/cost/moe_operators.py); the roofline's latent attention outside them (recorded)."""
+        L = self.model.layers
+        nbar, cbar = N / B, cached / B
+        decode = nbar <= DECODE_QUERIES
+        out = np.full(np.shape(B), np.nan)
+        if self._mla is not None and np.any(decode):
+            # one sequence verifying n tokens: n rows over c + (n - 1)/2 cached tokens (each token's projections; the latent read per row)
+            rows = np.where(nbar > 1, N, B)
+            t, ok = self._mla(rows, cbar + (nbar - 1) / 2)
+            use = decode & ok
+            out[use] = t[use] * L
+            if np.any(use & (nbar > 1)):
+                self._note("attention", "several new tokens per sequence priced as one row each of the MLA decode table (latent read per row)")
+        if self._mla_ctx is not None and np.any(~decode):
+            t, ok = self._mla_ctx(B, nbar)
+            use = ~decode & ok
+            out[use] = t[use] * L
+            if np.any(use & (cbar > 0)):
+                self._note("attention", "a prefill chunk after cached tokens priced as a whole prompt of its length (MLA context table)")
+        miss = np.isnan(out)
+        if np.any(miss):
+            self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
+            out[miss] = np.broadcast_to(self._roof_mla(B, N, cached), out.shape)[miss]
+        return out
+
+    def _roof_mla(self, B, N, cached) -> np.ndarray:
+        """The catalog roofline's latent attention (its projections and the attention over the latent
+        cache, sim/cost/roofline.py) for calls of N tokens over B sequences."""
+        weights, flops_tok, act_tok, mult = self._dense[0]  # the attention rows, once per layer
+        P, bw = self.peak * self.mfu, self.hardware.memory_bandwidth * self.mbu
+        n = np.asarray(N, np.float64)[..., None]
+        proj = (np.maximum((weights + act_tok * n) * (mult / bw), n * (flops_tok * mult / P))).sum(axis=-1)
+        nbar = N / B
+        pairs = N * (cached / B + (nbar + 1) / 2)
+        return proj + np.maximum(cached * self._kv_per_cached + N * self._kv_per_token, pairs * self._flops_per_pair)
+
+    def _routed_seconds(self, Np) -> np.ndarray:
+        """The routed experts of every MoE layer: the fused-MoE table at the call's tokens; beyond its
+        largest count that time scaled by the roofline's ratio; without a table the roofline (recorded)."""
+        r, Np = self._routed, np.asarray(Np, np.float64)
+        roof = lambda n: RooflineModel._expert_seconds(self, n)  # noqa: E731
+        if r is None:
+            self._note("routed experts", "no measured fused MoE of this shape: roofline")
+            return np.asarray(roof(Np), np.float64) * np.ones_like(Np)
+        L = self.model.moe_layers
+        inside = Np <= r.tokens[-1]
+        out = L * np.interp(np.clip(Np, r.tokens[0], r.tokens[-1]), r.tokens, r.seconds)
+        if not np.all(inside):
+            self._note("routed experts", f"more than {int(r.tokens[-1])} tokens: the table at {int(r.tokens[-1])} scaled by the roofline")
+            top = float(L * r.seconds[-1])
+            out = np.where(inside, out, top * np.asarray(roof(Np), np.float64) / float(roof(np.array([r.tokens[-1]]))[0]))
+        return out
+
+    def _a2a_seconds(self, Nd) -> np.ndarray:
+        """Dispatch and combine per MoE layer at the tokens on a device (module docstring of sim/cost/moe_operators.py)."""
+        m, Nd = self.model, np.asarray(Nd, np.float64)
+        out = np.full(Nd.shape, np.nan)
+        if self._a2a:
+            for kind, sel in (("low_latency", Nd <= A2A_LOW_LATENCY_MAX), ("normal", Nd > A2A_LOW_LATENCY_MAX)):
+                tab = self._a2a.get(kind)
+                if tab is None:
+                    continue
+                ok = sel & (Nd >= tab[0][0]) & (Nd <= tab[0][-1])
+                out[ok] = np.interp(Nd[ok], *tab)
+        miss = np.isnan(out)
+        if np.any(miss):
+            self._note("all-to-all", "tokens or widths outside the measured all-to-all: roofline interconnect")
+            D, bw = self.tp, self.hardware.interconnect_bandwidth * self.ici_efficiency
+            out[miss] = 2 * (self.hardware.interconnect_latency + Nd[miss] * m.experts_per_token * m.hidden * self.bytes * (D - 1) / D / bw)
+        return m.moe_layers * out
+
     def _elementwise_seconds(self, Np) -> np.ndarray:
-        m, t = self.model, self.tp
+        m, t = self.model, (1 if self.dp_attention else self.tp)
         bw, const = self._mem_op
-        per_token_layer = (2 * (2 * m.hidden + 2 * m.hidden) + m.mlp_matrices * m.intermediate // t) * self.bytes
+        # the MLP activation: every layer's of a dense model; a mixture of experts' dense layers and shared experts (the fused MoE kernel holds its own)
+        act = (m.layers * (m.mlp_matrices * m.intermediate // t) if not self.moe else
+               (m.layers - m.moe_layers) * m.mlp_matrices * m.intermediate // t
+               + m.moe_layers * m.mlp_matrices * m.shared_experts * m.expert_intermediate // t)
+        per_token = (2 * (2 * m.hidden + 2 * m.hidden) * m.layers + act) * self.bytes
         kernels = 3 * m.layers + 1
-        return np.asarray(Np, np.float64) * (per_token_layer * m.layers + 2 * m.hidden * self.bytes) / bw + kernels * const
+        return np.asarray(Np, np.float64) * (per_token + 2 * m.hidden * self.bytes) / bw + kernels * const
 
     def _other_comm_seconds(self, N) -> np.ndarray | float:
         """Logits all-gather (tp > 1) and pipeline hand-offs (pp > 1): the roofline's terms."""
@@ -472,26 +669,7 @@ class OperatorModel(RooflineModel):
             out = out + (self.pp - 1) * (lat + m.hidden * self.bytes * np.asarray(N, np.float64) / bw)
         return out
 
-    def _parts_seconds(self, stats: BatchStats) -> dict[str, np.ndarray]:
-        """Seconds per operator kind (arrays of the calls' shape); active calls only are meaningful."""
-        B = np.maximum(np.asarray(stats.sequences, np.float64), 1.0)
-        N = np.maximum(np.asarray(stats.tokens, np.float64), 1.0)
-        rows = N if stats.rows is None else np.maximum(np.asarray(stats.rows, np.float64), 1.0)
-        Np = N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens)
-        Nr = rows if self.graph_tokens is None else pad_tokens(rows, self.graph_tokens)
-        return {
-            "gemm layers": self._gemm_seconds(Np, self._layer_curve, "gemm layers"),
-            "gemm lm_head": self._gemm_seconds(Nr, self._head_curve, "gemm lm_head"),
-            "attention": self._attention_seconds(B, N, np.asarray(stats.cached, np.float64), np.asarray(stats.pairs, np.float64)),
-            "allreduce": np.broadcast_to(self._measured_allreduce_seconds(Np), N.shape),
-            "elementwise": self._elementwise_seconds(Np),
-            "other collectives": np.broadcast_to(self._other_comm_seconds(N), N.shape),
-            "host": np.full(N.shape, self.overhead + self.overhead_per_layer * self.model.layers),
-        }
-
     def _time(self, stats: BatchStats) -> np.ndarray:
-        if self.whole_roofline:
-            return super()._time(stats)
         out = sum(self._parts_seconds(stats).values())
         if self.floor:
             out = np.maximum(out, self.floor)
@@ -499,17 +677,31 @@ class OperatorModel(RooflineModel):
 
     def shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
         """:meth:`CostModel.shape_time` through the batch sums (the roofline's shortcut is its own)."""
-        if self.whole_roofline:
-            return super().shape_time(batch, new_tokens, context)
         return CostModel.shape_time(self, batch, new_tokens, context)
+
+    # -- memory with data-parallel attention -------------------------------------------------------
+    def weight_bytes_per_device(self) -> float:
+        """The roofline's, plus with data-parallel attention the attention weights every device holds whole."""
+        out = super().weight_bytes_per_device()
+        if getattr(self, "dp_attention", False):
+            split, _ = attention_params(self.model)
+            out += self.model.layers * split * (1 - 1 / self.tp) * self.weight_bytes / self.pp
+        return out
+
+    def kv_bytes_per_device(self, batch, context) -> np.ndarray:
+        """The roofline's; with data-parallel attention a device caches its own sequences only, whole
+        (the latent not replicated, every KV head): the batch's cache over the devices."""
+        if not getattr(self, "dp_attention", False):
+            return super().kv_bytes_per_device(batch, context)
+        m = self.model
+        per_token = (m.kv_per_token if m.kv_lora_rank else 2 * m.kv_heads * m.head_dim * m.layers) * self.kv_bytes / self.pp
+        return np.asarray(batch, dtype=np.float64) * np.asarray(context, dtype=np.float64) * per_token / self.tp
 
     # -- what was measured -----------------------------------------------------------------------
     def breakdown(self, batch: int, new_tokens: int = 1, context: int = 0) -> list[Part]:
         """One uniform call (``batch`` sequences of ``new_tokens`` on ``context`` cached tokens each),
         part by part: seconds, measured or estimated, and the table or formula behind it."""
         stats = BatchStats.of_shape(batch, new_tokens, context)
-        if self.whole_roofline:
-            return [Part("whole call", float(super()._time(stats)), False, self._sources["whole call"])]
         self._local = {}
         try:
             secs = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in self._parts_seconds(stats).items()}
@@ -521,12 +713,18 @@ class OperatorModel(RooflineModel):
         head = self._gemm_parts[-1]
         out = [Part("gemm layers", secs["gemm layers"], all(meas for _, meas, _ in layers) and not said("gemm layers"),
                     self._sources["gemm"].split(":")[0] + ": " + ", ".join(name for name, _, _ in layers),
-                    "; ".join(filter(None, [note for _, _, note in layers] + [said("gemm layers")]))),
+                    "; ".join(filter(None, [f"{name}: {note}" for name, _, note in layers if note] + [said("gemm layers")]))),
                Part("gemm lm_head", secs["gemm lm_head"], head[1] and not said("gemm lm_head"), self._sources["gemm"].split(":")[0],
                     "; ".join(filter(None, [head[2], said("gemm lm_head")]))),
-               Part("attention", secs["attention"], not said("attention"), self._sources["attention"], said("attention"))]
-        if self.tp > 1:
-            out.append(Part("allreduce", secs["allreduce"], not said("allreduce"), self._sources["allreduce"], said("allreduce")))
+               Part("attention", secs["attention"], not said("attention") and "estimated" not in self._sources["attention"],
+                    self._sources["attention"], said("attention"))]
+        if "routed experts" in secs:
+            out.append(Part("routed experts", secs["routed experts"], self._routed is not None and not said("routed experts"),
+                            self._sources["routed experts"], said("routed experts")))
+        for key in ("allreduce", "all-to-all"):
+            if key in secs and key in self._sources:
+                out.append(Part(key, secs[key], not said(key) and not self._sources[key].startswith(("estimated", "roofline")),
+                                self._sources[key], said(key)))
         out.append(Part("elementwise", secs["elementwise"], False, self._sources["elementwise"]))
         if self.tp > 1 or self.pp > 1:
             out.append(Part("other collectives", secs["other collectives"], False, self._sources["other collectives"]))
@@ -544,9 +742,8 @@ class OperatorModel(RooflineModel):
         """Where each operator kind's price comes from (tables under systems/data, or estimates)."""
         lines = [f"operators: {PACKAGE} {PINNED_VERSION}, {self.system}, {self.framework} tables (under {self.root / 'data'})"]
         lines += [f"  {k}: {v}" for k, v in self._sources.items()]
-        if not self.whole_roofline:
-            lines.append("  engine: host time and CUDA-graph padding on top; its forward_overlap is not applied to measured kernels")
-            lines += [f"  outside a table, {c}" for c in self.curves.describe()]
+        lines.append("  engine: host time and CUDA-graph padding on top; its forward_overlap is not applied to measured kernels")
+        lines += [f"  outside a table, {c}" for c in self.curves.describe()]
         return "\n".join(lines)
 
     def with_overhead(self, overhead: float, overhead_per_layer: float = 0.0) -> "OperatorModel":
@@ -569,8 +766,6 @@ class MeasuredGemm(CostModel):
     heads: :mod:`draftsim.sim.cost.methods`) are priced so."""
 
     def __init__(self, name: str, inputs: int, outputs: int, probe: OperatorModel, split: int = 1, lm_head: bool = False):
-        if probe.whole_roofline:
-            raise DraftsimError(f"{probe.model.name} is priced by the roofline whole; its GEMM table was not read")  # pragma: no cover
         self.probe, self.lm_head = probe, bool(lm_head)
         self.label = name
         self.inputs, self.outputs = int(inputs), int(outputs) // int(split)
