@@ -1,4 +1,4 @@
-"""MoE decode from AIConfigurator's measured tables against published decode times (benchmarks/published/moe_decode.json).
+"""MoE decode from AIConfigurator's measured tables against published decode times (benchmarks/published/moe/decode.json).
 
 For every published point: the step priced from the tables (:func:`draftsim.sim.cost.moe_tables.decode_step`,
 the engine's per-step host time from sim/data/engines.json on top), the catalog roofline's plain step as
@@ -20,7 +20,7 @@ from draftsim.sim.cost.moe_tables import decode_step
 from draftsim.sim.cost.overheads import engine_overheads
 from draftsim.sim.errors import DraftsimError
 
-DATA = Path(__file__).resolve().parent / "published" / "moe_decode.json"
+DATA = Path(__file__).resolve().parent / "published" / "moe" / "decode.json"
 
 
 def predict(point: dict) -> tuple[float | None, str]:
