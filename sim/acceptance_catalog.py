@@ -47,6 +47,7 @@ from .acceptance_rates import (
     mean_length_from_draft_rate,
 )
 from .errors import K_MAX_LIMIT, DraftsimError, unknown
+from .registry import methods as drafting_methods
 
 __all__ = [
     "SCHEMA",
@@ -69,8 +70,8 @@ SCHEMA = "draftsim.acceptance"
 VERSION = 1
 #: The catalog shipped with draftsim.
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "acceptance.json"
-#: Drafting methods by the names vLLM and SGLang use.
-METHODS = ("draft_model", "eagle", "eagle3", "medusa", "mtp", "ngram", "suffix")
+#: Drafting methods by the names vLLM and SGLang use (the registry's served ones, draftsim.sim.registry).
+METHODS = drafting_methods(served=True)
 #: What a source reported (see :mod:`draftsim.sim.acceptance_rates` for the convention).
 REPORTED = ("cumulative", "conditional", "mean_length", "draft_acceptance_rate")
 #: How the measured draft was shaped: a chain of k tokens, a tree, or not stated.

@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 from .errors import DraftsimError, unknown
 
-__all__ = ["MethodOption", "DraftingMethod", "METHODS", "method", "methods", "drafter_help", "served_method_help",
-           "EngineOverheads", "SchedulerDefaults", "ENGINES", "ENGINES_FILE", "ENGINE_SCHEMA", "read_engines", "engine_help"]
+__all__ = ["MethodOption", "DraftingMethod", "METHODS", "method", "methods", "drafter_help", "served_method_help", "lookup_drafters",
+           "EngineOverheads", "SchedulerDefaults", "ENGINES", "ENGINES_FILE", "ENGINE_SCHEMA", "CITATIONS", "Obj", "ListOf", "Maybe", "read_engines", "engine_help"]
 
 DATA = Path(__file__).parent / "data"
 
@@ -146,6 +146,12 @@ def method(name: str) -> DraftingMethod | None:
 def _or_list(items) -> str:
     items = list(items)
     return ", ".join(items[:-1]) + (" or " if len(items) > 1 else "") + items[-1]
+
+
+def lookup_drafters() -> str:
+    """The lookup drafters this machine runs (those with a ``realrun`` drafter), as the real
+    commands' ``--drafter`` help lists them."""
+    return ", ".join(m.name for m in METHODS.values() if m.pricing == "lookup" and m.real_drafter)
 
 
 def drafter_help() -> str:
@@ -316,19 +322,31 @@ def _flag(v, where):
     return v
 
 
-def _list(item: Check, *, increasing: bool = False, empty: bool = False) -> Check:
-    def check(v, where):
-        if not isinstance(v, list) or (not v and not empty):
-            raise _Bad(where, f"expected a {'' if empty else 'non-empty '}list; got {_short(v)}")
-        out = [item(x, f"{where}[{i}]") for i, x in enumerate(v)]
-        if increasing and any(b <= a for a, b in zip(out, out[1:])):
+@dataclass(frozen=True)
+class ListOf:
+    """A list of ``item`` s (increasing where ``increasing``; empty only where ``empty``)."""
+
+    item: Check
+    increasing: bool = False
+    empty: bool = False
+
+    def __call__(self, v, where):
+        if not isinstance(v, list) or (not v and not self.empty):
+            raise _Bad(where, f"expected a {'' if self.empty else 'non-empty '}list; got {_short(v)}")
+        out = [self.item(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        if self.increasing and any(b <= a for a, b in zip(out, out[1:])):
             raise _Bad(where, f"expected increasing values; got {_short(v)}")
         return out
-    return check
 
 
-def _maybe(inner: Check) -> Check:
-    return lambda v, where: None if v is None else inner(v, where)
+@dataclass(frozen=True)
+class Maybe:
+    """null, or what ``inner`` accepts."""
+
+    inner: Check
+
+    def __call__(self, v, where):
+        return None if v is None else self.inner(v, where)
 
 
 def _one_of(choices: Callable[[], tuple[str, ...]], kind: str) -> Check:
@@ -371,13 +389,13 @@ def _tp_table(v, where):
     for k in v:
         if not k.isdigit() or int(k) < 2:
             raise _Bad(f"{where}.{k}", "expected a tensor-parallel size >= 2 as the key")
-    return {k: _list(_number())(x, f"{where}.{k}") for k, x in v.items()}
+    return {k: ListOf(_number())(x, f"{where}.{k}") for k, x in v.items()}
 
 
 _STEPS = Obj({"from": (True, _number(1, integer=True)), "to": (True, _number(1, integer=True)),
               "every": (True, _number(1, integer=True))})
 _TIER = Obj({"max_num_seqs": (True, _number(1, integer=True)), "max_num_batched_tokens": (True, _number(1, integer=True)),
-             "min_memory_gib": (False, _number()), "exclude_names": (False, _list(_text))})
+             "min_memory_gib": (False, _number()), "exclude_names": (False, ListOf(_text))})
 
 #: The schema of one engine of sim/data/engines.json.
 ENGINE_SCHEMA = Obj({
@@ -385,15 +403,15 @@ ENGINE_SCHEMA = Obj({
     "version": (True, _text),
     "per_step_us": (True, _number()),
     "per_draft_forward_us": (True, _number()),
-    "graph_capture_tokens": (True, _maybe(Obj({"listed": (True, _list(_number(1, integer=True), increasing=True, empty=True)),
-                                                "ranges": (True, _list(_STEPS, empty=True)), "rule": (False, _text)}))),
+    "graph_capture_tokens": (True, Maybe(Obj({"listed": (True, ListOf(_number(1, integer=True), increasing=True, empty=True)),
+                                                "ranges": (True, ListOf(_STEPS, empty=True)), "rule": (False, _text)}))),
     "forward_overlap": (False, _number(0.0, 1.0)),
     "host_overlap": (False, Obj({"plain": (True, _flag), "speculative": (True, _flag)})),
-    "batch_expansion": (False, Obj({"methods": (True, _list(_one_of(lambda: tuple(METHODS), "drafting method")))})),
-    "allreduce": (False, Obj({"hardware": (True, _list(_text)), "message_bytes": (True, _list(_number(0, above=True), increasing=True)),
+    "batch_expansion": (False, Obj({"methods": (True, ListOf(_one_of(lambda: tuple(METHODS), "drafting method")))})),
+    "allreduce": (False, Obj({"hardware": (True, ListOf(_text)), "message_bytes": (True, ListOf(_number(0, above=True), increasing=True)),
                               "us": (True, _tp_table)})),
     "cuda_graph_memory": (False, Obj({"bytes_in_kv_budget": (True, _number()), "plan_note": (True, _text)})),
-    "scheduler": (True, Obj({"entry_point": (True, _text), "tiers": (True, _list(_TIER)), "chunked_prefill": (True, _flag),
+    "scheduler": (True, Obj({"entry_point": (True, _text), "tiers": (True, ListOf(_TIER)), "chunked_prefill": (True, _flag),
                              "block_size": (True, _number(1, integer=True)),
                              "gpu_memory_utilization": (True, _number(0.0, 1.0, above=True))}, cites=tuple(_TIER.fields))),
 })

@@ -30,6 +30,7 @@ from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
 from draftsim.sim.cost.overheads import ENGINES
 from draftsim.sim.cost.profile import ProfileCost
 from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
+from draftsim.sim.registry import drafter_help, engine_help
 
 from .. import args as a
 from ..config import add_options, as_dict, check, from_namespace, option
@@ -38,17 +39,6 @@ from ..progress import count_bar
 HARDWARE = "hardware"
 
 
-def _engine_help() -> str:
-    """The engines of sim/data/engines.json, each with its version and per-step host time (from the data)."""
-    out = []
-    for name, e in ENGINES.items():
-        if name == "none":
-            out.append("none (the roofline alone)")
-        else:
-            out.append(f"{e.label} ({e.per_step * 1e3:.2f} ms per step" + (", host work overlapped without speculation" if e.plain_overlap
-                                                                          else "") + (", n-gram verified by batch expansion"
-                                                                                      if e.batch_expansion else "") + ")")
-    return ", ".join(out)
 #: ``--help`` titles of the hardware group: in place of ``--cost`` (planners) or the only costs.
 HARDWARE_TITLES = {HARDWARE: "models on hardware (in place of --cost)"}
 SHAPES_TITLES = {HARDWARE: "models and hardware"}
@@ -68,9 +58,7 @@ class HardwareOptions:
 
     target: str | None = option(help="target model: a catalog name (draftsim cost --list) or a config.json path", metavar="MODEL",
                                 group=HARDWARE)
-    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path (draft_model:NAME), eagle, "
-                                              "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram "
-                                              "(draftsim.sim.cost.methods says how each is priced, with sources)",
+    drafter_model: list[str] | None = option(help=drafter_help() + " (draftsim.sim.cost.methods says how each is priced, with sources)",
                                              append=True, metavar="MODEL", group=HARDWARE)
     hardware: str | None = option(help="hardware from the catalog (draftsim cost --list)", metavar="HW", group=HARDWARE)
     tp: int = option(1, "tensor-parallel devices for the target (default 1)", type=a.count("tp", 1, 1024), group=HARDWARE)
@@ -90,7 +78,7 @@ class HardwareOptions:
     overhead: float | None = option(help="fixed seconds per forward call, replacing the hardware's per-call and per-layer overhead",
                                     type=a.cost("overhead"), group=HARDWARE)
     engine: str | None = option(help=f"serving engine the deployment runs, with its overheads on the rooflines and its scheduler's "
-                                f"defaults on the device: {_engine_help()}; default: vllm on catalog GPUs, none on a CPU or "
+                                f"defaults on the device: {engine_help()}; default: vllm on catalog GPUs, none on a CPU or "
                                 "calibrated hardware (each value cited in sim/data/engines.json)",
                                 choices=tuple(ENGINES), group=HARDWARE, aliases=("--overheads",))
     expert_parallel: bool = option(False, "place a MoE target's routed experts whole across its --tp devices (vLLM's "
@@ -183,8 +171,7 @@ def describe_coefficients(info: dict) -> str:
 class CostConfig(HardwareOptions):
     """``draftsim cost``: forward times of a target and its drafters over a grid of shapes."""
 
-    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path, eagle, "
-                                             "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram", append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
+    drafter_model: list[str] | None = option(help=drafter_help(), append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
     batch: list[int] = option([1], "batch sizes, comma-separated (default 1)", type=_ints("batch", 1))
     new_tokens: list[int] = option([1], "new tokens per sequence, comma-separated (default 1)", type=_ints("new_tokens", 1))
     context: list[int] = option([512], "cached tokens per sequence, comma-separated (default 512)", type=_ints("context", 0))
@@ -328,7 +315,7 @@ class ProfileConfig:
     warmup: int = option(1, "untimed calls first (default 1)", type=a.count("warmup", 0, 10_000))
     dtype: str = option("float32", "weights and activations (default float32)", choices=("float32", "bfloat16"))
     device: str = option("cpu", "cpu, cuda or auto (default cpu)")
-    drafters: str = option("maxgram,bigram,ngram,suffix", "lookup drafters whose proposal time is measured ('' for none)")
+    drafters: str = option(",".join(CHEAP_DRAFTERS), "lookup drafters whose proposal time is measured ('' for none)")
     probe: str | None = option(help="also measure this machine and write a local-cpu hardware catalog file", metavar="HW.json")
     threads: int | None = option(help="torch CPU threads (default torch's; 1 is steadier on a busy machine)", type=a.count("threads", 1, 1024))
     path: str = option("model", "the forward call timed: model = the model's own call (what the single-stream executors make and "

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP
+from draftsim.sim.registry import lookup_drafters
 from draftsim.sim.rules import RULE_HELP
 
 from .. import args as a
@@ -32,7 +33,7 @@ class RunConfig:
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
     method: str = option("sd", choices=METHODS)
-    drafter: str | None = option(help="drafter(s), comma-separated: maxgram, bigram, ngram, suffix, distilled, controlled:R[@MODEL] "
+    drafter: str | None = option(help=f"drafter(s), comma-separated: {lookup_drafters()}, distilled, controlled:R[@MODEL] "
                                  "(the target's own output kept at rate R per position, each draft token a forward of MODEL) or a model (default "
                                  "per method: sd maxgram, csd distilled,maxgram, cascade distilled)")
     policy: str | None = option(help="sim policy (default per method: sd fixed:k=4, csd vertical:n=2,k=4, cascade fixed:k=4)")

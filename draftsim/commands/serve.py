@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from draftsim.analysis.table import format_table
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP
+from draftsim.sim.registry import drafter_help, engine_help, lookup_drafters
 from draftsim.sim.serving.scheduler import SCHEDULING_POLICIES
 
 from .. import args as a
@@ -25,7 +26,7 @@ class ServeConfig:
 
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file",
                          aliases=("--model",))
-    drafter: str = option("maxgram", "maxgram (default), bigram, ngram, suffix, distilled, a neural model, controlled:R[@MODEL] "
+    drafter: str = option("maxgram", f"{lookup_drafters()} (default maxgram), distilled, a neural model, controlled:R[@MODEL] "
                                      "(prescribed acceptance R, each draft token costing a batched forward of MODEL), or none")
     policy: str | None = option(help="sim policy of one drafter (default fixed:k=4; ar without a drafter)")
     controller: str = option("none", "speculation controller per step (sim.controllers; default none)")
@@ -73,11 +74,11 @@ class CheckServeConfig:
                                   "and engine overheads instead of measured costs", metavar="HW", group="catalog deployment")
     tp: int = option(1, "tensor-parallel devices (default 1)", type=a.count("tp", 1, 1024), group="catalog deployment")
     dtype: str = option("bfloat16", "dtype (default bfloat16)", group="catalog deployment")
-    drafter_model: list[str] | None = option(help="a speculative run's drafting method or model (default for a trace: its "
+    drafter_model: list[str] | None = option(help=f"a speculative run's {drafter_help()} (default for a trace: its "
                                              "drafter's model, a controlled drafter's cost model)", append=True,
                                              metavar="MODEL", group="catalog deployment")
-    engine: str | None = option(help="the serving engine whose overheads go on the rooflines (default: vllm on catalog GPUs; none "
-                                "for a draftsim calibrate entry, whose fit holds them)", group="catalog deployment",
+    engine: str | None = option(help=f"the serving engine whose overheads go on the rooflines: {engine_help()} (default: vllm on "
+                                "catalog GPUs; none for a draftsim calibrate entry, whose fit holds them)", group="catalog deployment",
                                 aliases=("--overheads",))
     catalog: list[str] = option([], "extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
                                 group="catalog deployment")

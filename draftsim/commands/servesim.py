@@ -16,6 +16,7 @@ from draftsim.sim.controllers import CONTROLLER_HELP, parse_controller
 from draftsim.sim.cost.assembly import Assembly
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP, parse_policy
+from draftsim.sim.registry import drafter_help
 from draftsim.sim.serving import (
     SLO,
     SchedulerConfig,
@@ -55,8 +56,7 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     """``draftsim serve-sim``: a workload served with continuous batching, a paged KV cache and
     speculative decoding, on models priced from hardware or measured profiles."""
 
-    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path, eagle, "
-                                             "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram", append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
+    drafter_model: list[str] | None = option(help=drafter_help(), append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
     policy: str = option("fixed:k=4", "drafting policy of every request (default fixed:k=4)")
     controller: str = option("none", "speculation controller per step (default none)")
     acceptance_trace: str | None = option(help="trace-driven: request i replays recorded sequence i mod n", metavar="TRACE",

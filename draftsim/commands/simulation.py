@@ -12,13 +12,14 @@ import numpy as np
 
 from draftsim.analysis.table import format_table
 from draftsim.sim import acceptance as A
-from draftsim.sim.acceptance_catalog import METHODS, acceptance_entry, check_use
+from draftsim.sim.acceptance_catalog import acceptance_entry, check_use
 from draftsim.sim.acceptance_import import StepLengths, load_acceptance_file
 from draftsim.sim.cost import CallCost, Costs
 from draftsim.sim.errors import K_MAX_LIMIT, DraftsimError, as_probability, parse_number, parse_numbers
 from draftsim.sim.metrics import Estimate
 from draftsim.sim.policies import POLICY_HELP, parse_policy
 from draftsim.sim.predict import predicted_ewif
+from draftsim.sim.registry import METHODS, drafter_help
 from draftsim.sim.simulate import ENGINES, SimResult
 from draftsim.sim.simulate import simulate as run_engine
 
@@ -84,9 +85,7 @@ class SimulateConfig(PricedOptions, AcceptanceOptions):
     """``draftsim simulate``: a drafting policy under an acceptance process and a cost model,
     in the Monte Carlo engine (``mc``) or on a discrete-event timeline (``des``)."""
 
-    drafter_model: list[str] | None = option(help="drafter (repeat, in drafter order): a catalog name or config.json path, eagle, "
-                                             "eagle3[:draft_vocab=N], medusa, mtp, selfspec:window=B, ngram, suffix, maxgram or bigram",
-                                             append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
+    drafter_model: list[str] | None = option(help=drafter_help(), append=True, metavar="MODEL", group=HARDWARE, aliases=("--drafter",))
     policy: str = option(help="policy in the mini-language below (e.g. fixed:k=5)", required=True)
     executor: str = option("mc", "how the policy is run: mc (vectorised Monte Carlo, default) or des (a simpy timeline)", choices=ENGINES)
     tokens: int = option(1_000_000, "tokens to simulate (default 1e6)", type=a.count("tokens", 1, 10**10))
@@ -288,7 +287,7 @@ def drafter_method(args) -> str | None:
     if not drafters:
         return None
     method = parse_drafter(drafters[0]).method
-    return method if method in METHODS or method in ("maxgram", "bigram", "selfspec") else None
+    return method if method in METHODS else None
 
 
 def acceptance_warnings(args, target: str | None = None) -> list[str]:

@@ -13,6 +13,7 @@ from draftsim.sim.cost import Costs
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.mdp import oracle_latency
 from draftsim.sim.policies import POLICY_HELP, parse_policy
+from draftsim.sim.registry import lookup_drafters
 from draftsim.sim.simulate import SimResult
 from draftsim.sim.simulate import simulate as run_engine
 from draftsim.sim.traces import Trace
@@ -29,7 +30,7 @@ class RecordConfig:
 
     target: str = option("smollm2", "target: smollm2 (embedded), tiny[:SEED], random:NAME[:SEED] (random weights, a catalog model's shape), a checkpoint folder or a .gguf file (--model: the old "
                          "spelling)", aliases=("--model",))
-    drafter: list[str] = option(help="maxgram, bigram, ngram, suffix, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters "
+    drafter: list[str] = option(help=f"{lookup_drafters()}, distilled, or a neural model (tiny:SEED, folder, .gguf); repeat, larger drafters "
                                 "first", append=True, required=True)
     prompts: str = option("code", "prompt set(s), comma-separated: code, arithmetic, instructions, docstrings, edit, extract")
     split: str = option("test", choices=("train", "test", "all"))
