@@ -2,16 +2,20 @@
 
 The reference run: one simulated hour at 10 requests/s (Poisson), 512-token prompts and
 256-token outputs, fixed k = 4 under Bernoulli α = 0.8, Llama-2-7B drafted by SmolLM2-135M on
-one H100 (roofline costs). Budget: ≤ 5 s on one core (≥ 1.8M simulated tokens/s; issue 23 — it
-took 14.9 s before; 5.6 s here now, 2.10x the code at 664b25e: not yet met). Then how the cost grows with the load (open loop, 5 simulated minutes per
-rate), with the batch size (closed loop: N clients keep N requests in the system) and with the
-replicas (R replicas at R × 10 req/s), and where the time goes (cProfile, top functions).
+one H100 (roofline costs). Budget (issue 39): ≤ 5 s CPU per simulated hour (≥ 1.8M simulated
+tokens/s); R replicas at R × the load ≤ 1.3 R × one replica's CPU. Then how the cost grows with
+the load (open loop, 5 simulated minutes per rate), with the batch size (closed loop: N clients
+keep N requests in the system) and with the replicas (R replicas at R × 10 req/s, round-robin
+and least-outstanding), whether a window equals stepping one step at a time bit for bit over
+random configurations, and where the time goes (cProfile, top functions).
 
 The cost is per *window* (:mod:`draftsim.sim.serving.window`): a window is a few dozen numpy
-calls whatever its steps and lanes, and one ends at every arrival; so at low load the cost
-follows the arrivals (about one window per request), at high load the steps, and it grows
-slowly with the batch (the arrays get wider). Every replica's window ends at every arrival,
-its own or another's, so R replicas at R times the load cost about R² of one.
+calls whatever its steps and lanes, and one ends at every arrival to its replica; so at low
+load the cost follows the arrivals (about one window per request), at high load the steps, and
+it grows slowly with the batch (the arrays get wider). A replica's window does not end at
+another replica's arrivals (round-robin: it knows which are its own; least-outstanding: an
+arrival routed to it wakes it and cuts its window), so R replicas at R times the load cost
+about R times one.
 
 Times are CPU seconds of this process (``time.process_time``: the machine may be shared);
 wall seconds are printed beside them.
@@ -119,6 +123,49 @@ def open_loop(qps: float, duration: float, seed: int = 0):
                          rng=np.random.default_rng(seed))
 
 
+def same_run(a, b) -> bool:
+    """Two runs' requests, steps, inter-token latencies and counters are equal bit for bit."""
+    fields = ("arrival", "admitted", "first_token", "finish", "rounds", "preemptions", "prefills")
+    if not all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields):
+        return False
+    oa, ob = (np.argsort(x.steps["replica"], kind="stable") for x in (a, b))
+    if not all(np.array_equal(a.steps[k][oa], b.steps[k][ob]) for k in a.steps):
+        return False
+    return np.array_equal(np.sort(a.itl), np.sort(b.itl)) and all(np.array_equal(v, b.spec[k], equal_nan=True) for k, v in a.spec.items())
+
+
+def random_config(rng: np.random.Generator):
+    """A random small serving setup (policy, costs, controller, scheduler, KV pool, cache layout,
+    arrivals, replicas, router) and its workload."""
+    from draftsim.sim.controllers import parse_controller
+    from draftsim.sim.cost import CallCost
+    from draftsim.sim.serving import SchedulerConfig
+    from draftsim.sim.serving.layout import RaggedLayout
+    from draftsim.sim.serving.workload import parse_lengths
+
+    pols = [(policies.Autoregressive(), acceptance.Bernoulli(0.8)), (policies.FixedK(3), acceptance.Bernoulli(0.7)),
+            (policies.Threshold(0.5, k_max=6), acceptance.MarkovModulated([[0.9, 0.1], [0.3, 0.7]], [0.9, 0.4], pred_noise=0.3)),
+            (policies.Heuristic(2, 8), acceptance.Positional([0.9, 0.8, 0.6]))]
+    pol, process = pols[rng.integers(len(pols))]
+    base = config()
+    target, drafter = (base.target, base.drafters[0]) if rng.random() < 0.5 else (CallCost(0.02, 1e-4), CallCost(0.002))
+    controller = "none" if pol.n_models == 1 else ["none", "disable:above=3", "table:k=1-2:3,3-:1", "goodput"][rng.integers(4)]
+    chunked, budget = bool(rng.random() < 0.5), int(rng.integers(256, 4096))
+    layout = [None, RaggedLayout(0.5, 64), RaggedLayout(0.2, 8)][rng.integers(3)]
+    arrivals = ["poisson", "closed", "closed-think"][rng.integers(3)]
+    cfg = ServingConfig(pol, process, target, [drafter] * (pol.n_models - 1), controller=parse_controller(controller),
+                        kv_tokens=[1 << 20, 1500, 6000][rng.integers(3)], replicas=int(rng.integers(1, 4)),
+                        router=["round-robin", "least-outstanding"][rng.integers(2)], layout=layout,
+                        scheduler=SchedulerConfig(max_num_seqs=int(rng.integers(1, 25)), max_num_batched_tokens=budget,
+                                                  chunked_prefill=chunked, policy=["fcfs", "priority"][rng.integers(2)]))
+    arr = {"poisson": Poisson(), "closed": ClosedLoop(4), "closed-think": ClosedLoop(6, 0.05)}[arrivals]
+    prompt_max = 600 if chunked else min(600, budget - 120)
+    wl = make_workload(arrivals=arr, qps=float(rng.uniform(2, 120)) if arrivals == "poisson" else None, requests=40, duration=None,
+                       prompt=parse_lengths(f"uniform:1,{prompt_max}"), output=parse_lengths("uniform:1,120"),
+                       rng=np.random.default_rng(int(rng.integers(1 << 31))), priorities=3)
+    return cfg, wl, (arr if arrivals != "poisson" else None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="a simulated quarter hour instead of an hour")
@@ -132,13 +179,40 @@ def main() -> None:
     run, cpu, wall = timed(cfg, wl)
     s = summarize_run(run)
     tokens = int(run.output.sum())
+    per_hour = cpu * 3600 / hour
     print(f"reference: {hour / 3600:g} simulated hour(s) at 10 req/s, 512/256 tokens, fixed k=4, Bernoulli 0.8, "
           f"{cfg.target.name} + {cfg.drafters[0].name}")
     print(f"  {len(wl):,} requests, {tokens:,} output tokens, {s['steps']:,} steps, mean batch {s['mean_batch']:.1f}, "
           f"TPOT {s['tpot']['mean'] * 1e3:.2f} ms, E2E p99 {s['e2e']['p99'] * 1e3:.0f} ms")
-    print(f"  CPU {cpu:.2f} s (wall {wall:.2f} s): {tokens / cpu:,.0f} simulated tokens/s, {s['steps'] / cpu:,.0f} steps/s, "
-          f"{hour / cpu:,.0f} simulated seconds per second; budget 5 s per simulated hour -> "
-          f"{'OK' if cpu * 3600 / hour <= 5 else 'OVER'} ({cpu * 3600 / hour:.1f} s per hour)")
+    print(f"  CPU {cpu:.2f} s (wall {wall:.2f} s): {per_hour:.2f} s per simulated hour (budget 5: {'OK' if per_hour <= 5 else 'OVER'}), "
+          f"{tokens / cpu:,.0f} simulated tokens/s (budget 1.8M: {'OK' if tokens / cpu >= 1.8e6 else 'UNDER'}), "
+          f"{s['steps'] / cpu:,.0f} steps/s")
+
+    print("\ncost against replicas (open loop, R replicas at R x 10 req/s, 300 simulated seconds; ratio = CPU / (R x one replica's); "
+          "budget <= 1.3):")
+    print(f"  {'router':>17} {'replicas':>8} {'requests':>9} {'steps':>8} {'mean batch':>10} {'CPU s':>7} {'ratio':>6}")
+    worst = 0.0
+    for router in ("round-robin", "least-outstanding"):
+        one = None
+        for replicas in (1, 2, 4, 8):
+            rcfg = dataclasses.replace(cfg, replicas=replicas, router=router)
+            w = open_loop(10.0 * replicas, 300.0, seed=4)
+            r, c, _ = timed(rcfg, w)
+            st = summarize_run(r)
+            one = c if one is None else one
+            ratio = c / (replicas * one)
+            worst = max(worst, ratio)
+            print(f"  {router:>17} {replicas:8d} {len(w):9,} {st['steps']:8,} {st['mean_batch']:10.1f} {c:7.2f} {ratio:6.2f}")
+    print(f"  worst ratio {worst:.2f} ({'OK' if worst <= 1.3 else 'OVER'})")
+
+    configs = 8 if args.quick else 24
+    rng = np.random.default_rng(39)
+    same = 0
+    for _ in range(configs):
+        rcfg, w, arr = random_config(rng)
+        same += same_run(serve(rcfg, w, seed=1, arrivals=arr), serve(dataclasses.replace(rcfg, window_max=1), w, seed=1, arrivals=arr))
+    print(f"\nwindow == step-by-step (window_max=1) over {configs} random configurations (policies, linear/roofline costs, controllers, "
+          f"scheduler limits, KV pools, cache layouts, open/closed loop, 1-3 replicas, both routers): {same}/{configs} bit-identical")
 
     print("\ncost against load (open loop, 300 simulated seconds each):")
     print(f"  {'qps':>5} {'requests':>9} {'steps':>8} {'mean batch':>10} {'CPU s':>7} {'CPU s/sim h':>11} {'us/step':>8} {'us/request':>10}")
@@ -158,16 +232,6 @@ def main() -> None:
         r, c, _ = timed(cfg, w, arrivals=arr)
         st = summarize_run(r)
         print(f"  {clients:7d} {st['mean_batch']:10.1f} {st['steps']:8,} {c:7.2f} {c / st['steps'] * 1e6:8.1f} {c / len(w) * 1e6:10.0f}")
-
-    print("\ncost against replicas (open loop, R replicas at R x 10 req/s, round-robin, 300 simulated seconds):")
-    print(f"  {'replicas':>8} {'requests':>9} {'steps':>8} {'mean batch':>10} {'CPU s':>7} {'us/step':>8} {'us/request':>10}")
-    for replicas in (1, 2, 4):
-        rcfg = dataclasses.replace(cfg, replicas=replicas)
-        w = open_loop(10.0 * replicas, 300.0, seed=4)
-        r, c, _ = timed(rcfg, w)
-        st = summarize_run(r)
-        print(f"  {replicas:8d} {len(w):9,} {st['steps']:8,} {st['mean_batch']:10.1f} {c:7.2f} {c / st['steps'] * 1e6:8.1f} "
-              f"{c / len(w) * 1e6:10.0f}")
 
     print("\nwhere the time goes (5 simulated minutes at 10 req/s, cProfile, top 12 by own time):")
     prof = cProfile.Profile()

@@ -63,9 +63,10 @@ COSTS = {"linear": (TARGET, DRAFTER),
        controller=st.sampled_from(["none", "disable:above=3", "table:k=1-2:3,3-:1", "goodput"]),
        seqs=st.integers(1, 24), budget=st.integers(256, 4096), chunked=st.booleans(), priority=st.booleans(),
        kv=st.sampled_from([None, 1500, 6000]), layout=st.sampled_from([None, (0.5, 64), (0.2, 8)]),
-       arrivals=st.sampled_from(["poisson", "closed", "closed-think"]), qps=st.floats(2.0, 120.0), replicas=st.integers(1, 2))
+       arrivals=st.sampled_from(["poisson", "closed", "closed-think"]), qps=st.floats(2.0, 120.0), replicas=st.integers(1, 3),
+       router=st.sampled_from(["round-robin", "least-outstanding"]))
 def test_a_window_equals_stepping_one_step_at_a_time(seed, policy, costs, controller, seqs, budget, chunked, priority, kv, layout,
-                                                     arrivals, qps, replicas):
+                                                     arrivals, qps, replicas, router):
     """The same requests, rounds and steps, bit for bit, whether a replica computes windows of
     steps or one step per scheduling event: preemptions, admissions, caps (a goodput cap reads
     each step's context), KV cuts and finishes land in the same steps, and every time is the
@@ -76,7 +77,7 @@ def test_a_window_equals_stepping_one_step_at_a_time(seed, policy, costs, contro
     target, drafter = COSTS[costs]
     prompt_max = 600 if chunked else min(600, budget - 120)  # a whole prefill (prompt + output) fits the budget
     cfg = ServingConfig(pol, process, target, [drafter] * (pol.n_models - 1), kv_tokens=kv or 1 << 20,
-                        controller=parse_controller(controller), replicas=replicas, router="least-outstanding",
+                        controller=parse_controller(controller), replicas=replicas, router=router,
                         layout=RaggedLayout(*layout) if layout else None,
                         scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
                                                   policy="priority" if priority else "fcfs"))

@@ -60,7 +60,11 @@ class Engine:
     recorder: Recorder
     separate_drafter: bool = False
     closed_loop: bool = False
-    next_arrival: object = None  # callable: the next known arrival time (inf: none)
+    #: callable(replica index): the time of the next arrival this replica's window stops at (inf:
+    #: none); where ``foreseen`` it is the next request this replica receives, else a guess (an
+    #: arrival that reaches the replica earlier wakes it and cuts its window there)
+    next_arrival: object = None
+    foreseen: bool = True
     on_finish: object = None  # callable(rid) when a request's last token is out
     window_max: int = WINDOW_MAX
     #: for a tree policy, nodes of a full tree of depth 0, 1, …, depth (what a capped tree verifies)
@@ -120,18 +124,20 @@ class Replica:
                 self._idle = None
                 continue
             plan = sched.schedule(eng.lookahead, now)
-            win = compute(eng, sched, plan, now, self._step_guess, self._layout)
+            nxt = eng.next_arrival(self.index) if eng.next_arrival is not None else np.inf
+            win = compute(eng, sched, plan, now, self._step_guess, self._layout, nxt)
             waiting = len(sched.waiting)  # during the window (arrivals join at its end)
             clock = np.empty(win.W + 1)
             clock[0] = now
             clock[1:] = win.time
             np.add.accumulate(clock, out=clock)
             starts, ends = clock[:-1], clock[1:]
-            nxt = eng.next_arrival() if eng.next_arrival is not None else np.inf
-            n = max(1, np.count_nonzero(starts < nxt))  # the steps that start before the next arrival
+            # the steps that start before the next arrival (a guess where not foreseen: the window
+            # goes on, and an arrival here wakes the replica)
+            n = max(1, np.count_nonzero(starts < nxt)) if eng.foreseen else win.W
             first = self._prefills_finishing(win)  # requests whose last token is their prefill's, out at step 0's end
             self._pending = (ends, win.finish, n, first)
-            if not eng.closed_loop:  # open loop: every arrival is foreseen (the window stops at it)
+            if eng.foreseen:  # every arrival here is foreseen (the window stops at it)
                 yield env.timeout(max(ends[n - 1] - env.now, 0.0))
             else:
                 self._wake = env.event()

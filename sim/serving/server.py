@@ -176,7 +176,14 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     heap: list = []
     finish_events: dict = {}
 
-    def next_arrival() -> float:
+    R = config.replicas
+    round_robin = config.router == "round-robin"
+
+    def next_arrival(replica: int) -> float:
+        """The next arrival replica ``replica`` stops its window at: open loop under round-robin
+        routing, the next request it receives (request i goes to replica i mod R); else the
+        next request anyone receives (one replica), or the R-th next (least-outstanding: about
+        when this replica's next comes; one sent to it earlier wakes it)."""
         if closed:
             while heap and heap[0] < env.now:
                 heapq.heappop(heap)
@@ -184,9 +191,11 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
         i = state["next"]
         if capped and i - state["done"] >= max_in_flight:
             return np.inf  # sent when a request finishes (a finish cuts the window)
-        if i >= n:
-            return np.inf
-        return max(float(workload.arrival[i]), state["sent"], state["freed"]) if capped else float(workload.arrival[i])
+        if capped:
+            return max(float(workload.arrival[i]), state["sent"], state["freed"]) if i < n else np.inf
+        if R > 1:
+            i = i + (replica - i) % R if round_robin else i + R - 1
+        return float(workload.arrival[i]) if i < n else np.inf
 
     def on_finish(rid: int) -> None:
         state["done"] += 1
@@ -203,7 +212,7 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
 
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed or capped,
-                    next_arrival=next_arrival, on_finish=on_finish, window_max=config.window_max,
+                    next_arrival=next_arrival, foreseen=not (closed or capped or (R > 1 and not round_robin)), on_finish=on_finish, window_max=config.window_max,
                     tree_nodes=_tree_nodes(policy, config.process), layout=config.layout)
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv, replica=r)) for r in range(config.replicas)]
     router = make_router(config.router)

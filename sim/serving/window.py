@@ -487,17 +487,16 @@ def _record(sums: np.ndarray, pre: tuple | None, padded=None, prefill=None) -> B
 
 # ------------------------------------------------------------------------------------ a window
 
-def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state) -> Window:
+def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state, next_arrival: float = np.inf) -> Window:
     """The window that starts with ``plan`` at ``now`` (``step_guess``: the last window's mean
-    step time, to stop near the next arrival)."""
+    step time, to stop near ``next_arrival``)."""
     table, book = engine.table, engine.book
     pre = prefills(plan, table)
     ln = lanes(plan, pre, table, book)
     waiting = bool(scheduler.waiting)
     stalled = len(scheduler.running) > len(plan.decode) + len(plan.prefill)  # a prefill waits for blocks
     cut_at_finish = waiting or stalled or engine.controller.batch_dependent or engine.closed_loop
-    nxt = engine.next_arrival() if engine.next_arrival is not None else np.inf
-    W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=nxt, step_guess=step_guess,
+    W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=next_arrival, step_guess=step_guess,
              window_max=engine.window_max)
     win = draw(ln, W, book, pre)
     cap(win, engine.controller, engine.tree_nodes, len(scheduler.running))
