@@ -41,7 +41,7 @@ from .commands.optimization import (
 from .commands.planning import EwifConfig, EwifResult, PlanConfig, PlanResult, ewif, plan
 from .commands.running import RunConfig, RunResult, run_method
 from .commands.serve import CheckRow, CheckServeConfig, CheckServeResult, ServeConfig, ServeResult, check_serve, serve
-from .commands.servesim import ServeSimConfig, ServeSimResult, ServeSummary, serve_sim, serving_config
+from .commands.servesim import ServeSimConfig, ServeSimOutputs, ServeSimResult, ServeSummary, serve_sim, serving_config
 from .commands.simulation import AcceptanceOptions, SimulateConfig, SimulateResult, simulate
 from .commands.sweeping import (
     CapacityConfig,
@@ -62,7 +62,7 @@ __all__ = [
     "CostConfig", "CostResult", "cost", "CalibrateConfig", "CalibrateResult", "calibrate_hardware",
     "EwifConfig", "EwifResult", "ewif", "PlanConfig", "PlanResult", "plan",
     "SimulateConfig", "SimulateResult", "simulate",
-    "ServeSimConfig", "ServeSimResult", "serve_sim", "serving_config",
+    "ServeSimConfig", "ServeSimOutputs", "ServeSimResult", "serve_sim", "serving_config",
     "ServeSummary", "ServeConfig", "ServeResult", "serve", "CheckServeConfig", "CheckServeResult", "CheckRow", "check_serve",
     "DemoConfig", "DemoResult", "demo", "RunConfig", "RunResult", "run_method", "ProfileConfig", "ProfileResult", "profile",
     "TrainHeadConfig", "TrainHeadResult", "train_head",

@@ -438,13 +438,14 @@ def _acceptance_warnings(config: CapacityConfig) -> list[str]:
 
 
 def _serve_config(options: dict):
-    """A serve-kind point's (ServeSimConfig, ServingConfig), for the reports' assumptions."""
+    """A serve-kind point's (ServeSimConfig, ServingConfig, Assembly), for the reports'
+    assumptions: the assembly the serving configuration was built from, assembled once."""
     from draftsim.sweepkinds import COMMANDS
 
-    from .servesim import serving_config
+    from .servesim import serving_setup
 
     config = COMMANDS["serve"].config(options)
-    return config, serving_config(config)
+    return (config, *serving_setup(config))
 
 
 def _answer(config: CapacityConfig, result: CapacityResult) -> None:
