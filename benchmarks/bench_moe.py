@@ -2,7 +2,9 @@
 
 For every published point: the step priced from the tables (:func:`draftsim.sim.cost.moe_tables.decode_step`,
 the engine's per-step host time from sim/data/engines.json on top), the catalog roofline's plain step as
-``draftsim cost`` prices it today (the same engine), and the error of each. Points the tables cannot price
+``draftsim cost`` prices it (the same engine; its routed experts at the grouped-GEMM efficiency the GPU's
+MoE table measures, sim/cost/moe_tables.py), ``--cost-model operators``' step (sim/cost/operators.py), and
+the error of each. Points the tables cannot price
 say which part is missing. Run: ``python benchmarks/bench_moe.py`` (needs the ``operators`` extra).
 """
 
@@ -42,27 +44,37 @@ def roofline(point: dict) -> float | None:
         return None
 
 
+def operators(point: dict, expert_parallel: bool = False) -> float | None:
+    """The step as ``--cost-model operators`` prices it (sim/cost/operators.py), with the point's engine."""
+    try:
+        a = assemble(Deployment(point["model"], point["hardware"], (), tp=point["tp"], dtype=point["dtype"], overheads=point["engine"],
+                                cost_model="operators", expert_parallel=expert_parallel))
+        return float(a.target.shape_time(point["batch"], 1, point["context"])) * 1e3
+    except DraftsimError:
+        return None
+
+
 def main() -> int:
     points = json.loads(DATA.read_text())["points"]
     rows, scored = [], []
     for p in points:
         tables, why = predict(p)
-        roof = roofline(p)
+        roof, ops = roofline(p), operators(p)
         pub = p["published_tpot_ms"]
-        err = None if tables is None else tables / pub - 1
-        rerr = None if roof is None else roof / pub - 1
+        err, rerr, oerr = (None if x is None else x / pub - 1 for x in (tables, roof, ops))
         if p.get("scored") and err is not None:
-            scored.append((err, rerr))
-        rows.append((p["label"], pub, tables, err, roof, rerr, "scored" if p.get("scored") else "not scored", why))
-    print(f"{'point':52s} {'published':>9s} {'tables':>7s} {'error':>7s} {'roofline':>8s} {'error':>7s}")
-    for label, pub, t, e, r, re, s, why in rows:
+            scored.append((err, rerr, oerr))
+        rows.append((p["label"], pub, tables, err, roof, rerr, ops, oerr, "scored" if p.get("scored") else "not scored", why))
+    print(f"{'point':52s} {'published':>9s} {'tables':>7s} {'error':>7s} {'roofline':>8s} {'error':>7s} {'operators':>9s} {'error':>7s}")
+    for label, pub, t, e, r, re, o, oe, s, why in rows:
         f = lambda x, fmt: "—" if x is None else format(x, fmt)  # noqa: E731
-        print(f"{label[:52]:52s} {pub:9.2f} {f(t, '7.2f')} {f(e, '+7.1%')} {f(r, '8.2f')} {f(re, '+7.1%')}  {s}" + (f"  ({why[:80]})" if why else ""))
+        print(f"{label[:52]:52s} {pub:9.2f} {f(t, '7.2f')} {f(e, '+7.1%')} {f(r, '8.2f')} {f(re, '+7.1%')} {f(o, '9.2f')} {f(oe, '+7.1%')}  {s}"
+              + (f"  ({why[:80]})" if why else ""))
     if scored:
-        e = np.abs([x for x, _ in scored])
-        r = np.abs([y for _, y in scored if y is not None])
-        print(f"{len(scored)} scored points: tables median |error| {np.median(e):.1%}, worst {e.max():.1%}; "
-              f"roofline median {np.median(r):.1%}, worst {r.max():.1%}")
+        print(f"{len(scored)} scored points, median |error| / worst: " + "; ".join(
+            f"{name} {np.median(v):.1%} / {v.max():.1%}" for name, v in
+            (("tables", np.abs([x[0] for x in scored])), ("roofline", np.abs([x[1] for x in scored if x[1] is not None])),
+             ("operators", np.abs([x[2] for x in scored if x[2] is not None]))) if len(v)))
     return 0
 
 

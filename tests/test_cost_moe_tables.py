@@ -44,7 +44,7 @@ def test_grouped_gemm_efficiency_is_low_at_one_row_per_expert_and_rises_with_row
     m = CAT.model("deepseek-v3")
     table = measured_experts(m, "h200", "vllm", "float8", tp=8)
     assert table is not None and "triton" in table.kernel and table.moe_dtype == "fp8_block"
-    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
+    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8, moe_efficiency=False)  # the plain roofline of the experts
     B, P = roof.hardware.memory_bandwidth, roof.peak  # the hardware's own peaks: efficiency against the datasheet
     n = np.array([1.0, 8.0, 64.0])
     per_layer = roof._experts.seconds(n, B, P) / m.moe_layers
@@ -65,15 +65,20 @@ def test_a_batch1_decode_step_has_every_part_measured_and_costs_more_than_the_ro
     assert step.seconds > 2 * float(roof.shape_time(1, 1, 512))  # the roofline's 2.8 ms forward misses the small-M inefficiency
 
 
-def test_tables_are_closer_than_the_roofline_to_every_scored_deepseek_measurement():
+def test_tables_are_closer_than_the_roofline_to_the_scored_deepseek_measurements():
+    """At the median over the scored points (benchmarks/bench_moe.py: tables 28.7%, the roofline 36.5% with its experts at
+    the measured grouped-GEMM efficiency, 40.3% at the catalog's MBU). Point by point no longer: at concurrency 8 (InferenceX
+    issue 870, 12.8 ms) the roofline with the measured efficiency is 24.5% low and the tables 28.7% high."""
     from draftsim.sim.cost.assembly import Deployment, assemble
 
     pts = _deepseek_points()
     assert len(pts) >= 3
+    tables, roofs = [], []
     for p in pts:
         a = assemble(Deployment(p["model"], p["hardware"], (), tp=p["tp"], dtype=p["dtype"], overheads=p["engine"]))
-        roof = float(a.target.shape_time(p["batch"], 1, p["context"])) * 1e3
-        assert abs(_tables_ms(p) / p["published_tpot_ms"] - 1) < abs(roof / p["published_tpot_ms"] - 1), p["label"]
+        roofs.append(abs(float(a.target.shape_time(p["batch"], 1, p["context"])) * 1e3 / p["published_tpot_ms"] - 1))
+        tables.append(abs(_tables_ms(p) / p["published_tpot_ms"] - 1))
+    assert np.median(tables) < np.median(roofs)
 
 
 @pytest.mark.xfail(strict=True, reason="misses: the tables price DeepSeek-V3 on 8x H200 (fp8, TP 8) 24.5-35% above InferenceX issue 870's "
@@ -102,3 +107,24 @@ def test_expert_cost_prices_measured_layers_in_place_of_the_roofline():
     n = np.array([1.0, 4.0, 64.0])
     assert np.allclose(e.seconds(n, 1.0, 1.0), m.moe_layers * table(n))  # bandwidth and peak no longer matter
     assert np.all(e.seconds(n, 4.8e12, 1.98e15) > roof._experts.seconds(n, 4.8e12, 1.98e15))
+
+
+def test_the_roofline_prices_routed_experts_at_the_grouped_gemm_efficiency_the_gpus_table_measures():
+    """Issue 37: grouped-GEMM efficiency at the rows each awake expert receives. DeepSeek-V3 at TP 8 on H200: its own
+    expert shape's curve (vLLM's fused-MoE table, balanced routing, moe_tp 8) against the datasheet roofline."""
+    from draftsim.sim.cost.moe_tables import grouped_gemm_efficiency
+
+    m, hw = CAT.model("deepseek-v3"), CAT.hardware_spec("h200")
+    roof = RooflineModel(m, hw, "float8", tp=8)
+    plain = RooflineModel(m, hw, "float8", tp=8, moe_efficiency=False)
+    curve = roof.expert_efficiency
+    assert curve is not None and "moe_perf.parquet" in curve.source and "own expert shape" in curve.source and "moe_tp 8" in curve.source
+    assert curve is grouped_gemm_efficiency(hw, "float8", 8, model=m)
+    n = np.array([1.0, 8.0, 64.0, 512.0])
+    rows = tokens_per_awake_expert(n, m.experts, m.experts_per_token)
+    datasheet = plain._experts.seconds(n, hw.memory_bandwidth, roof.peak)
+    assert np.allclose(roof._expert_seconds(n), datasheet / curve(rows), rtol=1e-12)
+    assert np.all(curve.efficiency > 0) and curve(1.0) < hw.mbu  # one row per expert: below the catalog's MBU
+    assert float(roof._expert_seconds(np.array([1.0]))[0]) > float(np.asarray(plain._expert_seconds(np.array([1.0]))).reshape(-1)[0])
+    # without a table for the GPU (or without the operators extra) the catalog's MBU/MFU stay
+    assert RooflineModel(m, CAT.hardware_spec("b200"), "float8", tp=8, check_memory=False).expert_efficiency is None

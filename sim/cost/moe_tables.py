@@ -35,16 +35,20 @@ hold is reported in :attr:`DecodeStep.missing` and the step is not priced (no si
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from ..errors import DraftsimError
+from .catalog import WEIGHT_ONLY
 from .kernel_tables import FRAMEWORKS, SYSTEMS, allreduce_rows, mem_op_constants, newest_table, read_columns, systems_root
 from .moe import expected_experts
 
-__all__ = ["DISTRIBUTION", "DecodeStep", "MeasuredExperts", "decode_step", "measured_experts", "tokens_per_awake_expert"]
+__all__ = ["DISTRIBUTION", "DecodeStep", "GroupedGemmEfficiency", "MeasuredExperts", "decode_step", "grouped_gemm_efficiency",
+           "measured_experts", "tokens_per_awake_expert"]
 
 #: AIConfigurator's default routing distribution for DeepSeek-style MoE (sdk/config.py, sdk/models/deepseek.py).
 DISTRIBUTION = "power_law_1.01"
@@ -301,3 +305,110 @@ def _bilinear(df, batch: float, step: float) -> float | None:
     if any(np.isnan(x) and w > 0 for x, w in corners):
         return None
     return 1e-3 * float(sum(x * w for x, w in corners if w > 0))
+
+
+@dataclass(frozen=True)
+class GroupedGemmEfficiency:
+    """The fused-MoE kernel's efficiency against the datasheet roofline as a function of the rows each
+    awake expert receives, measured on one GPU (:func:`grouped_gemm_efficiency`): ``rows`` (increasing)
+    and ``efficiency`` there, the median over the table's expert shapes; held at the ends outside them."""
+
+    source: str
+    rows: np.ndarray
+    efficiency: np.ndarray
+
+    def __call__(self, rows) -> np.ndarray:
+        r = np.log(np.maximum(np.asarray(rows, dtype=np.float64), self.rows[0]))
+        return np.interp(r, np.log(self.rows), self.efficiency)
+
+    def priced(self, experts, bandwidth: float, peak: float) -> Callable:
+        """One layer's seconds of ``experts`` (a :class:`~draftsim.sim.cost.moe.ExpertCost` without
+        ``measured``) for calls of N tokens: its roofline at the datasheet ``bandwidth`` and ``peak``
+        over this efficiency at the rows per awake expert of N tokens (uniform routing)."""
+        def per_layer(n_tokens) -> np.ndarray:
+            n = np.asarray(n_tokens, dtype=np.float64)
+            rows = tokens_per_awake_expert(n, experts.experts, experts.per_token)
+            eff = self(np.maximum(rows, 1.0))
+            return np.where(n > 0, experts.seconds(n, bandwidth, peak) / experts.layers / eff, 0.0)
+
+        return per_layer
+
+
+#: the roofline's weight dtype -> the MoE table's moe_dtype and the bytes of a weight and of an activation
+_EFFICIENCY_DTYPES = {"bfloat16": (("bfloat16",), 2, 2), "float16": (("bfloat16",), 2, 2), "float8": (("fp8_block", "fp8"), 1, 1)}
+
+
+@functools.lru_cache(maxsize=32)
+def _efficiency_curve(hardware_name: str, bandwidth: float, peak: float, dtype: str, tp: int = 1, expert_parallel: bool = False,
+                      distribution: str = "balanced", shape: tuple | None = None) -> GroupedGemmEfficiency | None:
+    system = SYSTEMS.get(hardware_name)
+    kinds = _EFFICIENCY_DTYPES.get(dtype)
+    if system is None or kinds is None:
+        return None
+    try:
+        root = systems_root()
+    except DraftsimError:  # the operators extra is not installed: the catalog's MBU/MFU
+        return None
+    path = newest_table(root, system, "moe", "vllm", "moe_perf.parquet")
+    if path is None:
+        return None
+    df = read_columns(str(path), ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                                  "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    mtp, mep = (1, tp) if expert_parallel else (tp, 1)
+    df = df[(df.moe_tp_size == mtp) & (df.moe_ep_size == mep)]
+    if distribution == "balanced" and not (df.distribution == distribution).any():  # A100's table measured skewed routers only
+        distribution = DISTRIBUTION
+    df = df[df.distribution == distribution]
+    moe_dtypes, wb, ab = kinds
+    df = next((d for d in (df[df.moe_dtype == m] for m in moe_dtypes) if not d.empty), None)
+    if df is None:
+        return None
+    from .moe import ExpertCost
+
+    groups = df.groupby(["hidden_size", "inter_size", "topk", "num_experts"])
+    own = shape is not None and shape in groups.groups
+    curves = []
+    for (h, inter, k, e), g in groups:
+        if own and (h, inter, k, e) != shape:
+            continue
+        kernels = sorted(g.kernel_source.unique())
+        kernel = next((x for x in kernels if "triton" in x), kernels[0])
+        t = g[g.kernel_source == kernel].groupby("num_tokens").latency.median()
+        n, secs = t.index.to_numpy(np.float64), t.to_numpy(np.float64) * 1e-3
+        if e % mep or inter % mtp:
+            continue
+        w = 3 * h * inter // mtp  # one expert's slice on a device (whole experts under expert parallelism)
+        cost = ExpertCost(1, int(e), int(k), w * wb, (2 * h + 2 * inter // mtp) * ab, 2 * w, groups=mep)
+        curves.append((np.log(tokens_per_awake_expert(n, int(e), int(k))), cost.seconds(n, bandwidth, peak) / secs))
+    if not curves:
+        return None
+    grid = np.geomspace(1.0, float(np.exp(max(c[0][-1] for c in curves))), 64)
+    eff = []
+    for r in np.log(grid):
+        at = [np.interp(r, x, y) for x, y in curves if x[0] <= r <= x[-1]]
+        eff.append(np.median(at) if at else np.nan)
+    eff = np.asarray(eff)
+    keep = np.isfinite(eff)
+    which = f"the model's own expert shape {shape}" if own else f"median of {len(curves)} expert shapes"
+    return GroupedGemmEfficiency(f"{path} ({which}, {'/'.join(moe_dtypes)}, {distribution} routing, "
+                                 f"moe_tp {mtp}, moe_ep {mep})", grid[keep], eff[keep])
+
+
+def grouped_gemm_efficiency(hardware, dtype: str, tp: int = 1, expert_parallel: bool = False, distribution: str = "balanced",
+                            model=None) -> GroupedGemmEfficiency | None:
+    """The grouped-GEMM efficiency curve of catalog ``hardware`` at weights ``dtype`` from vLLM's fused-MoE
+    table (the triton kernel where measured) against the datasheet roofline of the same experts (its
+    memory bandwidth and ``dtype``'s peak) at ``tp`` devices (``expert_parallel``: whole experts over them,
+    else each expert split): the roofline's seconds over the measured ones at each token count, placed at
+    that count's rows per awake expert (:func:`tokens_per_awake_expert`); ``model``'s own expert shape
+    where the table holds it, else the median over the table's shapes at each of 64 rows from 1 up. The
+    routing is ``balanced`` (uniform), the roofline's own assumption, so the curve is the kernel's
+    efficiency alone (a table without balanced rows, A100's: :data:`DISTRIBUTION`, said in the source). None where the GPU, the dtype, the split or the tables (the ``operators`` extra)
+    are missing."""
+    try:
+        peak = hardware.peak(WEIGHT_ONLY.get(dtype, dtype))
+    except DraftsimError:
+        return None
+    shape = (model.hidden, model.expert_intermediate, model.experts_per_token, model.experts) if model is not None else None
+    return _efficiency_curve(hardware.name, float(hardware.memory_bandwidth), float(peak), dtype, int(tp), bool(expert_parallel),
+                             distribution, shape)

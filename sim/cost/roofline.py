@@ -43,6 +43,8 @@ layers) is treated as full attention, which overestimates KV reads beyond the wi
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import DraftsimError, as_count, as_positive
@@ -50,6 +52,7 @@ from .base import BatchStats, CostModel, checked_sizes
 from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec, dtype_bytes
 from .memory import MemoryFootprint, activation_bytes_per_token
 from .moe import ExpertCost
+from .moe_tables import grouped_gemm_efficiency
 from .overheads import pad_tokens
 
 __all__ = ["RooflineModel", "fit_overhead", "overlapped"]
@@ -69,6 +72,9 @@ class RooflineModel(CostModel):
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
     floor : the least a call takes (host work run beside the forward: an overlapped scheduler)
     expert_parallel : place the routed experts whole across the tp devices (:mod:`draftsim.sim.cost.moe`)
+    moe_efficiency : the routed experts at the grouped-GEMM efficiency measured at the rows each awake
+        expert receives, where the GPU has a fused-MoE table (:func:`~draftsim.sim.cost.moe_tables.grouped_gemm_efficiency`,
+        the ``operators`` extra); False, or without a table: the catalog's MBU and MFU
     kv_per_query : attention reads each query's whole context (a verification by batch expansion)
     """
 
@@ -76,7 +82,7 @@ class RooflineModel(CostModel):
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
                  graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
-                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None):
+                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None, moe_efficiency: bool = True):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -114,6 +120,10 @@ class RooflineModel(CostModel):
         self.kv_per_query = bool(kv_per_query)
         #: routed experts placed whole across the tp devices (vLLM's --enable-expert-parallel at DP 1)
         self.expert_parallel = bool(expert_parallel)
+        #: price the routed experts at the grouped-GEMM efficiency the GPU's MoE table measures (where it has one)
+        self.moe_efficiency = bool(moe_efficiency)
+        #: that efficiency curve (sim/cost/moe_tables.py), or None: the catalog's MBU/MFU
+        self.expert_efficiency = None
         if self.expert_parallel:
             if not model.experts:
                 raise DraftsimError(f"--expert-parallel places routed experts on devices; {model.name} has none (a dense model)")
@@ -237,6 +247,12 @@ class RooflineModel(CostModel):
             act = (h + (m.mlp_matrices - 1) * m.expert_intermediate / split + h) * w
             self._experts = ExpertCost(m.moe_layers, m.experts, m.experts_per_token, m.expert_params / split * self.weight_bytes, act,
                                        2 * m.expert_params / split, groups=e)
+            # the grouped GEMMs at the efficiency the GPU's fused-MoE table measures at the rows each awake expert receives
+            curve = grouped_gemm_efficiency(self.hardware, self.dtype, t, self.expert_parallel, model=m) if self.moe_efficiency else None
+            if curve is not None:
+                self.expert_efficiency = curve
+                self._experts = dataclasses.replace(self._experts, measured=curve.priced(self._experts, self.hardware.memory_bandwidth,
+                                                                                          self.peak))
         groups.append((np.array([head]), 1))
         return groups
 
@@ -256,6 +272,8 @@ class RooflineModel(CostModel):
         """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
         if self._experts is None:
             return 0.0
+        if self._experts.measured is not None:  # at the measured grouped-GEMM efficiency (bandwidth and peak inside)
+            return self._experts.seconds(N, 0.0, 0.0)
         if self.overlap < 1.0:
             B, P = self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu
             return overlapped(self._experts.bytes(N) / B, self._experts.flops(N) / P, self.overlap)
@@ -400,7 +418,8 @@ class RooflineModel(CostModel):
         return RooflineModel(self.model, self.hardware, self.dtype, self.tp, self.pp, mfu=self.mfu, mbu=self.mbu,
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
-                             floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query, kv_dtype=self.kv_dtype)
+                             floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query, kv_dtype=self.kv_dtype,
+                             moe_efficiency=self.moe_efficiency)
 
 
 class _DenseCurve:
