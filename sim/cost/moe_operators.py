@@ -50,12 +50,10 @@ A2A_LOW_LATENCY_MAX = 256
 
 
 def mla_grid(path: Path | None, model, heads: int, dtype: str, axis: str):
-    """(grid, kernel) of an MLA module table for ``model`` at ``heads`` query heads a device: ``axis``
-    ``step`` (decode: batch × cached tokens) or ``isl`` (prefill: batch × prompt tokens); (None, why)
-    where the table does not hold it. Block-FP8 weights read the FP8-KV rows (FlashMLA), bfloat16 the
-    bfloat16 ones."""
-    from .operators import _Grid2D
-
+    """(rows, kernel) of an MLA module table for ``model`` at ``heads`` query heads a device, of one
+    kernel: latency (ms) by ``batch_size`` and ``axis``, ``step`` (decode: cached tokens) or ``isl``
+    (prefill: prompt tokens); (None, why) where the table does not hold it. Block-FP8 weights read the
+    FP8-KV rows (FlashMLA), bfloat16 the bfloat16 ones."""
     if path is None:
         return None, "no MLA module table"
     if (model.hidden, model.q_lora_rank, model.kv_lora_rank) != MLA_SHAPE:
@@ -72,7 +70,7 @@ def mla_grid(path: Path | None, model, heads: int, dtype: str, axis: str):
     # (FlashMLA's context rows stop at 128 tokens; vLLM prefills MLA with FlashAttention)
     kernel = (next((k for k in kernels if "FLASHMLA" in k.upper()), kernels[0]) if axis == "step" else
               max(kernels, key=lambda k: (df[df.kernel_source == k][axis].nunique(), k)))
-    return _Grid2D.from_frame(df[df.kernel_source == kernel], "batch_size", axis), f"{kernel}, {gemm} GEMMs, {kv} KV"
+    return df[df.kernel_source == kernel], f"{kernel}, {gemm} GEMMs, {kv} KV"
 
 
 def a2a_table(path: Path | None, model, devices: int) -> dict | None:

@@ -381,8 +381,11 @@ class OperatorModel(RooflineModel):
             paths = [newest_table(self.root, self.system, "mla", "vllm", f) for f in ("mla_generation_module_perf.parquet",
                                                                                     "mla_context_module_perf.parquet")]
             said = f"; vLLM's: {self.framework}'s MLA tables hold the attention kernel alone, not the block"
-        (self._mla, gen_kernel), (self._mla_ctx, ctx_kernel) = (mla_grid(p, self.model, heads, self.dtype, axis)
-                                                                for p, axis in zip(paths, ("step", "isl")))
+        grids = []
+        for path, axis in zip(paths, ("step", "isl")):
+            rows, what = mla_grid(path, self.model, heads, self.dtype, axis)
+            grids.append((None if rows is None else _Grid2D.from_frame(rows, "batch_size", axis), what))
+        (self._mla, gen_kernel), (self._mla_ctx, ctx_kernel) = grids
         self._sources["attention"] = (f"MLA block (projections + attention) at {heads} query heads: decode "
                                       + (f"{self._rel(paths[0])} ({gen_kernel})" if self._mla else f"estimated: roofline ({gen_kernel})")
                                       + "; prefill " + (f"{self._rel(paths[1])} ({ctx_kernel})" if self._mla_ctx else f"estimated: roofline ({ctx_kernel})")
@@ -598,25 +601,14 @@ class OperatorModel(RooflineModel):
         miss = np.isnan(out)
         if np.any(miss):
             self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
-            out[miss] = np.broadcast_to(self._roof_mla(B, N, cached), out.shape)[miss]
+            out[miss] = np.broadcast_to(self.latent_attention_seconds(B, N, cached), out.shape)[miss]
         return out
-
-    def _roof_mla(self, B, N, cached) -> np.ndarray:
-        """The catalog roofline's latent attention (its projections and the attention over the latent
-        cache, sim/cost/roofline.py) for calls of N tokens over B sequences."""
-        weights, flops_tok, act_tok, mult = self._dense[0]  # the attention rows, once per layer
-        P, bw = self.peak * self.mfu, self.hardware.memory_bandwidth * self.mbu
-        n = np.asarray(N, np.float64)[..., None]
-        proj = (np.maximum((weights + act_tok * n) * (mult / bw), n * (flops_tok * mult / P))).sum(axis=-1)
-        nbar = N / B
-        pairs = N * (cached / B + (nbar + 1) / 2)
-        return proj + np.maximum(cached * self._kv_per_cached + N * self._kv_per_token, pairs * self._flops_per_pair)
 
     def _routed_seconds(self, Np) -> np.ndarray:
         """The routed experts of every MoE layer: the fused-MoE table at the call's tokens; beyond its
         largest count that time scaled by the roofline's ratio; without a table the roofline (recorded)."""
         r, Np = self._routed, np.asarray(Np, np.float64)
-        roof = lambda n: RooflineModel._expert_seconds(self, n)  # noqa: E731
+        roof = self.expert_seconds
         if r is None:
             self._note("routed experts", "no measured fused MoE of this shape: roofline")
             return np.asarray(roof(Np), np.float64) * np.ones_like(Np)

@@ -268,6 +268,21 @@ class RooflineModel(CostModel):
         t = np.where(msg <= sizes[-1], np.interp(msg, sizes, secs), secs[-1] + (msg - sizes[-1]) * per_byte)
         return count * np.where(msg > 0, t, 0.0)
 
+    def expert_seconds(self, N) -> np.ndarray | float:
+        """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
+        return self._expert_seconds(N)
+
+    def latent_attention_seconds(self, B, N, cached) -> np.ndarray:
+        """A latent-attention model's attention per call of N tokens over B sequences with ``cached``
+        tokens in all: its projections (the first dense group, once per layer) and the attention over
+        the latent cache, each max(memory, compute) at the catalog's MBU/MFU."""
+        weights, flops_tok, act_tok, mult = self._dense[0]
+        P, bw = self.peak * self.mfu, self.hardware.memory_bandwidth * self.mbu
+        n = np.asarray(N, np.float64)[..., None]
+        proj = (np.maximum((weights + act_tok * n) * (mult / bw), n * (flops_tok * mult / P))).sum(axis=-1)
+        pairs = N * (cached / B + (N / B + 1) / 2)
+        return proj + np.maximum(cached * self._kv_per_cached + N * self._kv_per_token, pairs * self._flops_per_pair)
+
     def _expert_seconds(self, N) -> np.ndarray | float:
         """The routed experts' seconds for calls of N tokens (0 for a dense model)."""
         if self._experts is None:
