@@ -165,7 +165,7 @@ def _kind(name: str, metrics: dict, default_metrics: tuple[str, ...], **kwargs) 
 KINDS: dict[str, Kind] = {
     "simulate": _kind("simulate", SIMULATE_METRICS,
                       ("ewif", "ewif_se", "tokens_per_call", "acceptance_rate", "latency_per_token", "analytic_ewif"),
-                      seed_option="seed", rate_option="rate", forbidden=("timeline", "timeline_png"),
+                      seed_option="seed", rate_option="rate",
                       help="draftsim simulate: Monte Carlo or discrete-event simulation of a policy"),
     "serve": _kind("serve", SERVE_METRICS, ("ttft_p99", "tpot_p50", "e2e_p99", "throughput", "goodput", "mean_acceptance_length"),
                    seed_option="seed", rate_option="qps", forbidden=("sweep_qps",),

@@ -21,7 +21,7 @@ controllers   speculation controllers per batch step (shared by the serving simu
 cost/         cost models of a forward call over a batch: linear, measured profile,
               roofline; model and hardware catalogs; model-on-hardware assembly
 montecarlo    vectorised Monte Carlo engine
-des           simpy discrete-event engine (one stream of requests, no batching)
+des           simpy discrete-event executor (one stream of requests, no batching)
 serving/      discrete-event serving simulator: workloads, paged KV cache, scheduler,
               replicas, router, metrics
 records       run records (calls, rounds, draft events), defined once

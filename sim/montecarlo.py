@@ -8,7 +8,7 @@ Heuristic) the round's accepted length is sampled directly as min(Geometric, k).
 
 The result holds per-sequence counts (tokens, rounds, forward calls and the tokens they
 processed per model, drafted and accepted tokens per model), acceptance by draft position,
-and optionally every round (for the discrete-event engine, which replays them on a
+and optionally every round (for the discrete-event executor, which replays them on a
 timeline). :func:`rounds` gives every round alone, flat (for the serving simulator's round
 book).
 """

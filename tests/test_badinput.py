@@ -155,6 +155,10 @@ CASES = [
     (["simulate", "--policy", "fixed:k=3", "--alpha", "-inf", "--cost", "0.1"], ["alpha must lie in [0, 1]; got -inf"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "1e10", "--executor", "des"],
      ["--tokens 10,000,000,000 with --executor des", "memory", "the budget is", "or fewer"]),
+    # one token a round (acceptance 0) keeps a round per token: 836 B each, measured; 13M tokens once passed a
+    # 300 B/token estimate made at acceptance 0.8 and would have needed ~11 GB
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0", "--cost", "0.01", "--tokens", "13000000", "--executor", "des"],
+     ["--tokens 13,000,000 with --executor des", "memory", "the budget is", "or fewer"]),
     (["simulate", "--policy", "fixed:k=3", "--markov", "0.9,0.3", "--cost", "0.1", "--tokens", "1e10"],
      ["--tokens 10,000,000,000 with --executor mc", "the budget is", "or fewer"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "0"], ["tokens must be an integer in [1, 10000000000]; got 0"]),
@@ -180,8 +184,8 @@ CASES = [
     # a special file of the fixture, never /dev/null: a regression would replace it (atomic rename), as root the device itself
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--timeline", "{W}/fifo/manifest.json"],
      ["manifest.json' exists and is not a regular file"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "tl.json"], ["--timeline applies to the discrete-event engine"]),
-    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--rate", "2"], ["--rate applies to the discrete-event engine"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "tl.json"], ["--timeline applies to the discrete-event executor"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--rate", "2"], ["--rate applies to the discrete-event executor"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--executor", "des", "--sequences", "8"], ["--sequences 8 applies to --executor mc"]),
     (["simulate", "--policy", "warp:k=3", "--alpha", "0.8", "--cost", "0.1"], ["unknown policy 'warp'"]),
     (["simulate", "--policy", "fixed:k=x", "--alpha", "0.8", "--cost", "0.1"], ["k='x' is not a valid value"]),

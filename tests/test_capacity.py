@@ -1,6 +1,6 @@
 """Capacity search (analysis.capacity, draftsim capacity): bracketing + bisection against
 known answers, an M/D/1 server against the Pollaczek–Khinchine closed form, the command end to
-end on the discrete-event engine, malformed capacity specs."""
+end on the discrete-event executor, malformed capacity specs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from draftsim.cli import main
 from draftsim.sim.errors import DraftsimError
 from draftsim.sweepkinds import KINDS
 
-#: Two configurations (no speculation, k = 4) of the discrete-event engine: 40 requests of 100
+#: Two configurations (no speculation, k = 4) of the discrete-event executor: 40 requests of 100
 #: tokens; SLO on the mean latency (in target-call times).
 DES_SPEC = """
 version = 1
@@ -162,7 +162,7 @@ def test_capacity_resumes_without_searching_again(tmp_path, capsys):
     (("tolerance = 0.05", "tolerance = 0.05\nqps = 3"), "unknown [capacity] key 'qps'"),
     (("requests = 40", "requests = 40\nrate = 0.1"), "the capacity search sets rate"),
     (("start = 0.001", "start = 0.00001"), "minimum <= start <= maximum"),
-    (('executor = "des"\n', ""), "--rate applies to the discrete-event engine"),
+    (('executor = "des"\n', ""), "--rate applies to the discrete-event executor"),
 ])
 def test_malformed_capacity_specs(tmp_path, capsys, edit, message):
     spec = tmp_path / "cap.toml"

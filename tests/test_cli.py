@@ -134,7 +134,7 @@ def test_simulate_des_text_and_timeline(capsys, tmp_path):
         (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--executor", "des", "--rate", "0"], "rate must be finite and > 0"),
         (["simulate", "--policy", "vertical:K=0,1;1,0", "--alpha", "0.8", "--cost", "0.1"], "strictly upper triangular"),
         (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--pair", "1:2=0.5"], "need 0 <= V < M"),
-        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "x.json"], "--timeline applies to the discrete-event engine"),
+        (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--timeline", "x.json"], "--timeline applies to the discrete-event executor"),
     ],
 )
 def test_simulate_bad_input(capsys, argv, fragment):

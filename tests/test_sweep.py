@@ -378,7 +378,7 @@ BASE = 'version = 1\nkind = "simulate"\n[base]\npolicy = "fixed:k=4"\ncost = [0.
     (BASE + "[grid]\nalpha = { start = 0.9, stop = 0.5, num = 3 }\n", "stop 0.5 is below start 0.9"),
     (BASE + "[grid]\nalpha = [0.5]\ntokens = [10]\n", "option 'tokens' is set in [base] and again in [grid]"),
     (BASE + "[grid]\nalpha = [0.5]\nseed = [1, 2]\n", "seeds are derived per point"),
-    (BASE + "[grid]\nalpha = [0.5]\ntimeline = ['a.json']\n", "cannot be swept"),
+    (BASE + "[grid]\nalpha = [0.5]\ntimeline = ['a.json']\n", "has no option --timeline"),  # an output, not a point's option
     (BASE + "[[zip]]\nalpha = [0.5, 0.6]\nrequests = [1]\n", "zipped lists must have one length"),
     (BASE + "[random]\nalpha = { uniform = [0.5, 0.9] }\n", "[random] needs n"),
     (BASE + "[random]\nn = 3\nalpha = { gaussian = [0.5, 0.9] }\n", "a random axis is one of"),

@@ -98,8 +98,20 @@ class SimulateConfig(PricedOptions, AcceptanceOptions):
     requests: int = option(1, "concurrent requests sharing the target", type=a.count("requests", 1, 100_000), group="des")
     rate: float | None = option(help="Poisson arrival rate of requests (default: all at time 0)", type=a.positive("rate"), group="des")
     separate_drafter: bool = option(False, "drafters run on their own device", flag=True, group="des")
+
+
+@dataclass(kw_only=True)
+class SimulateOutputs:
+    """What ``draftsim simulate`` writes beside its result (the des executor's timeline): none
+    of it changes what is computed, so a :class:`SimulateConfig` — a sweep's point — holds none of it."""
+
     timeline: str | None = option(help="write the timeline (JSON)", metavar="OUT.json", group="des")
     timeline_png: str | None = option(help="plot the start of the timeline", metavar="OUT.png", group="des")
+
+
+@dataclass(kw_only=True)
+class _SimulateOptions(SimulateOutputs, SimulateConfig):
+    """Every simulate option, for its parser: the configuration's, then the outputs'."""
 
 
 #: ``--help`` titles of simulate's option groups.
@@ -189,7 +201,7 @@ def register(sub, common) -> None:
         epilog=POLICY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_options(p, SimulateConfig, SIMULATE_TITLES)
+    add_options(p, _SimulateOptions, SIMULATE_TITLES)
     p.set_defaults(run=run)
 
 
@@ -336,12 +348,14 @@ def parse_pairs(specs, size: int) -> list[tuple[int, int, float]]:
 
 #: Peak memory (bytes) and time (seconds) per simulated token, upper values measured with
 #: ``/usr/bin/time -f "%e s %M kB" draftsim simulate --policy P --alpha 0.8 --cost 0.1 --tokens N``
-#: for N from 1e6 to 3e8 on a 2-core x86 machine: the discrete-event engine keeps every round
-#: (0.26 kB and 1.7 µs per token with one request, 84 B and 2.8 µs with 64); Monte Carlo keeps
+#: for N from 1e6 to 3e8 on a 2-core x86 machine: the discrete-event executor keeps every round,
+#: so its worst case is one token a round, at acceptance 0 (836 B and 3.4 µs CPU per token with one
+#: request, ``--alpha 0 --tokens 2e6``; ~230 B and 5–8 µs with 64–10,000 requests; at 0.8: 0.26–0.3 kB
+#: and 1.7–1.9 µs with one request, 84 B and 2.8 µs with 64) — the budget takes the worst; Monte Carlo keeps
 #: a regime per position under acceptance with memory (``--markov``: 8.8 B and 0.41 µs per
 #: token) and bounded memory otherwise (0.21 µs per token for a threshold policy, 0.014 µs for
 #: fixed k).
-PER_TOKEN = {"des": (300.0, 3e-6), "mc-memory": (10.0, 0.5e-6), "mc": (0.0, 0.25e-6)}
+PER_TOKEN = {"des": (850.0, 8e-6), "mc-memory": (10.0, 0.5e-6), "mc": (0.0, 0.25e-6)}
 
 
 def check_work(engine: str, process, tokens: int) -> None:
@@ -377,45 +391,49 @@ def prepare(config: SimulateConfig):
         costs = Costs((CallCost(1.0, config.verify_per_token),) + costs.models[1:])
     costs.require(policy.n_models)
     if config.executor == "mc":
-        des_only = [("--timeline", config.timeline is not None), ("--timeline-png", config.timeline_png is not None),
-                    ("--rate", config.rate is not None), ("--separate-drafter", config.separate_drafter),
+        des_only = [("--rate", config.rate is not None), ("--separate-drafter", config.separate_drafter),
                     ("--requests", config.requests != 1)]
         for flag, given in des_only:
             if given:
-                raise DraftsimError(f"{flag} applies to the discrete-event engine: add --executor des (the executor is mc)")
+                raise DraftsimError(f"{flag} applies to the discrete-event executor: add --executor des (the executor is mc)")
     elif config.sequences is not None:
         raise DraftsimError(f"--sequences {config.sequences} applies to --executor mc; the des executor simulates --requests")
     return policy, process, costs, cost_info
 
 
-def simulate(config: SimulateConfig, progress=None) -> SimulateResult:
+def simulate(config: SimulateConfig, progress=None, *, outputs: SimulateOutputs | None = None) -> SimulateResult:
     """Run the simulation ``config`` describes (``progress(tokens)`` is told as it goes);
-    write the timeline files it names. Everything is checked before any work."""
+    write the timeline files ``outputs`` names (None: nothing). Everything is checked before any work."""
+    out = outputs or SimulateOutputs()
     policy, process, costs, cost_info = prepare(config)
-    if config.timeline is not None:
-        a.output_file("--timeline", config.timeline)
-    if config.timeline_png is not None:
-        a.output_file("--timeline-png", config.timeline_png, suffix=".png")
-    a.distinct_outputs(("--timeline", config.timeline), ("--timeline-png", config.timeline_png))
+    if config.executor == "mc":
+        for flag, given in (("--timeline", out.timeline), ("--timeline-png", out.timeline_png)):
+            if given is not None:
+                raise DraftsimError(f"{flag} applies to the discrete-event executor: add --executor des (the executor is mc)")
+    if out.timeline is not None:
+        a.output_file("--timeline", out.timeline)
+    if out.timeline_png is not None:
+        a.output_file("--timeline-png", out.timeline_png, suffix=".png")
+    a.distinct_outputs(("--timeline", out.timeline), ("--timeline-png", out.timeline_png))
     check_work(config.executor, process, config.tokens)
     result = run_engine(policy, process, costs, config.tokens, engine=config.executor, seed=config.seed, n_sequences=config.sequences,
                         requests=config.requests, rate=config.rate, separate_drafter=config.separate_drafter,
-                        timeline=bool(config.timeline or config.timeline_png), progress=progress)
-    if config.timeline:
-        result.save_timeline(config.timeline)
-    if config.timeline_png:
+                        timeline=bool(out.timeline or out.timeline_png), progress=progress)
+    if out.timeline:
+        result.save_timeline(out.timeline)
+    if out.timeline_png:
         from draftsim.analysis.figures import timeline
 
-        timeline(config.timeline_png, result.timeline)
+        timeline(out.timeline_png, result.timeline)
     return SimulateResult(result, typed(SimMetrics, result.metrics), typed(RequestStats, result.requests or None),
-                          predicted_ewif(policy, process, costs), cost_info, config.timeline,
+                          predicted_ewif(policy, process, costs), cost_info, out.timeline,
                           warnings=acceptance_warnings(config, config.target))
 
 
 def run(args: argparse.Namespace) -> int:
-    config = from_namespace(SimulateConfig, args)
+    config, outputs = from_namespace(SimulateConfig, args), from_namespace(SimulateOutputs, args)
     with token_bar(config.tokens, "simulating") as bar:
-        out = simulate(config, progress=bar.update)
+        out = simulate(config, progress=bar.update, outputs=outputs)
     report_warnings(out.warnings)
     if args.json:
         a.emit_json(out.to_dict())
@@ -449,8 +467,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"latency per request p50 {lat(r['latency_p50'])}  p90 {lat(r['latency_p90'])}  p99 {lat(r['latency_p99'])}; "
               f"throughput {r['throughput'] / unit if unit else r['throughput']:.4g} tokens/{'s' if unit else 'unit'}; utilisation "
               + ", ".join(f"{k} {v:.1%}" for k, v in r["utilisation"].items()))
-    if config.timeline:
-        print(f"timeline written to {config.timeline}")
-    if config.timeline_png:
-        print(f"timeline plot written to {config.timeline_png}")
+    if outputs.timeline:
+        print(f"timeline written to {outputs.timeline}")
+    if outputs.timeline_png:
+        print(f"timeline plot written to {outputs.timeline_png}")
     return 0
