@@ -263,7 +263,7 @@ def check_fits(name: str, spec, device: str, dtype: str, available: int | None =
     """Raise unless a model of ``spec``'s shape (a catalog :class:`~draftsim.sim.cost.catalog.ModelSpec`)
     fits ``device`` in ``dtype``: its weights (:attr:`ModelSpec.params`, norms and biases left
     out) plus the KV cache of one sequence of ``kv_tokens`` tokens, against ``available`` bytes
-    (default: what the device has available now, :func:`draftsim.realrun.serving.available_memory`).
+    (default: what the device has available now, :func:`draftsim.realrun.memory.available_memory`).
     Checked before torch allocates anything; returns the bytes needed."""
     if dtype not in _DTYPE_BYTES:
         raise DraftsimError(f"dtype must be one of {', '.join(_DTYPE_BYTES)}; got {dtype!r}")
@@ -272,7 +272,7 @@ def check_fits(name: str, spec, device: str, dtype: str, available: int | None =
     kv = int(spec.kv_per_token) * int(kv_tokens) * width
     need = weights + kv
     if available is None:
-        from .serving import available_memory
+        from .memory import available_memory
 
         available = available_memory(device)
     if need > available:

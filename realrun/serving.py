@@ -75,6 +75,7 @@ from ..sim.verify import verify_block, verify_greedy_ids
 from .drafters import Drafter
 from .executor import Sampling, check_drafters
 from .kvcache import BatchKV, make_kv, release_kv
+from .memory import available_memory
 from .models import LoadedModel, sync
 from .servetrace import Member, RequestRecord, Step, TokenRecord
 
@@ -131,24 +132,6 @@ def check_requests(target: LoadedModel, requests: Sequence[ServeRequest]) -> Non
         if limit is not None and len(r.prompt) + r.max_new_tokens > limit:
             raise DraftsimError(f"request {r.id}: prompt of {len(r.prompt)} tokens + {r.max_new_tokens} new tokens exceeds "
                                 f"{target.name}'s context of {limit} positions")
-
-
-def available_memory(device: str) -> int:
-    """Bytes free for KV caches on ``device`` (CUDA: free device memory; CPU: MemAvailable)."""
-    if device.startswith("cuda"):
-        import torch
-
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import os
-
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
 def check_memory(models: Sequence[LoadedModel], requests: Sequence[ServeRequest], max_batch: int, max_draft: int,

@@ -50,7 +50,7 @@ def test_the_issue_example_is_refused_before_anything_is_allocated(capsys, monke
 
     transformers = pytest.importorskip("transformers")
     monkeypatch.setattr(transformers.LlamaForCausalLM, "_from_config", no_allocation)
-    monkeypatch.setattr("draftsim.realrun.serving.available_memory", lambda device: 64 * 2**30)
+    monkeypatch.setattr("draftsim.realrun.memory.available_memory", lambda device: 64 * 2**30)
     need = need_of("llama-3.1-70b", "float32")
     for argv in (["run", "--target", "random:llama-3.1-70b", "--device", "cpu"],
                  ["serve", "--target", "random:llama-3.1-70b", "--device", "cpu", "--qps", "1", "--requests", "2"],
@@ -65,7 +65,7 @@ def test_the_issue_example_is_refused_before_anything_is_allocated(capsys, monke
 def test_on_this_machine(capsys):
     """The same example against this machine's own memory (skipped on a machine that holds 265 GiB free)."""
     from draftsim.cli import main
-    from draftsim.realrun.serving import available_memory
+    from draftsim.realrun.memory import available_memory
 
     free = available_memory("cpu")
     if free >= need_of("llama-3.1-70b", "float32"):
@@ -82,7 +82,7 @@ def test_a_checkpoint_folder_is_sized_from_its_config(tmp_path, monkeypatch):
            "max_position_embeddings": 131072, "tie_word_embeddings": False}
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps(cfg))
-    monkeypatch.setattr("draftsim.realrun.serving.available_memory", lambda device: 2**30)
+    monkeypatch.setattr("draftsim.realrun.memory.available_memory", lambda device: 2**30)
     monkeypatch.setattr(models, "pick_device", lambda device: "cpu")
     with pytest.raises(DraftsimError, match=r"ckpt needs [0-9,]+ bytes \(.*8\.\d+ B parameters in float32.*1,073,741,824 bytes available"):
         models.load_model(str(tmp_path / "ckpt"), device="cpu")
