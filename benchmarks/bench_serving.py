@@ -10,12 +10,13 @@ and least-outstanding), whether a window equals stepping one step at a time bit 
 random configurations, and where the time goes (cProfile, top functions).
 
 The cost is per *window* (:mod:`draftsim.sim.serving.window`): a window is a few dozen numpy
-calls whatever its steps and lanes, and one ends at every arrival to its replica; so at low
-load the cost follows the arrivals (about one window per request), at high load the steps, and
-it grows slowly with the batch (the arrays get wider). A replica's window does not end at
-another replica's arrivals (round-robin: it knows which are its own; least-outstanding: an
-arrival routed to it wakes it and cuts its window), so R replicas at R times the load cost
-about R times one.
+calls whatever its steps and lanes. In open loop a window folds in the arrivals it foresees
+(up to ``FOLD_ARRIVALS``, in two to four passes: ``window.fold``) where the scheduler would
+admit them whole, and ends at the first it cannot; so at low load the cost follows the
+arrivals, at high load the steps, and it grows slowly with the batch (the arrays get wider).
+A replica's window does not end at another replica's arrivals (round-robin: it knows which
+are its own; least-outstanding: an arrival routed to it wakes it and cuts its window), so R
+replicas at R times the load cost about R times one.
 
 Times are CPU seconds of this process (``time.process_time``: the machine may be shared);
 wall seconds are printed beside them.

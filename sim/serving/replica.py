@@ -37,9 +37,11 @@ from .layout import LayoutState, RaggedLayout
 from .metrics import Recorder
 from .rounds import RoundBook
 from .scheduler import Outcome, RequestTable, Scheduler
-from .window import Window, compute
+from .window import FOLD_ARRIVALS, Lanes, Window, compute
 
 __all__ = ["Replica", "Engine", "WINDOW_MAX", "outcome"]
+
+_max = np.maximum.reduce
 
 #: Most steps computed in one window.
 WINDOW_MAX = 512
@@ -65,6 +67,9 @@ class Engine:
     #: arrival that reaches the replica earlier wakes it and cuts its window there)
     next_arrival: object = None
     foreseen: bool = True
+    #: callable(replica index, count): the ids and times of the next ``count`` arrivals to the
+    #: replica, where they are foreseen (open loop: its window folds them in); None: not known
+    upcoming: object = None
     on_finish: object = None  # callable(rid) when a request's last token is out
     window_max: int = WINDOW_MAX
     #: for a tree policy, nodes of a full tree of depth 0, 1, …, depth (what a capped tree verifies)
@@ -125,7 +130,9 @@ class Replica:
                 continue
             plan = sched.schedule(eng.lookahead, now)
             nxt = eng.next_arrival(self.index) if eng.next_arrival is not None else np.inf
-            win = compute(eng, sched, plan, now, self._step_guess, self._layout, nxt)
+            upcoming = eng.upcoming(self.index, FOLD_ARRIVALS + 1) if eng.upcoming is not None else None
+            win = compute(eng, sched, plan, now, self._step_guess, self._layout, nxt, upcoming)
+            nxt = win.next_arrival
             waiting = len(sched.waiting)  # during the window (arrivals join at its end)
             clock = np.empty(win.W + 1)
             clock[0] = now
@@ -154,6 +161,12 @@ class Replica:
             self._pending = None
             self._step_guess = float(np.add.reduce(win.time[:n])) / n  # (np.mean's sum)
             now = float(ends[n - 1])
+            if eng.closed_loop:
+                # a finish here or on another replica now sends the next request now: let every
+                # event of this instant run (a finish's, then the client's) before planning the
+                # next step, which it joins (windows and single steps alike)
+                yield env.timeout(0.0)
+                yield env.timeout(0.0)
 
     def _commit(self, plan, win: Window, n: int, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
         """Apply the window's first n steps (``starts``, ``ends``: each step's start and end):
@@ -216,4 +229,11 @@ def outcome(win: Window, n: int, ends: np.ndarray) -> Outcome:
         empty = np.zeros(0, dtype=np.int64)
         return Outcome(float(out[0]), empty, empty, empty, np.zeros(0))
     used = np.add.reduce(win.active[:n], axis=0)
-    return Outcome(float(out[0]), ln.rid, np.minimum(win.cum[n - 1], ln.remaining), used, out[ln.first + used - 1])
+    admitted = [(r, float(ends[k - 1]), float(ends[k])) for r, k in getattr(win, "folds", ()) if k < n]
+    if int(_max(ln.first)) > n:  # lanes of arrivals placed in steps the replica does not keep
+        keep = ln.first <= n
+        ln = Lanes(*(x[keep] for x in (ln.rid, ln.first, ln.generated, ln.remaining, ln.context, ln.base, ln.reach)))
+        used = used[keep]
+        return Outcome(float(out[0]), ln.rid, np.minimum(win.cum[n - 1][keep], ln.remaining), used, out[ln.first + used - 1], None,
+                       admitted)
+    return Outcome(float(out[0]), ln.rid, np.minimum(win.cum[n - 1], ln.remaining), used, out[ln.first + used - 1], None, admitted)

@@ -137,6 +137,10 @@ class Outcome:
     stopped      : (k,) bools, or None for none: the request ended before its output budget
                    (an end-of-sequence token; a request of ``rid`` with no tokens may stop on its
                    prefill's token)
+    admissions   : requests that arrived during a window of steps and that a later step of it
+                   admitted, each prefilling whole in that step (each was the only request
+                   waiting then): (request, the step's start, its end), in order; they may be
+                   among ``rid`` from the next step on
     """
 
     prefill_time: float
@@ -145,6 +149,7 @@ class Outcome:
     rounds: np.ndarray
     last: np.ndarray
     stopped: np.ndarray | None = None
+    admissions: list = field(default_factory=list)
 
 
 def controller_view(running: int, context: np.ndarray, decoding: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +205,11 @@ class RequestQueue:
     def victim(self, running: list) -> int:
         raise NotImplementedError
 
+    def remove(self, rid: int) -> None:
+        """Take ``rid`` out wherever it is (a window admitted it when it was the only one waiting;
+        requests that arrived after it may be queued now)."""
+        raise NotImplementedError
+
 
 class FCFSQueue(RequestQueue):
     """First come, first served (vLLM's default): arrival order; a preempted request goes back
@@ -225,6 +235,9 @@ class FCFSQueue(RequestQueue):
 
     def victim(self, running: list) -> int:
         return len(running) - 1
+
+    def remove(self, rid: int) -> None:
+        self._fifo.remove(rid)
 
 
 class _KeyedQueue(RequestQueue):
@@ -252,6 +265,10 @@ class _KeyedQueue(RequestQueue):
 
     def victim(self, running: list) -> int:
         return max(range(len(running)), key=lambda i: (*self.key(running[i]), running[i]))
+
+    def remove(self, rid: int) -> None:
+        self._heap = [e for e in self._heap if e[-1] != rid]
+        heapq.heapify(self._heap)
 
 
 class PriorityQueue(_KeyedQueue):
@@ -407,6 +424,15 @@ class Scheduler:
                 if w.generated[rid] >= w.output[rid]:
                     w.finish[rid] = t0
                     finished.append(rid)
+        for rid, start, end in outcome.admissions:
+            self.waiting.remove(rid)
+            self.running.append(rid)
+            w.admitted[rid] = start
+            w.prefilled[rid] = w.need[rid]
+            w.decoding[rid] = True
+            w.generated[rid] += 1
+            w.prefills[rid] += 1
+            w.first_token[rid] = w.last_emit[rid] = end
         rid = outcome.rid
         if len(rid):
             w.generated[rid] += outcome.tokens

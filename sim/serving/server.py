@@ -210,9 +210,20 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
         if ev is not None:
             ev.succeed(at)
 
+    foreseen = not (closed or capped or (R > 1 and not round_robin))
+
+    def upcoming(replica: int, count: int):
+        """The next ``count`` arrivals to replica ``replica`` (ids, times): open loop, they are
+        known (round-robin: request i goes to replica i mod R)."""
+        i = state["next"]
+        if R > 1:
+            i = i + (replica - i) % R
+        ids = np.arange(i, min(n, i + count * R), R)
+        return ids, workload.arrival[ids]
+
     engine = Engine(env=env, table=table, book=book, target=config.target, drafters=list(config.drafters), controller=config.controller,
                     max_draft=config.max_draft, recorder=recorder, separate_drafter=config.separate_drafter, closed_loop=closed or capped,
-                    next_arrival=next_arrival, foreseen=not (closed or capped or (R > 1 and not round_robin)), on_finish=on_finish, window_max=config.window_max,
+                    next_arrival=next_arrival, foreseen=foreseen, upcoming=upcoming if foreseen else None, on_finish=on_finish, window_max=config.window_max,
                     tree_nodes=_tree_nodes(policy, config.process), layout=config.layout)
     replicas = [Replica(r, engine, Scheduler(config.scheduler, table, kv, replica=r)) for r in range(config.replicas)]
     router = make_router(config.router)

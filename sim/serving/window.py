@@ -37,7 +37,7 @@ in the window).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -145,16 +145,24 @@ class Window:
     tokens: np.ndarray | None = None
     kv: np.ndarray | None = None
     layout: list | None = None
+    #: arrivals folded into the window: (request, step its whole prefill runs in), in arrival
+    #: order; it decodes from the next step (a lane)
+    folds: list = field(default_factory=list)
+    #: (4, W) the folded prefills' (sequences, tokens, cached, pairs) per step (None: none)
+    fold_sums: np.ndarray | None = None
+    #: the time of the first arrival to the replica not folded (the window stops before it)
+    next_arrival: float = np.inf
 
     def truncate(self, W: int) -> None:
         """Keep the first W steps."""
         self.W = W
         for name in ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "context", "batch", "index", "drafted_raw"):
             setattr(self, name, getattr(self, name)[:W])
-        if self.caps is not None:
-            self.caps = self.caps[:W]
-        if self.kv is not None:
-            self.kv = self.kv[:W]
+        for name in ("caps", "kv", "time", "draft_time", "tokens"):
+            if getattr(self, name) is not None:
+                setattr(self, name, getattr(self, name)[:W])
+        if self.fold_sums is not None:
+            self.fold_sums = self.fold_sums[:, :W]
 
 
 # ----------------------------------------------------------------------------------- the seams
@@ -280,9 +288,11 @@ def progress(win: Window) -> None:
     win.finish = np.add.reduce(win.cum < rem, axis=0)
     win.batch = np.add.reduce(win.active, axis=1)
     win.batch[0] += len(win.prefills.rid)
+    if win.fold_sums is not None:
+        win.batch += win.fold_sums[0].astype(np.int64)
 
 
-def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughout: int) -> int:
+def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughout: int, held_steps: np.ndarray | None = None) -> int:
     """The steps the window keeps: up to a lane's last drawn round unless it finishes first,
     after the first finish when ``cut_at_finish``, and before the first step whose KV blocks
     exceed the pool. Besides the lanes', blocks are held by running requests that are not lanes:
@@ -302,6 +312,8 @@ def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughou
         held = np.add.reduce(blocks * win.active, axis=1)
         if held_throughout:
             held += held_throughout
+        if held_steps is not None:  # folded prefills, in their steps
+            held += held_steps
         held[0] += held_first
         over = held[1:] > kv.blocks
         if np.count_nonzero(over):
@@ -324,15 +336,18 @@ def price(win: Window, engine, book, layout_state) -> None:
         e_eff = np.where(active, np.minimum(win.emitted, ln.remaining - win.before), 0)
         width, _, win.layout = engine.layout.steps(layout_state, ln.rid, active, n_t, e_eff, c_t, joined, win.finish)
     lane_sums = []  # (sequences, cached) of the decoding lanes per step, kept for the drafters
-    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums)
+    rows = win.fold_sums
+    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums, rows=rows)
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
     for m, model in enumerate(engine.drafters[: book.D]):
         # a drafter prefills its own cache with the target's prefills, unless it shares the target's (self-speculation)
-        draft_pre = pre.sums if engine.max_draft > 0 and getattr(model, "own_prefill", True) else None
+        own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
+        draft_pre = pre.sums if own else None
+        draft_rows = rows if own else None
         cap_ctx = getattr(model, "context_cap", None)  # a drafter attending to a window of its cache (self-speculation)
         calls = _draft_calls(win, book, m, engine.tree_nodes is not None)
-        T = max(int(_max(calls, axis=None, initial=0)), 1 if draft_pre is not None else 0)
+        T = max(int(_max(calls, axis=None, initial=0)), 1 if draft_pre is not None or draft_rows is not None else 0)
         if T == 0:
             continue
         # all of this drafter's calls of the window in one cost-model call: rows (t, w); call t of
@@ -343,16 +358,16 @@ def price(win: Window, engine, book, layout_state) -> None:
             # every decoding lane makes all T calls: call t's sums are the lanes' (the target's
             # before its prefill chunks) with t more cached tokens each — integers, exact
             seqs, cached = lane_sums
-            stats = uniform_unit_stats(seqs, cached, T, draft_pre)
+            stats = uniform_unit_stats(seqs, cached, T, draft_pre, rows=draft_rows)
         elif book.flat[m]:  # one token per call
             on = calls > k
             ctx = c_t + k if cap_ctx is None else np.minimum(c_t + k, cap_ctx)
-            stats = unit_stats(on.reshape(T * W, B), ctx.reshape(T * W, B), draft_pre)
+            stats = unit_stats(on.reshape(T * W, B), ctx.reshape(T * W, B), draft_pre, rows=draft_rows)
         else:
             on = calls > k
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
             ctx = c_t + k * per_call if cap_ctx is None else np.minimum(c_t + k * per_call, cap_ctx)
-            stats = step_stats((on * per_call).reshape(T * W, B), ctx.reshape(T * W, B), draft_pre)
+            stats = step_stats((on * per_call).reshape(T * W, B), ctx.reshape(T * W, B), draft_pre, rows=draft_rows)
         per_call = np.asarray(model.stats_time(stats), dtype=np.float64).reshape(T, W)
         calls_time = per_call[0].copy()
         for t in range(1, T):  # call by call, in order: a step's sum whatever the window's shape (a reduction may pair terms)
@@ -382,14 +397,15 @@ def _draft_calls(win: Window, book, m: int, tree: bool) -> np.ndarray:
 
 
 def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bool = False,
-               width: np.ndarray | None = None, lane_sums: list | None = None) -> BatchStats:
+               width: np.ndarray | None = None, lane_sums: list | None = None, rows: np.ndarray | None = None) -> BatchStats:
     """BatchStats of calls (rows) over sequences (columns) with new tokens ``n`` and contexts
     ``c`` ((R, B) arrays of integers; no checks: the replica builds valid ones); ``pre`` =
     (sequences, tokens, cached, pairs) of prefill chunks added to the first row. Logit rows: one
     per verified token, one per prefill chunk. With ``shape``, also the step's make-up
     (``padded``, ``prefill``); ``width``: the cache width the padded batch attends over
     (default: its longest context). ``lane_sums``, a list, receives the rows' sequences and
-    cached tokens before the prefill chunks are added.
+    cached tokens before the prefill chunks are added. ``rows`` ((4, W) sums, or None): more
+    prefill chunks, added to the first W rows (a window's folded arrivals, step by step).
 
     The sums are of integers below 2**53, exact in float64 in any order: one matrix-vector
     product with ones computes them all."""
@@ -416,10 +432,12 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
         prefill = np.zeros((R, 2))
         if pre is not None:
             prefill[0] = pre[0], pre[1]
-    return _record(sums, pre, padded, prefill)
+        if rows is not None:
+            prefill[: rows.shape[1]] += rows[:2].T
+    return _record(sums, pre, padded, prefill, rows)
 
 
-def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> BatchStats:
+def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None, rows: np.ndarray | None = None) -> BatchStats:
     """:func:`step_stats` of calls of one new token per sequence: ``on`` (R, B) whether
     sequence j is in call i, at context ``c``. Pairs are then Σ (c + 1)."""
     R, B = on.shape
@@ -428,10 +446,11 @@ def unit_stats(on: np.ndarray, c: np.ndarray, pre: tuple | None = None) -> Batch
     np.multiply(c, buf[0], out=buf[1])
     sums = np.empty((5, R))  # sequences, tokens, cached, pairs, rows
     np.matmul(buf.reshape(2 * R, B), _ones(B), out=sums[1:3].reshape(2 * R))  # sequences (as tokens), cached
-    return _unit_record(sums, pre)
+    return _unit_record(sums, pre, rows)
 
 
-def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: tuple | None = None) -> BatchStats:
+def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: tuple | None = None,
+                       rows: np.ndarray | None = None) -> BatchStats:
     """:func:`unit_stats` of T calls in each of W steps where every sequence of step w is in all
     T calls, one token each: ``sequences`` and ``cached`` ((W,) sums) are call 0's, call t adds
     t cached tokens per sequence. Rows (t, w), as :func:`unit_stats` orders them."""
@@ -440,16 +459,16 @@ def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: t
     sums[1] = sequences
     np.multiply(_arange_column(T), sequences, out=sums[2])
     sums[2] += cached
-    return _unit_record(sums.reshape(5, T * W), pre)
+    return _unit_record(sums.reshape(5, T * W), pre, rows)
 
 
-def _unit_record(sums: np.ndarray, pre: tuple | None) -> BatchStats:
+def _unit_record(sums: np.ndarray, pre: tuple | None, rows: np.ndarray | None = None) -> BatchStats:
     """The record of one-token calls from ``sums`` (5, R) with its tokens and cached rows filled:
     sequences and logit rows are the tokens, pairs Σ (c + 1) = cached + sequences."""
     sums[0] = sums[1]
     np.add(sums[2], sums[1], out=sums[3])
     sums[4] = sums[1]
-    return _record(sums, pre)
+    return _record(sums, pre, rows=rows)
 
 
 _COLUMNS: dict = {}
@@ -477,30 +496,38 @@ def _ones(n: int) -> np.ndarray:
     return _ONES[:n]
 
 
-def _record(sums: np.ndarray, pre: tuple | None, padded=None, prefill=None) -> BatchStats:
+def _record(sums: np.ndarray, pre: tuple | None, padded=None, prefill=None, rows: np.ndarray | None = None) -> BatchStats:
     """The record of ``sums`` (5, R): sequences, tokens, cached, pairs and logit rows per call;
-    the prefill chunks' sums ``pre`` added to the first call (one logit row each)."""
+    the prefill chunks' sums ``pre`` added to the first call, ``rows`` ((4, W)) to the first W
+    calls (one logit row per chunk)."""
     if pre is not None:
         sums[:, 0] += (pre[0], pre[1], pre[2], pre[3], pre[0])
+    if rows is not None:
+        W = rows.shape[1]
+        sums[:4, :W] += rows
+        sums[4, :W] += rows[0]
     return BatchStats(sums[0], sums[1], sums[2], sums[3], rows=sums[4], padded=padded, prefill=prefill)
 
 
 # ------------------------------------------------------------------------------------ a window
 
-def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state, next_arrival: float = np.inf) -> Window:
+#: Folding arrivals: the most arrivals a window takes in, and the most passes placing them.
+FOLD_ARRIVALS = 12
+FOLD_PASSES = 3
+
+
+def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state, next_arrival: float = np.inf,
+            upcoming: tuple | None = None) -> Window:
     """The window that starts with ``plan`` at ``now`` (``step_guess``: the last window's mean
-    step time, to stop near ``next_arrival``)."""
+    step time, to stop near ``next_arrival``). ``upcoming`` (request ids and times of the next
+    arrivals to this replica, when they are foreseen) lets the window fold them in
+    (:func:`fold`)."""
     table, book = engine.table, engine.book
     pre = prefills(plan, table)
     ln = lanes(plan, pre, table, book)
     waiting = bool(scheduler.waiting)
     stalled = len(scheduler.running) > len(plan.decode) + len(plan.prefill)  # a prefill waits for blocks
     cut_at_finish = waiting or stalled or engine.controller.batch_dependent or engine.closed_loop
-    W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=next_arrival, step_guess=step_guess,
-             window_max=engine.window_max)
-    win = draw(ln, W, book, pre)
-    cap(win, engine.controller, engine.tree_nodes, len(scheduler.running))
-    progress(win)
     first = throughout = 0
     kv = scheduler.kv
     if kv is not None:
@@ -511,8 +538,165 @@ def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state
             first = scheduler.held_blocks([r for r in others if r in chunked])
             throughout = scheduler.held_blocks([r for r in others if r not in chunked])
         first += sum(kv.request_blocks(int(c)) for c in pre.join_cached)  # the joiners' blocks, their prefills complete
+    if (upcoming is not None and len(upcoming[0]) and len(ln) and not cut_at_finish and not stalled and not plan.preempted
+            and engine.layout is None and type(engine.controller).caps is Controller.caps and not (pre.rid and pre.partial)):
+        return fold(engine, scheduler, plan, pre, ln, now, step_guess, upcoming, first, throughout)
+    W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=next_arrival, step_guess=step_guess,
+             window_max=engine.window_max)
+    win = draw(ln, W, book, pre)
+    cap(win, engine.controller, engine.tree_nodes, len(scheduler.running))
+    progress(win)
     keep = cut(win, cut_at_finish=cut_at_finish, kv=kv, held_first=first, held_throughout=throughout)
     if keep < W:
         win.truncate(keep)
     price(win, engine, book, layout_state)
+    win.next_arrival = next_arrival
     return win
+
+
+def _with_folds(engine, scheduler, plan, pre: Prefills, ln: Lanes, W: int, folds: list, first: int, throughout: int) -> Window:
+    """The window of W steps with the arrivals ``folds`` ((request, step) pairs) taken in: each
+    prefills whole in its step and decodes from the next, a lane; priced; cut where a lane's
+    drawn rounds end, the pool overflows or nothing runs any more (the replica idles)."""
+    table, book, kv = engine.table, engine.book, scheduler.kv
+    sums = steps_blocks = None
+    if folds:
+        rid = np.array([r for r, _ in folds], dtype=np.int64)
+        k = np.array([w for _, w in folds], dtype=np.int64)
+        for r in rid.tolist():
+            book.ensure(r)
+        f1 = k + 1
+        prompt = table.prompt[rid]
+        ln = Lanes(np.concatenate([ln.rid, rid]), np.concatenate([ln.first, f1]), np.concatenate([ln.generated, np.ones(len(rid), np.int64)]),
+                   np.concatenate([ln.remaining, table.output[rid] - 1]), np.concatenate([ln.context, prompt + 1]),
+                   np.concatenate([ln.base, book.start[rid] - f1]), np.concatenate([ln.reach, f1 + book.count[rid]]))
+        sums = np.zeros((4, W))
+        sums[0, k] = 1.0
+        sums[1, k] = prompt
+        sums[3, k] = prompt * (prompt + 1) // 2  # Σ n over the chunk's tokens, nothing cached before
+        if kv is not None:
+            steps_blocks = np.zeros(W, dtype=np.int64)
+            steps_blocks[k] = kv.request_blocks(prompt)  # a whole prefill reserves the draft window too
+    win = draw(ln, W, book, pre)
+    win.folds, win.fold_sums = list(folds), sums
+    progress(win)
+    keep = cut(win, cut_at_finish=False, kv=kv, held_first=first, held_throughout=throughout, held_steps=steps_blocks)
+    idle = win.batch[:keep] == 0
+    if np.count_nonzero(idle):
+        keep = max(int(idle.argmax()), 1)
+    if keep < W:
+        win.truncate(keep)
+    price(win, engine, book, None)
+    return win
+
+
+def _admissions(win: Window, now: float, upcoming: tuple, table, cfg, lookahead: int, extra=None) -> tuple[list, int, int]:
+    """Where the window's steps put the upcoming arrivals: each joins at the first step that
+    starts at or after it, and the scheduler would admit it there whole — the only request
+    waiting, fewer than ``max_num_seqs`` running, its prompt within the step's token budget (its
+    blocks: the window's cut), more than one token to generate, no other arrival in that step.
+    Returns the admissions ((request, step) pairs, in arrival order), the index of the first
+    arrival not admitted, and the step the window must end before (its W: the arrival comes
+    after the window). ``extra`` = (prefill delay(request, step), lane delay), when given,
+    guesses instead (the window's steps hold no admission): an admission delays the steps after
+    it by its prefill's seconds, and each by one more lane's."""
+    clock = np.empty(win.W + 1)
+    clock[0] = now
+    clock[1:] = win.time
+    np.add.accumulate(clock, out=clock)
+    starts = clock[:-1]
+    rids, times = upcoming
+    steps = np.searchsorted(starts, times, side="left").tolist() if extra is None else None
+    decoding = np.add.reduce(win.active, axis=1)
+    out, end = [], win.W
+    if extra is not None:
+        starts = starts.copy()
+        prefill_delay, lane_delay = extra
+        later = np.arange(1, win.W + 1, dtype=np.float64)
+    for i, r in enumerate(rids.tolist()):
+        k = steps[i] if extra is None else int(np.searchsorted(starts, times[i], side="left"))
+        if k >= win.W:
+            return out, i, end
+        if out and out[-1][1] == k:  # two arrivals in one step: the scheduler admits them together, not a window
+            out.pop()
+            return out, i - 1, k
+        dec = int(decoding[k])
+        if k < 1 or table.output[r] < 2 or dec >= cfg.max_num_seqs or table.prompt[r] > cfg.max_num_batched_tokens - lookahead * dec:
+            return out, i, k
+        out.append((r, k))
+        if extra is not None:  # the steps after k start later: its prefill, then one more lane in each
+            starts[k + 1:] += prefill_delay(r, k) + lane_delay * later[: win.W - k - 1]
+    return out, len(rids), end
+
+
+def fold(engine, scheduler, plan, pre: Prefills, ln: Lanes, now: float, step_guess: float, upcoming: tuple, first: int,
+         throughout: int) -> Window:
+    """A window that takes in the arrivals it foresees (open loop, this replica's own): where
+    the scheduler would admit one whole at the first step boundary after it and nothing else
+    changes, the window goes on with its prefill in that step and a lane from the next.
+    Placing an arrival needs the step times before it, which depend on the arrivals placed
+    before it: a first pass without arrivals places the first exactly and guesses the others
+    (:func:`_guess_delays`); each further pass, with them placed, checks each against its own
+    step times and places them there, up to :data:`FOLD_PASSES`; the window keeps the steps
+    before the first arrival placed elsewhere than they put it (those depend on earlier
+    arrivals only, all placed right). The result is the scheduler's, step by step."""
+    table, cfg, lookahead = engine.table, scheduler.config, engine.lookahead
+    rids, times = upcoming
+    rids, times = rids[:FOLD_ARRIVALS], times[:FOLD_ARRIVALS]
+    ends = ln.remaining + ln.first
+    W = int(_max(ends))
+    if len(times):
+        W = max(W, int((float(times[-1]) - now) / max(step_guess, 1e-9) * 1.25) + 2)
+    W = max(1, min(W, engine.window_max))
+    win = _with_folds(engine, scheduler, plan, pre, ln, W, [], first, throughout)
+    implied, i, end = _admissions(win, now, (rids, times), table, cfg, lookahead)
+    placed: list = []
+    if implied:  # a first guess: each admission delays the steps after it by its prefill and a lane
+        placed = _admissions(win, now, (rids, times), table, cfg, lookahead, _guess_delays(engine, win, rids))[0]
+    for p in range(FOLD_PASSES):
+        if placed:
+            win = _with_folds(engine, scheduler, plan, pre, ln, W, placed, first, throughout)
+            implied, i, end = _admissions(win, now, (rids, times), table, cfg, lookahead)
+        j = 0
+        while j < min(len(implied), len(placed)) and implied[j] == placed[j]:
+            j += 1
+        if j == len(placed) or p == FOLD_PASSES - 1:
+            break
+        placed = implied
+    # the steps are right up to the first arrival placed elsewhere than they put it (the first
+    # arrival's place depends on no other: at least it is right); the window keeps those
+    K = end
+    if j < len(implied):
+        K = min(K, implied[j][1])
+    if j < len(placed):
+        K = min(K, placed[j][1])
+    if K < win.W:
+        win.truncate(max(K, 1))
+    win.folds = placed[:j]  # the lanes of those placed later never decode in the steps kept
+    win.next_arrival = _after(upcoming, j)
+    return win
+
+
+def _guess_delays(engine, win: Window, rids: np.ndarray):
+    """A guess of what admitting each of ``rids`` adds to the steps after it: its prefill's
+    seconds (the target's and the drafters' calls with its prompt's tokens on top of the
+    window's mean step's, less without), and one more decoding lane's per step (at the window's
+    mean batch and context, a full draft)."""
+    models = [engine.target] + list(engine.drafters[: engine.book.D])
+    act = win.active
+    lanes_steps = max(np.count_nonzero(act), 1)
+    n = max(int(np.add.reduce(win.tokens)) // win.W, 1)
+    prompts = engine.table.prompt[rids]
+    prefill = sum(np.asarray(m.shape_time(1, n + prompts, 0), dtype=np.float64) - float(m.shape_time(1, n, 0)) for m in models)
+    b = max(round(lanes_steps / win.W), 1)
+    ctx = int(np.add.reduce(win.context[act])) // lanes_steps
+    lane = float(engine.target.shape_time(b + 1, engine.lookahead, ctx) - engine.target.shape_time(b, engine.lookahead, ctx))
+    for d in models[1:]:
+        lane += engine.max_draft * float(d.shape_time(b + 1, 1, ctx) - d.shape_time(b, 1, ctx))
+    delays = dict(zip(rids.tolist(), np.atleast_1d(prefill).tolist()))
+    return (lambda r, k: delays[r]), max(lane, 0.0)
+
+
+def _after(upcoming: tuple, i: int) -> float:
+    """The time of upcoming arrival i (inf: none)."""
+    return float(upcoming[1][i]) if i < len(upcoming[1]) else np.inf
