@@ -3,12 +3,16 @@
 Between scheduling events nothing about the batch changes but its contexts, so a replica
 (:mod:`draftsim.sim.serving.replica`) computes a *window* of consecutive steps at once,
 vectorised over (steps, lanes) with numpy: the first step may carry prefill chunks, the others
-are decodes. A window ends before the first step that starts at or after the next known arrival
-(a new request joins the batch at the first step boundary after it arrives), before the KV pool
-would overflow, when a request runs out of drawn rounds, and — when a finish can change what
-comes next (requests waiting, a running prefill waiting for blocks, a batch-dependent
-controller, closed-loop clients) — after the first step in which a request finishes. The result is the same as stepping one iteration at a
-time (``window_max = 1``; ``tests/test_serving_replica.py`` holds the two equal).
+are decodes — and, in open loop, the whole prefills of the arrivals the window folds in
+(:func:`fold`: where the scheduler would admit one whole at the first step boundary after it,
+it prefills in that step and decodes from the next). A window ends before the first step that
+starts at or after the next arrival it does not fold (a new request joins the batch at the
+first step boundary after it arrives), before the KV pool would overflow, when a request runs
+out of drawn rounds, and — when a finish can change what comes next (requests waiting, a
+running prefill waiting for blocks, a batch-dependent controller, closed-loop clients) — after
+the first step in which a request finishes. The result is the same as stepping one iteration
+at a time, bit for bit (``window_max = 1``; ``tests/test_serving_replica.py`` holds the two
+equal).
 
 The window is computed along four seams:
 
