@@ -81,6 +81,11 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def default_of(f: dataclasses.Field):
+    """A configuration field's default value (its factory's product for a list)."""
+    return _default(f)
+
+
 def _default(f: dataclasses.Field):
     if f.default is not MISSING:
         return f.default

@@ -139,6 +139,16 @@ CASES = [
     (["plan", "--drafter", "a:0.7:0.1", "--mag-cost", "-inf"], ["mag_cost must be a finite cost >= 0; got -inf"]),
     (["plan", "--drafter", "a:0.7:0.1", "--k-max", "-1"], ["k_max must be an integer in [0, 1024]; got -1"]),
     (["plan"], ["required: --drafter"]),
+    # a pricing option beside typed costs would change nothing: refused, not ignored (ewif --cost 0.05 --engine sglang once ran)
+    (["ewif", "--alpha", "0.8", "--cost", "0.05", "--engine", "sglang"], ["--engine shapes a price taken from models on hardware", "with --cost"]),
+    (["ewif", "--alpha", "0.8", "--cost", "0.05", "--tp", "4", "--dtype", "float8"], ["--tp, --dtype shape a price", "leave them out"]),
+    (["plan", "--drafter", "a:0.7:0.1", "--kv-dtype", "fp8"], ["--kv-dtype shapes a price", "costs in the --drafter specs"]),
+    (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--cost-batch", "8"], ["--cost-batch shapes a price", "with --cost"]),
+    (["simulate", "--policy", "ar", "--alpha", "0.8", "--engine", "vllm"], ["--engine shapes a price", "no hardware named"]),
+    (["optimize", "threshold", "--alpha", "0.8", "--t-draft", "0.1", "--t-target", "1", "--mbu", "0.5"], ["--mbu shapes a price", "--t-draft/--t-target"]),
+    # the single-stream planners count plain decoding as one target call: an engine pricing it apart is refused (README)
+    (["ewif", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter-model", "llama-3.2-1b", "--hardware", "h100-sxm", "--engine", "sglang"],
+     ["--engine sglang", "use serve-sim or capacity"]),
     # --- simulate
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8"], ["uses 1 drafter(s): give --cost", "got 0"]),
     (["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--cost", "0.2"], ["uses 1 drafter(s): give --cost", "got 2"]),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
 from draftsim.sim.registry import drafter_help, engine_help
 
 from .. import args as a
-from ..config import add_options, as_dict, check, from_namespace, option
+from ..config import add_options, as_dict, check, default_of, flag_of, from_namespace, option
 from ..progress import count_bar
 
 HARDWARE = "hardware"
@@ -94,6 +94,13 @@ class HardwareOptions:
         """Whether any model or hardware is named (then calls are priced from them)."""
         return bool(self.target or self.hardware or self.drafter_model)
 
+    def pricing_options_given(self) -> list[str]:
+        """The flags of the hardware group given other than the models and the hardware (--tp,
+        --engine, --dtype, ...): each only shapes a price taken from models on hardware."""
+        named = {"target", "hardware", "drafter_model"}
+        return [flag_of(f.name) for f in fields(self) if "option" in f.metadata and f.metadata["option"].group == HARDWARE
+                and f.name not in named and getattr(self, f.name) != default_of(f)]
+
     def deployment(self, drafters: list[str] | None = None) -> Deployment:
         """The :class:`Deployment` these options name (``drafters`` in place of --drafter-model)."""
         return Deployment(self.target, self.hardware, tuple(self.drafter_model or () if drafters is None else drafters), self.tp,
@@ -120,11 +127,25 @@ class PricedOptions(HardwareOptions):
         """The assembly, checked to fit at --cost-batch/--cost-context, and its description with
         the target's one-token call (seconds) and the drafters' cost coefficients c."""
         built = self.assembly(drafters)
+        if built.plain_target is not None:
+            raise DraftsimError(f"--engine {built.engine.name}: this engine prices a server without speculation apart from a "
+                                "speculative one (its host work overlaps the forward only then), and the single-stream "
+                                "planners count plain decoding as one target call a token: use serve-sim or capacity "
+                                "(draftsim cost prints both prices)")
         if n_drafters is not None and len(built.drafters) != n_drafters:
             raise DraftsimError(f"give one --drafter-model per drafter ({n_drafters}); got {len(built.drafters)}")
         t0, cs = built.coefficients(self.cost_batch, self.cost_context)
         info = {**built.info, "batch": self.cost_batch, "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
         return built, info
+
+    def refuse_unused_pricing(self, typed: str) -> None:
+        """Costs typed by ``typed`` price nothing from hardware: a --tp, --engine, --dtype, ... given
+        beside them would change nothing, so it is refused rather than ignored."""
+        unused = self.pricing_options_given()
+        if unused:
+            raise DraftsimError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} a price taken from models on hardware "
+                                f"(--target, --drafter-model, --hardware); with {typed} it would change nothing: name the models "
+                                f"and hardware, or leave {'it' if len(unused) == 1 else 'them'} out")
 
     def coefficients_or_hardware(self, given, n_drafters: int | None = None) -> tuple[list[float], dict | None, Assembly | None]:
         """The cost coefficients typed with --cost (``given``), or computed from the model/hardware
@@ -136,6 +157,7 @@ class PricedOptions(HardwareOptions):
         if not hardware:
             if not given:
                 raise DraftsimError("give --cost (the drafter's cost coefficient) or --target MODEL --drafter-model MODEL --hardware HW")
+            self.refuse_unused_pricing("--cost")
             return list(given), None, None
         built, info = self.priced(n_drafters)
         return info["coefficients"], info, built

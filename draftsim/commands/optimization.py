@@ -306,6 +306,8 @@ def threshold_problem(config: ThresholdConfig):
         _, info = config.priced(1)
         t_target = info["target_seconds"]
         t_draft = info["coefficients"][0] * t_target
+    else:
+        config.refuse_unused_pricing("--t-draft/--t-target")
     if (config.alpha is None) == (config.markov is None):
         raise DraftsimError("give exactly one of --alpha or --markov")
     if config.stay is not None and config.markov is None:
@@ -422,6 +424,8 @@ def optimize_tree(config: TreeConfig) -> TreeReport:
         cost = lambda n: float(built.target.shape_time(b, n, ctx)) / unit  # noqa: E731
         draft_cost = float(built.drafters[0].shape_time(b, 1, ctx)) / unit
         verify = "t(n) from the hardware (one-token call = 1)"
+    else:
+        config.refuse_unused_pricing("--verify-cost/--draft-cost")
     t0 = time.perf_counter()
     tree = optimize.tree_shape(ranks, config.budget, cost, draft_cost)
     seconds = time.perf_counter() - t0

@@ -205,6 +205,8 @@ def plan(config: PlanConfig) -> PlanResult:
     """The strategies over ``config``'s drafters, ranked by EWIF (every target call priced at
     the tokens it verifies when the drafters are priced from hardware)."""
     check(config)
+    if not config.uses_hardware():
+        config.refuse_unused_pricing("costs in the --drafter specs")
     specs, cost_info, verify = _priced_specs(config) if config.uses_hardware() else (config.drafter, None, None)
     drafters = [PlannedDrafter.parse(spec) for spec in specs]
     strategies = rank_strategies(drafters, mag_alpha=config.mag_alpha, k_max=config.k_max, mag_cost=config.mag_cost, verify=verify)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -382,10 +383,11 @@ def prepare(config: SimulateConfig):
             raise DraftsimError("give either --cost/--verify-per-token or the model/hardware options (--target, --drafter-model, --hardware), not both")
         built, cost_info = config.priced(policy.n_models - 1)
         costs = built.costs(config.cost_batch, config.cost_context)
-    elif len(drafter_costs) != policy.n_models - 1:
-        raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s): give --cost (draft time / target time, "
-                            f"e.g. --cost 0.05) once per drafter; got {len(drafter_costs)} value(s)")
     else:
+        config.refuse_unused_pricing("--cost" if drafter_costs else "no hardware named")
+        if len(drafter_costs) != policy.n_models - 1:
+            raise DraftsimError(f"policy {config.policy} uses {policy.n_models - 1} drafter(s): give --cost (draft time / target time, "
+                                f"e.g. --cost 0.05) once per drafter; got {len(drafter_costs)} value(s)")
         costs = Costs.coefficients(drafter_costs)
     if config.verify_per_token:
         costs = Costs((CallCost(1.0, config.verify_per_token),) + costs.models[1:])
@@ -458,8 +460,11 @@ def run(args: argparse.Namespace) -> int:
         print("acceptance by draft position:", " ".join(f"{x:.3f}" for x in shown if np.isfinite(x)))
     if predicted is not None:
         est = result.metrics["ewif"]
-        z = (est.value - predicted) / est.se if est.se > 0 else float("nan")
-        print(f"analytic EWIF {predicted:.4f}; simulated {est.value:.4f} ({z:+.2f} SE)")
+        if est.se > 0:
+            gap = f"{(est.value - predicted) / est.se:+.2f} SE"
+        else:  # no variance (e.g. no speculation: every round one token): the two agree or they do not
+            gap = "exactly" if math.isclose(est.value, predicted, rel_tol=1e-9) else "no variance"
+        print(f"analytic EWIF {predicted:.4f}; simulated {est.value:.4f} ({gap})")
     if result.engine == "des":
         r = result.requests
         unit = out.cost_from["target_seconds"] if out.cost_from else None
