@@ -346,10 +346,9 @@ def load_model(name: str, device: str = "auto", dtype: str = "float32") -> Loade
         return random_model(model_name, int(seed or 0), device, dtype)
     if name.startswith("tiny"):
         _, _, seed = name.partition(":")
-        try:
-            return tiny_model(int(seed or 0), device=pick_device(device) if device != "auto" else "cpu")
-        except ValueError:
-            raise DraftsimError(f"tiny models are named tiny or tiny:SEED; got {name!r}") from None
+        if name.partition(":")[0] != "tiny" or (seed and not seed.isdigit()):  # DraftsimError is a ValueError: no try around the device
+            raise DraftsimError(f"tiny models are named tiny or tiny:SEED; got {name!r}")
+        return tiny_model(int(seed or 0), device=pick_device(device) if device != "auto" else "cpu")
     device = pick_device(device)
     _dtype(dtype)
     if name == EMBEDDED:

@@ -525,3 +525,16 @@ def test_a_write_that_fails_after_the_checks_is_one_line(tmp_path, monkeypatch, 
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and err.count("\n") == 1
     assert "tl.json" in err and "No space left on device" in err and "Traceback" not in err
+
+
+def test_cuda_without_cuda_is_blamed_on_the_device_not_the_model_name(capsys):
+    """``run --target tiny:2 --device cuda`` on a machine without CUDA once said "tiny models are
+    named tiny or tiny:SEED" (DraftsimError is a ValueError, caught around the device check)."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: the device is valid")
+    from draftsim.cli import main
+
+    assert main(["run", "--target", "tiny:2", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device 'cuda' requested but CUDA is not available" in err and "tiny models" not in err, err
