@@ -417,6 +417,7 @@ def _argv(case, world) -> list[str]:
     return [arg.replace("{W}", str(world)).replace("{E}", E) for arg in case]
 
 
+@pytest.mark.slow  # 13.4 s measured (pytest --durations, 2-core machine, total of 301 items)
 @pytest.mark.parametrize("argv, fragments", CASES, ids=[f"{i:03d}-{' '.join(c[0][:2]) or 'none'}" for i, c in enumerate(CASES)])
 def test_bad_input(argv, fragments, world, tmp_path, monkeypatch, capsys):
     argv = _argv(argv, world)
@@ -485,6 +486,7 @@ def _script(*argv, timeout=30):
     return subprocess.run([str(script), *argv], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow  # 5.5 s measured (pytest --durations, 2-core machine)
 @pytest.mark.parametrize("name, fragment", [("fifo", "(a FIFO)"), ("zero", "(a character device)")])
 def test_special_manifests_neither_block_nor_read_forever(world, name, fragment):
     """A FIFO would block ``open``; a link to /dev/zero would never end: both are refused at once."""
@@ -495,6 +497,7 @@ def test_special_manifests_neither_block_nor_read_forever(world, name, fragment)
     assert done.stderr.count("\n") == 1 and fragment in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # 5.9 s measured (pytest --durations, 2-core machine)
 def test_negative_values_are_checked_not_missing():
     """``--alpha -inf`` is the bad value -inf, not a missing argument (also through the script)."""
     done = _script("optimize", "tree", "--rank-alphas", "0.6", "--verify-cost", "-1,0.002")

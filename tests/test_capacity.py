@@ -113,6 +113,7 @@ def test_replicated_with_bools_and_bad_returns():
     assert nan(1.0)[0] is False
 
 
+@pytest.mark.slow  # 12.8 s measured (pytest --durations, 2-core machine)
 def test_capacity_command_end_to_end(tmp_path, capsys):
     spec = tmp_path / "cap.toml"
     spec.write_text(DES_SPEC)
@@ -204,6 +205,7 @@ price_per_hour = 2.0
 """
 
 
+@pytest.mark.slow  # 11.1 s measured (pytest --durations, 2-core machine)
 def test_capacity_with_the_serving_simulator(tmp_path, capsys):
     """The serve kind: at capacity the SLO holds; just above it (the bracket's upper end) it
     does not; speculation lowers TPOT at light load, so it serves more under a tight TPOT SLO."""

@@ -92,6 +92,7 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, fragment):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # 6.0 s measured (pytest --durations, 2-core machine)
 def test_console_script_entry_point():
     """The installed ``draftsim`` script runs and reports bad input the same way."""
     script = Path(sys.executable).with_name("draftsim")

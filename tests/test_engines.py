@@ -46,6 +46,7 @@ SETTINGS = [
 ]
 
 
+@pytest.mark.slow  # 41.0 s measured (pytest --durations, 2-core machine, total of 48 items)
 @pytest.mark.parametrize("engine", ["mc", "des"])
 @pytest.mark.parametrize("policy, process, costs, expected", SETTINGS, ids=[repr(s[0]) for s in SETTINGS])
 def test_engines_agree_with_analytic_ewif(engine, policy, process, costs, expected):
@@ -57,6 +58,7 @@ def test_engines_agree_with_analytic_ewif(engine, policy, process, costs, expect
     assert r.metrics["swi"].value == pytest.approx(est.value, rel=1e-12)
 
 
+@pytest.mark.slow  # 7.5 s measured (pytest --durations, 2-core machine)
 def test_largest_disagreement_is_reported(capsys):
     """Print the largest |simulated − analytic| / SE over the settings (for the closing note)."""
     worst = max(
@@ -108,6 +110,7 @@ def test_markov_process_reproduces_stationary_acceptance():
     np.testing.assert_allclose(np.bincount(track.regimes.ravel(), minlength=2) / track.regimes.size, [0.8, 0.2], atol=0.01)
 
 
+@pytest.mark.slow  # 11.8 s measured (pytest --durations, 2-core machine)
 def test_same_seed_identical_results():
     for policy, process in [
         (P.FixedK(5), A.Bernoulli(0.8)),
@@ -121,6 +124,7 @@ def test_same_seed_identical_results():
             np.testing.assert_array_equal(a.counts.calls, b.counts.calls)
 
 
+@pytest.mark.slow  # 14.4 s measured (pytest --durations, 2-core machine)
 def test_threshold_and_confidence_policies_stop_early_when_acceptance_drops():
     process = A.MarkovModulated([[0.9, 0.1], [0.1, 0.9]], [0.95, 0.2], pred_noise=0.0, conf_noise=0.0)
     fixed = simulate(P.FixedK(8), process, 0.05, 200_000, seed=5)

@@ -78,6 +78,7 @@ def test_help_groups_every_command():
     assert text.index("capacity") < text.index("ewif") and "serve: capacity planning" in text
 
 
+@pytest.mark.slow  # 40.0 s measured (pytest --durations, 2-core machine, measured with other work on the machine)
 def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsys):
     """One command, no spec: the answer is the first line, then the table, then the vLLM command
     line that deploys the answer, and the spec written beside the results; the report, rendered

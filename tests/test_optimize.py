@@ -193,6 +193,7 @@ def test_closed_classes_and_multichain_refusal():
         A.MarkovModulated([[1.0, 0.0], [0.0, 1.0]], [0.9, 0.3])
 
 
+@pytest.mark.slow  # 11.4 s measured (pytest --durations, 2-core machine)
 @pytest.mark.parametrize("rule", [("fixed", 6), ("threshold", 0.7)])
 def test_mdp_policy_evaluation_matches_simulation(rule):
     T, a = MARKOV

@@ -347,6 +347,7 @@ devices = ["tp"]
 """
 
 
+@pytest.mark.slow  # 22.5 s measured (pytest --durations, 2-core machine, 22 CPU s)
 def test_capacity_does_not_depend_on_the_spec_duration(tmp_path, capsys):
     """The same search with 60 s and 600 s of arrivals: each one's 95% interval holds its
     bracket and the other's capacity, and the 60 s one lengthened the runs that had not settled

@@ -134,6 +134,7 @@ def test_results_load_with_pandas_and_pyarrow(reference):
     assert df.groupby("point")["ewif"].nunique().min() == 2
 
 
+@pytest.mark.slow  # 6.5 s measured (pytest --durations, 2-core machine)
 def test_two_workers_give_identical_results(reference, tmp_path):
     status = main(["sweep", str(write(tmp_path, GRID.format(tokens=20000))), "--out", str(tmp_path / "two"), "--workers", "2"])
     assert status == 0
@@ -202,6 +203,7 @@ def _stored(out: Path) -> int:
     return sum(pq.read_metadata(s).num_rows for s in shards)
 
 
+@pytest.mark.slow  # 48.5 s measured (pytest --durations, 2-core machine)
 def test_sigkill_at_random_times_with_two_workers_loses_and_repeats_nothing(tmp_path):
     """Kill the sweep (and its workers) three times at random points: once a random number of
     further tasks is stored, after a random extra delay — mid-task, mid-commit, anywhere."""
@@ -433,6 +435,7 @@ def test_check_reports_the_size_and_writes_nothing(tmp_path, capsys):
 # --- other kinds and the plot ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 6.9 s measured (pytest --durations, 2-core machine)
 def test_optimize_and_replay_kinds(tmp_path):
     spec = spec_of('version = 1\nkind = "optimize"\nmetrics = ["optimal", "best_fixed_k", "oracle"]\n[base]\nwhat = "threshold"\n'
                    'sweep = "0.05,0.05,1"\n[grid]\nalpha = [0.6, 0.9]\nt-draft = [0.02, 0.2]\n')
