@@ -690,13 +690,19 @@ def _guess_delays(engine, win: Window, rids: np.ndarray):
     act = win.active
     lanes_steps = max(np.count_nonzero(act), 1)
     n = max(int(np.add.reduce(win.tokens)) // win.W, 1)
-    prompts = engine.table.prompt[rids]
-    prefill = sum(np.asarray(m.shape_time(1, n + prompts, 0), dtype=np.float64) - float(m.shape_time(1, n, 0)) for m in models)
+    tokens = np.concatenate([[n], n + engine.table.prompt[rids]])
+    prefill = 0.0
+    for m in models:
+        t = np.asarray(m.shape_time(1, tokens, 0), dtype=np.float64)
+        prefill = prefill + (t[1:] - t[0])
     b = max(round(lanes_steps / win.W), 1)
     ctx = int(np.add.reduce(win.context[act])) // lanes_steps
-    lane = float(engine.target.shape_time(b + 1, engine.lookahead, ctx) - engine.target.shape_time(b, engine.lookahead, ctx))
+    batch = np.array([b, b + 1])
+    t = engine.target.shape_time(batch, engine.lookahead, ctx)
+    lane = float(t[1] - t[0])
     for d in models[1:]:
-        lane += engine.max_draft * float(d.shape_time(b + 1, 1, ctx) - d.shape_time(b, 1, ctx))
+        t = d.shape_time(batch, 1, ctx)
+        lane += engine.max_draft * float(t[1] - t[0])
     delays = dict(zip(rids.tolist(), np.atleast_1d(prefill).tolist()))
     return (lambda r, k: delays[r]), max(lane, 0.0)
 
