@@ -379,7 +379,11 @@ def _efficiency_curve(hardware_name: str, bandwidth: float, peak: float, dtype: 
             continue
         w = 3 * h * inter // mtp  # one expert's slice on a device (whole experts under expert parallelism)
         cost = ExpertCost(1, int(e), int(k), w * wb, (2 * h + 2 * inter // mtp) * ab, 2 * w, groups=mep)
-        curves.append((np.log(tokens_per_awake_expert(n, int(e), int(k))), cost.seconds(n, bandwidth, peak) / secs))
+        # rows of a one-token call come out as 1 + 2e-16: snapped to 1, else the grid's first point (one row)
+        # falls outside every curve and the one-token measurement is lost
+        rows = tokens_per_awake_expert(n, int(e), int(k))
+        rows = np.where(np.isclose(rows, 1.0, rtol=1e-9, atol=0.0), 1.0, np.maximum(rows, 1.0))
+        curves.append((np.log(rows), np.minimum(cost.seconds(n, bandwidth, peak) / secs, 1.0)))  # never above the datasheet
     if not curves:
         return None
     grid = np.geomspace(1.0, float(np.exp(max(c[0][-1] for c in curves))), 64)

@@ -72,9 +72,11 @@ class RooflineModel(CostModel):
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
     floor : the least a call takes (host work run beside the forward: an overlapped scheduler)
     expert_parallel : place the routed experts whole across the tp devices (:mod:`draftsim.sim.cost.moe`)
-    moe_efficiency : the routed experts at the grouped-GEMM efficiency measured at the rows each awake
-        expert receives, where the GPU has a fused-MoE table (:func:`~draftsim.sim.cost.moe_tables.grouped_gemm_efficiency`,
-        the ``operators`` extra); False, or without a table: the catalog's MBU and MFU
+    moe_efficiency : True: the routed experts at the grouped-GEMM efficiency measured at the rows each
+        awake expert receives, where the GPU has a fused-MoE table (:func:`~draftsim.sim.cost.moe_tables.grouped_gemm_efficiency`,
+        the ``operators`` extra). Off by default: a default price must not depend on whether an optional
+        package is installed, and rows per awake expert do not tell one token from eight (both ~1 row)
+        where the table's efficiency climbs from ~0.16 to ~0.6; False, or without a table: the catalog's MBU and MFU
     kv_per_query : attention reads each query's whole context (a verification by batch expansion)
     """
 
@@ -82,7 +84,7 @@ class RooflineModel(CostModel):
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
                  graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
-                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None, moe_efficiency: bool = True):
+                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None, moe_efficiency: bool = False):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
