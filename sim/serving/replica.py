@@ -26,7 +26,7 @@ delays).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
@@ -70,6 +70,9 @@ class Engine:
     #: callable(replica index, count): the ids and times of the next ``count`` arrivals to the
     #: replica, where they are foreseen (open loop: its window folds them in); None: not known
     upcoming: object = None
+    #: the fold's guesses of what an admission delays (:func:`draftsim.sim.serving.window.fold`),
+    #: by shape: they only speed the search up, the passes check every placement
+    guesses: dict = field(default_factory=dict)
     on_finish: object = None  # callable(rid) when a request's last token is out
     window_max: int = WINDOW_MAX
     #: for a tree policy, nodes of a full tree of depth 0, 1, …, depth (what a capped tree verifies)

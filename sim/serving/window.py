@@ -687,24 +687,32 @@ def _guess_delays(engine, win: Window, rids: np.ndarray):
     window's mean step's, less without), and one more decoding lane's per step (at the window's
     mean batch and context, a full draft)."""
     models = [engine.target] + list(engine.drafters[: engine.book.D])
+    cache = engine.guesses
     act = win.active
     lanes_steps = max(np.count_nonzero(act), 1)
     n = max(int(np.add.reduce(win.tokens)) // win.W, 1)
-    tokens = np.concatenate([[n], n + engine.table.prompt[rids]])
-    prefill = 0.0
-    for m in models:
-        t = np.asarray(m.shape_time(1, tokens, 0), dtype=np.float64)
-        prefill = prefill + (t[1:] - t[0])
+    prompts = engine.table.prompt[rids].tolist()
+    new = sorted({p for p in prompts if ("prefill", n, p) not in cache})
+    if new:
+        tokens = np.array([n] + [n + p for p in new])
+        prefill = 0.0
+        for m in models:
+            t = np.asarray(m.shape_time(1, tokens, 0), dtype=np.float64)
+            prefill = prefill + (t[1:] - t[0])
+        cache.update(zip((("prefill", n, p) for p in new), np.atleast_1d(prefill).tolist()))
+    delays = {r: cache[("prefill", n, p)] for r, p in zip(rids.tolist(), prompts)}
     b = max(round(lanes_steps / win.W), 1)
-    ctx = int(np.add.reduce(win.context[act])) // lanes_steps
-    batch = np.array([b, b + 1])
-    t = engine.target.shape_time(batch, engine.lookahead, ctx)
-    lane = float(t[1] - t[0])
-    for d in models[1:]:
-        t = d.shape_time(batch, 1, ctx)
-        lane += engine.max_draft * float(t[1] - t[0])
-    delays = dict(zip(rids.tolist(), np.atleast_1d(prefill).tolist()))
-    return (lambda r, k: delays[r]), max(lane, 0.0)
+    ctx = (int(np.add.reduce(win.context[act])) // lanes_steps) >> 6 << 6  # to 64 tokens: a guess
+    lane = cache.get(("lane", b, ctx))
+    if lane is None:
+        batch = np.array([b, b + 1])
+        t = engine.target.shape_time(batch, engine.lookahead, ctx)
+        lane = float(t[1] - t[0])
+        for d in models[1:]:
+            t = d.shape_time(batch, 1, ctx)
+            lane += engine.max_draft * float(t[1] - t[0])
+        lane = cache[("lane", b, ctx)] = max(lane, 0.0)
+    return (lambda r, k: delays[r]), lane
 
 
 def _after(upcoming: tuple, i: int) -> float:
