@@ -190,3 +190,14 @@ def test_names_a_user_would_write(capsys):
     status, out, err = run(capsys, "simulate", "--policy", "fixed:k=4", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter",
                            "qwen2.5-0.5b", "--hardware", "h100-sxm", "--tokens", "2000")
     assert status == 0, err
+
+
+@pytest.mark.parametrize("alpha", ["0", "1"])
+def test_simulate_without_variance_says_exactly(alpha, capsys):
+    """Acceptance 0 or 1: every round alike, the SE is 0 or rounding (2.7e-18), and a z-score of it is
+    nonsense ('+nan SE', '+40.78 SE' were printed): the comparison with the closed form says 'exactly'."""
+    from draftsim.cli import main
+
+    assert main(["simulate", "--policy", "fixed:k=3", "--alpha", alpha, "--cost", "0.1", "--tokens", "10000"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("analytic EWIF"))
+    assert line.endswith("(exactly)") and "nan" not in line, line

@@ -460,9 +460,9 @@ def run(args: argparse.Namespace) -> int:
         print("acceptance by draft position:", " ".join(f"{x:.3f}" for x in shown if np.isfinite(x)))
     if predicted is not None:
         est = result.metrics["ewif"]
-        if est.se > 0:
+        if est.se > 1e-12 * max(abs(est.value), 1.0):
             gap = f"{(est.value - predicted) / est.se:+.2f} SE"
-        else:  # no variance (e.g. no speculation: every round one token): the two agree or they do not
+        else:  # no variance (every round alike: no speculation, acceptance 0 or 1; an SE of 1e-18 is rounding)
             gap = "exactly" if math.isclose(est.value, predicted, rel_tol=1e-9) else "no variance"
         print(f"analytic EWIF {predicted:.4f}; simulated {est.value:.4f} ({gap})")
     if result.engine == "des":
