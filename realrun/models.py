@@ -285,6 +285,55 @@ def check_fits(name: str, spec, device: str, dtype: str, available: int | None =
     return need
 
 
+def _known_spec(name: str):
+    """The catalog shape of a model name whose size is known before loading it (``random:NAME``, a
+    checkpoint folder with a readable ``config.json``, a controlled drafter's cost model), else None
+    (the embedded and tiny models are small; a GGUF file's size is on disk)."""
+    from ..sim.cost import default_catalog
+    from ..sim.cost.catalog import model_from_hf_config
+
+    if name.startswith("controlled"):
+        from .drafters import parse_controlled
+
+        _, model = parse_controlled(name)
+        return _known_spec(model) if model else None
+    if name.startswith("random:"):
+        model_name = name.split(":", 2)[1]
+        try:
+            return default_catalog().model(model_name)
+        except DraftsimError:
+            return None  # named wrongly: refused where it loads
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        try:
+            return model_from_hf_config(path)
+        except DraftsimError:
+            return None
+    return None
+
+
+def check_all_fit(names, device: str, dtype: str, available: int | None = None) -> int:
+    """Raise unless the models ``names`` (a target and its drafters) fit ``device`` together, each
+    priced as :func:`check_fits` prices one — before the first of them loads: one alone may fit
+    where the target and a large drafter do not, and loading the target first would take minutes
+    before the drafter is refused. Models of unknown size count 0. Returns the bytes needed."""
+    sized = [(n, spec) for n in names if (spec := _known_spec(n)) is not None]
+    if not sized:
+        return 0
+    if available is None:
+        from .memory import available_memory
+
+        available = available_memory(device)
+    needs = [(n, check_fits(n, spec, device, dtype, available=available)) for n, spec in sized]
+    total = sum(b for _, b in needs)
+    if len(needs) > 1 and total > available:
+        parts = ", ".join(f"{n} {b:,}" for n, b in needs)
+        raise DraftsimError(f"the models need {total:,} bytes together ({_gib(total)}: {parts}, each with one "
+                            f"{KV_TOKENS:,}-token sequence's KV cache in {dtype}) but this machine has {available:,} bytes "
+                            f"available ({_gib(available)}); use smaller models or a machine with more memory")
+    return total
+
+
 def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "float32", catalogs=()) -> LoadedModel:
     """A randomly initialised model of the catalog's ``name`` shape (see the module docstring),
     refused before anything is allocated when it does not fit the device (:func:`check_fits`)."""

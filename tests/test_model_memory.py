@@ -95,3 +95,26 @@ def test_the_estimate_is_the_built_model(monkeypatch):
     built = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
     counted = CATALOG.model("smollm2-135m").params * 4
     assert counted <= built <= counted * 1.001, (counted, built)
+
+
+def test_a_target_and_its_drafters_are_sized_together_before_any_loads(capsys, monkeypatch):
+    """``run --target random:llama-3.1-8b --drafter random:llama-3.1-70b`` built the 8B target (minutes)
+    before the drafter was refused; two models that fit one at a time but not together ran into the
+    allocator. Both are refused from their known sizes before the first model is built."""
+    from draftsim.cli import main
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "_from_config", no_allocation)
+    one = need_of("llama-3.1-8b", "bfloat16")
+    monkeypatch.setattr("draftsim.realrun.memory.available_memory", lambda device: one + one // 2)
+    argv = ["run", "--target", "random:llama-3.1-8b", "--dtype", "bfloat16", "--device", "cpu", "--method", "sd"]
+    assert main([*argv, "--drafter", "random:llama-3.1-8b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the models need {2 * one:,} bytes together" in err, err
+    assert main([*argv, "--drafter", "controlled:0.8@random:llama-3.1-70b"]) == 2  # the drafter alone does not fit
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "random:llama-3.1-70b needs" in err, err
+    assert models.check_all_fit(["random:llama-3.1-8b", "ngram", "smollm2"], "cpu", "bfloat16", available=one) == one

@@ -128,7 +128,7 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
     from draftsim.realrun.compare import measure
     from draftsim.realrun.executor import Sampling
     from draftsim.realrun.methods import MethodSpec, build_method, check_model_name
-    from draftsim.realrun.models import load_model
+    from draftsim.realrun.models import check_all_fit, load_model, pick_device
     from draftsim.realrun.prompts import prompt_set
 
     check(config)
@@ -145,6 +145,7 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
     prompts = [p for s in sets for p in prompt_set(s, config.split, config.n)]
     sampling = Sampling(config.temperature, config.top_k)
     profiles = _profiles(config.profile)
+    check_all_fit([config.target, *spec.drafter_names], pick_device(config.device), config.dtype)  # before any loads
     target = load_model(config.target, device=config.device, dtype=config.dtype)
     method = build_method(spec, target)
     if config.static_cache:

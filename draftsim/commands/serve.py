@@ -210,7 +210,7 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
 
     from draftsim.realrun.executor import Sampling
     from draftsim.realrun.methods import make_drafter
-    from draftsim.realrun.models import load_model
+    from draftsim.realrun.models import check_all_fit, load_model, pick_device
     from draftsim.realrun.profiling import machine_fingerprint, model_fingerprint
     from draftsim.realrun.servetrace import ServeTraceWriter, serving_metrics
     from draftsim.realrun.serving import Server, check_memory, check_requests, prompt_pool, requests_from
@@ -246,6 +246,7 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
         import torch
 
         torch.set_num_threads(config.threads)
+    check_all_fit([config.target, *([drafter_name] if drafter_name else [])], pick_device(config.device), config.dtype)
     target = load_model(config.target, device=config.device, dtype=config.dtype)
     drafter = make_drafter(drafter_name, target) if drafter_name else None
     requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets), priority)

@@ -133,7 +133,7 @@ def record_trace(config: RecordConfig, bar=null_bar):
     checked before the model loads (seconds, and loader noise on stderr); ``bar(total, desc)``
     is a progress-bar context (:func:`draftsim.progress.count_bar`)."""
     from draftsim.realrun.methods import fit_bigram, make_drafter
-    from draftsim.realrun.models import load_model
+    from draftsim.realrun.models import check_all_fit, load_model, pick_device
     from draftsim.realrun.prompts import prompt_set
     from draftsim.realrun.record import record
 
@@ -143,6 +143,7 @@ def record_trace(config: RecordConfig, bar=null_bar):
     sets = a.prompt_sets("--prompts", config.prompts)
     a.device(config.device)
     a.trace_folder("--out", config.out, config.resume)
+    check_all_fit([config.target, *config.drafter], pick_device(config.device), config.dtype)  # before any loads
     target = load_model(config.target, device=config.device, dtype=config.dtype)
     bigram = fit_bigram(target)
     drafters = [make_drafter(spec, target, bigram) for spec in config.drafter]
