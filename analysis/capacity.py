@@ -525,7 +525,7 @@ def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence) -> None:
     if need > s.max_evaluations:
         brackets = need - (bisections_left(1.0, 2.0, s.tolerance) or 0)
         room = s.max_evaluations - brackets
-        fits = f"tolerance >= {2.0 ** (0.5 ** room) - 1.0:.2g}" if room >= 0 else "a narrower minimum..maximum"
+        fits = f"tolerance >= {2.0 ** (0.5 ** room) - 1.0:.2g}" if room > 0 else "a narrower minimum..maximum"  # room 0: tolerance 1, not valid
         raise DraftsimError(f"[capacity] tolerance {s.tolerance:g} from start {s.start:g} over [{s.minimum:g}, {s.maximum:g}] req/s "
                             f"may need {need} evaluations, more than max_evaluations {s.max_evaluations}: give {fits}, or raise "
                             "max_evaluations (at most 1000)")
