@@ -95,6 +95,7 @@ class Replica:
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
         self._pending: tuple | None = None  # the window under way: (step ends, finishing steps, steps kept, prefills finishing at step 0)
+        self._held: list = []  # (request, arrival) that came at the instant the next step is planned
         self._step_guess = 1e-3
         self._layout = LayoutState(len(engine.table)) if engine.layout is not None else None
         self.process = engine.env.process(self._run())
@@ -102,7 +103,16 @@ class Replica:
     # -- the outside world -------------------------------------------------------------------
     def submit(self, rid: int, at: float) -> None:
         """Request ``rid`` reaches this replica at ``at`` (the simulated time, exactly: simpy's
-        clock adds delays and may be an ulp off)."""
+        clock adds delays and may be an ulp off). Where arrivals are not foreseen (closed loop,
+        a client's concurrency cap, least-outstanding routing) a request that reaches a busy
+        replica joins the first step that starts after it: one that comes at the very instant
+        the replica plans its next step (a finish sends it) is held until that step is planned,
+        whichever of the two simpy runs first."""
+        if self._pending is not None and not self.engine.foreseen:
+            ends, _, n, _ = self._pending
+            if at >= ends[n - 1]:
+                self._held.append((rid, at))
+                return
         self.scheduler.add(rid, at)
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed(at)
@@ -126,12 +136,19 @@ class Replica:
         env, eng, sched = self.engine.env, self.engine, self.scheduler
         now = env.now
         while True:
+            if not sched.running and not sched.waiting and self._held:  # nothing else to plan: they start now
+                for rid, at in self._held:
+                    sched.add(rid, at)
+                self._held = []
             if not sched.running and not sched.waiting:
                 self._idle = env.event()
                 now = yield self._idle
                 self._idle = None
                 continue
             plan = sched.schedule(eng.lookahead, now)
+            held, self._held = self._held, []
+            for rid, at in held:  # they came as this step was planned: they join the next
+                sched.add(rid, at)
             nxt = eng.next_arrival(self.index) if eng.next_arrival is not None else np.inf
             upcoming = eng.upcoming(self.index, FOLD_ARRIVALS + 1) if eng.upcoming is not None else None
             win = compute(eng, sched, plan, now, self._step_guess, self._layout, nxt, upcoming)
@@ -152,8 +169,8 @@ class Replica:
             else:
                 self._wake = env.event()
                 yield env.timeout(max(ends[n - 1] - env.now, 0.0)) | self._wake
-                if self._wake.triggered:  # an arrival nobody foresaw: keep the steps that started before it
-                    n = max(1, np.count_nonzero(starts[:n] < self._wake.value))
+                if self._wake.triggered:  # an arrival nobody foresaw: keep the steps that started by then
+                    n = max(1, np.count_nonzero(starts[:n] <= self._wake.value))
                     self._pending = (ends, win.finish, n, first)
                     self._wake = None
                     rest = ends[n - 1] - env.now
@@ -164,12 +181,6 @@ class Replica:
             self._pending = None
             self._step_guess = float(np.add.reduce(win.time[:n])) / n  # (np.mean's sum)
             now = float(ends[n - 1])
-            if eng.closed_loop:
-                # a finish here or on another replica now sends the next request now: let every
-                # event of this instant run (a finish's, then the client's) before planning the
-                # next step, which it joins (windows and single steps alike)
-                yield env.timeout(0.0)
-                yield env.timeout(0.0)
 
     def _commit(self, plan, win: Window, n: int, starts: np.ndarray, ends: np.ndarray, waiting: int) -> None:
         """Apply the window's first n steps (``starts``, ``ends``: each step's start and end):
