@@ -26,8 +26,7 @@ The markers are applied here, at collection, not in the test files. The rule:
 3. tests that load models in ways the source does not show are listed in :data:`REAL`;
 4. tests measured slow — one item over :data:`SLOW_SECONDS`, or all the items of a
    parametrized test together over :data:`SLOW_TOTAL_SECONDS` — carry ``@pytest.mark.slow``
-   in their own files, with the seconds measured in a comment (:data:`SLOW` lists the ones
-   not yet moved there);
+   in their own files, with the seconds measured in a comment;
 5. a test that uses a fixture of :data:`SLOW_FIXTURES` (starting Ray) is ``slow``.
 
 The lists name tests as ``module::function`` (every parametrization). A listed test that is
@@ -79,17 +78,9 @@ SLOW_TOTAL_SECONDS = 10.0
 #: Fixtures that make every test using them slow (rule 5), and why.
 SLOW_FIXTURES = {"ray_session": "starts a local Ray cluster: ~15 s"}
 
-#: Tests measured slow without a model (rule 4) not yet marked in their files: module::function -> seconds of its slowest
-#: item (setup or call; "total": of all its items), measured 2026-11-24 with
-#: ``pytest -m "not real" --durations=0``.
-SLOW: dict[str, float] = {
-    "test_serving::test_md1_mean_wait_matches_pollaczek_khinchine": 24.0,
-    "test_serving::test_every_policy_controller_and_scheduler_serves_everything": 20.9,  # total of 25 items
-    "test_serving::test_ragged_width_bounds": 10.1,
-    "test_serving::test_invariants_under_random_configurations": 9.4,
-    # measured again on the fast tier (same machine, same load), over 5 s there
-    "test_serving::test_littles_law_on_a_long_run": 7.2,
-}
+#: Tests measured slow without a model (rule 4) not yet marked in their files (none: each carries
+#: ``@pytest.mark.slow`` with the seconds measured; a name added here is marked at collection).
+SLOW: dict[str, float] = {}
 
 
 def _loads_a_model(func, seen: dict) -> bool:

@@ -82,6 +82,7 @@ def test_k0_equals_autoregressive_serving():
     assert k0.spec["num_draft_tokens"] == 0 and k0.spec["mean_acceptance_length"] == 1.0
 
 
+@pytest.mark.slow  # 24.0 s measured (pytest --durations, 2-core machine)
 def test_md1_mean_wait_matches_pollaczek_khinchine():
     """max_num_seqs = 1 and constant per-call costs: a deterministic server (D = output x a);
     mean queueing delay λD²/(2(1−ρ))."""
@@ -106,6 +107,7 @@ def test_md1_mean_wait_matches_pollaczek_khinchine():
     assert waits.mean() == pytest.approx(lam * D**2 / (2 * (1 - rho)), rel=0.05)
 
 
+@pytest.mark.slow  # 7.2 s measured (pytest --durations, 2-core machine)
 def test_littles_law_on_a_long_run():
     wl = workload(n=3000, qps=12.0, prompt=256, output=96, seed=2)
     run = serve(config(scheduler=SchedulerConfig(max_num_seqs=16)), wl, seed=2)
@@ -188,6 +190,7 @@ def test_spec_decode_metrics_follow_the_acceptance_model():
     ("heuristic", acceptance.Positional([0.9, 0.8, 0.6])),
 ])
 @pytest.mark.parametrize("controller", ["none", "table:k=1-3:2,4-:1"])
+@pytest.mark.slow  # 20.9 s measured (pytest --durations, 2-core machine, total of 25 items)
 @pytest.mark.parametrize("scheduler", [SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=512),
                                        SchedulerConfig(policy="priority", chunked_prefill=False, max_num_batched_tokens=1024)])
 def test_every_policy_controller_and_scheduler_serves_everything(spec, process, controller, scheduler):
@@ -240,6 +243,7 @@ def test_a_cheaper_draft_never_lowers_throughput(seed, cheaper, clients):
 
 
 @settings(max_examples=25, deadline=None)
+@pytest.mark.slow  # 9.4 s measured (pytest --durations, 2-core machine)
 @given(seed=st.integers(0, 10_000), qps=st.floats(1.0, 200.0), kv=st.integers(700, 20_000), seqs=st.integers(1, 40),
        budget=st.integers(64, 4096), chunked=st.booleans(), queue=st.sampled_from(SCHEDULING_POLICIES),
        policy=st.sampled_from(["ar", "fixed:k=3", "threshold:h=0.5,kmax=6", "heuristic:k=2,kmax=8"]),
@@ -459,6 +463,7 @@ def _lanes(draw):
     return W, B, n, e, c, joins, leaves, active
 
 
+@pytest.mark.slow  # 10.1 s measured (pytest --durations, 2-core machine)
 @settings(max_examples=200, deadline=None)
 @given(_lanes(), st.sampled_from([0.0, 0.2, 0.5, 0.9]), st.sampled_from([0, 8, 64]))
 def test_ragged_width_bounds(lanes, ratio, least):
