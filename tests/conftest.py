@@ -11,7 +11,7 @@ Two markers (registered in pyproject.toml) sort the suite; ``pytest`` with no ``
 ``make test`` and CI run — is always the full suite:
 
 * ``real`` — the test loads a real or tiny Hugging Face model or runs torch;
-* ``slow`` — the test takes long without one (measured: see :data:`SLOW`).
+* ``slow`` — the test takes long without one (measured; marked in its file, rule 4).
 
 The inner loop leaves both out: ``make test-fast``, i.e. ``pytest -m "not real and not slow"``
 (``-m real`` runs only the model tests).
