@@ -17,6 +17,7 @@ from draftsim.sim.errors import DraftsimError
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -73,7 +74,7 @@ def acceptance(config: AcceptanceConfig) -> AcceptanceResult:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("acceptance", parents=[common], help="published acceptance rates, cited (use one with --acceptance NAME)",
+    p = sub.add_parser("acceptance", parents=[common], help=summary("acceptance"),
                        description="List the catalog of published acceptance measurements (method, target, dataset, what the "
                        "source reported and for which k), or show one entry's per-position rates: cumulative a_i (vLLM's "
                        "per-position acceptance, the convention of --positional), conditional c_i (the EAGLE papers' n-alpha) "

@@ -25,6 +25,7 @@ from draftsim.sim.vllm_bench import read_vllm_bench
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -93,7 +94,7 @@ def calibrate_hardware(config: CalibrateConfig) -> CalibrateResult:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("calibrate", parents=[common], help="fit a hardware entry's efficiency and overhead to your own measured step times",
+    p = sub.add_parser("calibrate", parents=[common], help=summary("calibrate"),
                        description="Fit a catalog hardware entry's MFU, MBU and per-call overhead to measured forward calls of one "
                        "model (a draftsim profile, a step-time table, or plain vllm bench serve runs saved with --save-detailed), "
                        "report the fit's error on the points used and on held-out points beside the catalog defaults', and "

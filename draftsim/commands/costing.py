@@ -35,6 +35,7 @@ from draftsim.sim.registry import drafter_help, engine_help
 from .. import args as a
 from ..config import add_options, as_dict, check, default_of, flag_of, from_namespace, option
 from ..progress import count_bar
+from .table import summary
 
 HARDWARE = "hardware"
 
@@ -303,7 +304,7 @@ def catalog_listing(catalogs: list[str]) -> dict:
 
 def register(sub, common) -> None:
     p = sub.add_parser(
-        "cost", parents=[common], help="forward times, cost coefficients and bounds from hardware or a profile",
+        "cost", parents=[common], help=summary("cost"),
         description="Time of one forward call of the target and each drafter for every asked shape (batch x new tokens x "
         "context), from the roofline (catalog model on catalog hardware) or a measured profile; the cost coefficient c "
         "(time over the target's one-new-token call at the same batch and context); and whether the call is memory-, "
@@ -313,7 +314,7 @@ def register(sub, common) -> None:
     p.set_defaults(run=run_cost)
 
     p = sub.add_parser(
-        "profile", parents=[common], help="measure a real model's forward times on this machine",
+        "profile", parents=[common], help=summary("profile"),
         description="Time a model's forward call over a grid of batch sizes x new tokens x context lengths (warm-up, "
         "repeats, median and spread) and write a profile file for draftsim cost --profile; --probe also measures this "
         "machine (memory bandwidth, FLOP/s) and writes a local-cpu hardware entry fitted to the profile.",

@@ -14,6 +14,7 @@ from .. import args as a
 from ..config import add_options, check, from_namespace, option
 from ..progress import count_bar
 from .planning import format_plan
+from .table import summary
 
 #: Where the demo writes its figures unless told otherwise: ignored by git (.gitignore), so a demo
 #: run leaves the working tree as it found it.
@@ -34,7 +35,7 @@ def register(sub, common) -> None:
     p = sub.add_parser(
         "demo",
         parents=[common],
-        help="plan reference settings and write the planner's figures",
+        help=summary("demo"),
         description="Analytic plans for a few reference settings and their Monte Carlo check, the "
         "optimisers, a replay of the embedded trace, a serving study and a short real run on SmolLM2, "
         "printed as tables; four figures written as PNG files to --out (default figures/demo, ignored "

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -25,7 +26,7 @@ class DistillConfig:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("distill", parents=[common], help="train a small draft model for the target (knowledge distillation)",
+    p = sub.add_parser("distill", parents=[common], help=summary("distill"),
                        description="Truncate the target to its first --layers layers and train them to match the target's "
                        "next-token distributions on text it generated from the train prompts. Saved to the cache; "
                        "use it with --drafter distilled.")

@@ -12,6 +12,7 @@ from .. import args as a
 from ..config import add_options, from_namespace, option
 from ..config import check as check_options
 from ..progress import count_bar
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -33,7 +34,7 @@ class TrainHeadConfig:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("train-head", parents=[common], help="train SpecDec++'s acceptance-prediction head for a draft model",
+    p = sub.add_parser("train-head", parents=[common], help=summary("train-head"),
                        description="Build training data from the target's responses to the train prompts (draft candidates "
                        "Y ~ q labelled min(1, p(Y)/q(Y)), token mixing), train a residual SiLU MLP on the frozen draft's last "
                        "hidden state by weighted BCE, report the binary KL on the test prompts, and save the head. Use it with "

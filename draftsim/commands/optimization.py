@@ -19,6 +19,7 @@ from ..config import add_options, as_dict, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
 from .costing import HARDWARE_TITLES, PricedOptions, describe_coefficients
 from .simulation import float_list, parse_pairs
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -185,7 +186,7 @@ OPTIMIZE_CONFIGS = {"kmatrix": KMatrixConfig, "threshold": ThresholdConfig, "tre
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("optimize", help="find optimal K matrices, stopping thresholds and tree shapes",
+    p = sub.add_parser("optimize", help=summary("optimize"),
                        description="Optimise a policy and compare it with baselines and bounds.")
     osub = p.add_subparsers(dest="what", metavar="WHAT", required=True)
 

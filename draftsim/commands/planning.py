@@ -16,6 +16,7 @@ from draftsim.sim.plan import plan as rank_strategies
 from .. import args as a
 from ..config import add_options, as_dict, check, from_namespace, option
 from .costing import HARDWARE_TITLES, PricedOptions, describe_coefficients
+from .table import summary
 
 DEFAULT_K_MAX = 16
 
@@ -105,7 +106,7 @@ def register(sub, common) -> None:
     p = sub.add_parser(
         "ewif",
         parents=[common],
-        help="EWIF and expected tokens against the draft length k",
+        help=summary("ewif"),
         description="Expected tokens per target call, EWIF (speedup), discard and verification "
         "rates of speculative decoding with i.i.d. acceptance alpha and draft cost c.",
     )
@@ -115,7 +116,7 @@ def register(sub, common) -> None:
     p = sub.add_parser(
         "plan",
         parents=[common],
-        help="rank strategies (single drafter, horizontal and vertical cascades) by EWIF",
+        help=summary("plan"),
         description="For each drafter its best k; the best horizontal cascade over all drafters; "
         "with --mag-alpha, the best vertical cascade with Max-Gram drafting for each drafter. "
         "Ranked by EWIF (expected speedup over autoregressive decoding).",

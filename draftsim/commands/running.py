@@ -16,6 +16,7 @@ from draftsim.sim.rules import RULE_HELP
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
 from ..progress import count_bar
+from .table import summary
 
 if TYPE_CHECKING:
     from draftsim.realrun.compare import Measurement
@@ -60,7 +61,7 @@ class RunConfig:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("run", parents=[common], help="decode prompts with real models: ar, sd, csd, cascade, ssd, tsd, gsd",
+    p = sub.add_parser("run", parents=[common], help=summary("run"),
                        description="Run a method on real models and measure it against autoregressive decoding of the same "
                        "prompts (alternately, prompt by prompt). Methods: ar (baseline), sd (speculative decoding with one "
                        "drafter), csd (Cascade Speculative Drafting: a K matrix over several drafters, lenient inner levels), "
@@ -76,7 +77,7 @@ def register(sub, common) -> None:
     add_options(p, RunConfig)
     p.set_defaults(run=run)
 
-    c = sub.add_parser("check-sim", parents=[common], help="replay a run trace in the simulator and compare",
+    c = sub.add_parser("check-sim", parents=[common], help=summary("check-sim"),
                        description="Replay the acceptance a real run recorded with the same policy in the Monte Carlo engine; "
                        "compare counts (exact for greedy single-drafter runs) and predicted against measured tokens/s.")
     add_options(c, CheckSimConfig)

@@ -17,6 +17,7 @@ from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
 from .servesim import ServeSummary
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -145,7 +146,7 @@ class CheckServeResult:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("serve", parents=[common], help="serve requests with real models: continuous batching + speculative decoding",
+    p = sub.add_parser("serve", parents=[common], help=summary("serve"),
                        description="Serve a workload of real prompts with continuous batching: requests arrive in wall-clock time "
                        "(--qps with --arrivals, or --request-trace), are prefilled, and the running batch is decoded with speculative "
                        "decoding (the drafter proposes for every sequence, the target verifies all blocks in one batched forward). "
@@ -156,7 +157,7 @@ def register(sub, common) -> None:
     add_options(p, ServeConfig)
     p.set_defaults(run=run)
 
-    c = sub.add_parser("check-serve", parents=[common], help="replay a serving trace in the serving simulator and compare",
+    c = sub.add_parser("check-serve", parents=[common], help=summary("check-serve"),
                        description="Replay a real serving run (draftsim serve --trace) in the serving simulator: the same "
                        "arrivals and lengths, each request's realised acceptance, step costs from a draftsim profile of the same "
                        "model and machine and the measured per-step overhead (or, with --hardware, the catalog rooflines and "

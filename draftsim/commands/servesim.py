@@ -40,6 +40,7 @@ from ..config import add_options, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
 from .costing import HARDWARE, SHAPES_TITLES, HardwareOptions
 from .simulation import ACCEPTANCE, AcceptanceOptions, acceptance_warnings, build_process, float_list, report_warnings
+from .table import summary
 
 #: CPU seconds per simulated request (measured by benchmarks/bench_serving.py, upper value).
 SECONDS_PER_REQUEST = 1e-3
@@ -214,7 +215,7 @@ def register(sub, common) -> None:
     p = sub.add_parser(
         "serve-sim",
         parents=[common],
-        help="simulate a serving engine: continuous batching with speculative decoding under load",
+        help=summary("serve-sim"),
         description="Serve a workload with continuous batching, a paged KV cache and speculative decoding; report TTFT, "
                     "TPOT, ITL, E2E latency, throughput, goodput and vLLM's spec-decode metrics, or sweep the load.",
         epilog="\n\n".join([POLICY_HELP, CONTROLLER_HELP, LENGTH_HELP, WORKLOAD_HELP, ARRIVAL_HELP]),

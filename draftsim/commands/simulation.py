@@ -28,6 +28,7 @@ from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
 from ..progress import token_bar
 from .costing import HARDWARE, HARDWARE_TITLES, PricedOptions, describe_coefficients
+from .table import summary
 
 METRIC_LABELS = {
     "tokens_per_call": "tokens per target call",
@@ -197,7 +198,7 @@ def register(sub, common) -> None:
     p = sub.add_parser(
         "simulate",
         parents=[common],
-        help="simulate a policy (Monte Carlo or discrete-event)",
+        help=summary("simulate"),
         description="Simulate a drafting policy under an acceptance process and cost model.",
         epilog=POLICY_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -22,6 +22,7 @@ from draftsim.sim.registry import engine_help, served_method_help
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
 from ..sweepkinds import KINDS
+from .table import summary
 
 SPEC_HELP = """\
 A spec is a TOML file (schema version 1): "a command line as a table" plus axes.
@@ -228,13 +229,13 @@ class SweepPlotResult:
 
 
 def register(sub, common) -> None:
-    s = sub.add_parser("sweep", parents=[common], help="run a sweep spec (many simulations) into Parquet",
+    s = sub.add_parser("sweep", parents=[common], help=summary("sweep"),
                        description="Run every point of a TOML sweep spec, in a process pool or on Ray.",
                        epilog=_spec_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(s, SweepConfig)
     s.set_defaults(run=run_sweep)
 
-    c = sub.add_parser("capacity", parents=[common], help="largest request rate meeting SLOs, per configuration",
+    c = sub.add_parser("capacity", parents=[common], help=summary("capacity"),
                        description="For each configuration of a spec, bracket and bisect the largest request rate whose "
                        "simulation meets the [capacity] SLOs (mean over replications); a table and a figure.",
                        epilog=cap.__doc__.split("::", 1)[1].split("Each configuration")[0] if cap.__doc__ else None,
@@ -242,7 +243,7 @@ def register(sub, common) -> None:
     add_options(c, CapacityConfig)
     c.set_defaults(run=run_capacity)
 
-    q = sub.add_parser("sweep-plot", parents=[common], help="heat map or lines of a sweep metric over one or two axes",
+    q = sub.add_parser("sweep-plot", parents=[common], help=summary("sweep-plot"),
                        description="Mean of a metric (over replications and any other axes) against --x, and --y as "
                        "rows of a heat map (or one line per --y value with --lines).")
     add_options(q, SweepPlotConfig)

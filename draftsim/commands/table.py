@@ -4,7 +4,8 @@
 command that runs and no other (a command module imports what its command needs: the
 serving simulator, matplotlib, torch …). The module's ``register`` builds the command's full
 parser; ``tests/test_startup.py`` checks that the table and the registered parsers name the
-same commands with the same summaries.
+same commands with the same summaries; each module's ``register`` reads its summary from here
+(:func:`summary`), so it is written once.
 
 It imports nothing heavy: it is read on every start of the command line.
 """
@@ -66,3 +67,9 @@ BY_NAME = {entry.name: entry for entry in TABLE}
 
 #: ``draftsim --help``'s groups: the title (``key: title``) and the command names, in order.
 GROUPS = tuple((f"{key}: {title}", tuple(e.name for e in TABLE if e.group == key)) for key, title in GROUP_TITLES)
+
+
+def summary(name: str) -> str:
+    """The one-line summary of command ``name``: its line in ``draftsim --help`` and the help its
+    module's ``register`` gives it (one text, written once, here)."""
+    return BY_NAME[name].summary

@@ -22,6 +22,7 @@ from .. import args as a
 from ..config import add_options, as_dict, check, from_namespace, option, typed
 from ..progress import count_bar, null_bar
 from .simulation import McMetrics
+from .table import summary
 
 
 @dataclass(kw_only=True)
@@ -109,18 +110,18 @@ class ReplayResult:
 
 
 def register(sub, common) -> None:
-    r = sub.add_parser("record", parents=[common], help="record a trace of real drafters against a real target",
+    r = sub.add_parser("record", parents=[common], help=summary("record"),
                        description="Generate with the target on a prompt set and record, per position, how each drafter agrees with it.")
     add_options(r, RecordConfig)
     r.set_defaults(run=run_record)
 
-    t = sub.add_parser("trace", help="inspect traces")
+    t = sub.add_parser("trace", help=summary("trace"))
     tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
     i = tsub.add_parser("info", parents=[common], help="summarise a trace: acceptance by drafter and position, timings")
     add_options(i, TraceInfoConfig)
     i.set_defaults(run=run_info)
 
-    p = sub.add_parser("replay", parents=[common], help="run a sim policy over a recorded trace",
+    p = sub.add_parser("replay", parents=[common], help=summary("replay"),
                        description="Replay the recorded acceptance under any policy and report the simulator's metrics.",
                        epilog=POLICY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p, ReplayConfig)
