@@ -17,7 +17,7 @@ from draftsim.sim.cost.profile import load_profile
 from draftsim.sim.vllm_bench import read_vllm_bench
 
 CAT = default_catalog()
-PROFILE = Path(__file__).resolve().parent.parent / "figures" / "real-serving" / "profile-smollm2-cpu-steps.json"
+PROFILE = Path(__file__).resolve().parents[3] / "figures" / "real-serving" / "profile-smollm2-cpu-steps.json"
 
 
 def synthetic(mfu, mbu, overhead, noise, seed):

@@ -23,7 +23,7 @@ except Exception:  # the operators extra is not installed: the plain roofline st
 from draftsim.sim.cost.moe_tables import decode_step, measured_experts, tokens_per_awake_expert  # noqa: E402
 
 CAT = default_catalog()
-DATA = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "moe" / "decode.json").read_text())
+DATA = json.loads((Path(__file__).resolve().parents[3] / "benchmarks" / "published" / "moe" / "decode.json").read_text())
 
 
 def _deepseek_points():

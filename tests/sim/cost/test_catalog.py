@@ -153,7 +153,7 @@ def test_hand_edited_model_entries_are_refused_with_one_line(tmp_path, field, va
 def test_a_hardware_entry_with_infinite_bandwidth_is_refused(tmp_path):
     from draftsim.sim.cost.catalog import load_catalog
 
-    entry = json.loads((Path(__file__).resolve().parent.parent / "sim" / "data" / "hardware.json").read_text())["hardware"]["h100-sxm"]
+    entry = json.loads((Path(__file__).resolve().parents[3] / "sim" / "data" / "hardware.json").read_text())["hardware"]["h100-sxm"]
     path = tmp_path / "h.json"
     path.write_text(json.dumps({"schema": "draftsim.hardware", "version": 1, "hardware": {"hx": {**entry, "memory_bandwidth_gbs": 1e400}}}))
     with pytest.raises(DraftsimError, match=re.escape("memory_bandwidth must be > 0 (and finite); got inf")):

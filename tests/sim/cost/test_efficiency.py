@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cost_operators import CATALOG, H100, tables
+from test_operators import CATALOG, H100, tables
 
 from draftsim.sim.cost.efficiency import (
     FIT_FAMILIES,

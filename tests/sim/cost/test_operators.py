@@ -441,7 +441,7 @@ def test_the_published_reproduction_prices_by_operators_only_where_tables_exist(
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "published" / "reproduce.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "published" / "reproduce.py"
     spec = importlib.util.spec_from_file_location("reproduce", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
