@@ -1,7 +1,7 @@
 """sim.serving.kvcache: block arithmetic, the one-request check and the memory plan.
 
 Block accounting under a running scheduler (plans never exceed the pool, preemption frees
-blocks) is tested in tests/test_serving_scheduler.py; a run too big for memory in
+blocks) is tested in tests/sim/serving/test_scheduler.py; a run too big for memory in
 tests/test_serving.py (test_memory_too_small_says_what_fits).
 """
 
