@@ -1,7 +1,7 @@
 """analysis.loadstudy: speculation against load, the crossover and the serving figures.
 
 The ``serve-sim --sweep-qps`` command (JSON and the marked crossover) is tested in
-tests/test_serving_cli.py; this file tests the functions directly.
+tests/draftsim/commands/test_servesim.py; this file tests the functions directly.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the server's calls, the realised acceptance of a served run, the loop's busy gaps.
 
 ``check_serve`` on a real served trace, StepCost's pricing and a robust fit with stalls are
-tested in tests/test_real_serving.py (real models).
+tested in tests/realrun/test_real_serving.py (real models).
 """
 
 from __future__ import annotations

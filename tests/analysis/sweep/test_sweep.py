@@ -495,9 +495,8 @@ def test_ray_gives_identical_results(reference, tmp_path, ray_session):
 
 
 def test_capacity_on_ray_matches_the_pool(tmp_path, ray_session):
-    from test_capacity import DES_SPEC
-
     from draftsim.analysis import capacity as cap
+    from tests.analysis.test_capacity import DES_SPEC
 
     spec = spec_of(DES_SPEC)
     cap.run_capacity(spec, KINDS["simulate"], tmp_path / "pool", workers=1)

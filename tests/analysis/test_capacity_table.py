@@ -1,7 +1,7 @@
 """analysis.capacity: the capacity table and figure, and the search's bracket invariants.
 
 The bisection against known thresholds, the M/D/1 check, replications and the ``capacity``
-command (specs, resume, the serving simulator) are tested in tests/test_capacity.py.
+command (specs, resume, the serving simulator) are tested in tests/analysis/test_capacity.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """analysis.figures: the planner's figures are written as PNG files (their numbers come from
-sim.analytic and sim.mdp, tested in tests/test_analytic.py and tests/test_optimize.py)."""
+sim.analytic and sim.mdp, tested in tests/sim/test_analytic.py and tests/sim/test_optimize.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from draftsim.sim.cost import default_catalog
 from draftsim.sim.cost.catalog import hardware_to_entry, write_catalog
 from draftsim.sim.cost.provenance import KINDS, pricing
 
-PROFILE = Path(__file__).resolve().parent.parent / "figures" / "real-serving" / "profile-smollm2-cpu-steps.json"
+PROFILE = Path(__file__).resolve().parents[2] / "figures" / "real-serving" / "profile-smollm2-cpu-steps.json"
 BASE = dict(alpha=0.7, requests=4, policy="fixed:k=3")
 
 

@@ -1,5 +1,5 @@
 """analysis.demo: the demo's steps, each checked against what it claims (``draftsim demo``
-end to end, figures included, is tested in tests/test_cli.py)."""
+end to end, figures included, is tested in tests/draftsim/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_the_default_figure_folder_is_ignored_by_git():
     from draftsim.commands.demo import DEFAULT_OUT, DemoConfig
 
     assert DemoConfig().out == DEFAULT_OUT
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")
     for name in ("ewif_vs_k.png", "optimal_k_map.png", "threshold_vs_cost.png", "serving_speedup.png"):
@@ -71,7 +71,7 @@ def test_run_demo_writes_its_four_figures_under_out_only_and_says_each_stage(tmp
     from functools import partial
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     committed = {p: p.stat().st_mtime_ns for p in (root / "figures").glob("*.png")}
     work, out = tmp_path / "cwd", tmp_path / "out"
     work.mkdir()

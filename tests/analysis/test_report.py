@@ -178,8 +178,8 @@ def test_load_sweep_report(tmp_path, capsys):
 def test_capacity_and_sweep_reports(tmp_path, capsys):
     """capacity --report: the table the command prints and its figure; sweep --report: each
     point's mean metrics."""
-    from tests.test_capacity import DES_SPEC
-    from tests.test_sweep import GRID
+    from tests.analysis.sweep.test_sweep import GRID
+    from tests.analysis.test_capacity import DES_SPEC
 
     spec = tmp_path / "cap.toml"
     spec.write_text(DES_SPEC)
@@ -205,7 +205,7 @@ def test_capacity_and_sweep_reports(tmp_path, capsys):
 @pytest.mark.parametrize("command", [SERVE + ["--qps", "4", "--requests", "20"], ["capacity", "SPEC", "--out", "OUT"]])
 def test_a_bad_report_folder_is_refused_first(tmp_path, capsys, command):
     """A --report path that is a file: one line, exit 2, nothing run or written."""
-    from tests.test_capacity import DES_SPEC
+    from tests.analysis.test_capacity import DES_SPEC
 
     (tmp_path / "spec.toml").write_text(DES_SPEC)
     bad = tmp_path / "a-file"

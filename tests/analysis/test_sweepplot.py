@@ -1,5 +1,5 @@
 """analysis.sweepplot: a sweep's heat map and line figures (the sweep command's figures are
-exercised end to end in tests/test_sweep.py)."""
+exercised end to end in tests/analysis/sweep/test_sweep.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """analysis.reality: how fast the machine ran during a measurement (run_speed).
 
 Replaying real runs (check_run, check_tree_run, held_to_sim) needs real models and is
-tested in tests/test_replay.py and tests/test_executor.py.
+tested in tests/sim/test_replay.py and tests/realrun/test_executor.py.
 """
 
 from __future__ import annotations
