@@ -106,7 +106,7 @@ def test_request_trace_replay(capsys, tmp_path):
 
 
 def test_acceptance_trace_each_request_replays_a_recorded_sequence(capsys, tmp_path):
-    """The hand-written trace of tests/test_traces.py: with fixed k = 2, sequence 0 (flags
+    """The hand-written trace of tests/sim/test_traces.py: with fixed k = 2, sequence 0 (flags
     1,1,0,1,1,0) takes 2 rounds accepting 4 of 4 drafted, sequence 1 (0,1,1,1) 2 rounds
     accepting 2 of 4; four requests replay sequences 0, 1, 0, 1."""
     write_hand_trace(tmp_path / "syn")

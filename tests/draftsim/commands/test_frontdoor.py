@@ -83,7 +83,7 @@ def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsy
     """One command, no spec: the answer is the first line, then the table, then the vLLM command
     line that deploys the answer, and the spec written beside the results; the report, rendered
     in a real browser, leads with the same answer above its first table."""
-    from tests.test_report import render
+    from tests.analysis.test_report import render
 
     args = ["capacity", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--hardware", "h100-sxm", "--load", "4",
             "--slo", "ttft:p99=2s", "--slo", "tpot:p90=60ms", "--method", "eagle3:k=2", "--alpha", "0.7", "--workload", "sharegpt",
