@@ -33,7 +33,7 @@ from draftsim.sim.acceptance_rates import (
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import FixedK
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESEARCH = ROOT / "docs" / "research" / "acceptance.json"
 
 rates = st.floats(0.0, 1.0, allow_nan=False)

@@ -22,7 +22,7 @@ from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, Deployment, assemble
 from draftsim.sim.cost.methods import FACTS, HEADS, LAYOUTS, LOOKUPS, parse_drafter
 from draftsim.sim.errors import DraftsimError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PARSER = build_parser()
 
 
