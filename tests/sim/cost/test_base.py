@@ -1,7 +1,7 @@
 """sim.cost.base: BatchStats, the CostModel plumbing and the cost coefficient.
 
-One uniform example of BatchStats, padding slots and refused shapes on the roofline are in
-tests/test_costs.py; this file states the sums' invariants for any batch and any backend.
+The sums' invariants for any batch and any backend; at the end, one uniform example of
+BatchStats, padding slots and refused shapes on the roofline.
 """
 
 from __future__ import annotations
@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from draftsim.sim.cost import BOUNDS, BatchStats, CallCost, CostModel, coefficient
+from draftsim.sim.cost import (
+    BOUNDS,
+    BatchStats,
+    CallCost,
+    CostModel,
+    RooflineModel,
+    coefficient,
+    default_catalog,
+)
 from draftsim.sim.errors import DraftsimError
 
 slots = st.lists(st.tuples(st.integers(0, 64), st.integers(0, 4096)), min_size=1, max_size=12)
@@ -78,3 +86,41 @@ def test_coefficient_is_the_ratio_of_calls_at_one_shape(ta, tb, da, db, n):
 def test_coefficient_needs_a_target_that_takes_time():
     with pytest.raises(DraftsimError, match="time > 0"):
         coefficient(CallCost(1.0), CallCost(0.0))
+
+
+# -- batches and shapes through a backend (a roofline) ----------------------------------------------
+
+CAT = default_catalog()
+
+
+def roofline(model="llama-3-8b", hw="h100-sxm", **kw):
+    return RooflineModel(CAT.model(model), CAT.hardware_spec(hw), kw.pop("dtype", "bfloat16"), **kw)
+
+
+def test_batch_stats_match_a_uniform_shape():
+    a = BatchStats.of_batch([[3, 3, 3, 3]], [[100, 100, 100, 100]])
+    b = BatchStats.of_shape(4, 3, 100)
+    for f in ("sequences", "tokens", "cached", "pairs"):
+        assert getattr(a, f)[0] == pytest.approx(getattr(b, f))
+    assert b.pairs == 4 * 3 * (100 + 2)  # each new token attends to the cache and the new tokens up to itself
+
+
+def test_padding_slots_are_absent_and_empty_calls_are_idle():
+    r = roofline()
+    t = r.forward_time([[2, 0, 0], [2, 2, 0], [0, 0, 0]], [[64, 9999, 9999], [64, 64, 0], [5, 5, 5]])
+    assert t[0] == pytest.approx(float(r.shape_time(1, 2, 64)))
+    assert t[1] == pytest.approx(float(r.shape_time(2, 2, 64)))
+    assert t[2] == 0.0
+    assert list(r.bound([[0, 0]], [[1, 1]])) == ["idle"]
+
+
+@pytest.mark.parametrize("bad", [{"new_tokens": [[-1]]}, {"new_tokens": [[1.5]]}, {"new_tokens": [[1]], "context": [[-3]]}])
+def test_bad_batches_are_refused(bad):
+    with pytest.raises(DraftsimError):
+        roofline().forward_time(**{"context": 0, **bad})
+
+
+@pytest.mark.parametrize("shape", [(0, 1, 0), (1, 0, 0), (1, 1, -1), (2.5, 1, 0)])
+def test_bad_shapes_are_refused(shape):
+    with pytest.raises(DraftsimError):
+        roofline().shape_time(*shape)

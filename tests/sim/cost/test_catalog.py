@@ -1,9 +1,8 @@
 """sim.cost.catalog: model and hardware records, their file entries and the catalogs.
 
-The shipped catalog's completeness and citations, unknown names, Hugging Face configs and a
-user catalog's round trip are tested in tests/test_costs.py; this file checks the records'
-derived sizes against published numbers, every shipped entry's round trip through its file
-form, and the records' checks.
+The records' derived sizes against published numbers, every shipped entry's round trip
+through its file form, and the records' checks; at the end, the shipped catalog's
+completeness and citations, unknown names, Hugging Face configs and a user catalog's round trip.
 """
 
 from __future__ import annotations
@@ -15,13 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from draftsim.sim.cost import HardwareSpec, ModelSpec, default_catalog
+from draftsim.sim.cost import (
+    HardwareSpec,
+    ModelSpec,
+    default_catalog,
+    load_catalog,
+    model_from_hf_config,
+)
 from draftsim.sim.cost.catalog import (
     dtype_bytes,
     hardware_from_entry,
     hardware_to_entry,
     model_from_entry,
     model_to_entry,
+    write_catalog,
 )
 from draftsim.sim.errors import DraftsimError
 
@@ -158,3 +164,62 @@ def test_a_hardware_entry_with_infinite_bandwidth_is_refused(tmp_path):
     path.write_text(json.dumps({"schema": "draftsim.hardware", "version": 1, "hardware": {"hx": {**entry, "memory_bandwidth_gbs": 1e400}}}))
     with pytest.raises(DraftsimError, match=re.escape("memory_bandwidth must be > 0 (and finite); got inf")):
         load_catalog(path).hardware_spec("hx")
+
+
+# -- the shipped catalog, Hugging Face configs, user catalogs ---------------------------------------
+
+def test_shipped_catalog_is_complete_and_cited():
+    CAT.validate()
+    for name in ["h100-sxm", "h200", "a100-80g", "a100-40g", "l4", "a10g", "rtx-4090", "local-cpu"]:
+        assert CAT.hardware[name]["source"]
+    for name in ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-0.5b",
+                 "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "gemma-2-2b", "gemma-2-9b",
+                 "gemma-2-27b", "smollm2-135m", "smollm2-360m", "smollm2-1.7b", "mistral-7b"]:
+        assert "huggingface.co" in CAT.model(name).source
+    # parameter counts as the model cards state them
+    assert CAT.model("llama-2-7b").params == pytest.approx(6.74e9, rel=0.01)
+    assert CAT.model("llama-3-70b").params == pytest.approx(70.6e9, rel=0.01)
+    assert CAT.model("qwen2.5-7b").params == pytest.approx(7.6e9, rel=0.02)
+    assert CAT.model("smollm2").params == pytest.approx(134.5e6, rel=0.01)  # the embedded model: 134,515,008 weights
+    with pytest.raises(DraftsimError, match="encoder-decoder"):
+        CAT.model("flan-t5-xxl")
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(DraftsimError, match=r"unknown model 'llama-9'; did you mean llama-3-8b or .* known: .*llama-2-7b"):
+        CAT.model("llama-9")
+    with pytest.raises(DraftsimError, match=r"unknown hardware 'tpu'; known: .*h100-sxm"):
+        CAT.hardware_spec("tpu")
+
+
+def test_hf_config_read_directly(tmp_path):
+    cfg = {"model_type": "llama", "num_hidden_layers": 30, "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,
+           "num_key_value_heads": 3, "vocab_size": 49152, "tie_word_embeddings": True, "max_position_embeddings": 8192}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    spec = model_from_hf_config(tmp_path / "m")
+    assert spec.params == CAT.model("smollm2-135m").params and spec.head_dim == 64
+    del cfg["intermediate_size"], cfg["vocab_size"]
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    with pytest.raises(DraftsimError, match="missing field.*intermediate_size, vocab_size"):
+        CAT.model(str(tmp_path / "bad.json"))
+    (tmp_path / "t5.json").write_text(json.dumps({"is_encoder_decoder": True, "model_type": "t5"}))
+    with pytest.raises(DraftsimError, match="encoder-decoder"):
+        model_from_hf_config(tmp_path / "t5.json")
+
+
+def test_user_catalog_round_trip_and_validation(tmp_path):
+    hw = CAT.hardware_spec("l4")
+    write_catalog(tmp_path / "hw.json", hardware={"my-l4": hw})
+    back = load_catalog(tmp_path / "hw.json").hardware_spec("my-l4")
+    assert back.memory_bandwidth == pytest.approx(hw.memory_bandwidth) and back.peak("bfloat16") == pytest.approx(hw.peak("bfloat16"))
+    doc = json.loads((tmp_path / "hw.json").read_text())
+    del doc["hardware"]["my-l4"]["memory_gb"]
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(DraftsimError, match="missing field.*memory_gb"):
+        load_catalog(tmp_path / "bad.json")
+    doc = {"schema": "draftsim.models", "version": 1, "models": {"m": {"layers": 2, "hidden": 64, "intermediate": 128, "heads": 4,
+                                                                          "vocab": 100, "source": "test", "kv_heads": 3}}}
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    with pytest.raises(DraftsimError, match="multiple of kv_heads"):
+        load_catalog(tmp_path / "m.json")
