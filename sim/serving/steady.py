@@ -106,17 +106,26 @@ class SteadyState:
 
 def occupancy(start: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Time average over each bin [edges[i], edges[i+1]] of #{j: start_j <= t < end_j}, exactly:
-    ∫_0^t N = Σ_{start_j <= t} (t − start_j) − Σ_{end_j <= t} (t − end_j)."""
+    a bin's integral is N(lo)·(hi − lo) + Σ_{lo < start_j <= hi} (hi − start_j) − Σ_{lo < end_j <= hi}
+    (hi − end_j), summed per event into its own bin. (Differences of the running integral
+    Σ (t − start_j) − Σ (t − end_j) at the two edges lose every digit on a bin 3e-14 wide at t = 160:
+    hypothesis found an average of −4 intervals there.)"""
     s = np.sort(np.asarray(start, dtype=np.float64))
     e = np.sort(np.asarray(end, dtype=np.float64))
-    cs = np.concatenate([[0.0], np.cumsum(s)])
-    ce = np.concatenate([[0.0], np.cumsum(e)])
     edges = np.asarray(edges, dtype=np.float64)
-    a = np.searchsorted(s, edges, side="right")
-    b = np.searchsorted(e, edges, side="right")
-    integral = (edges * a - cs[a]) - (edges * b - ce[b])
     width = np.diff(edges)
-    return np.diff(integral) / np.where(width > 0, width, np.inf)
+    bins = len(width)
+    alive = (np.searchsorted(s, edges[:-1], side="right") - np.searchsorted(e, edges[:-1], side="right")).astype(np.float64)
+
+    def inside(t: np.ndarray) -> np.ndarray:
+        """Σ over the events t in (lo, hi] of each bin of hi − t, each term within [0, width]."""
+        i = np.searchsorted(edges, t, side="left") - 1
+        ok = (i >= 0) & (i < bins)
+        i = i[ok]
+        return np.bincount(i, weights=np.clip(edges[i + 1] - t[ok], 0.0, width[i]), minlength=bins)
+
+    integral = alive * width + inside(s) - inside(e)
+    return np.divide(integral, width, out=np.zeros(bins), where=width > 0)
 
 
 def mser(x: np.ndarray, batch: int = BATCH) -> tuple[int, bool]:

@@ -373,3 +373,12 @@ def test_capacity_does_not_depend_on_the_spec_duration(tmp_path, capsys):
     assert short["capacity_ci_low"] <= long_["capacity_qps"] <= short["capacity_ci_high"]
     assert long_["capacity_ci_low"] <= short["capacity_qps"] <= long_["capacity_ci_high"]
     assert "rerun at 120 s (2x)" in found[60.0][1] and "95% interval" in found[60.0][1]
+
+
+def test_occupancy_of_a_bin_narrower_than_rounding():
+    """A bin 3e-14 wide at t = 160 (hypothesis: cuts [160.0, 159.99999999999997]): differences of the
+    running integral gave an average of -4 intervals there; per-event sums give the count alive."""
+    avg = S.occupancy(np.array([10.0, 50.0, 159.0]), np.array([160.0, 170.0, 159.5]),
+                      np.array([100.0, 159.99999999999997, 160.0, 165.0]))
+    assert avg[1] == pytest.approx(2.0) and avg[2] == pytest.approx(1.0)
+    assert avg[0] == pytest.approx(2.0 + 0.5 / (159.99999999999997 - 100.0))
