@@ -1,8 +1,8 @@
 """sim.serving.kvcache: block arithmetic, the one-request check and the memory plan.
 
 Block accounting under a running scheduler (plans never exceed the pool, preemption frees
-blocks) is tested in tests/sim/serving/test_scheduler.py; a run too big for memory in
-tests/test_serving.py (test_memory_too_small_says_what_fits).
+blocks) is tested in tests/sim/serving/test_scheduler.py; a run too big for memory at
+the end of this file (test_memory_too_small_says_what_fits).
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_server import serving_config, workload
 
 from draftsim.sim.cost import CallCost, RooflineModel, default_catalog
 from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving import serve
 from draftsim.sim.serving.kvcache import KVCache, blocks_for, memory_plan
 
 
@@ -80,3 +82,10 @@ def test_memory_plan_without_a_roofline_is_unknown_and_too_small_is_refused():
     assert memory_plan(CallCost(0.02), [CallCost(0.002)], max_batched_tokens=2048) is None
     with pytest.raises(DraftsimError, match="nothing is left for the KV cache"):
         memory_plan(roofline("llama-2-13b", "a100-40g"), [roofline("llama-2-7b", "a100-40g")], max_batched_tokens=2048)
+
+
+# -- a run too big for memory -----------------------------------------------------------------------
+
+def test_memory_too_small_says_what_fits():
+    with pytest.raises(DraftsimError, match="requests fit while prompt \\+ output <="):
+        serve(serving_config(kv_tokens=500), workload(n=5, prompt=400, output=200), seed=0)

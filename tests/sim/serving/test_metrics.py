@@ -1,8 +1,8 @@
 """sim.serving.metrics: the summary of a run, vLLM's spec-decode counters, replications'
 confidence intervals and the Chrome trace, on hand-made records.
 
-Whole-run consistency (Little's law, counters following the acceptance model) is tested in
-tests/test_serving.py.
+Whole-run consistency: counters following the acceptance model at the end of this file,
+Little's law in tests/sim/serving/test_server.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_server import serving_config, workload
 
 from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving import serve
 from draftsim.sim.serving.metrics import SLO, TIMELINE_SCHEMA, Recorder, RunRecord, combine, summarize_run, write_chrome_trace
 
 
@@ -111,3 +113,13 @@ def test_chrome_trace_has_a_track_per_model_and_counters(tmp_path):
     assert verifies[0]["ts"] == 0.25e6 and verifies[0]["dur"] == 0.75e6 and verifies[0]["pid"] == 1
     assert [e["args"]["kv_blocks"] for e in ev if e["ph"] == "C"] == [4, 2]
     assert not list(tmp_path.glob(".*tmp"))
+
+
+# -- whole-run counters follow the acceptance model -------------------------------------------------
+
+def test_spec_decode_metrics_follow_the_acceptance_model():
+    run = serve(serving_config(), workload(n=400, qps=20.0, output=128), seed=0)
+    s = run.spec
+    pos = np.array(s["num_accepted_tokens_per_pos"]) / s["num_drafts"]
+    np.testing.assert_allclose(pos, 0.8 ** np.arange(1, 5), atol=0.01)
+    assert s["mean_acceptance_length"] == pytest.approx((1 - 0.8**5) / 0.2, rel=0.01)

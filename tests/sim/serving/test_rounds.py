@@ -4,7 +4,9 @@ Stated here: a request's rounds emit exactly what its quota needs (the last roun
 overshoot), each round is consistent (accepted <= drafted, emitted = accepted + 1 for one
 drafter), and a request's rounds depend on the seed, the replication and its block only —
 not on which blocks were drawn first. That the book reproduces the Monte Carlo engine and
-replays traces is tested in tests/test_serving.py.
+replays traces is tested in tests/sim/serving/test_server.py
+(test_one_request_reproduces_the_monte_carlo_engine) and tests/sim/serving/test_workload.py
+(test_trace_driven_requests_replay_their_recorded_sequences).
 """
 
 from __future__ import annotations

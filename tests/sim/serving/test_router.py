@@ -1,6 +1,6 @@
 """sim.serving.router: which replica a new request goes to.
 
-Whole runs over several replicas are tested in tests/test_serving.py
+Whole runs over several replicas are tested in tests/sim/serving/test_server.py
 (test_replicas_and_routers_serve_everything).
 """
 

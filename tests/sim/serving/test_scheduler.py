@@ -7,7 +7,8 @@ workloads, what the module docstring states: the planned steps fit the KV pool a
 budget, at most ``max_num_seqs`` run, admission follows the queue (FCFS with preempted
 requests back at the head; ``priority``: lowest class, then arrival), nothing is admitted in a
 step that preempted, and every request ends with exactly its output tokens. Whole serving runs
-(preemption counts, priority service, Little's law) are tested in tests/test_serving.py.
+under the priority and shortest-first queues are at the end of this file; preemption counts and
+Little's law are in tests/sim/serving/test_server.py.
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_server import serving_config
 
 from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving import make_workload, serve
 from draftsim.sim.serving.kvcache import KVCache, blocks_for
-from draftsim.sim.serving.scheduler import Outcome, RequestTable, Scheduler, SchedulerConfig
+from draftsim.sim.serving.scheduler import QUEUES, FCFSQueue, Outcome, RequestTable, Scheduler, SchedulerConfig
+from draftsim.sim.serving.workload import Fixed, Poisson, parse_lengths
 
 
 def planned_blocks(sched: Scheduler, t: RequestTable, plan) -> int:
@@ -195,3 +199,51 @@ def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
 def test_config_ranges(kw, match):
     with pytest.raises(DraftsimError, match=match):
         SchedulerConfig(**kw)
+
+
+# -- whole runs: priority and shortest-first service, the request queues ----------------------------
+
+def test_priority_scheduling_serves_class_0_first():
+    wl = make_workload(arrivals=Poisson(), qps=40.0, requests=400, duration=None, prompt=Fixed(128), output=Fixed(64),
+                       rng=np.random.default_rng(5), priorities=3)
+    run = serve(serving_config(scheduler=SchedulerConfig(max_num_seqs=8, policy="priority")), wl, seed=5)
+    wait = run.admitted - run.arrival
+    by_class = [wait[wl.priority == c].mean() for c in range(3)]
+    assert by_class[0] < by_class[1] < by_class[2]
+    fcfs = serve(serving_config(scheduler=SchedulerConfig(max_num_seqs=8)), wl, seed=5)
+    assert np.all(np.diff(fcfs.admitted[np.argsort(fcfs.arrival, kind="stable")]) >= 0)  # FCFS admits in arrival order
+
+
+def test_shortest_first_admits_short_prompts_sooner():
+    """Under load, shortest-first admits the short prompts ahead of the long ones that arrived
+    before them: their mean wait falls below FCFS's, the long prompts' rises."""
+    wl = make_workload(arrivals=Poisson(), qps=40.0, requests=300, duration=None, prompt=parse_lengths("uniform:16,1024"),
+                       output=Fixed(64), rng=np.random.default_rng(2))
+    short = wl.prompt < np.median(wl.prompt)
+    waits = {}
+    for queue in ("fcfs", "shortest-first"):
+        run = serve(serving_config(scheduler=SchedulerConfig(max_num_seqs=8, policy=queue)), wl, seed=2)
+        waits[queue] = run.admitted - run.arrival
+    assert waits["shortest-first"][short].mean() < 0.5 * waits["fcfs"][short].mean()
+    assert waits["shortest-first"][~short].mean() > waits["fcfs"][~short].mean()
+
+
+def test_request_queues_order_and_victims():
+    """Each queue's admission order and the running request it gives up first."""
+    table = RequestTable(np.array([50, 10, 30, 10]), np.full(4, 8), np.array([2, 0, 1, 0]))
+    table._w.arrival[:] = [0.0, 1.0, 2.0, 3.0]  # (only a scheduler writes the table: Scheduler.add records arrivals)
+    order = {}
+    for name, cls in QUEUES.items():
+        q = cls(table)
+        for rid in range(4):
+            q.push(rid)
+        order[name] = [q.pop() for _ in range(4)]
+        assert not q
+        assert q.victim([0, 1, 2, 3]) == {"fcfs": 3, "priority": 0, "shortest-first": 0}[name]
+    assert order == {"fcfs": [0, 1, 2, 3], "priority": [1, 3, 2, 0], "shortest-first": [1, 3, 2, 0]}
+    q = FCFSQueue(table)
+    q.push(1)
+    q.push(2, front=True)  # a preempted request goes back to the head
+    assert q.head() == 2 and len(q) == 2
+    with pytest.raises(DraftsimError, match="shortest-first"):
+        SchedulerConfig(policy="lifo")

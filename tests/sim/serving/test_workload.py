@@ -1,19 +1,24 @@
 """sim.serving.workload: arrival processes, length distributions and workload assembly.
 
-The parsers' examples, gamma burstiness and request-trace formats are tested in
-tests/test_serving.py (test_length_distributions_and_arrivals, test_request_traces_azure_and_vidur);
-this file tests the stated invariants: arrivals are sorted and have the stated rate in
+The parsers' examples, gamma burstiness, request-trace formats and a trace's replay are at the
+end of this file (test_length_distributions_and_arrivals, test_request_traces_azure_and_vidur);
+it first tests the stated invariants: arrivals are sorted and have the stated rate in
 expectation, lengths stay in their support with the stated mean, same seed same workload.
 """
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_server import serving_config
 
+from draftsim.sim import acceptance, policies
 from draftsim.sim.errors import DraftsimError
+from draftsim.sim.serving import read_request_trace, serve
 from draftsim.sim.serving.workload import (
     ClosedLoop,
     Empirical,
@@ -27,6 +32,7 @@ from draftsim.sim.serving.workload import (
     Zipf,
     make_workload,
     parse_arrivals,
+    parse_lengths,
 )
 
 Z = 5.0  # standard errors allowed for a statistical check
@@ -129,3 +135,63 @@ def test_workload_columns_are_checked():
         Workload(np.zeros(3), one, one, one)
     with pytest.raises(DraftsimError, match="prompt tokens"):
         Workload(np.zeros(2), np.array([1, 0]), one, one)
+
+
+# -- the parsers' examples, request traces and their replay -----------------------------------------
+
+def test_length_distributions_and_arrivals(tmp_path):
+    rng = np.random.default_rng(0)
+    for spec, lo, hi in (("fixed:512", 512, 512), ("uniform:128,1024", 128, 1024), ("lognormal:median=200,sigma=0.5,max=900", 1, 900),
+                         ("zipf:a=1.2,max=4096", 1, 4096), ("77", 77, 77)):
+        x = parse_lengths(spec).sample(2000, rng)
+        assert x.min() >= lo and x.max() <= hi
+    t = parse_arrivals("gamma:cv=3").times(10.0, 20000, None, rng)
+    gaps = np.diff(t)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.1) and gaps.std() / gaps.mean() == pytest.approx(3, rel=0.15)
+    assert np.all(np.diff(parse_arrivals("poisson").times(5.0, None, 100.0, rng)) >= 0)
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("10\n20\n30\n")
+    assert set(parse_lengths(f"empirical:{lengths}").sample(500, rng).tolist()) == {10, 20, 30}
+    for bad in ("fixed:0", "uniform:9,3", "lognormal:median=-1,sigma=1", "zipf:a=1", "gauss:3", "fixed:x"):
+        with pytest.raises(DraftsimError):
+            parse_lengths(bad)
+    with pytest.raises(DraftsimError):
+        parse_arrivals("poisson").times(-1.0, 10, None, rng)
+
+
+def test_request_traces_azure_and_vidur(tmp_path):
+    azure = tmp_path / "azure.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                     "2023-11-16 18:15:50.9951690,396,109\n2023-11-16 18:15:51.2000000,879,20\n")
+    arr, p, o, _ = read_request_trace(azure)
+    np.testing.assert_allclose(arr, [0.0, 4.314579, 4.519410], atol=1e-6)
+    assert p.tolist() == [374, 396, 879] and o.tolist() == [44, 109, 20]
+    vidur = tmp_path / "vidur.csv"
+    vidur.write_text("Date,Time,PromptTokenCount,CompletionTokenCount\nd,0.5,100,10\nd,1.5,200,20\n")
+    arr, p, o, _ = read_request_trace(vidur)
+    assert arr.tolist() == [0.0, 1.0] and p.tolist() == [100, 200]
+    lengths = tmp_path / "lengths.jsonl"
+    lengths.write_text(json.dumps({"num_prefill_tokens": 10, "num_decode_tokens": 5}) + "\n")
+    arr, p, o, _ = read_request_trace(lengths)
+    assert arr is None and p.tolist() == [10] and o.tolist() == [5]
+    wl = make_workload(arrivals=Poisson(), qps=None, requests=None, duration=None, prompt=None, output=None,
+                       rng=np.random.default_rng(0), trace=azure)
+    assert len(wl) == 3
+    for text, match in (("TIMESTAMP,ContextTokens\n1,2\n", "no output tokens column"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\n2,1,1\n1,1,1\n", "sorted"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\n-1,1,1\n", ">= 0"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\n1,0,1\n", "in \\[1,"),
+                        ("Time,PromptTokenCount,CompletionTokenCount\nx,1,1\n", "seconds or dates")):
+        bad = tmp_path / "bad.csv"
+        bad.write_text(text)
+        with pytest.raises(DraftsimError, match=match):
+            read_request_trace(bad)
+
+
+def test_trace_driven_requests_replay_their_recorded_sequences():
+    seqs = [np.array([1.0] * 30), np.array([0.0] * 12)]
+    process = acceptance.TraceDriven(seqs)
+    wl = Workload(np.array([0.0, 0.0, 1.0, 1.0]), np.full(4, 32), np.full(4, 999), np.zeros(4, dtype=np.int64))
+    run = serve(serving_config(policies.FixedK(5), process), wl, seed=0)
+    assert run.output.tolist() == [31, 13, 31, 13]  # recorded lengths + the prefill's token
+    assert run.rounds[1] == 12 and run.rounds[0] == 5  # all rejected: one token a round; all accepted: 6
