@@ -33,7 +33,7 @@ from draftsim.sim.serving.workload import (
     workload_lengths,
     workload_presets,
 )
-from draftsim.sim.workload_spec import WorkloadSpec
+from draftsim.sim.serving.workload_spec import WorkloadSpec
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option, typed
@@ -294,7 +294,7 @@ def check_workload(config: ServeSimConfig) -> WorkloadSpec:
 
 
 def workload_spec(config: ServeSimConfig) -> WorkloadSpec:
-    """The workload ``config`` names, parsed once (:class:`draftsim.sim.workload_spec.WorkloadSpec`):
+    """The workload ``config`` names, parsed once (:class:`draftsim.sim.serving.workload_spec.WorkloadSpec`):
     everything after uses its objects."""
     return WorkloadSpec.parse(arrivals=config.arrivals, prompt_len=config.prompt_len, output_len=config.output_len,
                               requests=config.requests, duration=config.duration, request_trace=config.request_trace,

@@ -1,6 +1,7 @@
 """Serving simulator: continuous batching with speculative decoding on a discrete-event clock.
 
 workload   requests: arrival processes, length distributions, request traces (Azure, Vidur)
+workload_spec  a serve-sim workload parsed once at the boundary (WorkloadSpec: arrivals, lengths, a trace)
 rounds     every request's speculative rounds, drawn by the Monte Carlo engine (same policies)
 kvcache    paged KV cache: capacity from memory, blocks per request
 layout     a dense ragged batch cache's width (what a step attends over in realrun's server)

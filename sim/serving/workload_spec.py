@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .serving.workload import Arrivals, LengthDist, RequestTrace, Workload, make_workload, parse_arrivals, parse_lengths, read_request_trace
+from .workload import Arrivals, LengthDist, RequestTrace, Workload, make_workload, parse_arrivals, parse_lengths, read_request_trace
 
 __all__ = ["WorkloadSpec"]
 

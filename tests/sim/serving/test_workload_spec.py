@@ -1,4 +1,4 @@
-"""serve-sim parses its workload once at the boundary (draftsim.sim.workload_spec.WorkloadSpec):
+"""serve-sim parses its workload once at the boundary (draftsim.sim.serving.workload_spec.WorkloadSpec):
 each length distribution is read from its text once per run, whatever the run does with it
 (the budget estimate, the memory check, every replication's draw, the load sweep), and the
 objects stand where the texts do."""
@@ -10,7 +10,7 @@ import pytest
 
 import draftsim.sim.serving as serving
 import draftsim.sim.serving.workload as workload
-import draftsim.sim.workload_spec as ws
+import draftsim.sim.serving.workload_spec as ws
 from draftsim.api import ServeSimConfig, serve_sim
 from draftsim.commands import servesim
 from draftsim.commands.servesim import workload_spec
