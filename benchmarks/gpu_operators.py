@@ -587,8 +587,220 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+# -- score ----------------------------------------------------------------------------------------------
+#: a measured device's name -> the catalog GPU whose tables price it
+DEVICE_SYSTEMS = (("H200", "h200"), ("H100", "h100-sxm"), ("A100", "a100-80g"))
+#: the layer's kernels per forward the operator model itself counts (4 GEMMs, attention, 2 add+RMSNorm
+#: and the activation: sim/cost/operators.py), where the file has no count of its own
+MODEL_LAYER_KERNELS = 8
+SCORED = ("gemm", "decode attention", "prefill attention", "layer eager", "layer graph")
+
+
+def load_measured(path: str) -> dict:
+    """A file ``measure`` wrote (validated: its schema, model and rows)."""
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise DraftsimError(f"{path}: no such file (a JSON file written by gpu_operators.py measure)")
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DraftsimError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise DraftsimError(f"{path}: not a file of gpu_operators.py measure (schema {SCHEMA!r})")
+    if not isinstance(doc.get("rows"), list) or not any(isinstance(r, dict) and r.get("primary") for r in doc["rows"]):
+        raise DraftsimError(f"{path} holds no measured rows (see its 'errors': {len(doc.get('errors') or [])})")
+    return doc
+
+
+def system_for(doc: dict, system: str | None, systems) -> str:
+    """The catalog GPU that prices the file: ``--system``, else the one its device name says."""
+    from draftsim.sim.errors import unknown
+
+    if system is None:
+        name = str(doc.get("device", "")).upper()
+        system = next((s for key, s in DEVICE_SYSTEMS if key in name), None)
+        if system is None:
+            raise DraftsimError(f"the file's device {doc.get('device')!r} has no AIConfigurator tables of its own; name --system "
+                                f"({', '.join(systems)})")
+    if system not in systems:
+        raise unknown("system", system, list(systems))
+    return system
+
+
+class Predictor:
+    """The operator model's price of each measured row, not refitted: the code paths of
+    sim/cost/operators.py (see the module docstring)."""
+
+    def __init__(self, model: ModelSpec, system: str):
+        from dataclasses import replace
+
+        from draftsim.sim.cost.operators import MeasuredGemm, OperatorModel
+
+        hw = default_catalog().hardware_spec(system)
+        kw = {"overhead": 0.0, "overhead_per_layer": 0.0, "check_memory": False}
+        self.model = model
+        self.one = OperatorModel(replace(model, layers=1), hw, **kw)
+        self.two = OperatorModel(replace(model, layers=2), hw, **kw)
+        self.gemm_class = MeasuredGemm
+        self.shapes = {(name, n, k) for name, n, k in gemm_shapes(model, 1)}
+        #: seconds the model adds to a kernel launched without a CUDA graph (efficiency.Curves.eager_launch)
+        self.eager_launch = float(self.one.curves.eager_launch)
+        self.name = self.one.name
+
+    def gemm(self, row: dict) -> tuple[float, bool, str]:
+        name, m, n, k = row["name"], int(row["m"]), int(row["n"]), int(row["k"])
+        part = self.gemm_class(name, k, n, self.one, lm_head=(name == "lm_head")).part(m)
+        note = part.note if (name, n, k) in self.shapes else f"not {self.model.name}'s {name} shape; " + part.note
+        return part.seconds, part.measured, note
+
+    def attention(self, row: dict) -> tuple[float, bool, str]:
+        if row["kind"] == "decode attention":  # one new token over kv_len - 1 cached (the table's step)
+            part = self._part(self.one, int(row["batch"]), 1, int(row["kv_len"]) - 1, "attention")
+        else:
+            part = self._part(self.one, int(row["batch"]), int(row["tokens"]), 0, "attention")
+        return part.seconds, part.measured, part.note
+
+    def layer(self, row: dict) -> tuple[float, float, bool, str]:
+        """(graphed, eager) seconds of one layer: two layers' GEMMs, attention and elementwise minus one's."""
+        B, ctx = int(row["batch"]), int(row["kv_len"]) - 1
+        keys = ("gemm layers", "attention", "elementwise")
+        two = {p.part: p for p in self.two.breakdown(B, 1, ctx) if p.part in keys}
+        one = {p.part: p for p in self.one.breakdown(B, 1, ctx) if p.part in keys}
+        graphed = sum(two[k].seconds - one[k].seconds for k in keys)
+        measured = two["gemm layers"].measured and two["attention"].measured
+        notes = [f"{k}: {two[k].note}" for k in keys[:2] if two[k].note] + ["elementwise estimated (AIConfigurator's memory-op formula)"]
+        kernels = row.get("kernels")
+        if not isinstance(kernels, int) or kernels <= 0:
+            kernels = MODEL_LAYER_KERNELS
+            notes.append(f"kernels not counted: the model's {MODEL_LAYER_KERNELS}")
+        eager = graphed + kernels * self.eager_launch
+        return graphed, eager, measured, "; ".join(notes)
+
+    @staticmethod
+    def _part(model, batch: int, new: int, context: int, part: str):
+        return next(p for p in model.breakdown(batch, new, context) if p.part == part)
+
+
+def _shape_text(row: dict) -> str:
+    if row["kind"] == "gemm":
+        return f"{row['name']} m={row['m']} n={row['n']} k={row['k']}"
+    if row["kind"] == "prefill attention":
+        return f"B={row['batch']} tokens={row['tokens']} {row.get('backend', '')}"
+    if row["kind"] == "decode attention":
+        return f"B={row['batch']} kv={row['kv_len']} {row.get('layout', '')} {row.get('backend', '')}"
+    return f"B={row['batch']} kv={row['kv_len']} {row.get('kernels')} kernels"
+
+
+def score_rows(doc: dict, predictor: Predictor) -> list[dict]:
+    """Every primary row with its prediction: kind (layer rows as ``layer eager`` / ``layer graph``),
+    shape, measured and predicted ms, their ratio, table or fallback, and why."""
+    out = []
+    for row in doc["rows"]:
+        if not isinstance(row, dict) or not row.get("primary"):
+            continue
+        kind = row.get("kind")
+        try:
+            if kind == "gemm":
+                sec, measured, note = predictor.gemm(row)
+            elif kind in ("decode attention", "prefill attention"):
+                sec, measured, note = predictor.attention(row)
+            elif kind == "layer":
+                graphed, eager, measured, note = predictor.layer(row)
+                sec = graphed if row.get("mode") == "graph" else eager
+                kind = f"layer {row.get('mode')}"
+            else:
+                continue
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DraftsimError(f"a {kind} row of the file lacks a field or holds a bad value ({type(exc).__name__}: {exc})") from None
+        ms, pred = float(row["ms"]), sec * 1e3
+        out.append({"kind": kind, "shape": _shape_text(row), "measured_ms": ms, "predicted_ms": pred,
+                    "ratio": pred / ms if ms > 0 else float("nan"), "source": "table" if measured else "fallback", "note": note,
+                    "row": {k: v for k, v in row.items() if k not in ("ms_all", "op", "method", "kernels_method")}})
+    return out
+
+
+def summarise(scored: list[dict]) -> list[dict]:
+    """Per kind: rows, median and worst |predicted / measured - 1|, and the same for its table and fallback rows."""
+    import numpy as np
+
+    def stats(rows):
+        err = np.array([abs(r["ratio"] - 1) for r in rows if np.isfinite(r["ratio"])])
+        return {"rows": len(rows), "median": float(np.median(err)) if len(err) else None, "worst": float(err.max()) if len(err) else None}
+
+    out = []
+    for kind in SCORED:
+        rows = [r for r in scored if r["kind"] == kind]
+        if not rows:
+            continue
+        out.append({"kind": kind, **stats(rows), "table": stats([r for r in rows if r["source"] == "table"]),
+                    "fallback": stats([r for r in rows if r["source"] == "fallback"])})
+    return out
+
+
+def launch_costs(doc: dict) -> list[dict]:
+    """Per layer shape measured in both modes: (eager - graph) / kernels, the measured cost of a kernel
+    launched outside a CUDA graph."""
+    by = {}
+    for r in doc["rows"]:
+        if isinstance(r, dict) and r.get("kind") == "layer":
+            by.setdefault((r["batch"], r["kv_len"]), {})[r.get("mode")] = r
+    out = []
+    for (B, S), modes in sorted(by.items()):
+        if "eager" in modes and "graph" in modes and isinstance(modes["eager"].get("kernels"), int) and modes["eager"]["kernels"] > 0:
+            e, g, n = modes["eager"]["ms"], modes["graph"]["ms"], modes["eager"]["kernels"]
+            out.append({"batch": B, "kv_len": S, "eager_ms": e, "graph_ms": g, "kernels": n, "us_per_kernel": (e - g) * 1e3 / n})
+    return out
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
 def _score(args) -> int:
-    raise DraftsimError("score: not written yet")
+    import json
+
+    doc = load_measured(args.file)
+    model = dense_model(str(doc.get("model")))
+    try:
+        from draftsim.sim.cost.operators import SYSTEMS
+    except ImportError as exc:
+        raise DraftsimError(f"score needs the operators extra (pip install 'draftsim[operators]'): {exc}") from None
+    system = system_for(doc, args.system, SYSTEMS)
+    predictor = Predictor(model, system)
+    scored = score_rows(doc, predictor)
+    summary = summarise(scored)
+    launches = launch_costs(doc)
+    result = {"file": str(args.file), "device": doc.get("device"), "torch": doc.get("torch"), "dtype": doc.get("dtype"),
+              "model": model.name, "system": system, "operator_model": predictor.name, "refitted": False,
+              "assumed_us_per_eager_kernel": predictor.eager_launch * 1e6, "measured_launch": launches, "summary": summary,
+              "rows": scored, "errors": doc.get("errors") or [], "complete": bool(doc.get("complete"))}
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"{model.name}: measured on {doc.get('device')} (torch {doc.get('torch')}, {doc.get('dtype')}"
+          f"{'' if doc.get('complete') else ', INCOMPLETE run'}; {len(doc.get('errors') or [])} errors in the file)")
+    print(f"predicted by {predictor.name}; not refitted on these measurements")
+    print(f"\n{'kind':<18} {'shape':<44} {'measured ms':>12} {'predicted ms':>13} {'pred/meas':>9}  source")
+    for r in scored:
+        print(f"{r['kind']:<18} {r['shape']:<44} {r['measured_ms']:>12.4f} {r['predicted_ms']:>13.4f} {r['ratio']:>9.3f}  {r['source']}")
+    print(f"\n{'kind':<18} {'rows':>4} {'median |p/m-1|':>15} {'worst':>8}   {'table rows: n, median':<24} fallback rows: n, median")
+    for s in summary:
+        t, f = s["table"], s["fallback"]
+        print(f"{s['kind']:<18} {s['rows']:>4} {_pct(s['median']):>15} {_pct(s['worst']):>8}   {t['rows']:>3}, {_pct(t['median']):<19} "
+              f"{f['rows']:>3}, {_pct(f['median'])}")
+    print(f"\na kernel launched without a CUDA graph: the model assumes +{predictor.eager_launch * 1e6:.2f} us "
+          "(the all-reduce's eager rows over its graph rows)")
+    for x in launches:
+        print(f"  measured at B={x['batch']} kv={x['kv_len']}: (eager {x['eager_ms']:.4f} - graph {x['graph_ms']:.4f} ms) / "
+              f"{x['kernels']} kernels = {x['us_per_kernel']:.2f} us")
+    notes = sorted({r["note"] for r in scored if r["source"] == "fallback" and r["note"]})
+    if notes:
+        print("\nwhy rows left their table:")
+        for n in notes:
+            print(f"  {n}")
+    return 0
 
 
 if __name__ == "__main__":
