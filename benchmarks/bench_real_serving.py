@@ -116,10 +116,11 @@ def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
 
 def check(a, trace: Path, log, profile: bool | str = True) -> dict:
     """check-serve of a trace: costs from the profile, (``profile=False``) fitted to the run's own
-    calls, or (``profile="roofline"``) the catalog rooflines with engine overheads on ``--hardware``."""
+    calls, or (``profile="roofline"``/``"operators"``) the catalog rooflines or the operator model
+    with engine overheads on ``--hardware``."""
     given = ["--profile", str(a.profile)] + (["--prefill-profile", str(a.prefill_profile)] if a.prefill_profile else [])
-    if profile == "roofline":
-        given = ["--hardware", a.hardware, "--dtype", a.dtype or "float32"]
+    if profile in ("roofline", "operators"):
+        given = ["--hardware", a.hardware, "--dtype", a.dtype or "float32", "--cost-model", profile]
     out = sh(["check-serve", str(trace), *(given if profile else []), "--json"], log)
     return {r["metric"]: r for r in out}
 
@@ -139,6 +140,28 @@ def error_table(fid: list, key: str) -> tuple[str, dict]:
 
 
 REPEATED = ("ttft_p50", "tpot_p50", "e2e_p50", "throughput")
+#: The fidelity loads, as multiples of the capacity: light, medium, saturated.
+LOADS = (("light", 0.25), ("medium", 0.6), ("saturated", 1.5))
+
+
+def measure(a, out: Path, capacity: float, policy: str, log, results: dict) -> None:
+    """``--measure-only``: every fidelity trace (each load, each repeat) served and kept, nothing
+    checked; ``measured.json`` says how to check them later (the capacity the loads were set from). It
+    is written first, so a run stopped by a time limit resumes (``--reuse --capacity C``) without
+    serving the saturated run again."""
+    results["measure_only"] = {"capacity": capacity, "policy": policy,
+                               "check_later": f"--reuse --capacity {capacity!r} --skip batching,sweep (and this run's other options)"}
+    (out / "measured.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    for i in range(a.repeats):
+        b = argparse.Namespace(**{**vars(a), "seed": a.seed + i})
+        for name, f in LOADS:
+            trace = out / (f"trace-{name}" + (f"-r{i}" if i else ""))
+            real = served(b, trace, f * capacity, a.drafter, policy, log)
+            print(f"served {trace.name}: {f * capacity:.3f} req/s, {real['throughput']:.1f} tokens/s, mean batch "
+                  f"{real['mean_batch']:.2f} (load {uptime()})", flush=True)
+    results["uptime_end"] = uptime()
+    (out / "measured.json").write_text(json.dumps(results, indent=1, default=float) + "\n")
+    print(f"measured only: check later with --reuse --capacity {capacity!r}; {out / 'measured.json'}")
 
 
 def repeats_table(reps: dict) -> tuple[str, dict]:
@@ -196,6 +219,10 @@ def main() -> int:
     p.add_argument("--reuse", action="store_true", help="keep complete traces already in --out (re-check them only)")
     p.add_argument("--repeats", type=int, default=1, help="serve each fidelity load this many times (seeds seed, seed+1, ...): "
                    "errors against the mean of the repeats, with their own spread beside them (default 1)")
+    p.add_argument("--measure-only", action="store_true", help="serve and profile only (no check-serve): on a lent GPU, whose "
+                   "time is short; check the traces later on any machine with --reuse --capacity C (printed and in measured.json)")
+    p.add_argument("--operators", action="store_true", help="with --hardware: also price every checked run by the operator model "
+                   "(check-serve --hardware HW --cost-model operators; needs the operators extra)")
     p.add_argument("--capacity", type=float, help="requests/s the server sustains (default: measured by a saturated run)")
     a = p.parse_args()
     out = Path(a.out)
@@ -266,18 +293,25 @@ def main() -> int:
 
     # 4. fidelity at three loads
     if "fidelity" not in skip:
+        if a.measure_only:
+            measure(a, out, capacity, policy, log, results)
+            return 0
         fid = []
-        for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
+        for name, f in LOADS:
             trace = out / f"trace-{name}"
             real = served(a, trace, f * capacity, a.drafter, policy, log)
             fid.append({"load": name, "qps": f * capacity, "real": real, "check": check(a, trace, log),
                         "check_fit": check(a, trace, log, profile=False), "uptime": uptime()})
             if a.hardware:
                 fid[-1]["check_roofline"] = check(a, trace, log, profile="roofline")
+                if a.operators:
+                    fid[-1]["check_operators"] = check(a, trace, log, profile="operators")
         results["fidelity"] = {"runs": fid}
         kinds = [("check", f"costs from the profile {a.profile}"), ("check_fit", "costs fitted to each run's own calls (in-sample)")]
         if a.hardware:
             kinds.append(("check_roofline", f"the catalog roofline with engine overheads on {a.hardware} (no measurement)"))
+            if a.operators:
+                kinds.append(("check_operators", f"the operator model with engine overheads on {a.hardware} (no measurement of this device)"))
         for key, what in kinds:
             text, summary = error_table(fid, key)
             print(f"\nfidelity, {what} (relative error %, predicted vs measured; load {uptime()})")
@@ -287,7 +321,7 @@ def main() -> int:
             reps = {f["load"]: [f] for f in fid}
             for i in range(1, a.repeats):
                 b = argparse.Namespace(**{**vars(a), "seed": a.seed + i})
-                for name, f in (("light", 0.25), ("medium", 0.6), ("saturated", 1.5)):
+                for name, f in LOADS:
                     trace = out / f"trace-{name}-r{i}"
                     real = served(b, trace, f * capacity, a.drafter, policy, log)
                     reps[name].append({"load": name, "qps": f * capacity, "real": real, "check": check(b, trace, log), "uptime": uptime()})

@@ -53,16 +53,27 @@ ROOT = Path(__file__).resolve().parent.parent
 DRAFTSIM = [sys.executable, "-m", "draftsim.cli"]
 
 
-def sh(cmd: list[str], log: list, capture: bool = True) -> str:
-    """Run a command (draftsim's through this interpreter); print it; return its stdout."""
+def sh(cmd: list[str], log: list, stream: bool = False) -> str:
+    """Run a command (draftsim's through this interpreter); print it; return its stdout (with
+    ``stream``, also printed line by line as it comes, so a run stopped by a time limit still
+    leaves its log)."""
     shown = ["draftsim", *cmd[len(DRAFTSIM):]] if cmd[: len(DRAFTSIM)] == DRAFTSIM else cmd
     print("$ " + " ".join(shlex.quote(x) for x in shown), flush=True)
     t0 = time.time()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=capture, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"command failed ({out.returncode}): {(out.stderr or '').strip()}")
+    if stream:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        lines = []
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+        code, stdout, stderr = proc.wait(), "".join(lines), ""
+    else:
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        code, stdout, stderr = out.returncode, out.stdout, out.stderr
+    if code != 0:
+        raise SystemExit(f"command failed ({code}): {(stderr or '').strip()}")
     log.append({"command": " ".join(shown), "seconds": round(time.time() - t0, 1)})
-    return out.stdout or ""
+    return stdout or ""
 
 
 def device_name(device: str) -> str:
@@ -72,6 +83,14 @@ def device_name(device: str) -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     return platform.processor() or platform.machine()
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def slug(name: str) -> str:
@@ -96,6 +115,8 @@ def single_stream(a, out: Path, log: list) -> dict:
     if not (trace / "manifest.json").exists():
         sh([*DRAFTSIM, "run", "--target", a.target, "--method", "sd", "--drafter", drafter, "--policy", f"fixed:k={a.k}",
             "--static-cache", "--max-new-tokens", str(a.output_len), "--n", str(a.prompts), "--trace", str(trace), *dev, "--json"], log)
+    if a.measure_only:
+        return {"measured_only": str(trace)}
     checked = json.loads(sh([*DRAFTSIM, "check-sim", str(trace), *sum((["--profile", str(p)] for p in profiles), []), "--json"], log))
     return checked
 
@@ -111,6 +132,8 @@ def summary_table(results: dict, serving: dict | None) -> list[str]:
     fid = (serving or {}).get("fidelity", {})
     for key, what, goal in (("check", "serving, profile-priced (TTFT, TPOT, E2E p50, throughput)", "≤ 5% median, ≤ 10% each"),
                             ("check_roofline", "serving, catalog roofline + engine overheads (no measurement)", "reported"),
+                            ("check_operators", "serving, operator model (AIConfigurator's tables) + engine overheads (no measurement "
+                             "of this device)", "reported"),
                             ("check_fit", "serving, costs fitted to each run (in-sample)", "reported")):
         if key in fid:
             f = fid[key]
@@ -138,6 +161,11 @@ def readme(a, out: Path, name: str, results: dict) -> str:
              "Files: `results.json` (this study), `serving/results.json` and `log.txt` (every table `bench_real_serving.py` printed), "
              "`serving/serving_crossover.png` (speculation against load, real and predicted), the profiles and traces.", "",
              "## Commands", ""]
+    measured = results.get("measured_on")
+    if measured and measured.get("commands") is not results["commands"]:
+        lines += [f"Measured on {measured['device']} (`--measure-only`):", ""]
+        lines += [f"    {c['command']}    # {c['seconds']} s" for c in measured["commands"]]
+        lines += ["", "Checked (on any machine, reusing what was measured):", ""]
     lines += [f"    {c['command']}    # {c['seconds']} s" for c in results["commands"]]
     return "\n".join(lines) + "\n"
 
@@ -158,26 +186,43 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip", default="", help="single, serving")
     p.add_argument("--bench-args", default="", help="more options for bench_real_serving.py (e.g. \"--sweep 0.3,1 --skip batching\")")
+    p.add_argument("--measure-only", action="store_true", help="profile and serve only, check nothing (a lent GPU's time is short): "
+                   "run again without it, on any machine, with the same --out, to check what was measured")
+    p.add_argument("--operators", action="store_true", help="also price the serving runs by the operator model on --hardware "
+                   "(needs the operators extra)")
     p.add_argument("--out", help="default figures/gpu-<device>")
     a = p.parse_args()
     name = device_name(a.device)
     out = Path(a.out) if a.out else ROOT / "figures" / f"gpu-{slug(name)}"
     out.mkdir(parents=True, exist_ok=True)
+    before = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    if before.get("device") and a.device.startswith("cuda") and not _has_cuda():
+        name = before["device"]  # checking here what a GPU measured: the study's device is the GPU's
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
     log: list = []
     results: dict = {"device": name, "args": vars(a), "commands": log, "load_average_start": list(os.getloadavg())}
+    if a.measure_only:  # a resumed measurement keeps the commands of the calls before it
+        log.extend((before.get("measured_on") or {}).get("commands", []))
+        results["measured_on"] = {"device": name, "commands": log}
+    elif before.get("measured_on"):
+        results["measured_on"] = before["measured_on"]
     if "single" not in skip:
         results["single_stream"] = single_stream(a, out, log)
     if "serving" not in skip:
         serving = out / "serving"
+        extra = ["--measure-only"] if a.measure_only else []
+        measured = serving / "measured.json"
+        if measured.exists():  # resume or check what a measure-only run served: no saturated run again
+            extra += ["--capacity", repr(json.loads(measured.read_text())["measure_only"]["capacity"]), "--skip", "batching,sweep"]
+        if a.operators:
+            extra += ["--operators"]
         text = sh([sys.executable, str(ROOT / "benchmarks" / "bench_real_serving.py"), "--model", a.target, "--drafter",
                    f"controlled:{a.rate:g}@{a.cost}", "--k", str(a.k), "--static-cache", "--hardware", a.hardware, "--device", a.device,
                    "--dtype", a.dtype, "--requests", str(a.requests), "--output-len", str(a.output_len), "--max-batch", str(a.max_batch),
                    "--repeats", str(a.repeats), "--profile-batch", ",".join(str(b) for b in (1, 2, 4, 8, 16, 24, 32, 48, 64)
                                                                              if b <= a.max_batch), "--threads", "0", "--out", str(serving),
-                   "--reuse", *shlex.split(a.bench_args)], log)
-        (out / "log.txt").write_text(text)
-        print(text)
+                   "--reuse", *extra, *shlex.split(a.bench_args)], log, stream=True)
+        (out / ("log-measure.txt" if a.measure_only else "log.txt")).write_text(text)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     (out / "README.md").write_text(readme(a, out, name, results))
     print(f"wrote {out}/README.md")

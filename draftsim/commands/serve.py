@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 
 from draftsim.analysis.table import format_table
+from draftsim.sim.cost.operators import COST_MODELS
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.policies import POLICY_HELP
 from draftsim.sim.registry import drafter_help, engine_help, lookup_drafters
@@ -83,6 +84,9 @@ class CheckServeConfig:
                                 aliases=("--overheads",))
     catalog: list[str] = option([], "extra catalog file (e.g. draftsim calibrate's)", append=True, metavar="FILE",
                                 group="catalog deployment")
+    cost_model: str = option("roofline", "with --hardware: how the models' forwards are priced, roofline (default) or operators "
+                             "(kernel times measured by NVIDIA AIConfigurator; see draftsim cost --help)", choices=COST_MODELS,
+                             group="catalog deployment")
     profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
     prefill_profile: str | None = option(help="a second profile that prices the joiners' prefills (batch 1, new tokens up to the "
                                          "longest prompt, its last-row table): the step grid then needs no long calls "
@@ -335,6 +339,8 @@ def check_serve(config: CheckServeConfig) -> CheckServeResult:
     check(config)
     if (config.trace is None) == (config.vllm_result is None):
         raise DraftsimError("give a serving TRACE folder or --vllm-result FILE (one of them)")
+    if config.cost_model != "roofline" and not config.hardware:
+        raise DraftsimError(f"--cost-model {config.cost_model} prices the catalog deployment: give --hardware HW with it")
     if config.vllm_result is not None:
         out = _check_vllm(config)
     else:
@@ -373,10 +379,10 @@ def _catalog_models(config: CheckServeConfig):
     target = config.target or catalog_name(meta.get("target"))
     drafters = config.drafter_model or ([d] if (d := catalog_name(meta.get("drafter"))) else None)
     ssc = ServeSimConfig(target=target, hardware=config.hardware, tp=config.tp, dtype=config.dtype, drafter_model=drafters,
-                         engine=config.engine, catalog=list(config.catalog))
+                         engine=config.engine, catalog=list(config.catalog), cost_model=config.cost_model)
     built = ssc.assembly()
     calibrated = built.info.get("calibration")
-    what = (f"catalog roofline of {target} on {config.hardware} (engine {built.info['engine_label']}; "
+    what = (f"catalog {'operator model' if config.cost_model == 'operators' else 'roofline'} of {target} on {config.hardware} (engine {built.info['engine_label']}; "
             + (f"hardware calibrated to {calibrated['fitted_to']})" if calibrated else "not calibrated)")
             + (f", drafter {', '.join(drafters)}" if drafters else ""))
     return built.target, built.drafters, what
@@ -399,7 +405,7 @@ def _check_vllm(config: CheckServeConfig) -> dict:
                                 "speculative run's acceptance")
         spec = dict(policy=f"fixed:k={len(bench.spec_rates)}", positional=",".join(f"{x:.6f}" for x in bench.spec_rates))
     ssc = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, dtype=config.dtype,
-                         drafter_model=config.drafter_model, engine=config.engine, catalog=list(config.catalog),
+                         drafter_model=config.drafter_model, engine=config.engine, catalog=list(config.catalog), cost_model=config.cost_model,
                          requests=bench.completed, **spec)
     return check_vllm(bench, serving_config(ssc))
 

@@ -7,6 +7,7 @@ Tiny random models only (the SmolLM2 check is a documented slow test at the end,
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -827,7 +828,14 @@ def test_serve_cli_runs_the_controlled_drafter_and_check_serve_replays_it(tmp_pa
     assert main(["check-serve", str(trace), "--hardware", "h100-sxm", "--target", "smollm2-135m", "--drafter-model", "smollm2-135m"]) == 0
     text = capsys.readouterr().out
     assert "catalog roofline of smollm2-135m on h100-sxm" in text and "throughput" in text
-    for args, fragment in ((["--hardware", "h100-sxm"], "tiny:1"), (["--hardware", "h100-sxm", "--profile", "p.json"], "not both")):
+    # ... or by the operator model (AIConfigurator's kernel tables), where its extra is installed
+    if importlib.util.find_spec("aiconfigurator_core") is not None:
+        assert main(["check-serve", str(trace), "--hardware", "h100-sxm", "--target", "smollm2-135m", "--drafter-model", "smollm2-135m",
+                     "--cost-model", "operators", "--json"]) == 0
+        ops = {r["metric"]: r for r in json.loads(capsys.readouterr().out)}
+        assert np.isfinite(ops["throughput"]["predicted"]) and ops["throughput"]["predicted"] != rows["throughput"]["predicted"]
+    for args, fragment in ((["--hardware", "h100-sxm"], "tiny:1"), (["--hardware", "h100-sxm", "--profile", "p.json"], "not both"),
+                           (["--cost-model", "operators"], "give --hardware")):
         assert main(["check-serve", str(trace), *args]) == 2
         err = capsys.readouterr().err.strip()
         assert fragment in err and len(err.splitlines()) == 1, err
