@@ -255,6 +255,14 @@ def _run_table(name: str, n: np.ndarray, t: np.ndarray, context: int) -> Profile
                        seconds=seconds.reshape(1, -1, 1), extrapolate="clamp")
 
 
+def seeded(model: str) -> str:
+    """A model's name with its seed spelled out: ``random:NAME`` and ``tiny`` are seed 0, the names
+    their loaded models carry (``random:NAME:0``, ``tiny:0``)."""
+    if model.startswith("random:") and model.count(":") == 1:
+        return model + ":0"
+    return "tiny:0" if model == "tiny" else model
+
+
 def run_context(trace: RunTrace) -> int:
     """The run's mean context: prompt length plus half the output, averaged over sequences."""
     seq = trace.sequences.to_pydict()
@@ -274,9 +282,10 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
     names = trace.models() or [f"model {m}" for m in range(n_models)]
     context = run_context(trace)
     by_name = {p.model: p for p in profiles}
-    costs = {n.partition("@")[2]: n for n in names if n.startswith("controlled") and "@" in n}  # controlled:R@MODEL: MODEL's forwards
+    # controlled:R@MODEL: MODEL's forwards (MODEL as the user spelled it: random:NAME is random:NAME:0, the name its profile has)
+    costs = {seeded(n.partition("@")[2]): n for n in names if n.startswith("controlled") and "@" in n}
     for prof in profiles:
-        if prof.model not in names and prof.model not in costs and not set(prof.drafters) & set(names):
+        if prof.model not in names and seeded(prof.model) not in costs and not set(prof.drafters) & set(names):
             raise DraftsimError(f"the profile of {prof.model} prices no model of this run (models: {', '.join(names)}); "
                                 "profile the run's target or drafters with draftsim profile")
     kind = np.array(calls["kind"], dtype=object)
@@ -292,7 +301,7 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
         statistical = m > 0 and (not sel.any() or n_fed[sel].max() == 0)
         if statistical:
             drafter_profile = next((p for p in profiles if name in p.drafters), None)
-            cost_profile = next((p for p in profiles if costs.get(p.model) == name), None)
+            cost_profile = next((p for p in profiles if costs.get(seeded(p.model)) == name), None)
             models.append(None)
             if cost_profile is not None:  # the controlled drafter: one forward of its cost model per proposed token, fed alone
                 per_proposal.append(float(cost_profile.shape_time(1, 1, 0)))
