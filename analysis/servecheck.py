@@ -131,6 +131,17 @@ class StepCost(CostModel):
     the grid's largest size, and a call of more sequences than the grid's largest as that
     call scaled by the ratio (forward time grows linearly in tokens once compute-bound, as
     prefills are).
+
+    **A static cache** (``static_rows``: ``draftsim serve --static-cache``, whose profile is
+    ``profile --path server-static``) computes each verification at fixed shapes
+    (:mod:`draftsim.realrun.statickv`): the batch padded to the next power of two (up to its
+    rows'), the new tokens per row likewise, and attention over the next power of two ≥ the
+    longest row after the call (at least 16 slots, at most the cache's). Its time is a step
+    function of that shape, so the step is priced at the profile's grid point of the same
+    padded shape (the largest such batch, new tokens and context in the grid), not interpolated
+    between grid points of different shapes (17 rows between grid batches 16 and 24 run as 32 rows:
+    the interpolation gives mostly the 16-row time). A shape the grid holds no point of is
+    interpolated as before.
     """
 
     base: CostModel
@@ -141,7 +152,37 @@ class StepCost(CostModel):
     #: A profile that prices the joiners' prefill calls (default: ``base``): one of batch 1 and
     #: long calls, so that ``base`` needs no long calls at every batch size.
     prefill: ProfileCost | None = None
+    #: A static cache's rows and tokens (``static_tokens``; None: unbounded): its steps are priced at
+    #: their padded shapes (see the class docstring). None: a ragged cache.
+    static_rows: int | None = None
+    static_tokens: int | None = None
     step_shape = True  # reads BatchStats.padded/prefill (a class attribute, not a field)
+
+    def _static(self, B, n, c):
+        """The verification of B sequences × n new tokens, the longest at context c, through a static
+        cache: the profile at its grid point of the same padded shape, else interpolated at (B, n, c)."""
+        from ..realrun.statickv import MIN_WIDTH
+
+        base = self.base
+        B, n, c = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (B, n, c)))
+        Nb = pow2(n)
+        Tb = np.maximum(pow2(c + Nb), MIN_WIDTH)
+        if self.static_tokens:
+            Tb = np.minimum(Tb, pow2(max(int(self.static_tokens), MIN_WIDTH)))
+        key = np.stack([np.minimum(pow2(B), pow2(self.static_rows)), Nb, Tb], axis=-1).reshape(-1, 3)
+        gb, gn, gc = (np.asarray(x, dtype=np.float64) for x in (base.batch, base.new_tokens, base.context))
+        out = np.empty(len(key))
+        shapes, inverse = np.unique(key, axis=0, return_inverse=True)
+        for j, (bb, nb, tb) in enumerate(shapes):
+            ib = gb[pow2(gb) == bb]
+            inn = gn[pow2(gn) == nb]
+            ic = gc[np.maximum(pow2(gc + nb), MIN_WIDTH) == tb] if len(inn) else gc[:0]
+            sel = inverse.reshape(-1) == j
+            if len(ib) and len(inn) and len(ic):
+                out[sel] = float(base.lookup(ib.max(), inn.max(), ic.max()))
+            else:
+                out[sel] = self._call(B.reshape(-1)[sel], n.reshape(-1)[sel], c.reshape(-1)[sel])
+        return out.reshape(B.shape)
 
     def _call(self, S, n, c, rows_per_sequence=None, base=None):
         """A uniform call of S sequences × n new tokens at context c, priced by the profile
@@ -170,7 +211,7 @@ class StepCost(CostModel):
         own = self.overhead + self.per_sequence * stats.sequences
         if isinstance(self.base, ProfileCost) and stats.padded is not None and stats.prefill is not None:
             B, n, c = (stats.padded[..., i] for i in range(3))
-            verify = np.where(B > 0, self._call(B, n, c), 0.0)
+            verify = np.where(B > 0, self._static(B, n, c) if self.static_rows else self._call(B, n, c), 0.0)
             joiners, tokens = stats.prefill[..., 0], stats.prefill[..., 1]
             each = self._call(1.0, tokens / np.maximum(joiners, 1.0), 0.0, rows_per_sequence=1.0, base=self.prefill)
             prefills = np.where(joiners > 0, joiners * each, 0.0)
@@ -182,6 +223,28 @@ class StepCost(CostModel):
 
     def _bound(self, stats: BatchStats):
         return np.full(np.shape(stats.tokens), 1)
+
+
+def beyond_grid(members: list, prof: ProfileCost) -> str:
+    """What of a run the profile's grid does not reach: its verifications' longest contexts past the
+    grid's largest (priced there by clamping, so under the time a longer attention takes), said in
+    the description of the costs ('' when the grid covers the run)."""
+    longest: dict = {}
+    for m in members:
+        if not m.prefill:
+            longest[m.step] = max(longest.get(m.step, 0), m.context + m.new_tokens)
+    if not longest:
+        return ""
+    c = np.array(list(longest.values()))
+    top = int(prof.context[-1])
+    share = float(np.mean(c > top))
+    return ("" if share == 0 else f"; {share:.0%} of the verifications attend past the profile's largest context ({top:,}, up to "
+            f"{int(c.max()):,}): priced at {top:,}, so under their time (profile --context up to {int(c.max()):,})")
+
+
+def pow2(x):
+    """The next power of two ≥ x (elementwise, at least 1): a static cache's padded sizes."""
+    return 2.0 ** np.ceil(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)))
 
 
 def _rounds(requests: list, members: list):
@@ -338,7 +401,12 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
     B = np.array([s.batch + s.prefills for s in steps], dtype=np.float64)
     own = np.array([s.overhead_seconds + (s.draft_seconds if statistical else 0.0) for s in steps]) + busy_gaps(steps, requests)
     a, b = robust_nnls(np.column_stack([np.ones(len(B)), B]), own)
-    return StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max, prefill=prefill), what, {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)}
+    cache = meta.get("cache") or {}
+    static = {}
+    if profile is not None and cache.get("layout") == "static":  # priced at its padded shapes (StepCost)
+        static = {"static_rows": int(meta["max_batch"]), "static_tokens": cache.get("static_tokens")}
+    return (StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max, prefill=prefill, **static), what,
+            {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)})
 
 
 def _drafter_cost(meta: dict, steps: list) -> CostModel:
@@ -461,6 +529,8 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     else:
         target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
         drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
+        if isinstance(target.base, ProfileCost):
+            what += beyond_grid(members, target.base)
     by_id = sorted(reqs, key=lambda r: r.request)
     kv_tokens = meta.get("kv_tokens")
     if kv_tokens is None and models is not None:  # the server ran without a pool: one no request can fill, not the hardware's

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from draftsim.analysis.servecheck import AffineCost, busy_gaps, realised_process, robust_nnls
@@ -75,3 +75,65 @@ def test_busy_gaps_count_only_time_with_work_to_do():
     # one request running until 2.0, the next arriving at 5.0 (the server sleeps until then)
     requests = [SimpleNamespace(arrival=0.0, admitted=0.0, finish=2.0), SimpleNamespace(arrival=5.0, admitted=5.5, finish=6.0)]
     np.testing.assert_allclose(busy_gaps(steps, requests), [0.2, 0.5, 0.0])
+
+
+def _bucketed_profile():
+    """A profile of the static path on a grid whose times are a function of the padded shape only
+    (batch and new tokens to the next power of two, attention to the next power of two >= the
+    longest row after the call, at least 16): what a static cache computes."""
+    from draftsim.analysis.servecheck import pow2
+    from draftsim.sim.cost import ProfileCost
+
+    batch, new, context = (1, 2, 4, 8, 16, 24, 32), (1, 2, 3, 4, 6, 8), (0, 128, 256, 384, 512, 768, 1024, 1280)
+
+    def shape_time(b, n, c):
+        return 1e-3 * (5.0 + 0.2 * pow2(b) + 0.1 * pow2(n) + 1e-3 * pow2(b) * np.maximum(pow2(c + pow2(n)), 16))
+
+    B, N, C = np.meshgrid(batch, new, context, indexing="ij")
+    return ProfileCost(model="m", batch=batch, new_tokens=new, context=context, seconds=shape_time(B, N, C), extrapolate="clamp"), \
+        shape_time
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 32), st.integers(1, 8), st.integers(0, 1270 - 8))
+def test_a_static_cache_step_is_priced_at_its_padded_shape(B, n, c):
+    """StepCost with static_rows prices a verification at the grid point of its padded shape
+    (exact on a profile that is a function of the padded shape, wherever the grid holds a point of
+    that shape)."""
+    from draftsim.analysis.servecheck import StepCost
+
+    from draftsim.analysis.servecheck import pow2
+
+    prof, truth = _bucketed_profile()
+    T = max(pow2(c + pow2(n)), 16)
+    assume(any(max(pow2(g + pow2(n)), 16) == T for g in prof.context))  # the grid holds a point of this padded shape
+    static = StepCost(prof, 0.0, 0.0, 4, static_rows=32, static_tokens=1270)
+    got = float(static._static(B, n, c))
+    assert got == pytest.approx(float(truth(B, n, c)), rel=1e-12)
+
+
+def test_interpolating_between_padded_shapes_underprices_a_static_step():
+    from draftsim.analysis.servecheck import StepCost
+
+    prof, truth = _bucketed_profile()
+    plain, static = StepCost(prof, 0.0, 0.0, 4), StepCost(prof, 0.0, 0.0, 4, static_rows=32, static_tokens=1270)
+    want = float(truth(17, 1, 600))  # 32 rows x 1 token over 1,024 slots
+    assert float(static._static(17, 1, 600)) == pytest.approx(want, rel=1e-12)
+    assert float(plain._call(17, 1, 600)) < 0.7 * want  # mostly the 16-row bucket's time
+
+
+def test_check_serve_prices_the_h200_traces_and_says_what_the_profile_misses():
+    """The H200 serving runs of figures/gpu-h200 (2026-11-26) replayed on their own profile: the
+    description says the profile's contexts stop at 768 while 97% of the saturated run's
+    verifications attend further (the cause of its miss), and the replay keeps the measured side
+    as served."""
+    from pathlib import Path
+
+    from draftsim.analysis.servecheck import check_serve
+
+    root = Path(__file__).resolve().parents[2] / "figures" / "gpu-h200" / "serving"
+    out = check_serve(root / "trace-capacity", root / "profile.json", prefill_profile=root / "profile-prefill.json")
+    assert "97% of the verifications attend past the profile's largest context (768" in out["costs"]
+    rows = {r["metric"]: r for r in out["metrics"]}
+    assert rows["throughput"]["measured"] == pytest.approx(304.27, rel=1e-3)
+    assert rows["tpot_p50"]["measured"] == pytest.approx(0.0936, rel=1e-2)
