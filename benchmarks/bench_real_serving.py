@@ -67,6 +67,13 @@ def sh(args: list[str], log) -> dict:
     return json.loads(out.stdout)
 
 
+def whole(summary: dict) -> dict:
+    """The rates of a saturated run (every request at once) over the whole run, first arrival to
+    last finish: a burst has no steady state, and its window (the few milliseconds its arrivals
+    span) holds no finished token, so the steady-state rates read 0."""
+    return summary.get("whole_run") or summary
+
+
 def uptime() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -206,6 +213,8 @@ def main() -> int:
     p.add_argument("--profile", help="the server-path profile of the steps (default: taken here)")
     p.add_argument("--prefill-profile", help="the server-path profile of the prefills (default: taken here, unless --profile)")
     p.add_argument("--profile-batch", default=",".join(str(b) for b in range(1, 17)), help="batch sizes of the step profile taken here")
+    p.add_argument("--profile-context", default="0,128,256,384,512,768", help="contexts of the step profile taken here: up to "
+                   "the longest a step attends over (prompt, output and draft; check-serve says when a run attends past it)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", help="cpu, cuda[:N] or auto, passed to every serve and profile (default: theirs)")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="weights and activations for serve and profile (default float32)")
@@ -243,7 +252,7 @@ def main() -> int:
         # compaction, and a CPU forward's cost is not linear between 128 and 512 (a 512 point
         # alone overpriced widths near 350 by ~12%)
         a.profile, a.prefill_profile = str(out / "profile.json"), str(out / "profile-prefill.json")
-        grids = ((a.profile, ["--batch", a.profile_batch, "--new-tokens", "1,2,3,4,6,8", "--context", "0,128,256,384,512,768",
+        grids = ((a.profile, ["--batch", a.profile_batch, "--new-tokens", "1,2,3,4,6,8", "--context", a.profile_context,
                               "--repeats", "3"]),
                  (a.prefill_profile, ["--batch", "1", "--new-tokens", "1,2,4,8,16,32,48,64,96,128,192,256,384,512", "--context", "0",
                                       "--repeats", "5"]))
@@ -287,9 +296,10 @@ def main() -> int:
     sat = None
     if a.capacity is None or "batching" not in skip:
         sat = sh(serve_args(a, 1000.0, a.drafter, policy, None), log)
-        print(f"saturated speculative serving: {sat['throughput']:.2f} tokens/s, {sat['request_throughput']:.3f} requests/s (load {uptime()})")
-    capacity = a.capacity or sat["request_throughput"]
-    results["capacity"] = {"request_throughput": capacity, "throughput": sat["throughput"] if sat else None, "uptime": uptime()}
+        print(f"saturated speculative serving: {whole(sat)['throughput']:.2f} tokens/s, {whole(sat)['request_throughput']:.3f} requests/s "
+              f"(load {uptime()})")
+    capacity = a.capacity or whole(sat)["request_throughput"]
+    results["capacity"] = {"request_throughput": capacity, "throughput": whole(sat)["throughput"] if sat else None, "uptime": uptime()}
 
     # 4. fidelity at three loads
     if "fidelity" not in skip:
@@ -337,9 +347,9 @@ def main() -> int:
         for label, drafter, pol in (("autoregressive", "none", "ar"), (f"{a.drafter} {policy}", a.drafter, policy)):
             batched = sat if drafter == a.drafter else sh(serve_args(a, 1000.0, drafter, pol, None), log)
             single = sh(serve_args(a, 1000.0, drafter, pol, None, max_batch=1), log)
-            ratio = batched["throughput"] / single["throughput"]
-            bat[label] = {"batched": batched["throughput"], "single": single["throughput"], "ratio": ratio}
-            rows.append([label, single["throughput"], batched["throughput"], ratio])
+            ratio = whole(batched)["throughput"] / whole(single)["throughput"]
+            bat[label] = {"batched": whole(batched)["throughput"], "single": whole(single)["throughput"], "ratio": ratio}
+            rows.append([label, whole(single)["throughput"], whole(batched)["throughput"], ratio])
         print(f"\nbatching at saturation (output tokens/s; goal >= 2x; load {uptime()})")
         print(table(rows, ["decoding", "single stream", f"batched (max {a.max_batch})", "ratio"]))
         results["batching"] = bat

@@ -9,9 +9,10 @@ bandwidth-bound model, writing ``figures/gpu-<device>/`` with a README.
 What runs (every step a ``draftsim`` command, printed before it runs, so each number can be
 reproduced alone):
 
-1. **single stream** — ``draftsim profile --path server-static`` (batch 1: the static cache's
-   forward, as ``run --static-cache`` makes it) of the target and of the drafter's cost model, then ``draftsim run`` (speculative, the controlled drafter, ``--static-cache``) with a
-   trace, then ``draftsim check-sim --profile`` of that trace: predicted against measured
+1. **single stream** — ``draftsim profile`` at batch 1 of the target (``--path server-static``: the
+   static cache's forward, as ``run --static-cache`` makes it) and of the drafter's cost model
+   (``--path model``: the plain forward the controlled drafter spends per draft token), then
+   ``draftsim run`` (speculative, the controlled drafter, ``--static-cache``) with a trace, then ``draftsim check-sim --profile`` of that trace: predicted against measured
    tokens/s (goal: median error ≤ 3%);
 2. **serving** — ``benchmarks/bench_real_serving.py`` with ``--static-cache``, the controlled
    drafter and ``--hardware``: a server-path profile of the steps and prefills, the capacity, three
@@ -100,13 +101,17 @@ def slug(name: str) -> str:
 
 
 def single_stream(a, out: Path, log: list) -> dict:
-    """Profile both models (batch 1 through the static cache, as ``run --static-cache`` calls them), run, check-sim."""
+    """Profile both models at batch 1 as ``run --static-cache`` calls them (the target through the
+    static cache, the controlled drafter's cost model plainly), run, check-sim."""
     dev = ["--device", a.device, "--dtype", a.dtype]
     profiles = []
-    for name, model in (("target", a.target), ("cost", a.cost)):
+    # the target verifies through the static cache; the controlled drafter spends one plain forward of its cost model per
+    # draft token (realrun.drafters.Controlled._spend: no cache, no graph), the 'model' path at context 0 — profiled through
+    # the static cache instead, the H200 run of 2026-11-26 priced it at 2.9 ms where it took 17.7 ms (check-sim +333%)
+    for name, model, path_kind in (("target", a.target, "server-static"), ("cost", a.cost, "model")):
         path = out / f"profile-{name}-model.json"
         if not path.exists():
-            sh([*DRAFTSIM, "profile", "--model", model, "--path", "server-static", "--batch", "1", "--new-tokens", "1,2,4,8,16",
+            sh([*DRAFTSIM, "profile", "--model", model, "--path", path_kind, "--batch", "1", "--new-tokens", "1,2,4,8,16",
                 "--context", "0,256,512,1024", "--repeats", "5", "--warmup", "3", "--drafters", "", "--out", str(path), *dev, "--json"],
                log)
         profiles.append(path)
@@ -221,6 +226,9 @@ def main() -> int:
                    "--dtype", a.dtype, "--requests", str(a.requests), "--output-len", str(a.output_len), "--max-batch", str(a.max_batch),
                    "--repeats", str(a.repeats), "--profile-batch", ",".join(str(b) for b in (1, 2, 4, 8, 16, 24, 32, 48, 64)
                                                                              if b <= a.max_batch), "--threads", "0", "--out", str(serving),
+                   # the bundled prompts (up to ~850 tokens of the random models' character tokenizer) and 128 outputs reach
+                   # ~1,270 tokens: the H200 run of 2026-11-26 attended past a grid that stopped at 768 in 97% of its steps
+                   "--profile-context", "0,128,256,384,512,768,1024,1280,1536",
                    "--reuse", *extra, *shlex.split(a.bench_args)], log, stream=True)
         (out / ("log-measure.txt" if a.measure_only else "log.txt")).write_text(text)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")

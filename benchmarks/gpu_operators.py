@@ -208,6 +208,8 @@ class Measure:
 
         self.torch, self.args, self.model = torch, args, model
         self.device = torch.device(args.device)
+        if self.device.type == "cuda" and self.device.index is None:  # "cuda": the current device, named by its index
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.kind = self.device.type
         self.dtype = torch.bfloat16 if self.kind == "cuda" else torch.float32
         self.es = 2 if self.dtype == torch.bfloat16 else 4
@@ -575,6 +577,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="a JSON file written by measure")
     s.add_argument("--system", help="catalog GPU whose tables price the rows (h100-sxm, h200, a100-80g; default: the measured device's)")
     s.add_argument("--json", action="store_true", help="print the scores as JSON")
+    s.add_argument("--figure", metavar="OUT.png", help="also draw predicted against measured time, one panel per kind")
     return p
 
 
@@ -776,6 +779,8 @@ def _score(args) -> int:
               "model": model.name, "system": system, "operator_model": predictor.name, "refitted": False,
               "assumed_us_per_eager_kernel": predictor.eager_launch * 1e6, "measured_launch": launches, "summary": summary,
               "rows": scored, "errors": doc.get("errors") or [], "complete": bool(doc.get("complete"))}
+    if args.figure:
+        figure(result, args.figure)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -801,6 +806,38 @@ def _score(args) -> int:
         for n in notes:
             print(f"  {n}")
     return 0
+
+
+def figure(result: dict, path) -> None:
+    """Predicted against measured time per operator (log-log, the diagonal where they agree), a
+    panel per kind with its median |error|; table rows filled, fallback rows hollow."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = [s["kind"] for s in result["summary"]]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.3 * len(kinds), 3.4), squeeze=False)
+    for ax, s in zip(axes[0], result["summary"]):
+        rows = [r for r in result["rows"] if r["kind"] == s["kind"]]
+        for source, face in (("table", "C0"), ("fallback", "none")):
+            pts = [(r["measured_ms"], r["predicted_ms"]) for r in rows if r["source"] == source]
+            if pts:
+                m, q = zip(*pts)
+                ax.scatter(m, q, s=14, facecolors=face, edgecolors="C0", label=source)
+        lo = min(min(r["measured_ms"], r["predicted_ms"]) for r in rows)
+        hi = max(max(r["measured_ms"], r["predicted_ms"]) for r in rows)
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"{s['kind']}: median {_pct(s['median'])}", fontsize=9)
+        ax.set_xlabel("measured (ms)")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("operator model (ms)")
+    fig.suptitle(f"{result['model']} operators on {result['device']}: {result['operator_model']}, not refitted", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
