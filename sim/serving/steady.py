@@ -47,10 +47,8 @@ deployment on is the server in between, at its steady state. :func:`steady_state
   shrinking batch, and would flatter TPOT). A window shorter than twice the mean E2E keeps
   fewer than half of its arrivals: **not steady** (run longer).
 
-With fewer than :data:`MIN_REQUESTS` requests, or when every request arrives at once or before
-the first one finishes (a burst, such as a saturated run's: its arrival window holds no finished
-token, so its rates would read 0), nothing is tested: the window is the whole run (first arrival
-to last finish) and ``tested`` is False.
+With fewer than :data:`MIN_REQUESTS` requests, or when every request arrives at once, nothing is
+tested: the window is the whole run (first arrival to last finish) and ``tested`` is False.
 """
 
 from __future__ import annotations
@@ -201,9 +199,6 @@ def steady_state(arrival: np.ndarray, admitted: np.ndarray, finish: np.ndarray) 
                            False)
     if not t1 > t0:
         return SteadyState(t0, whole, whole, 0.0, True, False, "not tested: every request arrives at once; the whole run is measured", False)
-    if t1 < float(np.nanmin(finish)):  # a burst: no request leaves while they arrive, no rate to be steady at
-        return SteadyState(t0, whole, whole, 0.0, True, False, "not tested: every request arrives before the first finishes (a burst); "
-                           "the whole run is measured", False)
     m = BINS
     edges = np.linspace(t0, t1, m + 1)
     in_system = occupancy(arrival, finish, edges)
