@@ -99,7 +99,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..sim.errors import DraftsimError
+from ..sim.errors import DraftsimError, suggest
 from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
@@ -525,13 +525,13 @@ def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence) -> None:
     if need > s.max_evaluations:
         brackets = need - (bisections_left(1.0, 2.0, s.tolerance) or 0)
         room = s.max_evaluations - brackets
-        fits = f"tolerance >= {2.0 ** (0.5 ** room) - 1.0:.2g}" if room > 0 else "a narrower minimum..maximum"  # room 0: tolerance 1, not valid
+        fits = f"tolerance {suggest(2.0 ** (0.5 ** room) - 1.0, '>=', 2)}" if room > 0 else "a narrower minimum..maximum"  # room 0: tolerance 1, not valid
         raise DraftsimError(f"[capacity] tolerance {s.tolerance:g} from start {s.start:g} over [{s.minimum:g}, {s.maximum:g}] req/s "
                             f"may need {need} evaluations, more than max_evaluations {s.max_evaluations}: give {fits}, or raise "
                             "max_evaluations (at most 1000)")
     if s.load is not None and s.load > s.maximum * MAX_REPLICAS:
         raise DraftsimError(f"[capacity] load {s.load:g} req/s needs more than {MAX_REPLICAS:,} replicas of at most maximum "
-                            f"{s.maximum:g} req/s each: give load <= {s.maximum * MAX_REPLICAS:g}, or raise maximum")
+                            f"{s.maximum:g} req/s each: give load {suggest(s.maximum * MAX_REPLICAS, '<=', 4)}, or raise maximum")
     checked: set = set()
     for p in points:
         option = next((o for o in LENGTH_OPTIONS if p.config.get(o) is not None), None)
@@ -541,15 +541,15 @@ def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence) -> None:
             for name, rate in (("minimum", s.minimum), ("load", s.load)):
                 if rate is not None and rate * base < MIN_RUN_REQUESTS * (1 - 1e-9):  # (the defaults sit on the bounds)
                     raise DraftsimError(f"[capacity] {name} {rate:g} req/s over duration {base:g} s expects {rate * base:.3g} requests "
-                                        f"per run, fewer than {MIN_RUN_REQUESTS} ({where}): give {name} >= "
-                                        f"{MIN_RUN_REQUESTS / base:.3g}, or duration >= {MIN_RUN_REQUESTS / rate:.3g} s")
+                                        f"per run, fewer than {MIN_RUN_REQUESTS} ({where}): give {name} "
+                                        f"{suggest(MIN_RUN_REQUESTS / base, '>=')}, or duration {suggest(MIN_RUN_REQUESTS / rate, '>=')} s")
             for name, rate in (("maximum", s.maximum), ("load", s.load)):
                 longest = None if rate is None else rate * base * s.max_lengthening
                 if longest is not None and longest > MAX_RUN_REQUESTS * (1 + 1e-9):
                     raise DraftsimError(f"[capacity] {name} {rate:g} req/s over duration {base:g} s x max_lengthening "
                                         f"{s.max_lengthening} expects {longest:.3g} requests in the longest run, more than "
-                                        f"{MAX_RUN_REQUESTS:,} ({where}): give {name} <= {MAX_RUN_REQUESTS / (base * s.max_lengthening):.4g}, "
-                                        "or a shorter duration or max_lengthening")
+                                        f"{MAX_RUN_REQUESTS:,} ({where}): give {name} "
+                                        f"{suggest(MAX_RUN_REQUESTS / s.max_lengthening / base, '<=', 4)}, or a shorter duration or max_lengthening")
         elif option == "requests" and isinstance(base, (int, float)) and base * s.max_lengthening > MAX_RUN_REQUESTS:
             raise DraftsimError(f"[capacity] requests {base:g} x max_lengthening {s.max_lengthening} is {base * s.max_lengthening:.3g} "
                                 f"requests in the longest run, more than {MAX_RUN_REQUESTS:,} ({where}): give requests <= "

@@ -57,6 +57,26 @@ def _number(value) -> str:
     return str(int(v)) if v.is_integer() else repr(v)
 
 
+def suggest(x: float, side: str, digits: int = 3) -> str:
+    """A bound a refusal suggests, ``">= x"`` or ``"<= x"`` (``side``), x shown in ``digits``
+    significant digits rounded outward (up for ``>=``, down for ``<=``), so the value printed
+    passes the check it suggests."""
+    import math
+
+    x = float(x)
+    if not math.isfinite(x) or x == 0.0:
+        return f"{side} {x:g}"
+    text = f"{x:.{digits - 1}e}"
+    shown = float(text)
+    if (side == ">=" and shown < x) or (side == "<=" and shown > x):
+        mantissa, exponent = text.split("e")
+        step = 10.0 ** (int(exponent) - (digits - 1))
+        shown = shown + step if side == ">=" else shown - step
+        text = f"{shown:.{digits - 1}e}"
+    value = float(text)
+    return f"{side} {int(value) if value.is_integer() and abs(value) < 1e15 else f'{value:.{digits}g}'}"
+
+
 def _first_bad(arr: np.ndarray, bad: np.ndarray) -> str:
     """Describe the first offending element of ``arr`` (with its index if ``arr`` is not a scalar)."""
     idx = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -28,7 +28,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from draftsim.sim.errors import DraftsimError
+from draftsim.sim.errors import DraftsimError, suggest
 
 __all__ = ["SLO_NAMES", "SLO_STATS", "parse_slo", "parse_method", "Method", "build_spec", "Recommendation", "recommend", "deploy",
            "hf_id", "toml_text", "configuration_name", "search_range"]
@@ -214,16 +214,17 @@ def search_range(load: float | None, duration: float | None) -> tuple[float, flo
     if duration is None:  # a trace: its own requests at every rate
         start = load / 4.0 if load is not None else 1.0
         return min(Settings.minimum, start), start, LOAD_SPAN * load if load is not None else MAX_RATE
-    minimum, top = MIN_RUN_REQUESTS / duration, MAX_RUN_REQUESTS / (duration * longest)
+    # divided one factor at a time: duration x longest overflows at --duration 1e308 (and the bound read 0)
+    minimum, top = MIN_RUN_REQUESTS / duration, MAX_RUN_REQUESTS / longest / duration
     if load is not None:
-        if load * duration < MIN_RUN_REQUESTS:
+        if load < minimum:
             raise DraftsimError(f"--load {load:g} req/s over --duration {duration:g} s expects {load * duration:.3g} requests per run, "
-                                f"fewer than {MIN_RUN_REQUESTS}: give --load >= {minimum:.3g} or --duration >= "
-                                f"{MIN_RUN_REQUESTS / load:.3g}")
+                                f"fewer than {MIN_RUN_REQUESTS}: give --load {suggest(minimum, '>=')} or --duration "
+                                f"{suggest(MIN_RUN_REQUESTS / load, '>=')}")
         if load > top:
             raise DraftsimError(f"--load {load:g} req/s over --duration {duration:g} s expects {load * duration * longest:.3g} requests "
-                                f"in the longest run ({longest}x the duration), more than {MAX_RUN_REQUESTS:,}: give --load <= "
-                                f"{top:.4g} or --duration <= {MAX_RUN_REQUESTS / (load * longest):.4g}")
+                                f"in the longest run ({longest}x the duration), more than {MAX_RUN_REQUESTS:,}: give --load "
+                                f"{suggest(top, '<=', 4)} or --duration {suggest(MAX_RUN_REQUESTS / longest / load, '<=', 4)}")
     maximum = min(LOAD_SPAN * load if load is not None else MAX_RATE, top)
     start = min(max(load / 4.0 if load is not None else 1.0, minimum), maximum)
     return minimum, start, maximum

@@ -100,9 +100,7 @@ def test_a_static_cache_step_is_priced_at_its_padded_shape(B, n, c):
     """StepCost with static_rows prices a verification at the grid point of its padded shape
     (exact on a profile that is a function of the padded shape, wherever the grid holds a point of
     that shape)."""
-    from draftsim.analysis.servecheck import StepCost
-
-    from draftsim.analysis.servecheck import pow2
+    from draftsim.analysis.servecheck import StepCost, pow2
 
     prof, truth = _bucketed_profile()
     T = max(pow2(c + pow2(n)), 16)

@@ -4,10 +4,11 @@ first, and the engine configuration that deploys it."""
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftsim.analysis import sweep as sw
@@ -112,3 +113,29 @@ def test_a_spec_and_the_flags_together_are_refused(tmp_path, capsys):
     assert main(["capacity", str(spec), "--out", str(tmp_path / "o"), "--target", "llama-3.1-8b"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not both" in err and not (tmp_path / "o").exists()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-300, 300), st.floats(-300, 308))
+def test_a_refused_load_or_duration_suggests_bounds_that_pass(log_load, log_duration):
+    """--load and --duration anywhere in float range: search_range answers, or refuses in a line
+    whose every suggested bound, applied as printed, is accepted (never 'give --load <= 0', as
+    --duration 1e308 once printed when duration x 8 overflowed)."""
+    import re
+
+    from draftsim.commands.frontdoor import search_range
+    from draftsim.sim.errors import DraftsimError
+
+    load, duration = 10.0 ** log_load, 10.0 ** log_duration
+    try:
+        minimum, start, maximum = search_range(load, duration)
+    except DraftsimError as exc:
+        text = str(exc)
+        found = re.findall(r"--(load|duration) (>=|<=) ([0-9.e+-]+)", text)
+        assert len(found) == 2, text
+        for name, _side, value in found:
+            x = float(value)
+            assert math.isfinite(x) and x > 0, text
+            search_range(x if name == "load" else load, x if name == "duration" else duration)
+    else:
+        assert 0 < minimum <= start <= maximum < math.inf
