@@ -74,6 +74,29 @@ def whole(summary: dict) -> dict:
     return summary.get("whole_run") or summary
 
 
+#: Models loaded by the runs of ``--in-process`` (draftsim.commands.serve.serve's ``models``): weights,
+#: static caches and CUDA graphs kept from one run to the next.
+MODELS: dict = {}
+
+
+def serve_json(a, args: list[str], log) -> dict:
+    """A ``draftsim serve ... --json`` run: its own process, or (``--in-process``) a call in this
+    one that keeps the models it loaded for the next (the same options, parsed by draftsim's own
+    parser)."""
+    if not a.in_process:
+        return sh(args, log)
+    from draftsim.cli import build_parser
+    from draftsim.commands.serve import ServeConfig, serve
+    from draftsim.config import from_namespace
+
+    cmd = ["draftsim", *args]
+    print("$ " + " ".join(shlex.quote(x) for x in cmd) + "    # in this process", flush=True)
+    t0 = time.time()
+    out = serve(from_namespace(ServeConfig, build_parser().parse_args(args)), models=MODELS).to_dict()
+    log.append({"command": " ".join(cmd), "seconds": time.time() - t0, "in_process": True})
+    return json.loads(json.dumps(out, default=float))
+
+
 def uptime() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -118,7 +141,7 @@ def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
         t = ServeTrace(trace)
         print(f"(reusing {trace})")
         return serving_metrics(*(t.records(x) for x in ("requests", "tokens", "members", "steps")))
-    return sh(serve_args(a, qps, drafter, policy, trace), log)
+    return serve_json(a, serve_args(a, qps, drafter, policy, trace), log)
 
 
 def check(a, trace: Path, log, profile: bool | str = True) -> dict:
@@ -228,6 +251,8 @@ def main() -> int:
     p.add_argument("--reuse", action="store_true", help="keep complete traces already in --out (re-check them only)")
     p.add_argument("--repeats", type=int, default=1, help="serve each fidelity load this many times (seeds seed, seed+1, ...): "
                    "errors against the mean of the repeats, with their own spread beside them (default 1)")
+    p.add_argument("--in-process", action="store_true", help="serve every run in this process, the models loaded once (their "
+                   "static caches and CUDA graphs kept): on an H200 a serving process took 75-90 s before its first request")
     p.add_argument("--measure-only", action="store_true", help="serve and profile only (no check-serve): on a lent GPU, whose "
                    "time is short; check the traces later on any machine with --reuse --capacity C (printed and in measured.json)")
     p.add_argument("--operators", action="store_true", help="with --hardware: also price every checked run by the operator model "
@@ -295,7 +320,7 @@ def main() -> int:
     # 3. capacity: every request at once
     sat = None
     if a.capacity is None or "batching" not in skip:
-        sat = sh(serve_args(a, 1000.0, a.drafter, policy, None), log)
+        sat = serve_json(a, serve_args(a, 1000.0, a.drafter, policy, None), log)
         print(f"saturated speculative serving: {whole(sat)['throughput']:.2f} tokens/s, {whole(sat)['request_throughput']:.3f} requests/s "
               f"(load {uptime()})")
     capacity = a.capacity or whole(sat)["request_throughput"]
@@ -345,8 +370,8 @@ def main() -> int:
         rows = []
         bat = {}
         for label, drafter, pol in (("autoregressive", "none", "ar"), (f"{a.drafter} {policy}", a.drafter, policy)):
-            batched = sat if drafter == a.drafter else sh(serve_args(a, 1000.0, drafter, pol, None), log)
-            single = sh(serve_args(a, 1000.0, drafter, pol, None, max_batch=1), log)
+            batched = sat if drafter == a.drafter else serve_json(a, serve_args(a, 1000.0, drafter, pol, None), log)
+            single = serve_json(a, serve_args(a, 1000.0, drafter, pol, None, max_batch=1), log)
             ratio = whole(batched)["throughput"] / whole(single)["throughput"]
             bat[label] = {"batched": whole(batched)["throughput"], "single": whole(single)["throughput"], "ratio": ratio}
             rows.append([label, whole(single)["throughput"], whole(batched)["throughput"], ratio])

@@ -215,7 +215,9 @@ def main() -> int:
         results["single_stream"] = single_stream(a, out, log)
     if "serving" not in skip:
         serving = out / "serving"
-        extra = ["--measure-only"] if a.measure_only else []
+        # every serving run in one process: the models load and capture their CUDA graphs once (a process of its own spent
+        # 75-90 s before its first request on an H200, more than its requests took)
+        extra = ["--measure-only", "--in-process"] if a.measure_only else []
         measured = serving / "measured.json"
         if measured.exists():  # resume or check what a measure-only run served: no saturated run again
             extra += ["--capacity", repr(json.loads(measured.read_text())["measure_only"]["capacity"]), "--skip", "batching,sweep"]

@@ -228,14 +228,16 @@ def fit_bigram(target: LoadedModel) -> Bigram:
     return Bigram.fit(train, target.vocab_size)
 
 
-def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None) -> Drafter:
+def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None, load=load_model) -> Drafter:
     """A drafter for ``target`` by name: ``maxgram`` (with the bigram fallback of [CSD]),
     ``bigram``, ``ngram`` (vLLM's prompt lookup, n from 2 to 4), ``suffix`` (suffix decoding
     with vLLM's defaults), ``distilled`` (``draftsim distill``'s cached draft), or a neural model
-    :func:`draftsim.realrun.models.load_model` can load (it must share the target's tokenizer)."""
+    :func:`draftsim.realrun.models.load_model` can load (it must share the target's tokenizer).
+    ``load(name, device=, dtype=)`` loads a model (default :func:`load_model`; a caller serving
+    several runs in one process passes one that keeps what it loaded)."""
     if name.startswith("controlled"):
         rates, model = parse_controlled(name)
-        cost = load_model(model, device=target.device, dtype=target.dtype) if model else None
+        cost = load(model, device=target.device, dtype=target.dtype) if model else None
         return Controlled(target.vocab_size, rates, cost, name=name)
     if name == "ngram":
         return NGram(target.vocab_size)
@@ -248,7 +250,7 @@ def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None) -
         from .distill import load_distilled
 
         return NeuralDraft(load_distilled(target), "distilled")
-    loaded = load_model(name, device=target.device, dtype=target.dtype)
+    loaded = load(name, device=target.device, dtype=target.dtype)
     if not same_tokenizer(loaded.tokenizer, target.tokenizer):
         raise DraftsimError(f"drafter {name} does not share the target's tokenizer")
     return NeuralDraft(loaded, name)

@@ -377,10 +377,10 @@ class Server:
         stash: dict[int, _Live] = {}  # preempted requests, by rid, until they are admitted again
         arrived = 0  # requests[:arrived] have reached the scheduler
         live: list[_Live] = []  # the running requests, in the caches' row order (the scheduler's running order)
+        if self.drafter is not None and self.drafter.needs_continuations:  # first: its static cache, released, is the timed one
+            self._record_continuations(requests)
         self.kv = make_kv(self.target, self.max_batch)
         self.dkv = make_kv(self.draft_model, self.max_batch) if self.draft_model is not None else None
-        if self.drafter is not None and self.drafter.needs_continuations:
-            self._record_continuations(requests)
         self._warm_up()  # a process's first calls set up its libraries and memory: not the first requests' time
         self.start = self.clock()
         while arrived < n or scheduler.running or scheduler.waiting:
@@ -408,6 +408,9 @@ class Server:
             if on_step is not None:
                 on_step(log, [r.record for r in finished])
         log.seconds = self._t()
+        for kv in (self.kv, self.dkv):  # static caches back to their models' pools: a later run in this process takes them
+            if kv is not None:
+                release_kv(kv)
         return log
 
     def _t(self) -> float:

@@ -205,12 +205,18 @@ def _workload(config: ServeConfig):
     return w.arrival, prompt_tokens, w.output, w.priority
 
 
-def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
+def serve(config: ServeConfig, bar=null_bar, models: dict | None = None) -> ServeResult:
     """Serve ``config``'s workload with real models; the serving metrics (TTFT, TPOT, ITL, E2E,
     throughput, vLLM's spec-decode counts: :func:`draftsim.realrun.servetrace.serving_metrics`)
     with the run's setting, and the serving trace written where ``config.trace`` says.
     ``bar(total, desc)`` is a progress-bar context. Everything but the model is checked before
-    it loads."""
+    it loads.
+
+    ``models``: a dict this call loads its models into, keyed by (name, device, dtype), and takes
+    them from when a run before it in the same process loaded them: their weights, and on a static
+    cache the buffers and CUDA graphs released to each model's pool. On an H200 a serving process
+    spent 75-90 s loading an 8B random model and capturing graphs before its first request (its
+    requests took 27-50 s), so several runs in one process fit a lent GPU's minutes."""
     import numpy as np
 
     from draftsim.realrun.executor import Sampling
@@ -251,17 +257,29 @@ def serve(config: ServeConfig, bar=null_bar) -> ServeResult:
         import torch
 
         torch.set_num_threads(config.threads)
-    check_all_fit([config.target, *([drafter_name] if drafter_name else [])], pick_device(config.device), config.dtype)
-    target = load_model(config.target, device=config.device, dtype=config.dtype)
-    drafter = make_drafter(drafter_name, target) if drafter_name else None
+    def load(name, device, dtype):
+        if models is None:
+            return load_model(name, device=device, dtype=dtype)
+        key = (name, device, dtype)
+        if key not in models:
+            models[key] = load_model(name, device=device, dtype=dtype)
+        return models[key]
+
+    if models is None or (config.target, config.device, config.dtype) not in models:  # what is loaded already fits
+        check_all_fit([config.target, *([drafter_name] if drafter_name else [])], pick_device(config.device), config.dtype)
+    target = load(config.target, config.device, config.dtype)
+    drafter = make_drafter(drafter_name, target, load=load) if drafter_name else None
     requests = requests_from(arrival, prompt_tokens, output_tokens, prompt_pool(target, sets), priority)
     check_requests(target, requests)
-    if config.static_cache:
-        from draftsim.commands.running import static_cache
+    from draftsim.commands.running import static_cache
 
+    batched = [target] + ([drafter.batch_model] if drafter is not None and drafter.batch_model is not None else [])
+    if config.static_cache:
         longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
-        static_cache([target] + ([drafter.batch_model] if drafter is not None and drafter.batch_model is not None else []),
-                     longest + policy.max_draft + 1)
+        static_cache(batched, longest + policy.max_draft + 1)
+    else:  # a model a run before this one set to a static cache serves eagerly now
+        for m in batched:
+            m.static_tokens = None
     server = Server(target, drafter, policy, controller, sampling, max_batch=config.max_batch, seed=config.seed,
                     stop_at_eos=config.eos, scheduling=config.scheduling, kv_tokens=config.kv_tokens, block_size=config.block_size)
     if server.pool is not None:

@@ -846,3 +846,31 @@ def test_serve_cli_runs_the_controlled_drafter_and_check_serve_replays_it(tmp_pa
     assert "--temperature 0" in err and len(err.splitlines()) == 1
     assert main(["serve", "--model", "tiny:1", "--drafter", "controlled:0.7@nope", "--qps", "40", "--requests", "2"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_serving_runs_in_one_process_share_their_models_and_static_caches(tmp_path):
+    """serve(..., models=cache): a second run takes the first one's models (weights, and the static
+    caches released to their pools), a run without --static-cache after one with it serves eagerly,
+    and each run's output is the target's greedy output whatever came before (what
+    bench_real_serving.py --in-process relies on)."""
+    from draftsim.commands.serve import ServeConfig, serve
+
+    cache: dict = {}
+    base = dict(target="tiny:1", drafter="controlled:0.7@tiny:2", qps=40.0, requests=4, output_len="fixed:8", max_batch=2,
+                device="cpu", dtype="float32")
+    first = serve(ServeConfig(**base, static_cache=True, trace=str(tmp_path / "a")), models=cache)
+    target = cache[("tiny:1", "cpu", "float32")]
+    assert set(cache) == {("tiny:1", "cpu", "float32"), ("tiny:2", "cpu", "float32")}
+    pooled = [kv for kvs in target.kv_pool.values() for kv in kvs]
+    assert target.static_tokens is not None and pooled  # the timed server's cache went back to the pool
+    second = serve(ServeConfig(**base, static_cache=True, trace=str(tmp_path / "b")), models=cache)
+    assert cache[("tiny:1", "cpu", "float32")] is target and set(cache) == {("tiny:1", "cpu", "float32"), ("tiny:2", "cpu", "float32")}
+    assert [kv for kvs in target.kv_pool.values() for kv in kvs] == pooled  # taken and handed back, not made anew
+    eager = serve(ServeConfig(**base, trace=str(tmp_path / "c")), models=cache)
+    assert target.static_tokens is None
+    from draftsim.realrun.servetrace import ServeTrace
+
+    outputs = [sorted((t.request, t.token) for t in ServeTrace(tmp_path / x).records("tokens")) for x in "abc"]
+    assert len(outputs[0]) == 32 and outputs[0] == outputs[1] == outputs[2]
+    for r in (first, second, eager):
+        assert r.metrics.output_tokens == 32
