@@ -175,12 +175,18 @@ def _price_prefill(trace: RunTrace, calls: dict, profiles, measured: float) -> t
 def _check_machine(trace: RunTrace, profiles) -> None:
     """Refuse a profile measured on another machine than the run (when both say), and one
     of another forward path than the run's (single-stream runs call the model itself; with
-    ``--static-cache``, through the static cache: ``profile --path server-static``)."""
+    ``--static-cache``, through the static cache: ``profile --path server-static``; a controlled
+    drafter's cost model is always called itself, one plain forward per draft token)."""
+    from ..sim.replay import seeded
+
     here = trace.metadata.get("machine")
     static = trace.metadata.get("cache") == "static"
-    want = "server-static" if static else "model"
-    what = "with a static cache are priced by a profile of that cache" if static else "are priced by a profile of the model's own call"
+    costs = {seeded(n.partition("@")[2]) for n in (trace.models() or []) if n.startswith("controlled") and "@" in n}
     for prof in profiles:
+        plain = seeded(prof.model) in costs
+        want = "server-static" if static and not plain else "model"
+        what = ("are priced by a profile of the model's own call: a controlled drafter's cost model runs plain forwards" if plain else
+                "with a static cache are priced by a profile of that cache" if static else "are priced by a profile of the model's own call")
         if prof.path != want:
             raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs {what} "
                                 f"(draftsim profile --path {want})")
