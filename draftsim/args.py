@@ -211,13 +211,14 @@ def model_name(option: str, text: str) -> str:
 
 
 def drafter_names(option: str, names: list[str], neural_only: bool = False) -> list[str]:
-    """Drafter names (maxgram, bigram, ngram, suffix, distilled or a loadable model), each once."""
-    from draftsim.realrun.methods import STATISTICAL_DRAFTERS
+    """Drafter names (a lookup drafter, distilled or a loadable model), each once."""
+    from draftsim.realrun.drafters import STATISTICAL_DRAFTERS
 
+    lookups = ", ".join(STATISTICAL_DRAFTERS)
     seen = set()
     for name in names:
         if not name.strip():
-            raise DraftsimError(f"{option} needs a drafter: maxgram, bigram, ngram, suffix, distilled, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
+            raise DraftsimError(f"{option} needs a drafter: {lookups}, distilled, tiny[:SEED], a checkpoint folder or a .gguf file; got ''")
         if name in seen:
             raise DraftsimError(f"{option} {name} is given twice; name each drafter once")
         seen.add(name)
@@ -234,7 +235,7 @@ def drafter_names(option: str, names: list[str], neural_only: bool = False) -> l
                 raise DraftsimError(f"{option} {name} is not a neural model; give distilled, tiny[:SEED], a checkpoint folder or a .gguf file")
         elif name != "distilled":
             if not (name == "tiny" or name.startswith(("tiny:", "random:")) or name == "smollm2" or Path(name).expanduser().exists()):
-                raise DraftsimError(f"{option} {name!r}: unknown drafter; use maxgram, bigram, ngram, suffix, distilled (draftsim distill), "
+                raise DraftsimError(f"{option} {name!r}: unknown drafter; use {lookups}, distilled (draftsim distill), "
                                     "tiny[:SEED], random:NAME[:SEED], controlled:R[@MODEL], a checkpoint folder or a .gguf file")
             model_name(option, name)
     return names

@@ -29,8 +29,10 @@ from typing import Sequence
 import numpy as np
 
 from ..sim.errors import DraftsimError
+from ..sim.registry import METHODS as REGISTRY
 
 __all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NGram", "Suffix", "NeuralDraft", "Controlled", "parse_controlled", "accept_prob",
+           "STATISTICAL_DRAFTERS", "lookup_drafter",
            "one_hot_rows"]
 
 
@@ -576,3 +578,24 @@ class Controlled(Drafter):
         with torch.inference_mode():
             for _ in range(n):
                 self.cost.model(ids)
+
+
+#: Drafters that are statistics of the text, not neural models: the registry's lookup methods with a
+#: drafter here (:mod:`draftsim.sim.registry`, ``real_drafter``). Max-Gram and bigram tables always
+#: propose; ``ngram`` and ``suffix`` (vLLM's and SGLang's names) propose nothing where the context has
+#: no match.
+STATISTICAL_DRAFTERS = tuple(m.name for m in REGISTRY.values() if m.pricing == "lookup" and m.real_drafter)
+
+
+def lookup_drafter(name: str, vocab: int, bigram: "Bigram | None" = None) -> Drafter:
+    """The lookup drafter ``name`` (one of :data:`STATISTICAL_DRAFTERS`) over ``vocab`` token ids, of
+    the class the registry names: Max-Gram falls back to ``bigram`` (the [CSD] setting) and ``bigram``
+    is that table itself, so both need it fitted; ``ngram`` and ``suffix`` start empty."""
+    if name not in STATISTICAL_DRAFTERS:
+        raise DraftsimError(f"{name!r} is not a lookup drafter; they are {', '.join(STATISTICAL_DRAFTERS)}")
+    cls = globals()[REGISTRY[name].real_drafter]
+    if cls in (MaxGram, Bigram) and bigram is None:
+        raise DraftsimError(f"the {name} drafter needs a fitted bigram table")
+    if cls is Bigram:
+        return bigram
+    return cls(vocab, fallback=bigram) if cls is MaxGram else cls(vocab)

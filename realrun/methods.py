@@ -21,7 +21,15 @@ from pathlib import Path
 from ..sim.errors import DraftsimError
 from ..sim.policies import Autoregressive, Policy, Threshold, parse_policy
 from ..sim.rules import SD, Rule, parse_rule
-from .drafters import Bigram, Controlled, Drafter, MaxGram, NeuralDraft, NGram, Suffix, parse_controlled
+from .drafters import (
+    STATISTICAL_DRAFTERS,
+    Bigram,
+    Controlled,
+    Drafter,
+    NeuralDraft,
+    lookup_drafter,
+    parse_controlled,
+)
 from .executor import RunLog, Sampling, generate, token_cascade
 from .models import EMBEDDED, LoadedModel, load_model, same_tokenizer
 
@@ -40,10 +48,6 @@ DEFAULTS = {
 }
 METHODS = tuple(DEFAULTS)
 TREE_METHODS = ("ssd", "tsd", "gsd")
-#: Drafters that are statistics of the text, not neural models: Max-Gram and bigram tables
-#: always propose; the lookup drafters ``ngram`` and ``suffix`` (vLLM's and SGLang's names)
-#: propose nothing where the context has no match.
-STATISTICAL_DRAFTERS = ("maxgram", "bigram", "ngram", "suffix")
 #: The statistical drafters that read the bundled bigram table.
 BIGRAM_DRAFTERS = ("maxgram", "bigram")
 #: Methods with one drafter (csd takes several).
@@ -239,13 +243,10 @@ def make_drafter(name: str, target: LoadedModel, bigram: Bigram | None = None, l
         rates, model = parse_controlled(name)
         cost = load(model, device=target.device, dtype=target.dtype) if model else None
         return Controlled(target.vocab_size, rates, cost, name=name)
-    if name == "ngram":
-        return NGram(target.vocab_size)
-    if name == "suffix":
-        return Suffix(target.vocab_size)
     if name in STATISTICAL_DRAFTERS:
-        bigram = bigram if bigram is not None else fit_bigram(target)
-        return MaxGram(target.vocab_size, fallback=bigram) if name == "maxgram" else bigram
+        if name in BIGRAM_DRAFTERS and bigram is None:
+            bigram = fit_bigram(target)
+        return lookup_drafter(name, target.vocab_size, bigram)
     if name == "distilled":
         from .distill import load_distilled
 

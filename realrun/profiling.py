@@ -239,26 +239,20 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
 
 
 def drafter_seconds(names: Sequence[str], vocab: int, context: int = 512, k: int = 8, repeats: int = 20, seed: int = 0) -> dict:
-    """Median seconds per proposed token of the lookup drafters (``maxgram``, ``bigram``, ``ngram``,
-    ``suffix``) on a random-but-repetitive text of ``context`` tokens (so lookups find matches)."""
-    from .drafters import Bigram, MaxGram, NGram, Suffix
+    """Median seconds per proposed token of the lookup drafters (:data:`~draftsim.realrun.drafters.STATISTICAL_DRAFTERS`)
+    on a random-but-repetitive text of ``context`` tokens (so lookups find matches)."""
+    from .drafters import STATISTICAL_DRAFTERS, Bigram, lookup_drafter
 
+    unknown = [n for n in names if n not in STATISTICAL_DRAFTERS]
+    if unknown:
+        raise DraftsimError(f"proposal timing knows {', '.join(STATISTICAL_DRAFTERS)}; got {unknown[0]!r}")
     rng = np.random.default_rng(seed)
     motif = rng.integers(vocab, size=max(8, context // 8))
     text = np.tile(motif, context // len(motif) + 1)[:context].tolist()
     bigram = Bigram.fit([text], vocab)
     out = {}
     for name in names:
-        if name == "maxgram":
-            drafter = MaxGram(vocab, fallback=bigram)
-        elif name == "bigram":
-            drafter = bigram
-        elif name == "ngram":
-            drafter = NGram(vocab)
-        elif name == "suffix":
-            drafter = Suffix(vocab)
-        else:
-            raise DraftsimError(f"proposal timing knows maxgram, bigram, ngram and suffix; got {name!r}")
+        drafter = lookup_drafter(name, vocab, bigram)
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()
