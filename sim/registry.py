@@ -80,6 +80,12 @@ class DraftingMethod:
     real_drafter: str | None = None
     served: bool = True
     usage_text: str | None = None  #: how the help writes it, where its name alone does not say (draft_model:NAME)
+    #: vLLM's ``--speculative-config`` for it, less ``num_speculative_tokens`` ({target}: the target's catalog name,
+    #: {drafter}: the draft model's Hugging Face id); method names as vLLM's ``SpeculativeMethod`` spells them
+    #: (docs/research/acceptance.json, ``method_names``). Empty: vLLM's flags for it are not modelled.
+    vllm: tuple = ()
+    #: SGLang's ``--speculative-algorithm`` for it (None: not modelled)
+    sglang: str | None = None
 
     def __post_init__(self):
         if self.pricing not in PRICINGS:
@@ -114,19 +120,24 @@ _DRAFT_VOCAB = MethodOption("draft_vocab", "N", "the head's draft vocabulary (de
 METHODS: dict[str, DraftingMethod] = {m.name: m for m in (
     DraftingMethod("draft_model", "draft model", "a separate small model (a catalog name or config.json path), run at the target's "
                    "tensor parallelism unless --drafter-tp says otherwise", "draft_model", real_drafter="NeuralDraft",
-                   usage_text="a catalog name or config.json path (draft_model:NAME)"),
+                   usage_text="a catalog name or config.json path (draft_model:NAME)", vllm=(("model", "{drafter}"),)),
     DraftingMethod("eagle", "EAGLE", "EAGLE (arXiv 2401.15077): one decoder layer fed the target's feature and the next token's "
-                   "embedding through an FC (2h -> h), the target's LM head", "head"),
+                   "embedding through an FC (2h -> h), the target's LM head", "head",
+                   vllm=(("method", "eagle"), ("model", "<the EAGLE head trained for {target}>")), sglang="EAGLE"),
     DraftingMethod("eagle3", "EAGLE-3", "EAGLE-3 (arXiv 2503.01840): one decoder layer whose QKV takes embedding and feature (2h), "
-                   "an LM head over a reduced draft vocabulary", "head", options=(_DRAFT_VOCAB,)),
+                   "an LM head over a reduced draft vocabulary", "head", options=(_DRAFT_VOCAB,),
+                   vllm=(("method", "eagle3"), ("model", "<the EAGLE3 head trained for {target}>")), sglang="EAGLE3"),
     DraftingMethod("medusa", "Medusa", "Medusa (arXiv 2401.10774): heads on the target's last hidden state, each a residual block "
-                   "and its own LM head; one call per head", "head"),
+                   "and its own LM head; one call per head", "head",
+                   vllm=(("method", "medusa"), ("model", "<the Medusa heads trained for {target}>"))),
     DraftingMethod("mtp", "MTP", "multi-token prediction modules (DeepSeek-V3 §2.2), one of the target's blocks each; only for a "
-                   "target that declares them", "head"),
+                   "target that declares them", "head", vllm=(("method", "deepseek_mtp"),)),
     DraftingMethod("selfspec", "self-speculation", "self-speculation with a capped KV cache (MagicDec, TriForce): the target "
                    "drafts for itself over a window of B cached tokens", "target_window", options=(_WINDOW,), served=False),
-    DraftingMethod("ngram", "n-gram lookup", "vLLM's prompt lookup on the CPU", "lookup", real_drafter="NGram"),
-    DraftingMethod("suffix", "suffix decoding", "suffix decoding (arXiv 2411.04975) on the CPU", "lookup", real_drafter="Suffix"),
+    DraftingMethod("ngram", "n-gram lookup", "vLLM's prompt lookup on the CPU", "lookup", real_drafter="NGram",
+                   vllm=(("method", "ngram"), ("prompt_lookup_max", 4))),
+    DraftingMethod("suffix", "suffix decoding", "suffix decoding (arXiv 2411.04975) on the CPU", "lookup", real_drafter="Suffix",
+                   vllm=(("method", "suffix"),)),
     DraftingMethod("maxgram", "Max-Gram", "draftsim's Max-Gram lookup on the CPU", "lookup", real_drafter="MaxGram", served=False),
     DraftingMethod("bigram", "bigram", "draftsim's bigram table on the CPU", "lookup", real_drafter="Bigram", served=False),
 )}

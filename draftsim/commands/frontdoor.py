@@ -358,6 +358,7 @@ def deploy(rec: Recommendation, config, assembly) -> dict:
     deployment runs (vLLM's ``vllm serve`` with ``--speculative-config``; SGLang's
     ``launch_server``), its scheduler settings as simulated, and the replicas behind a router."""
     from draftsim.sim.cost import default_catalog
+    from draftsim.sim.registry import METHODS
 
     catalog = default_catalog()
     spec = catalog.model(config.target)
@@ -367,14 +368,24 @@ def deploy(rec: Recommendation, config, assembly) -> dict:
     sched = assembly.scheduler_defaults()
     out: dict = {"engine": assembly.engine.label if assembly.engine is not None else engine, "replicas": rec.replicas,
                  "router": "round-robin over the replicas (as simulated)"}
+    method = None if rec.drafter is None else METHODS.get(rec.drafter, METHODS["draft_model"])  # a catalog model: a draft model
+
+    def fill(value):
+        if not isinstance(value, str):
+            return value
+        drafter = None
+        if "{drafter}" in value:
+            dm = catalog.model(rec.drafter)
+            drafter = hf_id(dm.name) or f"<the Hugging Face id or path of {dm.name}>"
+        return value.format(target=spec.name, drafter=drafter)
+
     if engine.startswith("sglang"):
         cmd = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(config.tp)]
-        if rec.drafter in ("eagle", "eagle3"):
-            cmd += ["--speculative-algorithm", "EAGLE3" if rec.drafter == "eagle3" else "EAGLE",
-                    "--speculative-draft-model-path", f"<the {rec.drafter.upper()} head trained for {spec.name}>",
+        if method is not None and method.sglang:
+            cmd += ["--speculative-algorithm", method.sglang, "--speculative-draft-model-path", fill(dict(method.vllm)["model"]),
                     "--speculative-num-steps", str(rec.k), "--speculative-eagle-topk", "1",
                     "--speculative-num-draft-tokens", str(rec.k + 1)]
-        elif rec.drafter is not None:
+        elif method is not None:
             cmd += ["# SGLang's launch flags for this method were not modelled; see its docs"]
         out["command"] = " ".join(shlex.quote(c) if not c.startswith("#") else c for c in cmd)
         return out
@@ -383,20 +394,12 @@ def deploy(rec: Recommendation, config, assembly) -> dict:
         cmd += ["--max-num-seqs", str(sched.max_num_seqs), "--max-num-batched-tokens", str(sched.max_num_batched_tokens),
                 "--block-size", str(sched.block_size), "--gpu-memory-utilization", f"{sched.gpu_memory_utilization:g}"]
     spec_cfg = None
-    if rec.drafter in ("eagle", "eagle3"):
-        spec_cfg = {"method": rec.drafter, "model": f"<the {rec.drafter.upper()} head trained for {spec.name}>",
-                    "num_speculative_tokens": rec.k}
-    elif rec.drafter == "mtp":
-        spec_cfg = {"method": "deepseek_mtp", "num_speculative_tokens": rec.k}
-    elif rec.drafter == "medusa":
-        spec_cfg = {"method": "medusa", "model": f"<the Medusa heads trained for {spec.name}>", "num_speculative_tokens": rec.k}
-    elif rec.drafter == "ngram":
-        spec_cfg = {"method": "ngram", "num_speculative_tokens": rec.k, "prompt_lookup_max": 4}
-    elif rec.drafter == "suffix":
-        spec_cfg = {"method": "suffix", "num_speculative_tokens": rec.k}
-    elif rec.drafter is not None:
-        dm = catalog.model(rec.drafter)
-        spec_cfg = {"model": hf_id(dm.name) or f"<the Hugging Face id or path of {dm.name}>", "num_speculative_tokens": rec.k}
+    if method is not None:
+        if not method.vllm:
+            raise DraftsimError(f"vLLM's --speculative-config for {method.name} is not modelled; deploy another method")
+        spec_cfg = {k: fill(v) for k, v in method.vllm}
+        spec_cfg = {**{k: v for k, v in spec_cfg.items() if k in ("method", "model")}, "num_speculative_tokens": rec.k,
+                    **{k: v for k, v in spec_cfg.items() if k not in ("method", "model")}}
     if spec_cfg is not None:
         cmd += ["--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
         out["speculative_config"] = spec_cfg

@@ -286,3 +286,18 @@ def test_the_help_of_every_command_still_builds():
     for sub in PARSER._subparsers._group_actions[0].choices.values():
         if isinstance(sub, argparse.ArgumentParser) and sub._actions:
             assert sub.format_help()
+
+
+def test_every_served_method_says_how_vllm_deploys_it():
+    """The front door's engine configuration is read from the registry (no per-method branch in
+    deploy()): every method an engine serves carries vLLM's --speculative-config entries, a head
+    or draft model named by a placeholder the front door fills, and SGLang's algorithm only where
+    it takes a draft model path."""
+    for m in R.METHODS.values():
+        if not m.served:
+            continue
+        cfg = dict(m.vllm)
+        assert cfg, m.name
+        assert "method" in cfg or cfg.get("model") == "{drafter}", m.name
+        if m.sglang is not None:
+            assert "model" in cfg, m.name
