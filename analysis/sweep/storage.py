@@ -135,7 +135,8 @@ class Store:
         rows, self.buffer = self.buffer, []
         table = pa.Table.from_pylist(rows, schema=self.schema)
         name = f"part-{len(self.shards):06d}-{uuid.uuid4().hex[:8]}.parquet"
-        atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp))
+        # each page with its CRC (Parquet's page checksum): a damaged page that still decodes is refused on resume, not read
+        atomic_write(self.results / name, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
         failed = sum(1 for r in rows if r["status"] != "ok")
         self.done.update(r["task"] for r in rows)
         self.failed += failed
@@ -257,7 +258,7 @@ def read_shard(path, columns: dict[str, str] | None = None, tasks: int | None = 
     except DraftsimError as exc:  # not a regular file, over the limit, unreadable
         raise DraftsimError(f"{exc}; {SHARD_REMEDY}") from None
     try:
-        shard = pq.ParquetFile(pa.BufferReader(data))
+        shard = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)  # pages written with their CRC
         meta, schema = shard.metadata, shard.schema_arrow
         declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
         have = {f.name: str(f.type) for f in schema}
