@@ -232,7 +232,7 @@ def beyond_grid(members: list, prof: ProfileCost) -> str:
     longest: dict = {}
     for m in members:
         if not m.prefill:
-            longest[m.step] = max(longest.get(m.step, 0), m.context + m.new_tokens)
+            longest[m.step] = max(longest.get(m.step, 0), m.context)  # the cached context, as the profile's axis counts it
     if not longest:
         return ""
     c = np.array(list(longest.values()))
