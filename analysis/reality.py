@@ -176,17 +176,23 @@ def _check_machine(trace: RunTrace, profiles) -> None:
     """Refuse a profile measured on another machine than the run (when both say), and one
     of another forward path than the run's (single-stream runs call the model itself; with
     ``--static-cache``, through the static cache: ``profile --path server-static``; a controlled
-    drafter's cost model is always called itself, one plain forward per draft token)."""
+    drafter's cost model by the path the trace records, ``controlled_cost_path``: through a one-row
+    static cache in a static run since 2026-11-26, plain forwards before, as on the H200 run)."""
     from ..sim.replay import seeded
 
     here = trace.metadata.get("machine")
     static = trace.metadata.get("cache") == "static"
     costs = {seeded(n.partition("@")[2]) for n in (trace.models() or []) if n.startswith("controlled") and "@" in n}
+    cost_path = trace.metadata.get("controlled_cost_path", "model")
     for prof in profiles:
-        plain = seeded(prof.model) in costs
-        want = "server-static" if static and not plain else "model"
-        what = ("are priced by a profile of the model's own call: a controlled drafter's cost model runs plain forwards" if plain else
-                "with a static cache are priced by a profile of that cache" if static else "are priced by a profile of the model's own call")
+        if seeded(prof.model) in costs:
+            want = cost_path
+            what = (f"are priced by a profile of the path their controlled drafter's cost model ran ({cost_path}; the trace's "
+                    "controlled_cost_path)")
+        else:
+            want = "server-static" if static else "model"
+            what = ("with a static cache are priced by a profile of that cache" if static else
+                    "are priced by a profile of the model's own call")
         if prof.path != want:
             raise DraftsimError(f"the profile of {prof.model} timed the {prof.path} forward path; single-stream runs {what} "
                                 f"(draftsim profile --path {want})")

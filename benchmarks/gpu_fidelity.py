@@ -9,10 +9,9 @@ bandwidth-bound model, writing ``figures/gpu-<device>/`` with a README.
 What runs (every step a ``draftsim`` command, printed before it runs, so each number can be
 reproduced alone):
 
-1. **single stream** — ``draftsim profile`` at batch 1 of the target (``--path server-static``: the
-   static cache's forward, as ``run --static-cache`` makes it) and of the drafter's cost model
-   (``--path model``: the plain forward the controlled drafter spends per draft token), then
-   ``draftsim run`` (speculative, the controlled drafter, ``--static-cache``) with a trace, then ``draftsim check-sim --profile`` of that trace: predicted against measured
+1. **single stream** — ``draftsim profile --path server-static`` at batch 1 (the static cache's
+   forward, as ``run --static-cache`` makes it) of the target and of the controlled drafter's cost
+   model, then ``draftsim run`` (speculative, the controlled drafter, ``--static-cache``) with a trace, then ``draftsim check-sim --profile`` of that trace: predicted against measured
    tokens/s (goal: median error ≤ 3%);
 2. **serving** — ``benchmarks/bench_real_serving.py`` with ``--static-cache``, the controlled
    drafter and ``--hardware``: a server-path profile of the steps and prefills, the capacity, three
@@ -101,14 +100,13 @@ def slug(name: str) -> str:
 
 
 def single_stream(a, out: Path, log: list) -> dict:
-    """Profile both models at batch 1 as ``run --static-cache`` calls them (the target through the
-    static cache, the controlled drafter's cost model plainly), run, check-sim."""
+    """Profile both models at batch 1 through the static cache, as ``run --static-cache`` calls them; run; check-sim."""
     dev = ["--device", a.device, "--dtype", a.dtype]
     profiles = []
-    # the target verifies through the static cache; the controlled drafter spends one plain forward of its cost model per
-    # draft token (realrun.drafters.Controlled._spend: no cache, no graph), the 'model' path at context 0 — profiled through
-    # the static cache instead, the H200 run of 2026-11-26 priced it at 2.9 ms where it took 17.7 ms (check-sim +333%)
-    for name, model, path_kind in (("target", a.target, "server-static"), ("cost", a.cost, "model")):
+    # both through the static cache: the target's verification, and the controlled drafter's one-token forwards of its cost
+    # model (realrun.drafters.Controlled._spend; plain forwards until the H200 run of 2026-11-26 showed them at 17.7 ms a
+    # token where the static path takes 2.9 ms)
+    for name, model, path_kind in (("target", a.target, "server-static"), ("cost", a.cost, "server-static")):
         path = out / f"profile-{name}-model.json"
         if not path.exists():
             sh([*DRAFTSIM, "profile", "--model", model, "--path", path_kind, "--batch", "1", "--new-tokens", "1,2,4,8,16",

@@ -159,6 +159,9 @@ def measure(
         "machine": machine_fingerprint(target.device),
         "cache": "static" if target.static_tokens else "dynamic",
     }
+    costs = [d.cost for d in method.drafters if getattr(d, "cost", None) is not None]  # a controlled drafter's cost model
+    if costs:  # the path its forwards take, as a profile of it must time them (check-sim reads it)
+        meta["controlled_cost_path"] = "server-static" if costs[0].static_tokens else "model"
     writer = RunWriter(trace_dir, meta, resume=resume)
     mode = "greedy" if sampling.greedy else "sampled"
     base = {"tokens": 0, "seconds": 0.0}

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..sim.errors import DraftsimError
 from ..sim.registry import METHODS as REGISTRY
+from .models import parse_controlled  # noqa: F401 - where the drafters' users have always imported it from
 
 __all__ = ["Rows", "Drafter", "MaxGram", "Bigram", "NGram", "Suffix", "NeuralDraft", "Controlled", "parse_controlled", "accept_prob",
            "STATISTICAL_DRAFTERS", "lookup_drafter",
@@ -493,21 +494,6 @@ class NeuralDraft(Drafter):
         return Rows(self.vocab, dense=rows)
 
 
-def parse_controlled(name: str) -> tuple[list[float], str | None]:
-    """``controlled:R`` or ``controlled:R1/R2/...[@MODEL]``: the conditional acceptance per draft
-    position (the last repeats) and the model whose forward each draft token costs."""
-    body = name.split(":", 1)[1] if ":" in name else ""
-    rates_text, _, model = body.partition("@")
-    try:
-        rates = [float(x) for x in rates_text.split("/")] if rates_text else []
-    except ValueError:
-        rates = []
-    if not rates or not all(0.0 <= r <= 1.0 for r in rates) or (body.count("@") and not model.strip()):
-        raise DraftsimError(f"drafter {name!r}: give controlled:R or controlled:R1/R2/...[@MODEL] with acceptance rates in [0, 1] "
-                            "(e.g. controlled:0.8@tiny:2)")
-    return rates, (model or None)
-
-
 class Controlled(Drafter):
     """Prescribed acceptance on real models: the drafter proposes the target's own greedy
     continuation, recorded before the timed run (:meth:`prepare`), keeping draft position j with
@@ -529,6 +515,7 @@ class Controlled(Drafter):
         self.cost = cost
         self.rng = np.random.default_rng(seed)
         self.refs: dict = {}
+        self._kv = None  # the cost model's one-row static cache, where it runs through one
         if name:
             self.name = name
 
@@ -569,11 +556,25 @@ class Controlled(Drafter):
         return tokens, one_hot_rows(self.vocab, tokens)
 
     def _spend(self, context, n: int) -> None:
-        """One forward of the cost model per draft token (its output is not used)."""
+        """One forward of the cost model per draft token (its output is not used): a one-token call
+        at context 0, plainly, or where the cost model is set to a static cache (``run
+        --static-cache``), through a one-row static cache (a CUDA graph on a GPU) emptied after
+        each call — what ``profile --path server-static`` times at batch 1, context 0."""
         if self.cost is None or n == 0:
             return
         import torch
 
+        if self.cost.static_tokens is not None:
+            from .kvcache import make_kv
+
+            if self._kv is None:
+                self._kv = make_kv(self.cost, 1)
+                self._kv.add_rows(1)
+            feed = [self.model_ids(context[-1:])]
+            for _ in range(n):
+                self._kv.forward(feed, [1])
+                self._kv.rollback(0, [], 0)
+            return
         ids = torch.tensor([self.model_ids(context[-1:])], device=self.cost.device)
         with torch.inference_mode():
             for _ in range(n):

@@ -41,6 +41,7 @@ from ..sim.errors import DraftsimError
 __all__ = [
     "EMBEDDED",
     "SMOLLM2_WHEEL",
+    "parse_controlled",
     "LoadedModel",
     "cache_dir",
     "locate_smollm2_gguf",
@@ -293,8 +294,6 @@ def _known_spec(name: str):
     from ..sim.cost.catalog import model_from_hf_config
 
     if name.startswith("controlled"):
-        from .drafters import parse_controlled
-
         _, model = parse_controlled(name)
         return _known_spec(model) if model else None
     if name.startswith("random:"):
@@ -366,6 +365,21 @@ def random_model(name: str, seed: int = 0, device: str = "cpu", dtype: str = "fl
     params = sum(p.numel() for p in model.parameters())
     return LoadedModel(f"random:{spec.name}:{seed}", model, tok, device, dtype,
                        f"random init of {spec.name}'s shape (seed {seed}, {params / 1e9:.2f} B parameters; {spec.source})")
+
+
+def parse_controlled(name: str) -> tuple[list[float], str | None]:
+    """``controlled:R`` or ``controlled:R1/R2/...[@MODEL]``: the conditional acceptance per draft
+    position (the last repeats) and the model whose forward each draft token costs."""
+    body = name.split(":", 1)[1] if ":" in name else ""
+    rates_text, _, model = body.partition("@")
+    try:
+        rates = [float(x) for x in rates_text.split("/")] if rates_text else []
+    except ValueError:
+        rates = []
+    if not rates or not all(0.0 <= r <= 1.0 for r in rates) or (body.count("@") and not model.strip()):
+        raise DraftsimError(f"drafter {name!r}: give controlled:R or controlled:R1/R2/...[@MODEL] with acceptance rates in [0, 1] "
+                            "(e.g. controlled:0.8@tiny:2)")
+    return rates, (model or None)
 
 
 def padded_tokenizer(vocab: int):

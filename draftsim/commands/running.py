@@ -153,7 +153,8 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
         from draftsim.realrun.prompts import format_prompt
 
         longest = max(len(format_prompt(p, target.tokenizer)) for p in prompts)
-        static_cache([target, *(d.loaded for d in method.drafters if getattr(d, "neural", False))], longest + config.max_new_tokens + 512)
+        static_cache([target, *(d.loaded for d in method.drafters if getattr(d, "neural", False)),
+                      *(d.cost for d in method.drafters if getattr(d, "cost", None) is not None)], longest + config.max_new_tokens + 512)
         if str(target.device).startswith("cuda"):  # capture the first prompt's graph shapes before anything is timed
             import numpy as np
 

@@ -128,9 +128,10 @@ def test_run_with_a_static_cache_keeps_the_target_output(capsys):
 
 def test_check_sim_prices_a_static_run_and_a_controlled_drafter_by_profiles_of_their_path(tmp_path, capsys):
     """A `run --static-cache` trace is priced by `profile --path server-static` (batch 1), not by a
-    profile of the model's own call; the controlled drafter by a profile of its cost model's own
-    call (`--path model`: it spends one plain forward per draft token, whatever the target's cache;
-    on an H200 its static-cache profile said 2.9 ms where the forward took 17.7 ms)."""
+    profile of the model's own call; the controlled drafter by a profile of the path its cost
+    model's forwards took, as the trace records it: through a one-row static cache in a static run
+    (before 2026-11-26 they were plain forwards, 17.7 ms each on an H200 where the static-cache
+    profile said 2.9 ms)."""
     from draftsim.cli import main
 
     trace = tmp_path / "run"
@@ -141,14 +142,15 @@ def test_check_sim_prices_a_static_run_and_a_controlled_drafter_by_profiles_of_t
             assert main(["profile", "--model", model, "--path", path, "--batch", "1", "--new-tokens", "1,2,4,8", "--context", "0,64,256",
                          "--repeats", "1", "--drafters", "", "--out", str(tmp_path / f"{model}-{path}.json"), "--json"]) == 0
     capsys.readouterr()
-    given = ["--profile", str(tmp_path / "tiny:1-server-static.json"), "--profile", str(tmp_path / "tiny:2-model.json")]
+    assert json.loads((trace / "manifest.json").read_text())["metadata"]["controlled_cost_path"] == "server-static"
+    given = ["--profile", str(tmp_path / "tiny:1-server-static.json"), "--profile", str(tmp_path / "tiny:2-server-static.json")]
     assert main(["check-sim", str(trace), *given]) == 0
     out = capsys.readouterr().out
     assert "profile of tiny:2 (controlled drafter's cost model)" in out and "counts identical" in out
     assert main(["check-sim", str(trace), "--profile", str(tmp_path / "tiny:1-server-static.json"), "--profile",
-                 str(tmp_path / "tiny:2-server-static.json")]) == 2
+                 str(tmp_path / "tiny:2-model.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "tiny:2" in err and "--path model" in err and len(err.splitlines()) == 1
+    assert "tiny:2" in err and "--path server-static" in err and len(err.splitlines()) == 1
     assert main(["check-sim", str(trace), "--profile", str(tmp_path / "tiny:1-model.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert "--path server-static" in err and len(err.splitlines()) == 1
