@@ -69,7 +69,7 @@ def suggest(x: float, side: str, digits: int = 3) -> str:
     text = f"{x:.{digits - 1}e}"
     shown = float(text)
     if (side == ">=" and shown < x) or (side == "<=" and shown > x):
-        mantissa, exponent = text.split("e")
+        exponent = text.split("e")[1]
         step = 10.0 ** (int(exponent) - (digits - 1))
         shown = shown + step if side == ">=" else shown - step
         text = f"{shown:.{digits - 1}e}"
