@@ -109,7 +109,8 @@ def check_run(trace, seed: int = 0, profiles=(), speed: float | None = None) -> 
         out["reason"] = "the sequential token cascade has no simulator policy"
         return out
     M = policy.n_models
-    pricing = run_pricing(trace, M, profiles)
+    # a chain's forwards through a static cache run at padded shapes (a tree's attend at their own new tokens)
+    pricing = run_pricing(trace, M, profiles, padded=trace.metadata.get("cache") == "static" and policy.kind != "tree")
     if policy.kind == "tree":
         return _tree_replay(trace, policy, pricing, out, prefill, model_seconds, seconds, seed, speed)
     process = replay_process(trace, M)

@@ -161,28 +161,13 @@ class StepCost(CostModel):
     def _static(self, B, n, c):
         """The verification of B sequences × n new tokens, the longest at context c, through a static
         cache: the profile at its grid point of the same padded shape, else interpolated at (B, n, c)."""
-        from ..realrun.statickv import MIN_WIDTH
-
-        base = self.base
         B, n, c = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (B, n, c)))
-        Nb = pow2(n)
-        Tb = np.maximum(pow2(c + Nb), MIN_WIDTH)
-        if self.static_tokens:
-            Tb = np.minimum(Tb, pow2(max(int(self.static_tokens), MIN_WIDTH)))
-        key = np.stack([np.minimum(pow2(B), pow2(self.static_rows)), Nb, Tb], axis=-1).reshape(-1, 3)
-        gb, gn, gc = (np.asarray(x, dtype=np.float64) for x in (base.batch, base.new_tokens, base.context))
-        out = np.empty(len(key))
-        shapes, inverse = np.unique(key, axis=0, return_inverse=True)
-        for j, (bb, nb, tb) in enumerate(shapes):
-            ib = gb[pow2(gb) == bb]
-            inn = gn[pow2(gn) == nb]
-            ic = gc[np.maximum(pow2(gc + nb), MIN_WIDTH) == tb] if len(inn) else gc[:0]
-            sel = inverse.reshape(-1) == j
-            if len(ib) and len(inn) and len(ic):
-                out[sel] = float(base.lookup(ib.max(), inn.max(), ic.max()))
-            else:
-                out[sel] = self._call(B.reshape(-1)[sel], n.reshape(-1)[sel], c.reshape(-1)[sel])
-        return out.reshape(B.shape)
+        t = self.base.static_time(B, n, c, max_rows=self.static_rows, max_tokens=self.static_tokens)
+        miss = np.isnan(t)
+        if miss.any():
+            t = np.array(t, dtype=np.float64)
+            t[miss] = self._call(B[miss], n[miss], c[miss])
+        return t
 
     def _call(self, S, n, c, rows_per_sequence=None, base=None):
         """A uniform call of S sequences × n new tokens at context c, priced by the profile
@@ -241,10 +226,6 @@ def beyond_grid(members: list, prof: ProfileCost) -> str:
     return ("" if share == 0 else f"; {share:.0%} of the verifications attend past the profile's largest context ({top:,}, up to "
             f"{int(c.max()):,}): priced at {top:,}, so under their time (profile --context up to {int(c.max()):,})")
 
-
-def pow2(x):
-    """The next power of two ≥ x (elementwise, at least 1): a static cache's padded sizes."""
-    return 2.0 ** np.ceil(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)))
 
 
 def _rounds(requests: list, members: list):

@@ -27,15 +27,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..sim.cost.profile import STATIC_MIN_WIDTH as MIN_WIDTH  # the shape rule's one definition, priced there
 from ..sim.errors import DraftsimError
 from .kvfeeds import feed_lengths, output_head, pack_feeds, shared_prefix, split_rows
 from .models import LoadedModel, cache_arg
 
 __all__ = ["StaticKV", "bucket"]
-
-#: The smallest attention width a forward uses (slots).
-MIN_WIDTH = 16
-
 
 def bucket(n: int, cap: int | None = None, floor: int = 1) -> int:
     """The next power of two ≥ ``n`` (at least ``floor``), capped at ``cap``."""

@@ -270,13 +270,40 @@ def run_context(trace: RunTrace) -> int:
     return int(round(float(np.mean(lengths)))) if lengths else 0
 
 
-def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
+@dataclass(frozen=True)
+class StaticCalls:
+    """A profile of the static path (``profile --path server-static``) asked for a single-stream
+    run's calls as ``run --static-cache`` makes them: a chain's forwards run at their padded shape
+    (:func:`draftsim.sim.cost.profile.static_shape`: 5 new tokens as 8, attention over the next power
+    of two), so each is priced at the profile's grid point of that shape, keeping the rows the call
+    fed; a shape the grid holds no point of is interpolated as a plain profile would be."""
+
+    profile: ProfileCost
+
+    @property
+    def model(self) -> str:
+        return self.profile.model
+
+    def shape_time(self, batch, new_tokens, context=0, rows=None) -> np.ndarray:
+        b, n, c = np.broadcast_arrays(*(np.asarray(x) for x in (batch, new_tokens, context)))
+        kept = n if rows is None else np.broadcast_to(np.asarray(rows), n.shape)
+        t = self.profile.static_time(b, n, c, rows=kept, max_rows=1)
+        miss = np.isnan(t)
+        if miss.any():
+            t = np.array(t, dtype=np.float64)
+            t[miss] = self.profile.shape_time(b[miss], n[miss], c[miss], rows=None if rows is None else kept[miss])
+        return t[()]
+
+
+def run_pricing(trace: RunTrace, n_models: int, profiles=(), padded: bool = False) -> RunPricing:
     """Price a run's replay: per model, a measured cost table — a profile of that model
     (``profiles``: :class:`draftsim.sim.cost.ProfileCost` objects, matched to the run's models by name;
     their drafter entries price Max-Gram and bigram proposals) or else the run's own calls —
     and the executor's overhead per round fitted to the run's rounds (a least-squares
     a + b·emitted, kept non-negative). Replaces the a + b·n fit of :func:`fit_costs`, which
-    cannot follow the step a CPU forward takes from 1 to 2 new tokens."""
+    cannot follow the step a CPU forward takes from 1 to 2 new tokens. ``padded``: the run's forwards
+    went through a static cache at padded shapes (a chain's, ``run --static-cache``): profiles price
+    them as :class:`StaticCalls`."""
     calls = trace.calls.to_pydict()
     drafts = trace.drafts.to_pydict()
     names = trace.models() or [f"model {m}" for m in range(n_models)]
@@ -321,8 +348,8 @@ def run_pricing(trace: RunTrace, n_models: int, profiles=()) -> RunPricing:
             used = n_fed[sel]
             if used.size:
                 prof.shape_time(1, np.array([used.min(), used.max()]), context)  # refuses shapes outside its grid
-            models.append(prof)
-            sources.append(f"profile of {name}")
+            models.append(StaticCalls(prof) if padded else prof)
+            sources.append(f"profile of {name}" + (" at the static cache's padded shapes" if padded else ""))
             continue
         if not sel.any():
             if m == 0:

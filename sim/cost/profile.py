@@ -50,7 +50,7 @@ from ..errors import DraftsimError, as_count
 from ..files import atomic_write_json, read_text
 from .base import BatchStats, CostModel
 
-__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "ProfileCost", "load_profile"]
+__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "STATIC_MIN_WIDTH", "ProfileCost", "load_profile", "pow2", "static_shape"]
 
 PROFILE_SCHEMA = "draftsim.cost-profile"
 PROFILE_VERSION = 1
@@ -259,6 +259,33 @@ class ProfileCost(CostModel):
         floor = self._shape_time(batch, np.ones_like(n), context)
         return np.maximum(t - dropped * self.row_saving(n, context), np.minimum(floor, t))[()]
 
+    def static_time(self, batch, new_tokens, context, rows=None, max_rows=None, max_tokens=None) -> np.ndarray:
+        """Seconds of a call through a static cache (:func:`static_shape`): the grid point of the
+        same padded shape — the largest batch, new tokens and context of the grid that pad to it —
+        as measured, or with ``rows`` logit rows kept per sequence as :meth:`shape_time` (the
+        cache's output head runs on the rows asked for, not the padding's); NaN where the grid
+        holds no point of that shape. A static cache's time is a step
+        function of its padded shape, so interpolating between grid points of different shapes
+        misprices it (5 new tokens run as 8: interpolated between 4 and 8 they were priced ~12%
+        under on an H200)."""
+        B, n, c = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (batch, new_tokens, context)))
+        key = np.stack(static_shape(B, n, c, max_rows, max_tokens), axis=-1).reshape(-1, 3)
+        r = None if rows is None else np.broadcast_to(np.asarray(rows, dtype=np.float64), B.shape).reshape(-1)
+        gb, gn, gc = (np.asarray(x, dtype=np.float64) for x in (self.batch, self.new_tokens, self.context))
+        out = np.full(len(key), np.nan)
+        shapes, inverse = np.unique(key, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for j, (bb, nb, tb) in enumerate(shapes):
+            ib = gb[pow2(gb) == bb]  # a grid point ran in the profiler's own cache, padded but not capped
+            inn = gn[pow2(gn) == nb]
+            ic = gc[np.asarray(static_shape(1, nb, gc, None, max_tokens)[2]) == tb] if len(inn) else gc[:0]
+            if not (len(ib) and len(inn) and len(ic)):
+                continue
+            sel = inverse == j
+            kept = None if r is None else np.minimum(r[sel], inn.max())  # rows of the grid point's batch
+            out[sel] = self.shape_time(ib.max(), inn.max(), ic.max(), rows=kept)
+        return out.reshape(B.shape)
+
     def _shape_time(self, batch, new_tokens, context=0) -> np.ndarray:
         values = [np.asarray(v) for v in (batch, new_tokens, context)]
         for name, v, lo in zip(_AXES, values, (1, 1, 0)):
@@ -326,6 +353,30 @@ class ProfileCost(CostModel):
                 k = diff[0]
                 raise DraftsimError(f"the profile was measured for another {what}: {k} is {have.get(k)!r} in the profile, "
                                     f"{expected[k]!r} here; measure this one with draftsim profile")
+
+
+#: The smallest attention width a static cache's forward uses (slots): :mod:`draftsim.realrun.statickv`
+#: runs at these shapes, the simulator prices them (:func:`static_shape`).
+STATIC_MIN_WIDTH = 16
+
+
+def pow2(x) -> np.ndarray:
+    """The next power of two ≥ x (elementwise, at least 1): a static cache's padded sizes."""
+    return 2.0 ** np.ceil(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)))
+
+
+def static_shape(batch, new_tokens, context, max_rows=None, max_tokens=None):
+    """The padded shape (B, N, T) a static cache (:class:`draftsim.realrun.statickv.StaticKV`)
+    computes a call of ``batch`` rows × ``new_tokens`` at ``context`` (its longest row) at: the
+    batch to the next power of two (at most ``max_rows``'), the new tokens likewise, and attention
+    over the next power of two ≥ the longest row after the padded call, at least
+    :data:`STATIC_MIN_WIDTH` slots, at most the cache's ``max_tokens``' (arrays broadcast)."""
+    Nb = pow2(new_tokens)
+    Bb = pow2(batch) if max_rows is None else np.minimum(pow2(batch), pow2(max_rows))
+    Tb = np.maximum(pow2(np.asarray(context, dtype=np.float64) + Nb), STATIC_MIN_WIDTH)
+    if max_tokens:
+        Tb = np.minimum(Tb, pow2(max(int(max_tokens), STATIC_MIN_WIDTH)))
+    return Bb, Nb, Tb
 
 
 def load_profile(path, extrapolate: str = "refuse", monotone: bool = True) -> ProfileCost:

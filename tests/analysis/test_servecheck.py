@@ -81,8 +81,8 @@ def _bucketed_profile():
     """A profile of the static path on a grid whose times are a function of the padded shape only
     (batch and new tokens to the next power of two, attention to the next power of two >= the
     longest row after the call, at least 16): what a static cache computes."""
-    from draftsim.analysis.servecheck import pow2
     from draftsim.sim.cost import ProfileCost
+    from draftsim.sim.cost.profile import pow2
 
     batch, new, context = (1, 2, 4, 8, 16, 24, 32), (1, 2, 3, 4, 6, 8), (0, 128, 256, 384, 512, 768, 1024, 1280)
 
@@ -100,7 +100,8 @@ def test_a_static_cache_step_is_priced_at_its_padded_shape(B, n, c):
     """StepCost with static_rows prices a verification at the grid point of its padded shape
     (exact on a profile that is a function of the padded shape, wherever the grid holds a point of
     that shape)."""
-    from draftsim.analysis.servecheck import StepCost, pow2
+    from draftsim.analysis.servecheck import StepCost
+    from draftsim.sim.cost.profile import pow2
 
     prof, truth = _bucketed_profile()
     T = max(pow2(c + pow2(n)), 16)
