@@ -144,6 +144,30 @@ def served(a, trace: Path, qps: float, drafter: str, policy: str, log) -> dict:
     return serve_json(a, serve_args(a, qps, drafter, policy, trace), log)
 
 
+def static_grid(batch: str, new: str, context: str) -> tuple[str, str, str]:
+    """The step profile's grid for a static cache, which computes padded shapes only
+    (:func:`draftsim.sim.cost.profile.static_shape`): batches and new tokens at their powers of two,
+    and per attention width from 16 to the one the largest context reaches one context, ``width -
+    largest new tokens``, whose call pads to that width at every new-token count. ``check-serve``
+    prices each step at the grid point of its padded shape, so other points are repeats. The H200
+    float32 study's 378-point grid (batches 24 and 48, 3 and 6 new tokens, contexts every 128) did
+    not finish in 537 s; this one has 192 points (6 batches × 4 new-token counts × 8 widths)."""
+    from draftsim.sim.cost.profile import STATIC_MIN_WIDTH, pow2
+
+    def ints(text):
+        return [int(x) for x in text.split(",") if x.strip()]
+
+    batches = sorted({int(pow2(b)) for b in ints(batch)})
+    news = sorted({int(pow2(n)) for n in ints(new)})
+    top = int(pow2(max(ints(context)) + news[-1]))
+    widths, w = [], max(STATIC_MIN_WIDTH, 2 * news[-1])
+    while w <= top:
+        widths.append(w)
+        w *= 2
+    contexts = [w - news[-1] for w in widths]  # > 0: the first width is at least twice the new tokens
+    return ",".join(map(str, batches)), ",".join(map(str, news)), ",".join(map(str, contexts))
+
+
 def check(a, trace: Path, log, profile: bool | str = True) -> dict:
     """check-serve of a trace: costs from the profile, (``profile=False``) fitted to the run's own
     calls, or (``profile="roofline"``/``"operators"``) the catalog rooflines or the operator model
@@ -277,8 +301,10 @@ def main() -> int:
         # compaction, and a CPU forward's cost is not linear between 128 and 512 (a 512 point
         # alone overpriced widths near 350 by ~12%)
         a.profile, a.prefill_profile = str(out / "profile.json"), str(out / "profile-prefill.json")
-        grids = ((a.profile, ["--batch", a.profile_batch, "--new-tokens", "1,2,3,4,6,8", "--context", a.profile_context,
-                              "--repeats", "3"]),
+        batch, new, context = a.profile_batch, "1,2,3,4,6,8", a.profile_context
+        if a.static_cache:
+            batch, new, context = static_grid(batch, new, context)
+        grids = ((a.profile, ["--batch", batch, "--new-tokens", new, "--context", context, "--repeats", "3"]),
                  (a.prefill_profile, ["--batch", "1", "--new-tokens", "1,2,4,8,16,32,48,64,96,128,192,256,384,512", "--context", "0",
                                       "--repeats", "5"]))
         for path, grid in grids:
