@@ -160,11 +160,12 @@ def static_grid(batch: str, new: str, context: str) -> tuple[str, str, str]:
     batches = sorted({int(pow2(b)) for b in ints(batch)})
     news = sorted({int(pow2(n)) for n in ints(new)})
     top = int(pow2(max(ints(context)) + news[-1]))
-    widths, w = [], max(STATIC_MIN_WIDTH, 2 * news[-1])
+    # context 0 runs at the smallest width each new-token count pads to; every wider one, w - the most new tokens
+    # (pads to w at every count, as w/2 < w - most + 1 once w > 2 x most - 2)
+    contexts, w = [0], 2 * max(STATIC_MIN_WIDTH, news[-1])
     while w <= top:
-        widths.append(w)
+        contexts.append(w - news[-1])
         w *= 2
-    contexts = [w - news[-1] for w in widths]  # > 0: the first width is at least twice the new tokens
     return ",".join(map(str, batches)), ",".join(map(str, news)), ",".join(map(str, contexts))
 
 

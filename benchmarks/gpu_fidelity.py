@@ -101,6 +101,9 @@ def slug(name: str) -> str:
 
 def single_stream(a, out: Path, log: list) -> dict:
     """Profile both models at batch 1 through the static cache, as ``run --static-cache`` calls them; run; check-sim."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_real_serving import static_grid
+
     dev = ["--device", a.device, "--dtype", a.dtype]
     profiles = []
     # both through the static cache: the target's verification, and the controlled drafter's one-token forwards of its cost
@@ -109,8 +112,11 @@ def single_stream(a, out: Path, log: list) -> dict:
     for name, model, path_kind in (("target", a.target, "server-static"), ("cost", a.cost, "server-static")):
         path = out / f"profile-{name}-model.json"
         if not path.exists():
-            sh([*DRAFTSIM, "profile", "--model", model, "--path", path_kind, "--batch", "1", "--new-tokens", "1,2,4,8,16",
-                "--context", "0,256,512,1024", "--repeats", "5", "--warmup", "3", "--drafters", "", "--out", str(path), *dev, "--json"],
+            # one context per attention width the static cache pads to (contexts 0, 256, 512, 1,024 missed width 256,
+            # where three of the float32 H200 run's four prompts ran)
+            _, new, contexts = static_grid("1", "1,2,4,8,16", "0,1024")
+            sh([*DRAFTSIM, "profile", "--model", model, "--path", path_kind, "--batch", "1", "--new-tokens", new,
+                "--context", contexts, "--repeats", "5", "--warmup", "3", "--drafters", "", "--out", str(path), *dev, "--json"],
                log)
         profiles.append(path)
     trace = out / "run-trace"
