@@ -279,11 +279,18 @@ def _drafter(values) -> str | None:
     return (d[0] if d else None) if isinstance(d, (list, tuple)) else (d or None)
 
 
+def _policy(values) -> str:
+    """A configuration's policy: a table without a ``policy`` column (no --method) ran the
+    spec's base policy, plain decoding."""
+    return str(values.get("policy", "ar"))
+
+
 def configuration_name(values, methods=()) -> str:
     """A front-door configuration (its ``policy`` and ``drafter_model``) as the answer and the
     progress lines name it: "plain decoding", "EAGLE-3 with k = 2" (``methods``: the --method
-    texts, for their titles)."""
-    if str(values.get("policy")) == "ar":
+    texts, for their titles); without a ``policy`` (no --method: every run is the spec's base
+    policy, plain decoding) it is plain decoding."""
+    if _policy(values) == "ar":
         return "plain decoding"
     titles = {m.drafter: m.title for m in (parse_method(x) for x in methods)}
     d = _drafter(values)
@@ -317,7 +324,7 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
     def margin(r) -> str:
         return f"margin {cap.margin_text(r)}"
 
-    base = next((r for r in rows if str(r.get("policy")) == "ar" and r.get("replicas_for_load") is not None), None)
+    base = next((r for r in rows if _policy(r) == "ar" and r.get("replicas_for_load") is not None), None)
     if best is None:
         seen = [r for r in rows if r.get("replicas_for_load") is not None]
         if not seen:
@@ -327,11 +334,11 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
         sentence = (f"no clear answer at {config.load:g} req/s: every margin lies within its 95% interval's noise; the fewest "
                     f"replicas seen are {name(fewest)}'s {fleet(fewest)}, {margin(fewest)}: add a replica to be sure, or more "
                     "--replications")
-        return Recommendation(sentence, str(fewest["policy"]), drafter_of(fewest), _k(fewest["policy"]),
+        return Recommendation(sentence, _policy(fewest), drafter_of(fewest), _k(_policy(fewest)),
                               int(fewest["replicas_for_load"]) + 1, None if base is None else int(base["replicas_for_load"]), fewest)
     base_reps = None if base is None else int(base["replicas_for_load"])
     reps = int(best["replicas_for_load"])
-    if str(best.get("policy")) != "ar" and (base_reps is None or reps < base_reps):
+    if _policy(best) != "ar" and (base_reps is None or reps < base_reps):
         versus = f"{fleet(base)} for plain decoding" if base is not None else "more than plain decoding reached in the search"
         sentence = f"enable {name(best)}: {fleet(best)} instead of {versus}, {margin(best)}"
     else:
@@ -340,8 +347,8 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
         best, reps = chosen, int(chosen["replicas_for_load"])
     if noisy:
         sentence += f" ({', '.join(name(r) for r in noisy[:3])} might need fewer, within the noise)"
-    return Recommendation(sentence, str(best["policy"]), drafter_of(best) if str(best.get("policy")) != "ar" else None,
-                          _k(best["policy"]), reps, base_reps, best)
+    return Recommendation(sentence, _policy(best), drafter_of(best) if _policy(best) != "ar" else None,
+                          _k(_policy(best)), reps, base_reps, best)
 
 
 def hf_id(name: str) -> str | None:
