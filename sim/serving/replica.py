@@ -26,6 +26,7 @@ delays).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +46,9 @@ _max = np.maximum.reduce
 
 #: Most steps computed in one window.
 WINDOW_MAX = 512
+
+#: the value a window's wake event carries when the window ended (an arrival's is its time)
+_ENDED = object()
 
 
 @dataclass
@@ -95,6 +99,7 @@ class Replica:
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
         self._pending: tuple | None = None  # the window under way: (step ends, finishing steps, steps kept, prefills finishing at step 0)
+        self._done: list | None = None  # its finish times, sorted (outstanding() fills it)
         self._held: list = []  # (request, arrival) that came at the instant the next step is planned
         self._step_guess = 1e-3
         self._layout = LayoutState(len(engine.table)) if engine.layout is not None else None
@@ -120,13 +125,18 @@ class Replica:
             self._wake.succeed(at)
 
     def outstanding(self) -> int:
-        """Requests here that have not finished by now (for least-outstanding routing)."""
-        done = 0
-        if self._pending is not None:
+        """Requests here that have not finished by now (for least-outstanding routing): the
+        scheduler's, less those the window under way has finished by now (a finish at this very
+        instant has finished). The router asks every replica at every arrival, so the window's
+        finish times are sorted once, on the first question, and each question is a bisection."""
+        base = len(self.scheduler.running) + len(self.scheduler.waiting)
+        if self._pending is None:
+            return base
+        done = self._done
+        if done is None:
             ends, finish, n, first = self._pending
-            now = self.engine.env.now
-            done = np.count_nonzero(ends[finish[finish < n]] <= now) + (first if ends[0] <= now else 0)
-        return len(self.scheduler.running) + len(self.scheduler.waiting) - done
+            done = self._done = sorted(ends[finish[finish < n]].tolist() + [float(ends[0])] * first)
+        return base - bisect_right(done, self.engine.env.now) if done else base
 
     # -- the step loop --------------------------------------------------------------------------
     def _run(self):
@@ -163,22 +173,25 @@ class Replica:
             # goes on, and an arrival here wakes the replica)
             n = max(1, np.count_nonzero(starts < nxt)) if eng.foreseen else win.W
             first = self._prefills_finishing(win)  # requests whose last token is their prefill's, out at step 0's end
-            self._pending = (ends, win.finish, n, first)
+            self._pending, self._done = (ends, win.finish, n, first), None
             if eng.foreseen:  # every arrival here is foreseen (the window stops at it)
                 yield env.timeout(max(ends[n - 1] - env.now, 0.0))
             else:
-                self._wake = env.event()
-                yield env.timeout(max(ends[n - 1] - env.now, 0.0)) | self._wake
-                if self._wake.triggered:  # an arrival nobody foresaw: keep the steps that started by then
-                    n = max(1, np.count_nonzero(starts[:n] <= self._wake.value))
-                    self._pending = (ends, win.finish, n, first)
+                # one event, woken by the window's end or by an arrival (its time), whichever comes
+                # first (a condition of the two costs more, and one is made per window)
+                self._wake = wake = env.event()
+                env.timeout(max(ends[n - 1] - env.now, 0.0)).callbacks.append(lambda _, w=wake: w.triggered or w.succeed(_ENDED))
+                at = yield wake
+                if at is not _ENDED:  # an arrival nobody foresaw: keep the steps that started by then
+                    n = max(1, np.count_nonzero(starts[:n] <= at))
+                    self._pending, self._done = (ends, win.finish, n, first), None
                     self._wake = None
                     rest = ends[n - 1] - env.now
                     if rest > 0:
                         yield env.timeout(rest)
             self._wake = None
             self._commit(plan, win, n, starts, ends, waiting)
-            self._pending = None
+            self._pending = self._done = None
             self._step_guess = float(np.add.reduce(win.time[:n])) / n  # (np.mean's sum)
             now = float(ends[n - 1])
 
