@@ -101,7 +101,7 @@ class _ModelPath:
     def __init__(self, loaded, b: int, ids_c):
         from transformers import DynamicCache
 
-        self.model, self.cache = loaded.model, None
+        self.loaded, self.model, self.cache = loaded, loaded.model, None
         if ids_c is not None:
             self.cache = DynamicCache()
             with _torch().inference_mode():
@@ -120,6 +120,17 @@ class _ModelPath:
             self.cache.crop(-n)  # drop the n tokens just added (transformers 5: a negative count)
         return self
 
+    def grow(self, ids) -> "_ModelPath":
+        """Extend the context by ``ids`` (b × more tokens): one untimed call."""
+        if self.cache is None:
+            return _ModelPath(self.loaded, ids.shape[0], ids)
+        with _torch().inference_mode():
+            self.model(ids, use_cache=True, **{cache_arg(self.model): self.cache})
+        return self
+
+    def release(self) -> None:
+        self.cache = None
+
 
 class _ServerPath:
     """The serving loop's forward (:class:`draftsim.realrun.kvcache.BatchKV`) on rows holding ``c``
@@ -134,7 +145,31 @@ class _ServerPath:
         self.kv.add_rows(b)
         if ids_c is not None:
             self.held = ids_c.tolist()
-            self.kv.forward(self.held, [0] * b)
+            self._fill(self.held)
+
+    def _fill(self, feeds) -> None:
+        """Feed context tokens, untimed; through a static cache eagerly (no CUDA graph captured
+        for a shape met once)."""
+        from .statickv import StaticKV
+
+        if isinstance(self.kv, StaticKV):
+            self.kv.forward(feeds, [0] * self.b, graph=False)
+        else:
+            self.kv.forward(feeds, [0] * self.b)
+
+    def grow(self, ids) -> "_ServerPath":
+        """Extend the context by ``ids`` (b × more tokens): the rows keep what they hold and
+        compute only the new tokens, so a grid's contexts cost one fill of the longest per batch
+        size and one cache (its buffers and CUDA graphs) serves them all, where a fresh cache
+        per context refilled it and captured its fill as a graph: on an H200 in float32, 378
+        grid points did not finish in 537 s."""
+        if self.held is None:
+            self.release()
+            return _ServerPath(self.loaded, self.b, ids)
+        more = ids.tolist()
+        self._fill(more)
+        self.held = [h + m for h, m in zip(self.held, more)]
+        return self
 
     def feed(self, ids):
         return ids.tolist()  # the server's feeds are token lists
@@ -144,14 +179,18 @@ class _ServerPath:
 
     def undo(self, n: int) -> "_ServerPath":
         if self.held is None:
-            from .kvcache import release_kv
-
-            release_kv(self.kv)
+            self.release()
             return _ServerPath(self.loaded, self.b, None)
         for r, held in enumerate(self.held):
             self.kv.rollback(r, held, len(held))
         self.kv.trim()
         return self
+
+    def release(self) -> None:
+        """Hand the cache back (a static one is reused by the next caller of its batch size)."""
+        from .kvcache import release_kv
+
+        release_kv(self.kv)
 
 
 def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], *, repeats: int = 5,
@@ -193,8 +232,16 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
         round the new-token sizes (1, 2, …, 1, 2, …), so a machine whose speed changes during
         the profile slows every size alike instead of the sizes timed last."""
         out = np.zeros((len(new_tokens), len(context), 2))
+        # the contexts are prefixes of one random sequence per row, grown in turn (one fill of the longest)
+        full = torch.randint(vocab, (b, context[-1]), generator=gen).to(dev) if context[-1] > 0 else None
+        caller = None
         for k, c in enumerate(context):
-            caller = Caller(loaded, b, torch.randint(vocab, (b, c), generator=gen).to(dev) if c > 0 else None)
+            if c == 0 or caller is None:
+                if caller is not None:
+                    caller.release()
+                caller = Caller(loaded, b, full[:, :c] if c > 0 else None)
+            else:
+                caller = caller.grow(full[:, context[k - 1]:c])
             feeds = [caller.feed(torch.randint(vocab, (b, n), generator=gen).to(dev)) for n in new_tokens]
             samples = [[] for _ in new_tokens]
             for r in range(warmup + repeats):
@@ -211,6 +258,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
                 out[j, k] = _stats(samples[j])
                 if progress and not last_row:
                     progress(1)
+        caller.release()
         return out
 
     with torch.inference_mode():

@@ -164,10 +164,11 @@ class StaticKV:
                 m[at: at + other.rows, :, :T].copy_(t[: other.rows, :, :T])
         self.ids += [list(r) for r in other.ids]
 
-    def forward(self, feeds: Sequence[Sequence[int]], keep: Sequence[int], hidden: bool = False):
+    def forward(self, feeds: Sequence[Sequence[int]], keep: Sequence[int], hidden: bool = False, graph: bool = True):
         """As :meth:`BatchKV.forward`: feed row r the tokens ``feeds[r]`` and return, per row,
         the next-token logits after each of its last ``keep[r]`` fed tokens (with ``hidden``,
-        also the last layer's hidden states there)."""
+        also the last layer's hidden states there). ``graph=False``: run this shape eagerly,
+        capturing no CUDA graph (a call made once, e.g. a profile's context fill)."""
         import torch
 
         B, lens, N = feed_lengths(feeds, self.rows)
@@ -184,7 +185,7 @@ class StaticKV:
         ids, pos, ar = pack_feeds(feeds, self.ids, Bb, Nb, self.pad)  # scratch rows (beyond B) write their own first slots
         allowed = torch.arange(Tb)[None, None, :] <= pos[:, :, None]  # the ragged causal mask
         rows = [(r, j) for r in range(B) for j in range(lens[r] - keep[r], lens[r])]
-        logits, states = self._run(ids, pos, allowed, rows, hidden)
+        logits, states = self._run(ids, pos, allowed, rows, hidden, graph=graph)
         for r, f in enumerate(feeds):
             self.ids[r].extend(int(t) for t in f)
         return split_rows(logits, states, keep, hidden)

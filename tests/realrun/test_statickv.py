@@ -207,3 +207,34 @@ def test_precapture_walks_every_step_shape(tiny, monkeypatch):
     kv.add_rows(1)
     with pytest.raises(DraftsimError, match="before any row holds tokens"):
         kv.precapture(5)
+
+
+def test_a_static_profile_grows_its_contexts_in_one_cache_per_batch(tiny, monkeypatch):
+    """``profile --path server-static`` fills each batch size's rows once, to the longest context,
+    growing them context by context (prefixes of one random sequence) in one cache whose buffers
+    and CUDA graphs serve every context, and runs the fills eagerly (no graph captured for a shape
+    met once) — where a fresh cache per context refilled it and captured the fill: on the float32
+    H200 run, 378 grid points did not finish in 537 s. The timed calls are the only graphed ones."""
+    from draftsim.realrun.profiling import profile_model
+
+    made, calls = [], []
+    init, forward = StaticKV.__init__, StaticKV.forward
+
+    def counting_init(self, *args, **kwargs):
+        made.append(args[0] if args else None)
+        init(self, *args, **kwargs)
+
+    def counting_forward(self, feeds, keep, hidden=False, graph=True):
+        calls.append((len(feeds), max(len(f) for f in feeds), graph))
+        return forward(self, feeds, keep, hidden, graph)
+
+    monkeypatch.setattr(StaticKV, "__init__", counting_init)
+    monkeypatch.setattr(StaticKV, "forward", counting_forward)
+    tiny.kv_pool.clear()
+    prof = profile_model(tiny, [1, 2], [1, 4], [0, 40, 100], repeats=1, warmup=0, path="server-static")
+    assert prof.path == "server-static" and (prof.seconds > 0).all()
+    assert len(made) == 2  # batch 1 and batch 2, each cache reused across the contexts (and by the last-row table)
+    fills = [(b, n) for b, n, graph in calls if not graph]
+    # per batch size the rows grow 0 -> 40 -> 100 (the last-row table of batch 1 again): 40 then 60 tokens each time
+    assert fills == [(1, 40), (1, 60), (2, 40), (2, 60), (1, 40), (1, 60)]
+    assert {n for _, n, graph in calls if graph} == {1, 4}  # the timed calls
