@@ -311,7 +311,14 @@ class ProfileCost(CostModel):
         if stats.rows is None or self._last is None:
             return t
         dropped = np.maximum(stats.tokens - stats.rows, 0.0)
-        return t - dropped * self.row_saving(stats.mean_new_tokens, stats.mean_context)
+        adjusted = t - dropped * self.row_saving(stats.mean_new_tokens, stats.mean_context)
+        # never below a one-token call of the same batch and context, as shape_time (it computes no less): a
+        # saving measured once on a loaded machine, taken over a long prefill's rows, priced it below nothing
+        # (a negative step time, 'Negative delay' in the serving replay)
+        b = np.clip(np.maximum(np.asarray(stats.sequences, dtype=np.float64), 1.0), self.batch[0], self.batch[-1])
+        c = np.clip(np.asarray(stats.mean_context, dtype=np.float64), self.context[0], self.context[-1])
+        floor = self._lookup(b, np.ones_like(b), c + np.zeros_like(b))
+        return np.maximum(adjusted, np.minimum(floor, t))
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         # measured: no decomposition; call it overhead-bound where it costs no more than a

@@ -205,3 +205,24 @@ def test_costs_from_a_profile_stay_inside_its_grid():
     costs = Costs.from_models([prof, CallCost(0.001)], batch=2, context=128)
     assert costs.models[0].single == pytest.approx(1.0)
     assert costs.models[0].a + 8 * costs.models[0].b == pytest.approx(float(prof.shape_time(2, 8, 128) / prof.shape_time(2, 1, 128)), rel=0.05)  # linear at grid points, log-interpolated between
+
+
+@given(st.floats(0.01, 0.99), st.integers(1, 4), st.integers(9, 4000), st.integers(0, 600))
+def test_a_call_keeping_fewer_rows_never_costs_less_than_a_one_token_call(fast, S, n, context):
+    """A last-row table measured once on a loaded machine can say a call keeping one row costs a
+    small share (``fast``) of the call keeping all; taken over a long prefill's dropped rows (S
+    sequences × n tokens past the grid, priced as the grid's largest calls scaled, as
+    ``check-serve`` does), the saving once priced the call below nothing: a negative step,
+    simpy's 'Negative delay' in the serving replay. ``rows_adjusted``, like ``shape_time``, never
+    goes below a one-token call of the same batch and context, nor above the call as given."""
+    N, C = (1, 2, 4, 8), (0, 128, 512)
+    n_, c_ = np.meshgrid(N, C, indexing="ij")
+    full = 0.01 + 0.001 * n_ + 1e-6 * c_  # the toy profile at batch 1
+    prof, _ = toy_profile(last_row_seconds=np.where(n_ > 1, full * fast, full))
+    c = min(context, 512)
+    t = float(prof.shape_time(4, 8, c)) * S * n / 32  # the call of S x n tokens, scaled from the grid's largest
+    stats = BatchStats(np.array([float(S)]), np.array([float(S * n)]), np.array([float(S * c)]), np.array([0.0]),
+                       rows=np.array([float(S)]))
+    got = float(prof.rows_adjusted(np.array([t]), stats)[0])
+    one = float(prof.shape_time(S, 1, c))
+    assert min(one, t) - 1e-15 <= got <= t + 1e-15 and got > 0
