@@ -5,7 +5,29 @@ what is valid, exit status 2, no traceback, nothing written; valid input works.
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fuzz import OPTIONS, SPEC, TABLE, VALID, ends_cleanly
+from vllmfiles import write_vllm
+
+from draftsim.sim.errors import DraftsimError, as_float_array
+from draftsim.sim.traces import EMBEDDED_TRACE
 from tests.clirun import run
+
+
+def _filled(argv, work):
+    """A valid invocation of tests/test_fuzz.py's VALID with its files made in ``work``."""
+    (work / "spec.toml").write_text(SPEC)
+    (work / "table.csv").write_text(TABLE)
+    names = {"spec": "spec.toml", "out": "out", "table": "table.csv", "cat": "cat.json"}
+    for key, file in names.items():
+        argv = [a.replace("{" + key + "}", str(work / file)) for a in argv]
+    return argv
 
 
 def test_capacity_without_a_method_answers_plain_decoding(tmp_path, capsys):
@@ -16,3 +38,93 @@ def test_capacity_without_a_method_answers_plain_decoding(tmp_path, capsys):
     assert status == 0, err
     assert out.startswith("answer: do not enable speculation: plain decoding needs 1 replica")
     assert "vllm serve meta-llama/Llama-3.1-8B" in out
+
+
+# -- numbers past Python's int-string limit (4,300 digits): on the command line and in files --------
+
+LONG = st.integers(101, 6000)
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_CLI_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(name=st.sampled_from(sorted(VALID)), data=st.data(), digits=LONG,
+       prefix=st.sampled_from(["", "-", "0.", "tiny:", "fixed:k=", "eagle3:draft_vocab=", "fixed:", "1e"]))
+def test_a_number_of_any_length_in_any_option_ends_cleanly(tmp_path_factory, capsys, name, data, digits, prefix):
+    """A run of 101 to 6,000 digits in any option of any model-free subcommand: exit 0, or one line
+    and exit 2 naming it — never Python's 'Exceeds the limit (4300 digits)' traceback (serve-sim
+    --prompt-len, tiny:SEED in profile/distill/train-head were)."""
+    flags = sorted(f for f, takes in OPTIONS[name].items() if takes)
+    if not flags:
+        return
+    flag = data.draw(st.sampled_from(flags))
+    work = tmp_path_factory.mktemp("digits")
+    argv = _filled(VALID[name], work)
+    value = prefix + "9" * digits
+    argv = argv[:argv.index(flag) + 1] + [value] + argv[argv.index(flag) + 2:] if flag in argv else argv + [flag, value]
+    ends_cleanly(capsys, argv, work)
+
+
+def test_a_long_number_in_an_option_is_named_with_the_option(capsys):
+    status, out, err = run(capsys, "profile", "--model", "tiny:" + "9" * 5000, "--out", "never.json")
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "argument --model" in err and "5,000 digits" in err and "over 100 digits" in err
+
+
+def _spec_with(tmp_path, line):
+    path = tmp_path / "spec.toml"
+    path.write_text(line + "\n" + SPEC)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["catalog", "request trace", "trace manifest", "spec", "spec field"])
+def test_an_integer_past_the_limit_in_a_file_is_one_line_naming_the_file(tmp_path, capsys, kind):
+    """Python's json and tomllib refuse integers of over 4,300 digits with a plain ValueError: every
+    reader turns it into one line naming its file (sim.files.parse_json for JSON)."""
+    huge = "9" * 5000
+    if kind == "catalog":
+        path = tmp_path / "cat.json"
+        path.write_text('{"models": {"m": {"hidden": %s}}}' % huge)
+        argv = ["cost", "--list", "--catalog", str(path)]
+    elif kind == "request trace":
+        path = tmp_path / "requests.jsonl"
+        path.write_text('{"arrival_time": 0, "prompt_len": %s, "output_len": 8}\n' % huge)
+        argv = ["serve-sim", "--policy", "ar", "--alpha", "0.8", "--target", "llama-3.1-8b", "--hardware", "h100-sxm",
+                "--request-trace", str(path)]
+    elif kind == "trace manifest":
+        path = tmp_path / "trace"
+        shutil.copytree(EMBEDDED_TRACE, path)
+        manifest = path / "manifest.json"
+        manifest.write_text(manifest.read_text().replace('"version": ', f'"version": {huge}, "old": ', 1))
+        argv = ["trace", "info", str(path)]
+    elif kind == "spec":
+        path = _spec_with(tmp_path, f"seed = {huge}")
+        argv = ["sweep", path, "--out", str(tmp_path / "out"), "--check"]
+    else:  # within the parser's limit, past float's range
+        path = str(tmp_path / "spec.toml")
+        Path(path).write_text(SPEC.replace("tokens = 1000", "tokens = " + "9" * 4000))
+        argv = ["sweep", path, "--out", str(tmp_path / "out"), "--check"]
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert str(path) in err or kind == "spec field", err
+    assert ("digits" in err) and len(err) < 400, err
+    assert not (tmp_path / "out").exists()
+
+
+@given(st.integers(min_value=2**1024).map(lambda n: n * (-1) ** (n % 2)))
+def test_as_float_array_refuses_an_integer_past_float_range(n):
+    with pytest.raises(DraftsimError, match="within float range") as info:
+        as_float_array("x", n)
+    assert len(str(info.value)) < 200
+
+
+# -- options that a mode ignores are refused, not dropped -------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--profile", "--prefill-profile", "--costs-from"])
+def test_check_serve_of_a_vllm_result_refuses_the_trace_cost_options(tmp_path, capsys, flag):
+    """--profile, --prefill-profile and --costs-from price a serving trace's replay; with
+    --vllm-result they changed nothing (exit 0, the option silently dropped)."""
+    result = write_vllm(tmp_path / "result.json")
+    status, out, err = run(capsys, "check-serve", "--vllm-result", str(result), "--target", "llama-3.1-8b", "--hardware",
+                           "h100-sxm", flag, str(tmp_path / "anything"))
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert flag in err and "--vllm-result" in err

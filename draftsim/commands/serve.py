@@ -415,6 +415,11 @@ def _check_vllm(config: CheckServeConfig) -> dict:
 
     if not config.target or not config.hardware:
         raise DraftsimError("--vllm-result needs --target MODEL and --hardware HW (the deployment the run served)")
+    given = [flag for flag, value in (("--profile", config.profile), ("--prefill-profile", config.prefill_profile),
+                                      ("--costs-from", config.costs_from)) if value is not None]
+    if given:  # they price a serving TRACE's replay; taken silently here, they would change nothing
+        raise DraftsimError(f"{'/'.join(given)} prices a serving TRACE's replay; with --vllm-result the costs are the catalog "
+                            "deployment's (--target on --hardware, --catalog for a calibrated entry)")
     bench = read_vllm_bench(config.vllm_result)
     spec = dict(policy="ar", alpha=0.5)
     if config.drafter_model:
