@@ -9,11 +9,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from .commands.table import BY_NAME, GROUPS, TABLE
 
-__all__ = ["GROUPS", "build_parser", "main"]
+__all__ = ["GROUPS", "MAX_DIGITS", "build_parser", "main"]
+
+#: The most digits in a row any argument holds: counts and seeds are 64-bit (19 digits) and other
+#: values floats (an integer of 309 digits is past float's range); a longer run is a typo or junk.
+MAX_DIGITS = 100
 
 
 class _Parser(argparse.ArgumentParser):
@@ -143,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsimError as exc:
         print(f"draftsim {_command(args)}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # int() of over 4,300 digits, from an argument no check before it read as a number
+        if "integer string conversion" not in str(exc) or not _long_number(argv):
+            raise
+        print(f"draftsim {_command(args)}: error: {_long_number(argv)}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. `draftsim ... | head`: stop quietly (before OSError, its base class)
         sys.stdout = open(os.devnull, "w")
         return 0
@@ -153,6 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftsim: interrupted", file=sys.stderr)
         return 130
+
+
+def _long_number(argv: list[str]) -> str | None:
+    """The argument holding the longest run of digits, named with its option, as a refusal: Python
+    converts integers of at most 4,300 digits (``sys.get_int_max_str_digits``), and no value
+    draftsim reads needs more than :data:`MAX_DIGITS` (counts and seeds are 64-bit, other values
+    floats); None when no argument holds more."""
+    runs = [(max((len(m) for m in re.findall(r"[0-9]+", a)), default=0), i) for i, a in enumerate(argv)]
+    digits, at = max(runs, default=(0, 0))
+    if digits <= MAX_DIGITS:
+        return None
+    token = argv[at]
+    flag = token.partition("=")[0] if token.startswith("--") else (argv[at - 1] if at and argv[at - 1].startswith("--") else None)
+    return (f"{'argument ' + flag + ': ' if flag else ''}{token[:24]!r}... holds a number of {digits:,} digits; no option takes "
+            f"one over {MAX_DIGITS} digits (write a large or small value with an exponent, e.g. 1e300)")
 
 
 def _command(args: argparse.Namespace) -> str:

@@ -137,7 +137,7 @@ def tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
     """Static-tree choices by name (``sim/data/tree_choices.json``: medusa-63, eagle-25) or from
     a JSON file holding a list of rank paths; checked: non-empty paths of ranks >= 0, each once,
     every prefix present, at most :data:`MAX_STATIC_NODES`."""
-    from .files import read_text
+    from .files import parse_json, read_text
 
     named = json.loads(TREE_CHOICES.read_text())["trees"]
     if text in named:
@@ -146,10 +146,7 @@ def tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
         if not Path(text).is_file():
             raise DraftsimError(f"tree choices {text!r}: neither a named tree ({', '.join(named)}) nor a JSON file of rank paths")
         where = f"tree choices file {text}"
-        try:
-            raw = json.loads(read_text(text, "tree choices file", 1 << 20, fifo=False))
-        except (json.JSONDecodeError, RecursionError) as exc:
-            raise DraftsimError(f"{where} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+        raw = parse_json(read_text(text, "tree choices file", 1 << 20, fifo=False), where)
     if not isinstance(raw, list) or not raw or len(raw) > MAX_STATIC_NODES:
         raise DraftsimError(f"{where} must be a list of 1 to {MAX_STATIC_NODES} rank paths such as [[0], [0, 0], [1]]")
     paths = []

@@ -84,12 +84,27 @@ def _first_bad(arr: np.ndarray, bad: np.ndarray) -> str:
     return value if arr.ndim == 0 else f"{value} at index {idx if len(idx) > 1 else idx[0]}"
 
 
+def shown(x, limit: int = 60) -> str:
+    """``repr(x)`` for a message, at most ``limit`` characters: an integer past float's range (from
+    a TOML or JSON file) as its digit count — Python's repr refuses ints of over 4,300 digits."""
+    if isinstance(x, int) and not isinstance(x, bool) and abs(x).bit_length() > 1024:
+        return f"an integer of about {int(abs(x).bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(x)
+    except ValueError:  # a container holding such an integer
+        return f"a {type(x).__name__} holding an integer too long to print"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def as_float_array(name: str, x) -> np.ndarray:
-    """``x`` as a float64 array; non-numeric input raises :class:`DraftsimError`."""
+    """``x`` as a float64 array; non-numeric input (or an integer past float's range) raises
+    :class:`DraftsimError`."""
     try:
         arr = np.asarray(x, dtype=np.float64)
+    except OverflowError as exc:
+        raise DraftsimError(f"{name} must be a number within float range (about 1.8e308); got {shown(x)}") from exc
     except (TypeError, ValueError) as exc:
-        raise DraftsimError(f"{name} must be a number or an array of numbers; got {x!r}") from exc
+        raise DraftsimError(f"{name} must be a number or an array of numbers; got {shown(x)}") from exc
     return arr
 
 
@@ -130,7 +145,7 @@ def as_count(name: str, x, *, minimum: int = 0, maximum: int | None = None) -> n
     Floats are accepted only when integral (``3.0``), never rounded; booleans are refused.
     """
     if isinstance(x, (bool, np.bool_)):
-        raise DraftsimError(f"{name} must be an integer; got {x!r}")
+        raise DraftsimError(f"{name} must be an integer; got {shown(x)}")
     arr = as_float_array(name, x)
     upper = _INT64_FLOAT_MAX if maximum is None else min(maximum, _INT64_FLOAT_MAX)
     bad = ~(np.isfinite(arr) & (arr == np.floor(arr)) & (arr >= minimum) & (arr <= upper))

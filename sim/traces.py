@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .errors import DraftsimError
-from .files import atomic_write_bytes, file_kind, read_bytes
+from .files import atomic_write_bytes, file_kind, parse_json, read_bytes
 from .records import RUN_RECORDS, arrow_schema, from_table
 
 __all__ = ["SCHEMA_NAME", "SCHEMA_VERSION", "TABLES", "RUN_TABLES", "TraceSchema", "RECORDING", "RUN", "TraceWriter", "TraceFolder", "Trace", "RunTrace", "TraceError", "EMBEDDED_TRACE"]
@@ -321,9 +321,11 @@ class TraceFolder:
         if not (file.exists() or file.is_symlink()):
             raise TraceError(f"no trace at {path}: manifest.json is missing")
         try:
-            manifest = json.loads(_read_regular(file, "manifest", MANIFEST_MAX_BYTES).decode())
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise TraceError(f"trace {path}: manifest.json is not valid JSON ({' '.join(str(exc).split())})") from None
+            text = _read_regular(file, "manifest", MANIFEST_MAX_BYTES).decode()
+        except UnicodeDecodeError as exc:
+            raise TraceError(f"trace {path}: manifest.json is not valid JSON (not UTF-8: {' '.join(str(exc).split())})") from None
+        # bounded nesting, an over-long integer and invalid JSON all one line naming the manifest
+        manifest = parse_json(text, f"trace {path}: manifest.json", error=TraceError)
         if not isinstance(manifest, dict):
             raise TraceError(f"trace {path}: manifest.json holds a JSON {type(manifest).__name__}; a manifest is a JSON object")
         if manifest.get("schema") != schema.name:

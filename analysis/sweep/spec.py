@@ -8,6 +8,7 @@ import hashlib
 import itertools
 import json
 import math
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -372,6 +373,11 @@ def load_spec(path, kinds: Mapping[str, Kind]) -> Spec:
         raise DraftsimError(f"spec {str(path)!r} is not valid TOML: {' '.join(str(exc).split())}") from None
     except RecursionError:
         raise DraftsimError(f"spec {str(path)!r} nests tables or arrays too deeply to read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (not a TOMLDecodeError)
+        if "integer string conversion" in str(exc):
+            raise DraftsimError(f"spec {str(path)!r} holds an integer of more digits than draftsim reads "
+                                f"({sys.get_int_max_str_digits():,})") from None
+        raise DraftsimError(f"spec {str(path)!r} is not valid TOML: {' '.join(str(exc).split())[:120]}") from None
     return parse_spec(data, kinds)
 
 

@@ -409,13 +409,10 @@ class Catalog:
 
 
 def _read_json(path) -> dict:
-    from ..files import read_text
+    from ..files import parse_json, read_text
 
-    text = read_text(path, "catalog or config file", 64 * 2**20, fifo=False)
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise DraftsimError(f"{path} is not valid JSON: {' '.join(str(exc).split())[:160]}") from None
+    # bounded nesting, an over-long integer and invalid JSON all one line naming the file
+    return parse_json(read_text(path, "catalog or config file", 64 * 2**20, fifo=False), str(path))
 
 
 def _parse(doc: dict, origin: str) -> Catalog:

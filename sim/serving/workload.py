@@ -37,7 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import DraftsimError, as_count, as_positive, unknown
-from ..files import read_text
+from ..files import parse_json, read_text
 from ..params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int
 
 __all__ = [
@@ -510,10 +510,7 @@ def _read_rows(path: Path) -> tuple[list[str], list[dict]]:
         for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DraftsimError(f"request trace {str(path)!r} line {i}: not JSON ({exc.msg})") from None
+            row = parse_json(line, f"request trace {str(path)!r} line {i}")  # nesting, long integers and bad JSON: one line
             if not isinstance(row, dict):
                 raise DraftsimError(f"request trace {str(path)!r} line {i}: each line must be a JSON object")
             rows.append(row)
