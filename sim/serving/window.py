@@ -298,9 +298,10 @@ def progress(win: Window) -> None:
 
 def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughout: int, held_steps: np.ndarray | None = None) -> int:
     """The steps the window keeps: up to a lane's last drawn round unless it finishes first,
-    after the first finish when ``cut_at_finish``, and before the first step whose KV blocks
-    exceed the pool. Besides the lanes', blocks are held by running requests that are not lanes:
-    in step 0 (``held_first``) the prefill chunks that complete in it, in every step
+    after the first finish when ``cut_at_finish``, before the first step whose KV blocks
+    exceed the pool, and before the first step in which nothing runs (the replica idles: the
+    lanes' drawn rounds may reach past their finishes). Besides the lanes', blocks are held by
+    running requests that are not lanes: in step 0 (``held_first``) the prefill chunks that complete in it, in every step
     (``held_throughout``) the prefills waiting for their next chunk. Fills ``win.kv``."""
     ln, W = win.lanes, win.W
     keep = W
@@ -323,6 +324,9 @@ def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughou
         if np.count_nonzero(over):
             keep = min(keep, int(over.argmax()) + 1)
         win.kv = held
+    idle = win.batch[:keep] == 0  # nothing runs any more: the replica idles (stepping runs no empty step)
+    if np.count_nonzero(idle):
+        keep = int(idle.argmax())
     return max(keep, 1)
 
 
@@ -585,9 +589,6 @@ def _with_folds(engine, scheduler, plan, pre: Prefills, ln: Lanes, W: int, folds
     win.folds, win.fold_sums = list(folds), sums
     progress(win)
     keep = cut(win, cut_at_finish=False, kv=kv, held_first=first, held_throughout=throughout, held_steps=steps_blocks)
-    idle = win.batch[:keep] == 0
-    if np.count_nonzero(idle):
-        keep = max(int(idle.argmax()), 1)
     if keep < W:
         win.truncate(keep)
     price(win, engine, book, None)

@@ -106,6 +106,20 @@ def test_a_window_equals_stepping_on_a_roofline():
     assert_same_run(windows, serve(dataclasses.replace(cfg, window_max=1), wl, seed=4))
 
 
+@pytest.mark.parametrize("seed, replicas, router", [(12, 1, "round-robin"), (4, 2, "round-robin"), (10, 2, "least-outstanding")])
+def test_a_window_runs_no_empty_step(seed, replicas, router):
+    """A small KV pool: the lanes' drawn rounds reach past their finishes, and a window that ran
+    to its last drawn round kept the steps after the last finish, with nothing in them (a step
+    of batch 0 that stepping never runs). Found by comparing with stepping over seeds."""
+    cfg = ServingConfig(policies.FixedK(3), acceptance.Bernoulli(0.75), TARGET, [DRAFTER], kv_tokens=3000, replicas=replicas,
+                        router=router, scheduler=SchedulerConfig(max_num_seqs=10, max_num_batched_tokens=2048))
+    wl = make_workload(arrivals=Poisson(), qps=30.0 * replicas, requests=40, duration=None, prompt=parse_lengths("uniform:1,500"),
+                       output=parse_lengths("uniform:1,150"), rng=np.random.default_rng(seed))
+    windows = serve(cfg, wl, seed=seed)
+    assert np.all(windows.steps["batch"] > 0)
+    assert_same_run(windows, serve(dataclasses.replace(cfg, window_max=1), wl, seed=seed))
+
+
 def test_step_stats_are_the_batch_sums():
     """The sums a window prices equal BatchStats.of_batch's over the same batch, exactly; the
     prefill chunks join the first row, with one logit row each."""
