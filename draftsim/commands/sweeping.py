@@ -291,8 +291,10 @@ def _prepare(config: RunnerOptions):
     a.output_folder("--out", config.out)
     sw.Store.check(config.out, spec, config.resume)
     workers = config.workers or os.cpu_count() or 1
-    if config.ray is not None and not sw.ray_available():
-        raise DraftsimError("--ray needs Ray: pip install 'draftsim[ray]' (or pip install 'ray>=2.9')")
+    if config.ray is not None:
+        a.ray_address("--ray", config.ray)
+        if not sw.ray_available():
+            raise DraftsimError("--ray needs Ray: pip install 'draftsim[ray]' (or pip install 'ray>=2.9')")
     return spec, kind, workers
 
 
