@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -200,6 +201,21 @@ def device(text: str) -> str:
     return check_device(text)
 
 
+#: A Ray cluster's address as ``ray.init`` takes it: auto, local, HOST:PORT or ray://HOST:PORT.
+_RAY_ADDRESS = re.compile(r"(auto|local|(ray://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]{1,5}|(ray://)?\[[0-9A-Fa-f:.]+\]:[0-9]{1,5})")
+
+
+def ray_address(option: str, text: str) -> str:
+    """``text`` as a Ray cluster address (``''``: start a local cluster for the run), its form and
+    port checked before any work: Ray itself refuses a malformed one with a traceback after the
+    results folder is written."""
+    text = text.strip()
+    if text and not (_RAY_ADDRESS.fullmatch(text) and (not text[-1].isdigit() or 0 < int(text.rpartition(":")[2]) < 65536)):
+        raise DraftsimError(f"{option} {text!r} is not a Ray cluster address; give auto, HOST:PORT (a port in 1..65535) or "
+                            f"ray://HOST:PORT, or {option} alone to start a local cluster for the run")
+    return text
+
+
 def model_name(option: str, text: str) -> str:
     """A target or neural drafter :func:`draftsim.realrun.models.load_model` can load, checked without
     loading it."""
@@ -207,7 +223,71 @@ def model_name(option: str, text: str) -> str:
 
     if not text.strip():
         raise DraftsimError(f"{option} needs a model: smollm2, tiny[:SEED], random:NAME[:SEED], a checkpoint folder or a .gguf file; got ''")
-    return check_model_name(text, option)
+    check_model_name(text, option)
+    path = Path(text).expanduser()
+    if text not in ("smollm2", "tiny") and not text.startswith(("tiny:", "random:")):
+        if path.is_dir():
+            checkpoint(option, path)
+        elif path.is_file():
+            gguf_file(option, path)
+    return text
+
+
+#: config.json fields transformers reads as whole numbers >= 1 (its config classes refuse a string, a
+#: fraction or NaN with a TypeError, and divide by the head counts), where the checkpoint gives them.
+_HF_WHOLE = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "vocab_size",
+             "max_position_embeddings", "head_dim", "num_experts_per_tok", "num_local_experts", "num_experts", "moe_intermediate_size",
+             "n_embd", "n_layer", "n_head", "n_positions", "n_inner")
+#: Expert counts a dense model's config may give as 0.
+_HF_MAY_BE_ZERO = ("num_experts_per_tok", "num_local_experts", "num_experts", "moe_intermediate_size")
+#: Files a checkpoint folder's tokenizer and weights are loaded from (any one of each).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+_WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.msgpack", "*.h5", "*.index.json")
+
+
+def checkpoint(option: str, path: Path) -> None:
+    """A Hugging Face checkpoint folder checked before it is loaded: a config.json whose numeric
+    fields are whole numbers (:func:`draftsim.sim.cost.catalog.hf_whole`) with heads that divide
+    the hidden size, a tokenizer and weights; each refusal one line naming the folder and what is
+    missing or wrong (transformers raised a TypeError, ZeroDivisionError or its own tokenizer
+    error after seconds of imports)."""
+    from draftsim.sim.cost.catalog import hf_whole
+    from draftsim.sim.files import parse_json, read_text
+
+    config = path / "config.json"
+    cfg = parse_json(read_text(config, "config file", 64 * 2**20, fifo=False), f"{option} {path}: config.json")
+    if not isinstance(cfg, dict):
+        raise DraftsimError(f"{option} {path}: config.json must be a JSON object; got a JSON {type(cfg).__name__}")
+    got = {key: hf_whole(cfg, key, config, low=0 if key in _HF_MAY_BE_ZERO else 1) for key in _HF_WHOLE if cfg.get(key) is not None}
+    hidden, heads = got.get("hidden_size", got.get("n_embd")), got.get("num_attention_heads", got.get("n_head"))
+    if hidden and heads and "head_dim" not in got and hidden % heads:
+        raise DraftsimError(f"{config}: field 'hidden_size' is {hidden}; a multiple of num_attention_heads ({heads}) is valid")
+    if heads and got.get("num_key_value_heads") and heads % got["num_key_value_heads"]:
+        raise DraftsimError(f"{config}: field 'num_key_value_heads' is {got['num_key_value_heads']}; a divisor of "
+                            f"num_attention_heads ({heads}) is valid")
+    if not any((path / name).is_file() for name in _TOKENIZER_FILES):
+        raise DraftsimError(f"{option} {path}: no tokenizer in the checkpoint (one of {', '.join(_TOKENIZER_FILES)}); save it with "
+                            "tokenizer.save_pretrained(FOLDER)")
+    if not any(next(path.glob(pattern), None) is not None for pattern in _WEIGHT_PATTERNS):
+        raise DraftsimError(f"{option} {path}: no weights in the checkpoint (*.safetensors or *.bin); save them with "
+                            "model.save_pretrained(FOLDER)")
+
+
+def gguf_file(option: str, path: Path) -> None:
+    """A .gguf file whose header the gguf library reads, checked before transformers loads it
+    (a cut or damaged file was a struct.error traceback from its reader)."""
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"GGUF":
+        raise DraftsimError(f"{option} {path}: not a GGUF file (it starts with {magic!r}, not b'GGUF')")
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return  # transformers needs gguf to read it: its own message
+    try:
+        GGUFReader(path)
+    except Exception as exc:  # noqa: BLE001 - any failure of a third-party parser on a damaged file is the same refusal
+        raise DraftsimError(f"{option} {path}: a damaged GGUF file ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})") from None
 
 
 def drafter_names(option: str, names: list[str], neural_only: bool = False) -> list[str]:

@@ -5,6 +5,7 @@ what is valid, exit status 2, no traceback, nothing written; valid input works.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from test_fuzz import OPTIONS, SPEC, TABLE, VALID, ends_cleanly
 from vllmfiles import write_vllm
 
+from draftsim.args import ray_address
 from draftsim.sim.errors import DraftsimError, as_float_array
 from draftsim.sim.traces import EMBEDDED_TRACE
 from tests.clirun import run
@@ -128,3 +130,100 @@ def test_check_serve_of_a_vllm_result_refuses_the_trace_cost_options(tmp_path, c
                            "h100-sxm", flag, str(tmp_path / "anything"))
     assert status == 2 and out == "" and err.count("\n") == 1, err
     assert flag in err and "--vllm-result" in err
+
+
+# -- a Ray address checked before anything is written ---------------------------------------------
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(st.text(min_size=1, max_size=24), st.sampled_from(["-1", "0", "nan", "1e300", "abc", "127.0.0.1", "host:0",
+                                                                         "host:99999", "ray://", "http://x:1"])))
+def test_a_malformed_ray_address_is_refused_before_the_sweep_starts(tmp_path_factory, capsys, text):
+    """Ray's own refusal of a malformed address (ValueError: Invalid address format) came as a
+    traceback after the results folder was written."""
+    try:
+        ray_address("--ray", text)
+        return  # a well-formed address: connecting to it is Ray's business
+    except DraftsimError:
+        pass
+    work = tmp_path_factory.mktemp("ray")
+    (work / "spec.toml").write_text(SPEC)
+    status, out, err = run(capsys, "sweep", str(work / "spec.toml"), "--out", str(work / "out"), "--workers", "1", f"--ray={text}")
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert ("NUL byte" if "\x00" in text else "not a Ray cluster address") in err and not (work / "out").exists()
+
+
+@pytest.mark.parametrize("text", ["", "auto", "local", "127.0.0.1:6379", "ray://head:10001", "head-node.example.com:6379", "[::1]:6379"])
+def test_every_ray_address_form_is_accepted(text):
+    assert ray_address("--ray", text) == text
+
+
+# -- checkpoint folders and GGUF files checked before transformers loads them ----------------------
+
+@pytest.fixture(scope="module")
+def checkpoint_folder(tmp_path_factory):
+    """A real checkpoint: the tiny model and its tokenizer, saved as save_pretrained saves them."""
+    from draftsim.realrun.models import tiny_model
+
+    folder = tmp_path_factory.mktemp("ckpt") / "tiny"
+    loaded = tiny_model(0)
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_saved_checkpoint_folder_runs(checkpoint_folder, capsys):
+    status, out, err = run(capsys, "run", "--target", str(checkpoint_folder), "--n", "1", "--max-new-tokens", "4", "--prompts", "code",
+                           "--no-check")
+    assert status == 0, err
+
+
+@pytest.mark.parametrize("change, fragment", [
+    ({"num_attention_heads": 0}, "field 'num_attention_heads' is 0"),
+    ({"hidden_size": "big"}, "field 'hidden_size' is \"big\""),
+    ({"hidden_size": 64.5}, "field 'hidden_size' is 64.5"),
+    ({"intermediate_size": float("nan")}, "field 'intermediate_size' is NaN"),
+    ({"num_hidden_layers": -2}, "field 'num_hidden_layers' is -2"),
+    ({"vocab_size": 10**40}, "field 'vocab_size'"),
+    ({"num_key_value_heads": 3}, "a divisor of num_attention_heads (4)"),
+    ({"hidden_size": 66, "head_dim": None}, "a multiple of num_attention_heads (4)"),
+    ({"num_experts_per_tok": "two", "num_local_experts": 8}, "field 'num_experts_per_tok' is \"two\""),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"hidden_size": 6', "config.json is not valid JSON"),
+    ("tokenizer", "no tokenizer in the checkpoint"),
+    ("weights", "no weights in the checkpoint"),
+])
+@pytest.mark.parametrize("command", ["run", "serve", "record", "profile", "distill", "train-head"])
+def test_a_damaged_checkpoint_is_one_line_before_loading(tmp_path, capsys, checkpoint_folder, change, fragment, command):
+    """config.json fields as strings, fractions, NaN or 0 heads, a missing tokenizer or weights:
+    transformers' TypeError, ZeroDivisionError or tokenizer error came as a traceback after the
+    imports; now one line naming the file and field before any model loads."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_folder, folder)
+    if change == "tokenizer":
+        for name in ("tokenizer.json", "tokenizer.model", "vocab.json"):
+            (folder / name).unlink(missing_ok=True)
+    elif change == "weights":
+        for file in list(folder.glob("*.safetensors")) + list(folder.glob("*.bin")):
+            file.unlink()
+    elif isinstance(change, str):
+        (folder / "config.json").write_text(change)
+    else:
+        config = json.loads((folder / "config.json").read_text()) | change
+        (folder / "config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+    flag = "--model" if command == "profile" else "--target"
+    argv = [command, flag, str(folder)] + {"record": ["--drafter", "ngram", "--out", str(tmp_path / "out")],
+                                           "profile": ["--out", str(tmp_path / "out.json")], "serve": ["--requests", "2", "--qps", "5"],
+                                           "train-head": ["--drafter", "tiny", "--out", str(tmp_path / "out")]}.get(command, [])
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert fragment in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+@pytest.mark.parametrize("data, fragment", [(b"GGUF\x03\x00garbage", "a damaged GGUF file"), (b"PK\x03\x04", "not a GGUF file"),
+                                            (b"", "not a GGUF file")])
+def test_a_damaged_gguf_file_is_one_line_before_loading(tmp_path, capsys, data, fragment):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(data)
+    status, out, err = run(capsys, "run", "--target", str(path), "--no-check")
+    assert status == 2 and err.count("\n") == 1 and "Traceback" not in err and fragment in err, err

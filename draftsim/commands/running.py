@@ -128,7 +128,7 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
     from draftsim.analysis.reality import held_to_sim
     from draftsim.realrun.compare import measure
     from draftsim.realrun.executor import Sampling
-    from draftsim.realrun.methods import MethodSpec, build_method, check_model_name
+    from draftsim.realrun.methods import MethodSpec, build_method
     from draftsim.realrun.models import check_all_fit, load_model, pick_device
     from draftsim.realrun.prompts import prompt_set
 
@@ -137,7 +137,7 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
         raise DraftsimError("--resume needs --trace")
     if config.top_k is not None and config.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
-    check_model_name(config.target, "--target")
+    a.model_name("--target", config.target)
     a.device(config.device)
     spec = MethodSpec(config.method, config.drafter, config.policy, config.rule, config.sequential, config.head)
     sets = a.prompt_sets("--prompts", config.prompts)

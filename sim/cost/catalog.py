@@ -489,6 +489,12 @@ def _hf_int(cfg: dict, key: str, path, low: int = 1, default=None) -> int:
     return int(v)
 
 
+def hf_whole(cfg: dict, key: str, path, low: int = 1) -> int:
+    """``cfg[key]`` (present) as a whole number in [low, 2^31 − 1]; a refusal is one line naming
+    ``path`` and the field (:func:`_hf_int`)."""
+    return _hf_int(cfg, key, path, low=low)
+
+
 def model_from_hf_config(path) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (or a folder holding one): every
     field read is typed and ranged where it is read (:func:`_hf_int`), the file's size and nesting
