@@ -48,9 +48,18 @@ def cost(name: str) -> Callable[[str], float]:
     return _checked(as_cost, name)
 
 
-def positive(name: str) -> Callable[[str], float]:
-    """A finite float > 0."""
-    return _checked(as_positive, name)
+def positive(name: str, maximum: float | None = None) -> Callable[[str], float]:
+    """A finite float > 0 (and <= ``maximum``)."""
+    return _checked(as_positive, name, **({} if maximum is None else {"maximum": maximum}))
+
+
+#: Bounds of training settings handed to torch: past them a value is a typo, and in float32 it
+#: overflows (lr 1e300: 'value cannot be converted to type float without overflow') or turns the
+#: loss into NaN (w_rej 1e300) — a trained head or draft of NaNs reported with exit 0.
+MAX_LR = 10.0
+MAX_LOSS_WEIGHT = 1e6
+#: The longest wall-clock budget a training command takes, in minutes (a week).
+MAX_MINUTES = 7 * 24 * 60
 
 
 def count(name: str, minimum: int = 0, maximum: int | None = None) -> Callable[[str], int]:

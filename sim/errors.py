@@ -52,9 +52,10 @@ def unknown(kind: str, name, valid, *, known: str | None = None) -> DraftsimErro
 
 
 def _number(value) -> str:
-    """A number as a user typed it: ``3`` for integral values, ``0.25``, ``nan``, ``inf``."""
+    """A number as a user typed it: ``3`` for integral values, ``0.25``, ``nan``, ``inf``; past 25
+    digits with an exponent (``1e+300``, not the 301 digits of its float)."""
     v = float(value)
-    return str(int(v)) if v.is_integer() else repr(v)
+    return str(int(v)) if v.is_integer() and abs(v) < 1e25 else repr(v)
 
 
 def suggest(x: float, side: str, digits: int = 3) -> str:
@@ -126,12 +127,15 @@ def as_cost(name: str, x) -> np.ndarray:
     return arr
 
 
-def as_positive(name: str, x) -> np.ndarray:
-    """``x`` as a float array of finite, strictly positive values (times, rates)."""
+def as_positive(name: str, x, maximum: float | None = None) -> np.ndarray:
+    """``x`` as a float array of finite, strictly positive values (times, rates), each at most
+    ``maximum`` when given (a bound past which the value is a typo, or overflows a float32)."""
     arr = as_float_array(name, x)
     bad = ~(np.isfinite(arr) & (arr > 0.0))
     if bad.any():
         raise DraftsimError(f"{name} must be finite and > 0; got {_first_bad(arr, bad)}")
+    if maximum is not None and (arr > maximum).any():
+        raise DraftsimError(f"{name} must be > 0 and <= {maximum:,g}; got {_first_bad(arr, arr > maximum)}")
     return arr
 
 
@@ -178,7 +182,7 @@ def parse_number(name: str, text: str) -> int | float:
     an empty string) raises :class:`DraftsimError` naming the text.
     """
     if not isinstance(text, str) or not _NUMBER.fullmatch(text.strip()):
-        raise DraftsimError(f"{name} must be a number written with ASCII digits (e.g. 0.25, 3, 1e6); got {text!r}")
+        raise DraftsimError(f"{name} must be a number written with ASCII digits (e.g. 0.25, 3, 1e6); got {shown(text)}")
     text = text.strip()
     try:
         return int(text)
@@ -196,7 +200,8 @@ def parse_numbers(name: str, text: str, count: int | None = None, minimum: int =
     values = []
     for item in items:
         try:
-            values.append(float(parse_number(name, item)))
+            parse_number(name, item)
+            values.append(float(item.strip()))  # float of the text: an integer past float's range is inf, not an OverflowError
         except DraftsimError:
             raise DraftsimError(f"{name} must be comma-separated numbers written with ASCII digits; got {text!r} ({item.strip()!r})") from None
     if count is not None and len(values) != count:

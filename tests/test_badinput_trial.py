@@ -227,3 +227,29 @@ def test_a_damaged_gguf_file_is_one_line_before_loading(tmp_path, capsys, data, 
     path.write_bytes(data)
     status, out, err = run(capsys, "run", "--target", str(path), "--no-check")
     assert status == 2 and err.count("\n") == 1 and "Traceback" not in err and fragment in err, err
+
+
+# -- training settings bounded before torch sees them ----------------------------------------------
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.sampled_from([("train-head", "--lr", 10.0), ("train-head", "--w-rej", 1e6), ("distill", "--lr", 10.0),
+                             ("distill", "--minutes", 10080.0)]),
+       value=st.floats(min_value=1.0, max_value=1.7e308).filter(lambda v: v > 10.0))
+def test_a_training_setting_past_its_bound_is_one_line(tmp_path_factory, capsys, case, value):
+    """train-head --lr 1e300 was torch's 'value cannot be converted to type float without overflow'
+    traceback, --w-rej 1e300 a head of NaNs reported with exit 0, distill --minutes 1e300 a run
+    without end; past each bound: one line naming it, before any model loads."""
+    command, flag, bound = case
+    if value <= bound:
+        return
+    work = tmp_path_factory.mktemp("train")
+    argv = [command, "--target", "tiny", flag, repr(value)] + (["--out", str(work / "head")] if command == "train-head" else [])
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert f"<= {bound:,g}" in err and len(err) < 200, err
+    assert not (work / "head").exists()
+
+
+def test_a_huge_value_is_shown_with_an_exponent(capsys):
+    status, _, err = run(capsys, "ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "1e300")
+    assert status == 2 and "got 1e+300" in err and len(err) < 200, err

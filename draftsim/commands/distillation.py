@@ -17,10 +17,10 @@ class DistillConfig:
 
     target: str = option("smollm2", "target model (default: the embedded smollm2; --model: the old spelling)", aliases=("--model",))
     layers: int = option(4, "layers kept from the target (default 4)", type=a.count("layers", 1, 64))
-    minutes: float = option(15.0, "wall-clock budget (default 15)", type=a.positive("minutes"))
+    minutes: float = option(15.0, "wall-clock budget (default 15)", type=a.positive("minutes", a.MAX_MINUTES))
     prompts_per_set: int = option(16, type=a.count("prompts_per_set", 1, 1000))
     max_new_tokens: int = option(96, type=a.count("max_new_tokens", 1, 2048))
-    lr: float = option(3e-4, type=a.positive("lr"))
+    lr: float = option(3e-4, type=a.positive("lr", a.MAX_LR))
     seed: int = option(0, type=a.count("seed"))
     device: str = option("auto", "auto (CUDA when present), cpu or cuda[:N]")
 
