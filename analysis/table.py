@@ -6,11 +6,16 @@ from typing import Sequence
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]], floatfmt: str = ".4f") -> str:
-    """Render rows as an aligned text table; floats use ``floatfmt``, text is left-aligned."""
+    """Render rows as an aligned text table; floats use ``floatfmt``, text is left-aligned. A NaN
+    is an undefined figure (an acceptance rate with no drafts, the standard error of one
+    sequence) and shows as ``-``, never as ``nan`` read as a result; a float of 1e12 or more in
+    exponent form (``1.0373e+300``, not its 301 digits)."""
 
     def cell(value: object) -> str:
         if isinstance(value, float):
-            return format(value, floatfmt)
+            if value != value:
+                return "-"
+            return format(value, ".4e") if 1e12 <= abs(value) < float("inf") else format(value, floatfmt)
         return str(value)
 
     text = [[cell(v) for v in row] for row in rows]

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_fuzz import OPTIONS, SPEC, TABLE, VALID, ends_cleanly
 from vllmfiles import write_vllm
 
+from draftsim.analysis.table import format_table
 from draftsim.args import ray_address
 from draftsim.sim.errors import DraftsimError, as_float_array
 from draftsim.sim.traces import EMBEDDED_TRACE
@@ -253,3 +254,31 @@ def test_a_training_setting_past_its_bound_is_one_line(tmp_path_factory, capsys,
 def test_a_huge_value_is_shown_with_an_exponent(capsys):
     status, _, err = run(capsys, "ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "1e300")
     assert status == 2 and "got 1e+300" in err and len(err) < 200, err
+
+
+# -- undefined figures are not printed as results --------------------------------------------------
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=6))
+def test_a_table_never_prints_nan_or_hundreds_of_digits(values):
+    """A NaN cell (an acceptance rate with no drafts, the SE of one sequence) shows as '-', a huge
+    float in exponent form; the tables of every command go through format_table."""
+    text = format_table(["metric", "value"], [[f"m{i}", v] for i, v in enumerate(values)])
+    assert "nan" not in text.lower()
+    assert all(len(cell) <= 24 for line in text.splitlines()[2:] for cell in line.split()), text
+
+
+@pytest.mark.parametrize("what", ["no drafts", "one sequence"])
+def test_undefined_figures_print_as_a_dash(tmp_path, capsys, what):
+    """simulate --match 0 (no drafts: no acceptance rate) and the replay of a one-prompt recording
+    (no standard error) printed 'nan' as results."""
+    if what == "no drafts":
+        argv = ["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1", "--tokens", "2000", "--match", "0"]
+    else:
+        status, _, err = run(capsys, "record", "--target", "tiny", "--drafter", "ngram", "--n", "1", "--max-new-tokens", "8",
+                             "--prompts", "code", "--out", str(tmp_path / "rec"))
+        assert status == 0, err
+        argv = ["replay", "--trace", str(tmp_path / "rec"), "--policy", "fixed:k=2"]
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    assert "nan" not in out.lower(), out
+    assert any(line.endswith(" -") for line in out.splitlines()), out
