@@ -128,6 +128,8 @@ def add_options(parser: argparse.ArgumentParser, cls, groups: Mapping[str, str] 
                 kwargs["action"] = "append"
             if opt.type is not None:
                 kwargs["type"] = opt.type
+            elif opt.choices is None and opt.nargs is None and _default(f) is None:
+                kwargs["type"] = _given(flag_of(name))
             if opt.choices is not None:
                 kwargs["choices"] = opt.choices
             if opt.metavar is not None:
@@ -139,6 +141,20 @@ def add_options(parser: argparse.ArgumentParser, cls, groups: Mapping[str, str] 
                 kwargs["required"] = True
             kwargs["default"] = _default(f)
         where.add_argument(flag_of(name), *opt.aliases, **kwargs)
+
+
+def _given(flag: str) -> Callable[[str], str]:
+    """The text of a plain option whose absence (None) has a meaning, refusing an empty value:
+    commands test such an option for truth, so ``--target ''`` or ``--policy=`` was the option
+    left out — silently — instead of the value it looks like."""
+
+    def text(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"{flag} is empty ({value!r}); give a value or leave {flag} out")
+        return value
+
+    text.__name__ = "text"
+    return text
 
 
 def from_namespace(cls, ns: argparse.Namespace, **extra):

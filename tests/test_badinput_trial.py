@@ -282,3 +282,46 @@ def test_undefined_figures_print_as_a_dash(tmp_path, capsys, what):
     assert status == 0, err
     assert "nan" not in out.lower(), out
     assert any(line.endswith(" -") for line in out.splitlines()), out
+
+
+# -- an empty value is not the option left out ------------------------------------------------------
+
+def _plain_options():
+    """(command words, flag) of every option whose absence has a meaning (default None, read as text)."""
+    import argparse
+
+    from draftsim.cli import build_parser
+
+    out = []
+
+    def walk(parser, words):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for word, sub in action.choices.items():
+                    walk(sub, words + [word])
+            elif action.option_strings and getattr(action.type, "__name__", None) == "text":
+                out.append((tuple(words), action.option_strings[0]))
+
+    walk(build_parser(), [])
+    return out
+
+
+PLAIN = _plain_options()
+
+
+def test_the_plain_options_are_found():
+    flags = {flag for _, flag in PLAIN}
+    assert {"--target", "--hardware", "--policy", "--report", "--name", "--dataset", "--probe"} <= flags, flags
+
+
+@pytest.mark.parametrize("words, flag", PLAIN, ids=[" ".join(w) + " " + f for w, f in PLAIN])
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_value_is_refused_not_taken_as_the_default(tmp_path, capsys, monkeypatch, words, flag, empty):
+    """ewif --target '', run --policy=, calibrate --name=, acceptance --dataset=, sweep --report=,
+    profile --probe= … each ran as if the option were left out (exit 0); now one line naming it,
+    at parse time (before any model or file is touched)."""
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run(capsys, *words, f"{flag}={empty}")
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{flag} is empty" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
