@@ -325,3 +325,10 @@ def test_an_empty_value_is_refused_not_taken_as_the_default(tmp_path, capsys, mo
     assert status == 2 and out == "" and err.count("\n") == 1, err
     assert f"{flag} is empty" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_serve_refuses_an_empty_controller_as_serve_sim_does(capsys):
+    """serve --controller= ran without a controller (exit 0) where serve-sim refuses it."""
+    for command in (["serve", "--target", "tiny", "--requests", "2", "--qps", "5"], ["serve-sim", "--alpha", "0.8", "--policy", "ar"]):
+        status, out, err = run(capsys, *command, "--controller=")
+        assert status == 2 and out == "" and err.count("\n") == 1 and "empty controller spec" in err, err

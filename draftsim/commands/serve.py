@@ -175,7 +175,7 @@ def _controller(spec: str, policy, max_batch: int):
     """A speculation controller from its mini-language (``none``: no cap), bound to the run."""
     from draftsim.sim.controllers import Goodput, parse_controller
 
-    if spec.strip() in ("", "none"):
+    if spec.strip() == "none":
         return None
     controller = parse_controller(spec)
     if isinstance(controller, Goodput):
