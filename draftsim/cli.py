@@ -148,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     except DraftsimError as exc:
         print(f"draftsim {_command(args)}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # int() of over 4,300 digits, from an argument no check before it read as a number
-        if "integer string conversion" not in str(exc) or not _long_number(argv):
+    except ValueError as exc:  # int() of over 4,300 digits, from an argument or a file no check before it read as a number
+        if "integer string conversion" not in str(exc):
             raise
-        print(f"draftsim {_command(args)}: error: {_long_number(argv)}", file=sys.stderr)
+        print(f"draftsim {_command(args)}: error: {_long_number(argv) or _long_in_file(argv)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `draftsim ... | head`: stop quietly (before OSError, its base class)
         sys.stdout = open(os.devnull, "w")
@@ -178,6 +178,15 @@ def _long_number(argv: list[str]) -> str | None:
     flag = token.partition("=")[0] if token.startswith("--") else (argv[at - 1] if at and argv[at - 1].startswith("--") else None)
     return (f"{'argument ' + flag + ': ' if flag else ''}{token[:24]!r}... holds a number of {digits:,} digits; no option takes "
             f"one over {MAX_DIGITS} digits (write a large or small value with an exponent, e.g. 1e300)")
+
+
+def _long_in_file(argv: list[str]) -> str:
+    """The refusal of an integer past Python's int-string limit that a file reader met (the readers
+    of sim.files.parse_json name their file themselves): the files the command line names."""
+    files = [a.partition("=")[2] if a.startswith("--") else a for a in argv]
+    files = [f for f in dict.fromkeys(files) if f and os.path.isfile(f)]
+    where = " or ".join(repr(f) for f in files[:3]) if files else "an input file"
+    return f"{where} holds an integer of more digits than draftsim reads ({sys.get_int_max_str_digits():,})"
 
 
 def _command(args: argparse.Namespace) -> str:

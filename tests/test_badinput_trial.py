@@ -332,3 +332,14 @@ def test_serve_refuses_an_empty_controller_as_serve_sim_does(capsys):
     for command in (["serve", "--target", "tiny", "--requests", "2", "--qps", "5"], ["serve-sim", "--alpha", "0.8", "--policy", "ar"]):
         status, out, err = run(capsys, *command, "--controller=")
         assert status == 2 and out == "" and err.count("\n") == 1 and "empty controller spec" in err, err
+
+
+def test_an_integer_past_the_limit_in_a_reader_without_its_own_check_names_the_file(tmp_path, capsys):
+    """A profile whose version is 5,000 digits (sim/cost/profile.py parses with json.loads and
+    catches only JSONDecodeError): the CLI's net turns Python's ValueError into one line naming
+    the file the command line gave."""
+    profile = tmp_path / "profile.json"
+    profile.write_text('{"schema": "draftsim.profile", "version": %s}' % ("9" * 5000))
+    status, out, err = run(capsys, "check-sim", str(EMBEDDED_TRACE), "--profile", str(profile))
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert str(profile) in err and "more digits than draftsim reads" in err
