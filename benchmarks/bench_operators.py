@@ -176,7 +176,11 @@ def heads() -> None:
     roof = assemble(Deployment("llama-3.1-8b", "h100-sxm", drafters=drafters, overheads="vllm"))
     bare = RooflineModel(roof.target.model, roof.target.hardware, overhead=roof.target.overhead, graph_tokens=roof.target.graph_tokens,
                          overlap=1.0)
-    print("\ndrafting heads (context 512; ms per draft call with vLLM's 0.39 ms per draft forward; c = over the target's 1-token call):")
+    from draftsim.sim.cost.overheads import engine_overheads
+
+    per_draft = engine_overheads("vllm").per_draft_forward * 1e3
+    print(f"\ndrafting heads (context 512; ms per draft call with vLLM's {per_draft:.2f} ms per draft forward; c = over the target's "
+          "1-token call):")
     print("  " + "  ".join(f"{h:>9}" for h in ("head", "batch", "operators", "c", "roofline", "c", "measured")))
     for i, name in enumerate(drafters):
         for batch in (1, 16, 64):
