@@ -343,3 +343,19 @@ def test_an_integer_past_the_limit_in_a_reader_without_its_own_check_names_the_f
     status, out, err = run(capsys, "check-sim", str(EMBEDDED_TRACE), "--profile", str(profile))
     assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
     assert str(profile) in err and "more digits than draftsim reads" in err
+
+
+@pytest.mark.parametrize("drafters, fragment", [("tiny:1,", "got ''"), (",", "got ''"), ("ngram,ngram", "ngram is given twice")])
+def test_run_checks_its_drafter_list_as_serve_and_record_do(capsys, drafters, fragment):
+    """run --drafter tiny:1, dropped the empty name and ran (exit 0); serve and record refuse it."""
+    status, out, err = run(capsys, "run", "--target", "tiny", "--drafter", drafters, "--no-check")
+    assert status == 2 and out == "" and err.count("\n") == 1 and fragment in err, err
+
+
+def test_run_checks_a_drafter_checkpoint_before_loading(tmp_path, capsys, checkpoint_folder):
+    folder = tmp_path / "draft"
+    shutil.copytree(checkpoint_folder, folder)
+    config = json.loads((folder / "config.json").read_text()) | {"num_attention_heads": 0}
+    (folder / "config.json").write_text(json.dumps(config))
+    status, out, err = run(capsys, "run", "--target", "tiny", "--drafter", str(folder), "--no-check")
+    assert status == 2 and err.count("\n") == 1 and "field 'num_attention_heads' is 0" in err, err

@@ -138,6 +138,8 @@ def run_method(config: RunConfig, progress=None) -> RunResult:
     if config.top_k is not None and config.temperature == 0:
         raise DraftsimError("--top-k applies to sampling; give --temperature > 0")
     a.model_name("--target", config.target)
+    if config.drafter is not None:  # each named once, none empty ('tiny:1,' ran one drafter), checkpoints checked before loading
+        a.drafter_names("--drafter", [name.strip() for name in config.drafter.split(",")])
     a.device(config.device)
     spec = MethodSpec(config.method, config.drafter, config.policy, config.rule, config.sequential, config.head)
     sets = a.prompt_sets("--prompts", config.prompts)
