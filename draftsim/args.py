@@ -43,9 +43,15 @@ def probability(name: str) -> Callable[[str], float]:
     return _checked(as_probability, name)
 
 
-def cost(name: str) -> Callable[[str], float]:
-    """A finite float >= 0."""
-    return _checked(as_cost, name)
+#: The largest value a cost-typed option takes (cost coefficients, noise, seconds, temperature): a
+#: draft a million times slower than its target is a typo, and past it the simulators' sums of
+#: squares overflow — an EWIF printed with an infinite standard error, exit 0 (--cost 1e300).
+MAX_COST = 1e6
+
+
+def cost(name: str, maximum: float = MAX_COST) -> Callable[[str], float]:
+    """A finite float >= 0 and <= ``maximum``."""
+    return _checked(as_cost, name, maximum=maximum)
 
 
 def positive(name: str, maximum: float | None = None) -> Callable[[str], float]:

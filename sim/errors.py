@@ -118,12 +118,15 @@ def as_probability(name: str, x) -> np.ndarray:
     return arr
 
 
-def as_cost(name: str, x) -> np.ndarray:
-    """``x`` as a float array of finite, non-negative cost coefficients."""
+def as_cost(name: str, x, maximum: float | None = None) -> np.ndarray:
+    """``x`` as a float array of finite, non-negative cost coefficients, each at most ``maximum``
+    when given."""
     arr = as_float_array(name, x)
     bad = ~(np.isfinite(arr) & (arr >= 0.0))
     if bad.any():
         raise DraftsimError(f"{name} must be a finite cost >= 0; got {_first_bad(arr, bad)}")
+    if maximum is not None and (arr > maximum).any():
+        raise DraftsimError(f"{name} must be >= 0 and <= {maximum:,g}; got {_first_bad(arr, arr > maximum)}")
     return arr
 
 

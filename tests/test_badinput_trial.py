@@ -359,3 +359,27 @@ def test_run_checks_a_drafter_checkpoint_before_loading(tmp_path, capsys, checkp
     (folder / "config.json").write_text(json.dumps(config))
     status, out, err = run(capsys, "run", "--target", "tiny", "--drafter", str(folder), "--no-check")
     assert status == 2 and err.count("\n") == 1 and "field 'num_attention_heads' is 0" in err, err
+
+
+# -- cost-typed options bounded (coefficients, noise, seconds, temperature) ------------------------
+
+COST_OPTIONS = [(("ewif", "--alpha", "0.8"), "--cost"), (("plan", "--drafter", "d:0.8:0.05"), "--mag-cost"),
+                (("simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1"), "--verify-per-token"),
+                (("simulate", "--policy", "fixed:k=3", "--alpha", "0.8"), "--cost"),
+                (("simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--cost", "0.1"), "--pred-noise"),
+                (("optimize", "tree", "--rank-alphas", "0.6,0.2"), "--draft-cost"),
+                (("optimize", "kmatrix", "--alpha", "0.7"), "--cost"),
+                (("cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm"), "--overhead"),
+                (("run", "--target", "tiny"), "--temperature"), (("serve", "--target", "tiny"), "--temperature")]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=st.sampled_from(COST_OPTIONS), value=st.floats(min_value=1e6, max_value=1.7e308, exclude_min=True))
+def test_a_cost_past_a_million_is_one_line(capsys, case, value):
+    """simulate --cost 1e300 printed a latency of 1e+300 with an infinite standard error and
+    --verify-per-token 1e300 an EWIF of 0.72 ± inf, exit 0: past 1e6 every cost-typed option
+    refuses, naming the bound, at parse time."""
+    words, flag = case
+    status, out, err = run(capsys, *words, flag, repr(value))
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert "<= 1e+06" in err and flag in err, err
