@@ -41,13 +41,12 @@ atomically, validated on read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import DraftsimError, as_count
-from ..files import atomic_write_json, read_text
+from ..files import atomic_write_json, parse_json, read_text
 from .base import BatchStats, CostModel
 
 __all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "STATIC_MIN_WIDTH", "ProfileCost", "load_profile", "pow2", "static_shape"]
@@ -389,10 +388,8 @@ def static_shape(batch, new_tokens, context, max_rows=None, max_tokens=None):
 def load_profile(path, extrapolate: str = "refuse", monotone: bool = True) -> ProfileCost:
     """Read and validate a profile file written by :meth:`ProfileCost.save` (``monotone``: see
     :attr:`ProfileCost.monotone`)."""
-    try:
-        doc = json.loads(read_text(path, "profile file", fifo=False))
-    except json.JSONDecodeError as exc:
-        raise DraftsimError(f"{path} is not a valid profile (JSON): {exc}") from None
+    # one line naming the file for invalid JSON, nesting past the bound and integers past Python's digit limit
+    doc = parse_json(read_text(path, "profile file", fifo=False), f"profile {path}")
     if not isinstance(doc, dict) or doc.get("schema") != PROFILE_SCHEMA:
         raise DraftsimError(f"{path} is not a draftsim cost profile (schema {PROFILE_SCHEMA!r})")
     if doc.get("version") != PROFILE_VERSION:

@@ -196,7 +196,7 @@ def test_profile_fingerprint_and_bad_files(tmp_path):
         with pytest.raises(DraftsimError, match=msg):
             load_profile(path)
     path.write_text("{")
-    with pytest.raises(DraftsimError, match="not a valid profile"):
+    with pytest.raises(DraftsimError, match="profile .* is not valid JSON"):
         load_profile(path)
 
 
