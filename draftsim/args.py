@@ -231,6 +231,24 @@ def ray_address(option: str, text: str) -> str:
     return text
 
 
+def ray_reachable(option: str, text: str, timeout: float = 5.0) -> None:
+    """A HOST:PORT (or ray://HOST:PORT) Ray address answers a TCP connection within ``timeout``
+    seconds, checked before anything is written: ``ray.init`` at an address where nothing listens
+    retries for minutes (``--ray 127.0.0.1:1`` hung over 2 minutes after the results folder was
+    written). auto, local and a local cluster (``''``) are not checked."""
+    import socket
+
+    if not (text and text[-1].isdigit()):
+        return
+    host, _, port = text.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise DraftsimError(f"{option} {text}: nothing answers there ({reason}); start a cluster (ray start --head) or give "
+                            f"{option} alone to start a local one for the run") from None
+
+
 def model_name(option: str, text: str) -> str:
     """A target or neural drafter :func:`draftsim.realrun.models.load_model` can load, checked without
     loading it."""

@@ -158,6 +158,21 @@ def test_every_ray_address_form_is_accepted(text):
     assert ray_address("--ray", text) == text
 
 
+@pytest.mark.parametrize("text", ["127.0.0.1:1", "ray://127.0.0.1:1", "[::1]:1"])
+def test_a_ray_address_where_nothing_answers_is_refused_before_anything_is_written(tmp_path, capsys, text):
+    """A well-formed address with no cluster behind it: ray.init retried for over 2 minutes after
+    the results folder was written; now one line, exit 2, nothing written, before the sweep starts."""
+    import time
+
+    pytest.importorskip("ray")
+    (tmp_path / "spec.toml").write_text(SPEC)
+    t0 = time.monotonic()
+    status, out, err = run(capsys, "sweep", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "out"), "--workers", "1", f"--ray={text}")
+    assert status == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"--ray {text}: nothing answers there" in err and not (tmp_path / "out").exists()
+    assert time.monotonic() - t0 < 30
+
+
 # -- checkpoint folders and GGUF files checked before transformers loads them ----------------------
 
 @pytest.fixture(scope="module")

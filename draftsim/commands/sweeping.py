@@ -295,6 +295,7 @@ def _prepare(config: RunnerOptions):
         a.ray_address("--ray", config.ray)
         if not sw.ray_available():
             raise DraftsimError("--ray needs Ray: pip install 'draftsim[ray]' (or pip install 'ray>=2.9')")
+        a.ray_reachable("--ray", config.ray.strip())
     return spec, kind, workers
 
 
