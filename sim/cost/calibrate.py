@@ -157,6 +157,12 @@ def calibrate(model: ModelSpec, hardware: HardwareSpec, points: StepPoints, *, d
     if n - held.sum() < 3:
         raise DraftsimError(f"{points.source}: {n - int(held.sum())} points left to fit after holding {int(held.sum())} out; give more points or a smaller --holdout")
     fit, test = points.take(~held), points.take(held)
+    shapes = len({(float(b), float(k), float(c)) for b, k, c in zip(np.ravel(fit.batch), np.ravel(fit.new_tokens), np.ravel(fit.context))})
+    if shapes < 3:
+        # the same call measured again tells memory time from compute time from overhead no better: three parameters fitted
+        # to one or two shapes match them exactly (a 0.0% error reported, exit 0) whatever the hardware
+        raise DraftsimError(f"{points.source}: the calls to fit hold {shapes} distinct shape{'s' if shapes != 1 else ''} (batch, new tokens, "
+                            "context); a calibration fits 3 parameters and needs at least 3 (measure other batch sizes or contexts)")
 
     def model_at(mfu, mbu, overhead):
         return RooflineModel(model, hardware, dtype, tp, mfu=mfu, mbu=mbu, overhead=overhead, overhead_per_layer=0.0, check_memory=False)

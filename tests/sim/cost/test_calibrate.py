@@ -99,11 +99,16 @@ def test_vllm_results_give_a_decode_step_per_run_and_the_prefill_of_light_runs(t
     (["--vllm-result", "{tmp}/notjson.json"], "is not valid JSON"),
     (["--vllm-result", "{tmp}/nodetail.json"], "save the run with --save-detailed"),
     (["--step-table", "{tmp}/ok.csv", "--holdout", "0.9"], "--holdout must lie in [0, 0.5]"),
+    # one shape measured three times: three parameters would match it exactly (a 0.0% error, exit 0, before)
+    (["--step-table", "{tmp}/same.csv", "--holdout", "0"], "hold 1 distinct shape (batch, new tokens, context)"),
+    (["--step-table", "{tmp}/two.csv", "--holdout", "0"], "hold 2 distinct shapes"),
 ])
 def test_bad_calibrations_are_one_line(tmp_path, capsys, extra, message):
     (tmp_path / "bad.csv").write_text("batch,new_tokens,seconds\n1,1,0.01\n")
     (tmp_path / "ok.csv").write_text("batch,new_tokens,context,seconds\n" + "".join(f"{b},1,0,{0.01 * b}\n" for b in range(1, 9)))
     (tmp_path / "notjson.json").write_text("{nope")
+    (tmp_path / "same.csv").write_text("batch,new_tokens,context,seconds\n" + "1,1,0,0.01\n" * 3)
+    (tmp_path / "two.csv").write_text("batch,new_tokens,context,seconds\n" + "1,1,0,0.01\n" * 3 + "8,1,0,0.02\n" * 2)
     doc = json.loads(vllm_result(tmp_path / "full.json", 1.0, 8.0, 30.0).read_text())
     for key in ("input_lens", "output_lens", "ttfts", "itls"):
         doc.pop(key)
