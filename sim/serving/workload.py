@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DraftsimError, as_count, as_positive, unknown
+from ..errors import DraftsimError, as_count, as_positive, shown, unknown
 from ..files import parse_json, read_text
 from ..params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int
 
@@ -584,6 +584,12 @@ def read_request_trace(path) -> RequestTrace:
         except (TypeError, ValueError):
             bad = next(v for v in vals if not _number(v))
             raise DraftsimError(f"request trace {str(path)!r}: column {col} must hold integers; got {bad!r}") from None
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(arr) & (arr == np.round(arr)) & (arr >= minimum) & (arr <= MAX_TOKENS)
+        if not ok.all():  # the file and the row, as the user sees them (1-based), and the value as written
+            i = int(np.argmin(ok))
+            raise DraftsimError(f"request trace {str(path)!r}: column {col} must hold integers in [{minimum}, {MAX_TOKENS}]; "
+                                f"row {i + 1} has {shown(vals[i])}")
         return as_count(f"request trace column {col}", arr, minimum=minimum, maximum=MAX_TOKENS)
 
     prompt, output = counts(prompt_col, 1), counts(output_col, 1)

@@ -181,6 +181,9 @@ def test_request_traces_azure_and_vidur(tmp_path):
                         ("Time,PromptTokenCount,CompletionTokenCount\n2,1,1\n1,1,1\n", "sorted"),
                         ("Time,PromptTokenCount,CompletionTokenCount\n-1,1,1\n", ">= 0"),
                         ("Time,PromptTokenCount,CompletionTokenCount\n1,0,1\n", "in \\[1,"),
+                        # the file and the row (1-based) as the user sees them, the value as written
+                        ("Time,PromptTokenCount,CompletionTokenCount\n1,5,1\n2,5,inf\n",
+                         "bad.csv'?: column CompletionTokenCount must hold integers in \\[1, [0-9]+\\]; row 2 has 'inf'"),
                         ("Time,PromptTokenCount,CompletionTokenCount\nx,1,1\n", "seconds or dates")):
         bad = tmp_path / "bad.csv"
         bad.write_text(text)
