@@ -600,7 +600,7 @@ def read_request_trace(path) -> RequestTrace:
         bad = ~np.isfinite(arrival) | (arrival < 0)
         if bad.any():
             i = int(np.argmax(bad))
-            raise DraftsimError(f"request trace {str(path)!r}: arrival times must be finite and >= 0; row {i + 1} has {arrival[i]!r}")
+            raise DraftsimError(f"request trace {str(path)!r}: arrival times must be finite and >= 0; row {i + 1} has {float(arrival[i]):g}")
         drops = np.flatnonzero(np.diff(arrival) < 0)
         if drops.size:
             i = int(drops[0]) + 1
