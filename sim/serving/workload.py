@@ -276,7 +276,7 @@ def parse_lengths(spec: str, option: str = "length") -> LengthDist:
         if name == "uniform" and rest and "=" not in rest:
             parts = rest.split(",")
             if len(parts) != 2:
-                raise DraftsimError(f"{option}: uniform needs two bounds LO,HI; got {rest!r}")
+                raise DraftsimError(f"uniform needs two bounds LO,HI; got {rest!r}")  # the option is prefixed below
             return Uniform(ascii_int(parts[0]), ascii_int(parts[1]))
         if name == "empirical" and rest and not rest.startswith("file="):
             return Empirical(rest)

@@ -152,9 +152,10 @@ def test_length_distributions_and_arrivals(tmp_path):
     lengths = tmp_path / "lengths.txt"
     lengths.write_text("10\n20\n30\n")
     assert set(parse_lengths(f"empirical:{lengths}").sample(500, rng).tolist()) == {10, 20, 30}
-    for bad in ("fixed:0", "uniform:9,3", "lognormal:median=-1,sigma=1", "zipf:a=1", "gauss:3", "fixed:x"):
-        with pytest.raises(DraftsimError):
-            parse_lengths(bad)
+    for bad in ("fixed:0", "uniform:9,3", "lognormal:median=-1,sigma=1", "zipf:a=1", "gauss:3", "fixed:x", "uniform:5:2", "uniform:1,2,3"):
+        with pytest.raises(DraftsimError) as err:
+            parse_lengths(bad, "--prompt-len")
+        assert str(err.value).count("--prompt-len") == 1, err.value  # the option named once
     with pytest.raises(DraftsimError):
         parse_arrivals("poisson").times(-1.0, 10, None, rng)
 
