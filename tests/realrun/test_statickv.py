@@ -238,3 +238,29 @@ def test_a_static_profile_grows_its_contexts_in_one_cache_per_batch(tiny, monkey
     # per batch size the rows grow 0 -> 40 -> 100 (the last-row table of batch 1 again): 40 then 60 tokens each time
     assert fills == [(1, 40), (1, 60), (2, 40), (2, 60), (1, 40), (1, 60)]
     assert {n for _, n, graph in calls if graph} == {1, 4}  # the timed calls
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 6), st.lists(st.integers(0, 40), min_size=1, max_size=6), st.integers(1, 9))
+def test_the_cache_runs_the_padded_shape_the_simulator_prices(tiny, rows, held, n):
+    """StaticKV.forward's padded shape (rows, new tokens, attention width) is the one
+    draftsim.sim.cost.profile.static_shape prices (its one definition, read by check-sim and
+    check-serve), wherever the padded width fits the buffer."""
+    from draftsim.sim.cost.profile import static_shape
+
+    held = (held * rows)[:rows]
+    kv = StaticKV(tiny, 6, 64, graphs=False)
+    kv.add_rows(rows)
+    kv.forward([[3] * h for h in held], [0] * rows)
+    seen = []
+    run = kv._run
+
+    def spy(ids, pos, allowed, *args, **kwargs):
+        seen.append((ids.shape[0], ids.shape[1], allowed.shape[-1]))
+        return run(ids, pos, allowed, *args, **kwargs)
+
+    kv._run = spy
+    kv.forward([[5] * n] * rows, [1] * rows)
+    want = tuple(int(x) for x in static_shape(rows, n, max(held), 6, 64))
+    if max(held) + want[1] <= kv.tokens:  # past the buffer the call runs at its own width (not priced padded)
+        assert seen[-1] == want
