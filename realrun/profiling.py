@@ -236,9 +236,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
         full = torch.randint(vocab, (b, context[-1]), generator=gen).to(dev) if context[-1] > 0 else None
         caller = None
         for k, c in enumerate(context):
-            if c == 0 or caller is None:
-                if caller is not None:
-                    caller.release()
+            if caller is None:  # the grid's contexts are sorted: only the first starts a caller
                 caller = Caller(loaded, b, full[:, :c] if c > 0 else None)
             else:
                 caller = caller.grow(full[:, context[k - 1]:c])

@@ -280,10 +280,6 @@ class StaticCalls:
 
     profile: ProfileCost
 
-    @property
-    def model(self) -> str:
-        return self.profile.model
-
     def shape_time(self, batch, new_tokens, context=0, rows=None) -> np.ndarray:
         b, n, c = np.broadcast_arrays(*(np.asarray(x) for x in (batch, new_tokens, context)))
         kept = n if rows is None else np.broadcast_to(np.asarray(rows), n.shape)
