@@ -22,11 +22,19 @@ the source's request rates, and the row says whether speculation becomes slower 
 the source puts the crossover under (``crossover_below``); crossovers are counted apart, like
 brackets.
 
+A point whose ``spec`` names ``tree_acceptance`` (a catalog entry reporting a token tree's mean
+acceptance length, e.g. SGLang's EAGLE-3 trees) runs its tree policy with one per-rank acceptance
+at every rank (``--rank-alphas``), solved so that the tree it verifies (the ``nodes`` most likely
+of the ``width``/``depth`` tree, :mod:`draftsim.sim.budget_tree`) accepts on average the entry's
+published length: the source's own measured acceptance pins the one unknown, as a chain entry's
+constant conditional rate is solved from its mean length; the speedup is what is predicted.
+
     python benchmarks/published/reproduce.py [--json] [--figure PATH] [--only ID] [--cost-model {roofline,operators}]
 
 ``--cost-model operators`` prices every point whose hardware has measured operator tables
-(:data:`draftsim.sim.cost.operators.SYSTEMS`: h100-sxm, h200, a100-80g) from them, its drafting
-heads included; the other points stay on the roofline, and the output says which did.
+(:data:`draftsim.sim.cost.operators.SYSTEMS`: h100-sxm, h200, a100-80g) and whose dtype is theirs
+(bfloat16) from them, its drafting heads included; the other points stay on the roofline, and the
+output says which did.
 
 Writes the figure (predicted against published, the ±10% band; default
 figures/published/reproduction.png).
@@ -43,8 +51,10 @@ import numpy as np
 
 from draftsim.analysis.loadstudy import crossover
 from draftsim.api import ServeSimConfig, serve_sim
-from draftsim.sim.acceptance_catalog import acceptance_entry
+from draftsim.sim.acceptance_catalog import acceptance_entry, check_use
+from draftsim.sim.budget_tree import budget_tree
 from draftsim.sim.cost.operators import COST_MODELS, SYSTEMS
+from draftsim.sim.policies import parse_policy
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -61,9 +71,15 @@ def sources(only: str | None = None) -> list[dict]:
     return out
 
 
+#: The dtype the operator tables price a dense model in (draftsim.sim.cost.operators.OperatorModel).
+OPERATOR_DTYPE = "bfloat16"
+
+
 def priced_by(options: dict, cost_model: str = "roofline") -> str:
-    """The cost model a run uses: ``operators`` only where its hardware has measured tables."""
-    return cost_model if cost_model == "roofline" or options.get("hardware") in SYSTEMS else "roofline"
+    """The cost model a run uses: ``operators`` only where its hardware has measured tables and
+    its dtype is the tables' (bfloat16)."""
+    measured = options.get("hardware") in SYSTEMS and options.get("dtype", OPERATOR_DTYPE) == OPERATOR_DTYPE
+    return cost_model if cost_model == "roofline" or measured else "roofline"
 
 
 class Measured:
@@ -103,6 +119,40 @@ def solve_alpha(speedup, target: float, lo: float = 0.02, hi: float = 0.99, step
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if speedup(mid) < target else (lo, mid)
     return 0.5 * (lo + hi)
+
+
+def tree_rank_alpha(policy: str, length: float) -> float:
+    """The one per-rank acceptance α (the same at every rank) at which the tree ``policy``
+    verifies accepts ``length`` tokens a round on average, bonus included (module docstring)."""
+    tree = parse_policy(policy)
+    if tree.kind != "tree":
+        raise SystemExit(f"tree_acceptance needs a tree policy; got {policy!r}")
+
+    def mean_length(alpha: float) -> float:
+        kept = tree.kept_tree(lambda r: alpha) or budget_tree(lambda r: alpha, tree.width, tree.depth, tree.nodes)
+        return 1.0 + kept.expected_accepted()
+
+    lo, hi = 1e-4, 1.0 - 1e-9
+    if not mean_length(lo) <= length <= mean_length(hi):
+        raise SystemExit(f"tree {policy!r} cannot accept {length} tokens a round (range {mean_length(lo):.3f}..{mean_length(hi):.3f})")
+    return solve_alpha(mean_length, length, lo, hi, steps=50)
+
+
+def point_spec(spec: dict, shared: dict) -> tuple[dict, dict]:
+    """A point's serve-sim options, a ``tree_acceptance`` entry resolved into per-rank rates,
+    and what the row reports about it."""
+    if "tree_acceptance" not in spec:
+        return spec, {}
+    spec = dict(spec)
+    entry = acceptance_entry(spec.pop("tree_acceptance"))
+    check_use(entry, shared.get("target"), (spec.get("drafter_model") or [None])[0])
+    if entry.draft != "tree" or entry.reported != "mean_length" or list(entry.values) != [None]:
+        raise SystemExit(f"tree_acceptance {entry.name!r} is not one tree's mean acceptance length")
+    length = float(entry.values[None])
+    alpha = tree_rank_alpha(spec["policy"], length)
+    width = parse_policy(spec["policy"]).width
+    spec.update(alpha=alpha, rank_alphas=",".join([f"{alpha:.9f}"] * width))
+    return spec, {"tree_acceptance": entry.name, "tree_mean_length": length, "rank_alpha": alpha}
 
 
 def crossover_row(doc: dict, point: dict, cost_model: str = "roofline") -> dict:
@@ -151,7 +201,9 @@ def predict(doc: dict, progress=None, cost_model: str = "roofline") -> list[dict
                          base)
             row.update(low=min(low, high), high=max(low, high), inside=bool(min(low, high) <= point["published"] <= max(low, high)))
         else:
-            row["predicted"] = value(doc["metric"], run({**shared, **point["spec"]}, cost_model), base)
+            spec, extra = point_spec(point["spec"], shared)
+            row.update(extra)
+            row["predicted"] = value(doc["metric"], run({**shared, **spec}, cost_model), base)
             row["error"] = row["predicted"] / point["published"] - 1.0
         rows.append(row)
         if progress is not None:
@@ -253,7 +305,10 @@ def main() -> int:
                   f"{r['slowdown_at']:g} req/s {r['predicted_slowdown']:.2f}x (published {r['published_slowdown']:.1f}x, rate unstated)",
                   flush=True)
         elif "predicted" in r:
-            print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['predicted']:5.2f}  error {r['error']:+6.1%}", flush=True)
+            tree = (f"  (tree acceptance length {r['tree_mean_length']:g}: rank rate {r['rank_alpha']:.3f})"
+                    if "rank_alpha" in r else "")
+            print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['predicted']:5.2f}  error {r['error']:+6.1%}{tree}",
+                  flush=True)
         else:
             print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['low']:.2f} .. {r['high']:.2f}  "
                   f"{'inside' if r['inside'] else 'OUTSIDE'} the bracket", flush=True)
@@ -265,8 +320,9 @@ def main() -> int:
         rows += got
         if not args.json and args.cost_model != "roofline":
             kinds = sorted({r["cost_model"] for r in got})
-            print(f"  (priced by {' and '.join(kinds)}" + ("" if kinds == [args.cost_model] else
-                                                         f": its hardware has no measured tables (they cover {', '.join(SYSTEMS)})") + ")")
+            why = (f": its hardware has no measured tables (they cover {', '.join(SYSTEMS)})" if doc["common"].get("hardware") not in SYSTEMS
+                   else f": its dtype, {doc['common'].get('dtype')}, is not the tables' ({OPERATOR_DTYPE})")
+            print(f"  (priced by {' and '.join(kinds)}" + ("" if kinds == [args.cost_model] else why) + ")")
     s = summary(rows)
     path = figure(rows, Path(args.figure))
     if args.json:

@@ -1,0 +1,70 @@
+"""The published suite's tree points: a tree's published mean acceptance length pins one per-rank
+acceptance (benchmarks/published/reproduce.py, ``tree_acceptance``)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from draftsim.sim.budget_tree import budget_tree
+
+FOLDER = Path(__file__).resolve().parent.parent / "benchmarks" / "published"
+
+
+@pytest.fixture(scope="module")
+def mod():
+    spec = importlib.util.spec_from_file_location("reproduce", FOLDER / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("policy, width, depth, nodes, length", [
+    ("tree:width=8,depth=8,nodes=64", 8, 8, 64, 5.88),  # SGLang PR 4716's EAGLE-3 tree
+    ("tree:width=4,depth=5,nodes=8", 4, 5, 8, 3.1),  # SGLang's defaults
+    ("tree:width=2,depth=3", 2, 3, 14, 2.5),  # a full tree (no node budget)
+])
+def test_the_solved_rank_rate_gives_the_published_length(mod, policy, width, depth, nodes, length):
+    alpha = mod.tree_rank_alpha(policy, length)
+    assert 0 < alpha < 1
+    kept = budget_tree([alpha] * width, width, depth, nodes)
+    assert kept.nodes == nodes
+    assert 1.0 + kept.expected_accepted() == pytest.approx(length, abs=1e-6)
+
+
+def test_a_length_the_tree_cannot_reach_is_refused(mod):
+    with pytest.raises(SystemExit, match="cannot accept"):
+        mod.tree_rank_alpha("tree:width=2,depth=2", 5.0)  # at most 2 draft tokens + the bonus
+    with pytest.raises(SystemExit, match="tree policy"):
+        mod.tree_rank_alpha("fixed:k=3", 2.0)
+
+
+def test_a_point_names_its_tree_entry_and_gets_per_rank_rates(mod):
+    shared = {"target": "llama-3.3-70b"}
+    spec = {"policy": "tree:width=8,depth=8,nodes=64", "tree_acceptance": "eagle3-llama-3.3-70b-mt-bench-sglang-pr4716",
+            "drafter_model": ["eagle3"]}
+    resolved, extra = mod.point_spec(spec, shared)
+    assert "tree_acceptance" not in resolved and "tree_acceptance" in spec  # the point's own options are left alone
+    rates = [float(x) for x in resolved["rank_alphas"].split(",")]
+    assert len(rates) == 8 and len(set(rates)) == 1 and rates[0] == pytest.approx(resolved["alpha"], abs=1e-9)
+    assert extra["tree_mean_length"] == 5.88 and extra["rank_alpha"] == resolved["alpha"]
+    plain = {"policy": "fixed:k=2", "acceptance": "eagle3-llama-3.1-8b-vllm-issue20780"}
+    assert mod.point_spec(plain, shared) == (plain, {})
+
+
+def test_a_tree_entry_is_checked_against_the_run(mod):
+    spec = {"policy": "tree:width=8,depth=8,nodes=64", "tree_acceptance": "eagle3-llama-3.3-70b-mt-bench-sglang-pr4716",
+            "drafter_model": ["eagle3"]}
+    with pytest.raises(Exception, match="llama-3.1-8b"):
+        mod.point_spec(spec, {"target": "llama-3.1-8b"})  # measured on another target
+    chain = dict(spec, tree_acceptance="eagle3-llama-3.1-8b-vllm-issue20780")
+    with pytest.raises(SystemExit, match="not one tree"):
+        mod.point_spec(chain, {"target": "llama-3.1-8b"})  # a chain's lengths, not a tree's
+
+
+def test_operators_price_only_the_tables_dtype(mod):
+    assert mod.priced_by({"hardware": "h100-sxm"}, "operators") == "operators"
+    assert mod.priced_by({"hardware": "h100-sxm", "dtype": "bfloat16"}, "operators") == "operators"
+    assert mod.priced_by({"hardware": "h100-sxm", "dtype": "float16"}, "operators") == "roofline"
