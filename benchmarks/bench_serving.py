@@ -15,24 +15,21 @@ calls whatever its steps and lanes. In open loop a window folds in the arrivals 
 admit them whole, and ends at the first it cannot; so at low load the cost follows the
 arrivals, at high load the steps, and it grows slowly with the batch (the arrays get wider).
 A replica's window does not end at another replica's arrivals (round-robin: it knows which
-are its own; least-outstanding: an arrival routed to it wakes it and cuts its window), so the
-cost grows linearly with R. Round-robin replicas fold their own arrivals as one replica does
-(R replicas at R times the load cost about R times one). Least-outstanding ones cannot: an
-arrival's replica is the one with the fewest unfinished requests at its arrival, which depends
-on every replica's finishes up to then, so a replica computes one plain window per arrival it
-receives (0.99 per arrival at 4 replicas: its window runs to about the 4R-th next arrival, and
-the next request sent to it cuts it; to the R-th, 1.26), against one fold of about 7 arrivals
-for one replica — about 1.8x linear, flat in R, not R² (the router asks every replica at every
-arrival: a bisection of the window's sorted finish times each). Guessing the routes ahead and
-checking them on arrival does not pay: predicting the next arrival's replica from the windows
-under way at the previous one is right 95% of the time, four arrivals ahead 58%. Folding
-predicted arrivals was tried (exact: each replica routed the next arrivals least-outstanding
-over the other replicas' windows under way and its own without them, folded those it would
-get, took a predicted request silently and cut its window where one it folded went elsewhere):
-1.8 -> 1.4 at 2 replicas, 1.8 -> 1.7 at 4, 1.8 -> 2.1 at 8. A prediction reaches only the first
-end among the other replicas' windows (each ends at its own next surprise), so at 8 replicas
-45% of the arrivals still came unforeseen and 11% were folded where they did not go, and a
-fold that takes in arrivals costs two windows.
+are its own; least-outstanding: an arrival routed to it reaches it while its window is under
+way), so the cost grows linearly with R. Round-robin replicas fold their own arrivals as one
+replica does (R replicas at R times the load cost about R times one). Least-outstanding ones
+cannot foresee theirs: an arrival's replica is the one with the fewest unfinished requests at
+its arrival, which depends on every replica's finishes up to then. Guessing the routes ahead
+does not pay (predicting the next arrival's replica from the windows under way is right 95% of
+the time, four arrivals ahead 58%; folding predicted arrivals cost 1.4/1.7/2.1x at 2/4/8
+replicas). Instead the window under way **takes the arrival in when it comes** (``window.admit``):
+where the scheduler would admit it whole at the next step boundary, its lane and prefill are
+added to the window's own arrays and sums in place (the steps before it do not move; a test holds
+the result equal to the window computed anew, array for array), and the window goes on; else
+the arrival cuts the window, as before. At 4 replicas 96% of the arrivals are taken in and a
+window ends about every 4 arrivals (it was one window per arrival): least-outstanding costs about
+1.6x linear (it was 1.8-2.0x), flat in R. The rest is the price of each taking-in (the cost
+models evaluated anew over the window's steps) against one replica's fold of ~7 arrivals.
 
 Times are CPU seconds of this process (``time.process_time``: the machine may be shared);
 wall seconds are printed beside them.

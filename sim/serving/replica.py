@@ -38,7 +38,7 @@ from .layout import LayoutState, RaggedLayout
 from .metrics import Recorder
 from .rounds import RoundBook
 from .scheduler import Outcome, RequestTable, Scheduler
-from .window import FOLD_ARRIVALS, Lanes, Window, compute
+from .window import FOLD_ARRIVALS, Lanes, Window, admit, compute
 
 __all__ = ["Replica", "Engine", "WINDOW_MAX", "outcome"]
 
@@ -102,6 +102,8 @@ class Replica:
         self._done: list | None = None  # its finish times, sorted (outstanding() fills it)
         self._held: list = []  # (request, arrival) that came at the instant the next step is planned
         self._step_guess = 1e-3
+        self._window: tuple | None = None  # the window under way where arrivals are not foreseen: (window, step starts, step ends)
+        self._armed = 0  # counts the arming of the window's end (the latest one wakes the loop)
         self._layout = LayoutState(len(engine.table)) if engine.layout is not None else None
         self.process = engine.env.process(self._run())
 
@@ -118,11 +120,43 @@ class Replica:
             if at >= ends[n - 1]:
                 self._held.append((rid, at))
                 return
+            if self._take_in(rid, at):
+                return
         self.scheduler.add(rid, at)
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed(at)
         elif self._wake is not None and not self._wake.triggered:
             self._wake.succeed(at)
+
+    def _take_in(self, rid: int, at: float) -> bool:
+        """Take an unforeseen arrival into the window under way where the scheduler would admit
+        it whole (:func:`~draftsim.sim.serving.window.admit`): the window goes on with it, its
+        steps before the arrival's unchanged, and ends when its new steps do. False where it
+        cannot (the arrival then wakes the replica and cuts the window)."""
+        wake, state = self._wake, self._window
+        if wake is None or wake.triggered or state is None:
+            return False
+        win, starts, _ = state
+        new = admit(self.engine, self.scheduler, win, starts, rid, at)
+        if new is None:
+            return False
+        self.scheduler.add(rid, at)
+        clock = np.empty(new.W + 1)
+        clock[0] = starts[0]
+        clock[1:] = new.time
+        np.add.accumulate(clock, out=clock)
+        starts, ends = clock[:-1], clock[1:]
+        self._window = (new, starts, ends)
+        self._pending, self._done = (ends, new.finish, new.W, self._pending[3]), None
+        self._arm(wake, float(ends[new.W - 1]))
+        return True
+
+    def _arm(self, wake: simpy.Event, end: float) -> None:
+        """Wake the step loop with the window's end at ``end`` (an earlier arming no longer does)."""
+        self._armed += 1
+        armed = self._armed
+        self.engine.env.timeout(max(end - self.engine.env.now, 0.0)).callbacks.append(
+            lambda _, w=wake, a=armed: w.triggered or a != self._armed or w.succeed(_ENDED))
 
     def outstanding(self) -> int:
         """Requests here that have not finished by now (for least-outstanding routing): the
@@ -178,10 +212,15 @@ class Replica:
                 yield env.timeout(max(ends[n - 1] - env.now, 0.0))
             else:
                 # one event, woken by the window's end or by an arrival (its time), whichever comes
-                # first (a condition of the two costs more, and one is made per window)
+                # first (a condition of the two costs more, and one is made per window); an arrival
+                # the window takes in (_take_in) replaces the window and re-arms its end
                 self._wake = wake = env.event()
-                env.timeout(max(ends[n - 1] - env.now, 0.0)).callbacks.append(lambda _, w=wake: w.triggered or w.succeed(_ENDED))
+                self._window = (win, starts, ends)
+                self._arm(wake, float(ends[n - 1]))
                 at = yield wake
+                win, starts, ends = self._window
+                self._window = None
+                n = win.W
                 if at is not _ENDED:  # an arrival nobody foresaw: keep the steps that started by then
                     n = max(1, np.count_nonzero(starts[:n] <= at))
                     self._pending, self._done = (ends, win.finish, n, first), None

@@ -50,7 +50,7 @@ from ..cost.base import BatchStats
 from .scheduler import controller_view
 
 __all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
-           "step_stats", "unit_stats", "uniform_unit_stats", "compute"]
+           "step_stats", "unit_stats", "uniform_unit_stats", "compute", "admit"]
 
 
 # ------------------------------------------------------------------------------------- records
@@ -156,6 +156,15 @@ class Window:
     fold_sums: np.ndarray | None = None
     #: the time of the first arrival to the replica not folded (the window stops before it)
     next_arrival: float = np.inf
+    #: what taking in an arrival nobody foresaw needs (:func:`admit`): the plan, its prefill
+    #: chunks and lanes and the blocks others hold, as the window was computed from them (None:
+    #: the window cannot take one in; such an arrival cuts it)
+    base: tuple | None = None
+    #: what :func:`price` summed, for :func:`admit` to add a lane to: the lanes' own (5, W) sums
+    #: of the target's calls (before the prefill chunks), their most new tokens and longest context
+    #: per step, and each drafter's calls per step where every lane makes all of them (None: the
+    #: window must be priced anew)
+    priced: tuple | None = None
 
     def truncate(self, W: int) -> None:
         """Keep the first W steps."""
@@ -303,6 +312,20 @@ def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughou
     lanes' drawn rounds may reach past their finishes). Besides the lanes', blocks are held by
     running requests that are not lanes: in step 0 (``held_first``) the prefill chunks that complete in it, in every step
     (``held_throughout``) the prefills waiting for their next chunk. Fills ``win.kv``."""
+    held = None
+    if kv is not None:
+        blocks = kv.request_blocks(win.context)
+        held = np.add.reduce(blocks * win.active, axis=1)
+        if held_throughout:
+            held += held_throughout
+        if held_steps is not None:  # folded prefills, in their steps
+            held += held_steps
+        held[0] += held_first
+    return _keep(win, cut_at_finish, kv, held)
+
+
+def _keep(win: Window, cut_at_finish: bool, kv, held: np.ndarray | None) -> int:
+    """:func:`cut`'s steps kept, from the KV blocks ``held`` in each step (None: no pool)."""
     ln, W = win.lanes, win.W
     keep = W
     if len(ln):
@@ -312,14 +335,7 @@ def cut(win: Window, *, cut_at_finish: bool, kv, held_first: int, held_throughou
             keep = min(keep, int(_min(win.finish)) + 1)
     if cut_at_finish and win.prefills.finishing:
         keep = 1
-    if kv is not None:
-        blocks = kv.request_blocks(win.context)
-        held = np.add.reduce(blocks * win.active, axis=1)
-        if held_throughout:
-            held += held_throughout
-        if held_steps is not None:  # folded prefills, in their steps
-            held += held_steps
-        held[0] += held_first
+    if held is not None:
         over = held[1:] > kv.blocks
         if np.count_nonzero(over):
             keep = min(keep, int(over.argmax()) + 1)
@@ -344,10 +360,12 @@ def price(win: Window, engine, book, layout_state) -> None:
         e_eff = np.where(active, np.minimum(win.emitted, ln.remaining - win.before), 0)
         width, _, win.layout = engine.layout.steps(layout_state, ln.rid, active, n_t, e_eff, c_t, joined, win.finish)
     lane_sums = []  # (sequences, cached) of the decoding lanes per step, kept for the drafters
+    parts = [] if width is None else None
     rows = win.fold_sums
-    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums, rows=rows)
+    target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums, rows=rows, parts=parts)
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
+    uniform = []  # each drafter's calls per step where every decoding lane makes all of them (None: not so)
     for m, model in enumerate(engine.drafters[: book.D]):
         # a drafter prefills its own cache with the target's prefills, unless it shares the target's (self-speculation)
         own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
@@ -357,6 +375,7 @@ def price(win: Window, engine, book, layout_state) -> None:
         calls = _draft_calls(win, book, m, engine.tree_nodes is not None)
         T = max(int(_max(calls, axis=None, initial=0)), 1 if draft_pre is not None or draft_rows is not None else 0)
         if T == 0:
+            uniform.append(None)
             continue
         # all of this drafter's calls of the window in one cost-model call: rows (t, w); call t of
         # step w batches the lanes making more than t calls, each at its context + the tokens before
@@ -367,6 +386,7 @@ def price(win: Window, engine, book, layout_state) -> None:
             # before its prefill chunks) with t more cached tokens each — integers, exact
             seqs, cached = lane_sums
             stats = uniform_unit_stats(seqs, cached, T, draft_pre, rows=draft_rows)
+            uniform.append(T)
         elif book.flat[m]:  # one token per call
             on = calls > k
             ctx = c_t + k if cap_ctx is None else np.minimum(c_t + k, cap_ctx)
@@ -376,13 +396,27 @@ def price(win: Window, engine, book, layout_state) -> None:
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
             ctx = c_t + k * per_call if cap_ctx is None else np.minimum(c_t + k * per_call, cap_ctx)
             stats = step_stats((on * per_call).reshape(T * W, B), ctx.reshape(T * W, B), draft_pre, rows=draft_rows)
-        per_call = np.asarray(model.stats_time(stats), dtype=np.float64).reshape(T, W)
-        calls_time = per_call[0].copy()
-        for t in range(1, T):  # call by call, in order: a step's sum whatever the window's shape (a reduction may pair terms)
-            calls_time += per_call[t]
-        draft_time = calls_time if draft_time is None else draft_time + calls_time
+        if len(uniform) <= m:
+            uniform.append(None)
+        draft_time = _add_calls(draft_time, model.stats_time(stats), T, W)
+    _timed(win, time, draft_time, target)
+    win.priced = (*parts, uniform) if parts is not None and None not in uniform else None
+
+
+def _add_calls(draft_time: np.ndarray | None, seconds, T: int, W: int) -> np.ndarray:
+    """``draft_time`` plus a drafter's T calls per step (``seconds``, rows (t, w)), added call by
+    call, in order: a step's sum whatever the window's shape (a reduction may pair terms)."""
+    per_call = np.asarray(seconds, dtype=np.float64).reshape(T, W)
+    calls_time = per_call[0].copy()
+    for t in range(1, T):
+        calls_time += per_call[t]
+    return calls_time if draft_time is None else draft_time + calls_time
+
+
+def _timed(win: Window, time: np.ndarray, draft_time: np.ndarray | None, target: BatchStats) -> None:
+    """Fill the window's step times from the target's and the drafters' (None: no drafting)."""
     if draft_time is None:
-        draft_time = np.zeros(W)
+        draft_time = np.zeros(win.W)
     win.time = time + draft_time
     win.draft_time = draft_time
     win.tokens = target.tokens.astype(np.int64)  # exact: sums of integers, the prefill chunks' in step 0
@@ -405,7 +439,8 @@ def _draft_calls(win: Window, book, m: int, tree: bool) -> np.ndarray:
 
 
 def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bool = False,
-               width: np.ndarray | None = None, lane_sums: list | None = None, rows: np.ndarray | None = None) -> BatchStats:
+               width: np.ndarray | None = None, lane_sums: list | None = None, rows: np.ndarray | None = None,
+               parts: list | None = None) -> BatchStats:
     """BatchStats of calls (rows) over sequences (columns) with new tokens ``n`` and contexts
     ``c`` ((R, B) arrays of integers; no checks: the replica builds valid ones); ``pre`` =
     (sequences, tokens, cached, pairs) of prefill chunks added to the first row. Logit rows: one
@@ -433,10 +468,22 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     sums[4] = sums[1]
     if lane_sums is not None:
         lane_sums += [sums[0].copy(), sums[2].copy()]
-    padded = prefill = None
+    longest = most = None
     if shape:
         longest = _max(cached, axis=-1, initial=0.0) if width is None else width
-        padded = np.stack([sums[0], _max(nf, axis=-1, initial=0.0), longest], axis=-1)
+        most = _max(nf, axis=-1, initial=0.0)
+    if parts is not None:
+        parts += [sums.copy(), most, longest]
+    return _shaped_record(sums, pre, rows, most, longest)
+
+
+def _shaped_record(sums: np.ndarray, pre: tuple | None, rows: np.ndarray | None, most, longest) -> BatchStats:
+    """:func:`_record` of the lanes' sums ``sums`` (5, R), with the step's make-up where ``most``
+    (the most new tokens of a sequence per call) and ``longest`` (its longest context) are given."""
+    padded = prefill = None
+    if most is not None:
+        R = sums.shape[1]
+        padded = np.stack([sums[0], most, longest], axis=-1)
         prefill = np.zeros((R, 2))
         if pre is not None:
             prefill[0] = pre[0], pre[1]
@@ -546,8 +593,9 @@ def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state
             first = scheduler.held_blocks([r for r in others if r in chunked])
             throughout = scheduler.held_blocks([r for r in others if r not in chunked])
         first += sum(kv.request_blocks(int(c)) for c in pre.join_cached)  # the joiners' blocks, their prefills complete
-    if (upcoming is not None and len(upcoming[0]) and len(ln) and not cut_at_finish and not stalled and not plan.preempted
-            and engine.layout is None and type(engine.controller).caps is Controller.caps and not (pre.rid and pre.partial)):
+    foldable = bool(len(ln) and not cut_at_finish and not stalled and not plan.preempted and engine.layout is None
+                    and type(engine.controller).caps is Controller.caps and not (pre.rid and pre.partial))
+    if foldable and upcoming is not None and len(upcoming[0]):
         return fold(engine, scheduler, plan, pre, ln, now, step_guess, upcoming, first, throughout)
     W = span(ln, pre, plan, waiting=waiting, cut_at_finish=cut_at_finish, now=now, next_arrival=next_arrival, step_guess=step_guess,
              window_max=engine.window_max)
@@ -559,7 +607,140 @@ def compute(engine, scheduler, plan, now: float, step_guess: float, layout_state
         win.truncate(keep)
     price(win, engine, book, layout_state)
     win.next_arrival = next_arrival
+    if foldable:
+        win.base = (plan, pre, ln, first, throughout)
     return win
+
+
+def admit(engine, scheduler, win: Window, starts: np.ndarray, rid: int, at: float) -> Window | None:
+    """The window with request ``rid``, arrived unforeseen at ``at`` (least-outstanding routing
+    sent it here), taken in where the scheduler would admit it whole: at the first step that
+    starts at or after ``at`` (:func:`_admissible`; after the steps of the arrivals taken in
+    before it). The steps before that one are the window's, unchanged: what ran by ``at`` does
+    not move. None where it cannot be taken in (the arrival then cuts the window)."""
+    if win.base is None:
+        return None
+    k = int(np.searchsorted(starts[: win.W], at, side="left"))
+    if k >= win.W or (win.folds and win.folds[-1][1] >= k):
+        return None
+    if not _admissible(engine.table, scheduler.config, engine.lookahead, rid, k, int(np.add.reduce(win.active[k]))):
+        return None
+    new = _add_lane(engine, scheduler, win, rid, k)
+    if new is None or CHECK_ADMIT:
+        plan, pre, ln, first, throughout = win.base
+        anew = _with_folds(engine, scheduler, plan, pre, ln, win.W, win.folds + [(rid, k)], first, throughout)
+        if new is not None:
+            _assert_same_window(new, anew)
+        new = anew
+    new.base, new.next_arrival = win.base, win.next_arrival
+    return new
+
+
+#: compute every window :func:`admit` makes both ways and compare them (a check for the tests)
+CHECK_ADMIT = False
+
+
+def _assert_same_window(a: Window, b: Window) -> None:
+    for name in ("W", "folds", "valid", "active", "drafted", "accepted", "emitted", "cum", "before", "finish", "context", "batch",
+                 "index", "drafted_raw", "time", "draft_time", "tokens", "kv", "fold_sums"):
+        x, y = getattr(a, name), getattr(b, name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert x is not None and y is not None and np.array_equal(x, y), name
+        else:
+            assert x == y, name
+    for name in ("rid", "first", "generated", "remaining", "context", "base", "reach"):
+        assert np.array_equal(getattr(a.lanes, name), getattr(b.lanes, name)), "lanes." + name
+
+
+def _add_lane(engine, scheduler, win: Window, rid: int, k: int) -> Window | None:
+    """``win`` with request ``rid`` taken in at step k — its whole prefill in step k, a lane from
+    step k + 1 — computed from ``win``'s own arrays and sums: what :func:`_with_folds` computes
+    anew over every lane, bit for bit (every sum is of integers). None where ``win``'s pricing
+    cannot take a lane in place (a drafter's calls are not every lane's, the lane makes more)."""
+    if win.priced is None:
+        return None
+    lane5, most, longest, uniform = win.priced
+    table, book, kv = engine.table, engine.book, scheduler.kv
+    W = win.W
+    book.ensure(rid)
+    f1 = k + 1
+    prompt = int(table.prompt[rid])
+    lane = Lanes(*np.array([[rid], [f1], [1], [int(table.output[rid]) - 1], [prompt + 1], [int(book.start[rid]) - f1],
+                            [f1 + int(book.count[rid])]], dtype=np.int64))
+    # its rounds as draw and progress make them, a (W, 1) column
+    w = np.arange(W)[:, None]
+    index = lane.base + w
+    valid = (w >= lane.first) & (w < lane.reach)
+    drafted = book.drafted.take(index, mode="clip")
+    emitted = book.emitted.take(index, mode="clip") * valid
+    cum = np.add.accumulate(emitted, axis=0)
+    before = cum - emitted
+    context = lane.context + before
+    active = valid & (before < lane.remaining)
+    n_t = (drafted + 1) * active
+    c_t = context - 1
+    T = []
+    for m, t in enumerate(uniform):  # a drafter's calls must stay every lane's
+        calls = book.calls[:, m].take(index, mode="clip") * active
+        if np.count_nonzero(calls != t * active):
+            return None
+        T.append(t)
+    ln = win.lanes
+    lanes = Lanes(*(np.concatenate([getattr(ln, f), getattr(lane, f)]) for f in ("rid", "first", "generated", "remaining", "context", "base",
+                                                                                 "reach")))
+    col = lambda a, b: np.concatenate([a, b], axis=1)  # noqa: E731
+    sums = np.zeros((4, W)) if win.fold_sums is None else win.fold_sums.copy()
+    sums[:, k] = 1.0, prompt, 0.0, prompt * (prompt + 1) // 2
+    batch = win.batch + np.add.reduce(active, axis=1)
+    batch[k] += 1
+    new = Window(W=W, prefills=win.prefills, lanes=lanes, valid=col(win.valid, valid), active=col(win.active, active),
+                 drafted=col(win.drafted, drafted), accepted=col(win.accepted, book.accepted.take(index, mode="clip")),
+                 emitted=col(win.emitted, emitted), cum=col(win.cum, cum), before=col(win.before, before),
+                 finish=np.concatenate([np.minimum(win.finish, W), np.add.reduce(cum < lane.remaining, axis=0)]),
+                 context=col(win.context, context),
+                 batch=batch, index=col(win.index, index), drafted_raw=None, folds=win.folds + [(rid, k)], fold_sums=sums)
+    new.drafted_raw = new.drafted  # no cap: draw's rounds as drawn
+    held = None
+    if kv is not None:
+        held = win.kv + np.add.reduce(kv.request_blocks(context) * active, axis=1)
+        held[k] += kv.request_blocks(prompt)
+    keep = _keep(new, False, kv, held)
+    if keep < W:
+        new.truncate(keep)
+        W = keep
+    # its sums added to the lanes' (as step_stats sums a column: integers, exact in float64)
+    nf = n_t[:W, 0].astype(np.float64)
+    on = (nf > 0.0).astype(np.float64)
+    cached = c_t[:W, 0] * on
+    lane5 = lane5[:, :W].copy()
+    lane5[0] += on
+    lane5[1] += nf
+    lane5[2] += cached
+    lane5[3] += (c_t[:W, 0] * 2.0 + nf + 1.0) * nf * 0.5
+    lane5[4] += nf
+    if most is not None:
+        most = np.maximum(most[:W], nf)
+        longest = np.maximum(longest[:W], cached)
+    pre, rows = win.prefills, new.fold_sums
+    target = _shaped_record(lane5.copy(), pre.sums, rows, most, longest)
+    time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
+    draft_time = None
+    for m, model in enumerate(engine.drafters[: book.D]):
+        own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
+        stats = uniform_unit_stats(lane5[0], lane5[2], T[m], pre.sums if own else None, rows=rows if own else None)
+        draft_time = _add_calls(draft_time, model.stats_time(stats), T[m], W)
+    _timed(new, time, draft_time, target)
+    new.priced = (lane5, most, longest, uniform)
+    return new
+
+
+def _admissible(table, cfg, lookahead: int, r: int, k: int, dec: int) -> bool:
+    """Whether the scheduler admits request ``r``, the only one waiting, whole at step ``k`` of a
+    window in which ``dec`` lanes decode: a step ran before it (k ≥ 1), fewer than
+    ``max_num_seqs`` decode, its prompt fits the step's token budget beside their verification
+    tokens, and it has more than one token to generate (its blocks: the window's cut)."""
+    return (k >= 1 and table.output[r] >= 2 and dec < cfg.max_num_seqs
+            and table.prompt[r] <= cfg.max_num_batched_tokens - lookahead * dec)
 
 
 def _with_folds(engine, scheduler, plan, pre: Prefills, ln: Lanes, W: int, folds: list, first: int, throughout: int) -> Window:
@@ -625,8 +806,7 @@ def _admissions(win: Window, now: float, upcoming: tuple, table, cfg, lookahead:
         if out and out[-1][1] == k:  # two arrivals in one step: the scheduler admits them together, not a window
             out.pop()
             return out, i - 1, k
-        dec = int(decoding[k])
-        if k < 1 or table.output[r] < 2 or dec >= cfg.max_num_seqs or table.prompt[r] > cfg.max_num_batched_tokens - lookahead * dec:
+        if not _admissible(table, cfg, lookahead, r, k, int(decoding[k])):
             return out, i, k
         out.append((r, k))
         if extra is not None:  # the steps after k start later: its prefill, then one more lane in each

@@ -95,3 +95,56 @@ def test_least_outstanding_under_load_routes_as_the_reference():
     order = [rid for rid, _, _ in got]
     assert [r for _, r, _ in got] == reference_routes(order, run.arrival, run.finish, 4)
     assert len(set(r for _, r, _ in got)) == 4
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), replicas=st.integers(2, 4), qps=st.floats(10.0, 120.0), costs=st.sampled_from(sorted(COSTS)),
+       seqs=st.integers(2, 24), kv=st.sampled_from([None, 3000]), k=st.integers(1, 5))
+def test_an_arrival_taken_into_a_window_in_place_equals_the_window_made_anew(seed, replicas, qps, costs, seqs, kv, k):
+    """Least-outstanding routing: an arrival the window under way takes in (window.admit) is
+    added to the window's own arrays and sums in place; that window equals the one computed anew
+    with it over every lane (``_with_folds``), array for array, bit for bit — and the run equals
+    stepping one step at a time."""
+    from draftsim.sim.serving import window
+
+    target, drafter = COSTS[costs]
+    cfg = ServingConfig(policies.FixedK(k), acceptance.Bernoulli(0.75), target, [drafter], kv_tokens=kv or 1 << 20, replicas=replicas,
+                        router="least-outstanding", scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=2048))
+    wl = make_workload(arrivals=Poisson(), qps=qps, requests=60, duration=None, prompt=parse_lengths("uniform:1,500"),
+                       output=parse_lengths("uniform:2,150"), rng=np.random.default_rng(seed))
+    taken = []
+    add_lane = window._add_lane
+
+    def counted(*a, **kw):
+        out = add_lane(*a, **kw)
+        taken.append(out is not None)
+        return out
+
+    with mock.patch.object(window, "CHECK_ADMIT", True), mock.patch.object(window, "_add_lane", counted):
+        run = serve(cfg, wl, seed=seed)
+    assert_same_run(run, serve(dataclasses.replace(cfg, window_max=1), wl, seed=seed))
+    if qps >= 40 and kv is None:  # busy replicas: arrivals come while windows are under way
+        assert any(taken)
+
+
+def test_least_outstanding_replicas_take_arrivals_into_their_windows():
+    """The benchmark's setting at four replicas: most arrivals are taken into the window under
+    way rather than cutting it (a window per arrival is what made least-outstanding routing cost
+    about twice round-robin's)."""
+    from draftsim.sim.serving import window
+
+    target, drafter = COSTS["roofline"]
+    cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), target, [drafter], replicas=4, router="least-outstanding")
+    wl = make_workload(arrivals=Poisson(), qps=40.0, requests=400, duration=None, prompt=Fixed(512), output=Fixed(256),
+                       rng=np.random.default_rng(7))
+    taken = []
+    admit = window.admit
+
+    def counted(*a, **kw):
+        out = admit(*a, **kw)
+        taken.append(out is not None)
+        return out
+
+    with mock.patch("draftsim.sim.serving.replica.admit", counted):
+        serve(cfg, wl, seed=7)
+    assert sum(taken) > 0.8 * len(wl)
