@@ -27,7 +27,7 @@ median and worst, with the median of predicted / measured (below 1: Vidur's kern
 Each kind is also scored with the **curve alone** on every row (the fallback, even where the table holds
 the shape): the efficiency curves fitted on AIConfigurator's tables, held out from Vidur by construction.
 ``path`` says how the operator model priced a row: ``table`` (at or between measured shapes),
-``table scaled`` (a prefill chunk after cached tokens: the whole-prompt row scaled by query-key pairs)
+``equal-work prompt`` (a prefill chunk after cached tokens: the whole-prompt row with its query-key pairs)
 or ``fallback`` (outside the table: the curve, for a GEMM the table at its edge scaled by the curve).
 The last section prints the evidence behind the systematic differences.
 
@@ -51,9 +51,10 @@ What differs, and why (numbers of this run; benchmarks/data/vidur/README.md says
   generation table at batch 4, step 511 reads 94 us between 23 us (step 255) and 27 us (step 1023).
 * **Prefill attention**: Vidur ran prefill through the same ``flash_attn_with_kvcache`` (paged 16-token
   blocks), about 2.5x slower than the table's vLLM kernel at 4096 tokens (59 against 152 TFLOP/s), so whole
-  prompts score 0.39-0.82. A chunk after cached tokens exposes the operator model's own approximation: it
-  scales the whole-prompt time by query-key pairs, fixed cost included, so 64 tokens after 3072 cached are
-  priced 1.17 ms against 0.04 ms measured (chunks of >= 1024 tokens: 0.97 at the median).
+  prompts score 0.39-0.82. A chunk after cached tokens exposed an error of the operator model's, now
+  fixed: it scaled the chunk's whole-prompt time by the query-key pairs, fixed cost included (64 tokens
+  after 3072 cached priced 1.17 ms against 0.04 ms measured; 205% off at the median over the 36 chunk
+  rows); it now prices a chunk as the whole prompt with its query-key pairs (18.6% at the median).
 * **All-reduce** under 8 MiB compares vLLM's custom kernel in a CUDA graph (the table) with eager NCCL
   (Vidur, ``DISABLE_GRAPH = True``): 0.23-0.28. Vidur's small messages take 36-37 us at the median with no
   trend in size, as low as 7-10 us within the same profile: rank 0's NCCL kernel waits for the last rank's
@@ -93,7 +94,7 @@ CUSTOM_AR_MAX_BYTES = 8 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Summary:
-    """One group's scores: rows, the share priced from a table (``table`` or ``table scaled``), the
+    """One group's scores: rows, the share priced from a table (``table`` or ``equal-work prompt``), the
     operator model's |predicted / measured − 1| (median, worst) and median predicted / measured, and
     the curve alone's (median, worst)."""
 
@@ -173,7 +174,7 @@ def attention_scores(catalog=None) -> pd.DataFrame:
         else:
             pairs = new * ctx + new * (new + 1) / 2
             curve = float(probe.curves.prefill_seconds(1, new, q, kv, hd)) * pairs / (new * (new + 1) / 2)
-        path = "table" if part.measured else "table scaled" if "scaled by query-key pairs" in part.note else "fallback"
+        path = "table" if part.measured else "equal-work prompt" if "query-key pairs" in part.note else "fallback"
         rows.append({"kind": f"{r.phase} attention", "gpu": "a100-80g", "model": "70B layout, tp 2", "op": r.phase, "tp": ATTENTION_TP,
                      "batch": batch, "new_tokens": new, "context": ctx, "measured": r.attn * 1e-3, "predicted": part.seconds / spec.layers,
                      "curve": curve, "path": path,
@@ -294,12 +295,12 @@ def evidence(df: pd.DataFrame, catalog=None) -> list[str]:
                    f"{whole.iloc[0].predicted / whole.iloc[0].measured:.2f} at {int(whole.iloc[0].new_tokens)} tokens down to "
                    f"{top.predicted / top.measured:.2f} at {int(n)}: Vidur's kernel runs {flops / top.measured / 1e12:.0f} TFLOP/s there, "
                    f"the table's {flops / top.predicted / 1e12:.0f}")
-        chunk = pf[pf.path == "table scaled"]
+        chunk = pf[pf.path == "equal-work prompt"]
         for lab, sel in (("chunks of <= 128 tokens", chunk.new_tokens <= 128), ("chunks of >= 1024 tokens", chunk.new_tokens >= 1024)):
             d = chunk[sel]
             if len(d):
-                out.append(f"prefill attention after cached tokens, {lab} ({len(d)} rows; the whole-prompt row scaled by "
-                           f"query-key pairs): predicted / measured {ratio(d):.2f} at the median, {(d.predicted / d.measured).min():.2f}.."
+                out.append(f"prefill attention after cached tokens, {lab} ({len(d)} rows; the whole-prompt row of "
+                           f"its query-key pairs): predicted / measured {ratio(d):.2f} at the median, {(d.predicted / d.measured).min():.2f}.."
                            f"{(d.predicted / d.measured).max():.1f}")
     ar = df[df.kind == "allreduce"]
     for gpu, d in ar.groupby("gpu"):
@@ -324,7 +325,7 @@ def main() -> None:
     print("\nper case (GEMM: roofline regime; prefill: whole prompt or a chunk after cached tokens; all-reduce: vLLM's custom "
           "kernel's range or past it):\n")
     print(markdown(summarise(df, "case"), "GPU / case"))
-    print("\nper path (how the operator model priced the row: table, table scaled, or the fallback):\n")
+    print("\nper path (how the operator model priced the row: table, equal-work prompt, or the fallback):\n")
     print(markdown(summarise(df, "path"), "GPU / path"))
     print("\nper GEMM projection:\n")
     print(markdown(summarise(df[df.kind == "gemm"], "op"), "GPU / projection"))

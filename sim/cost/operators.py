@@ -27,9 +27,12 @@ A call of N new tokens over B sequences (contexts c_i) on one of ``tp`` devices 
   priced as one query over c + n − 1 cached tokens: its KV cache read once (FlashAttention-3 packs
   a sequence's queries and a GQA group into one tile) — exact at n = 1, estimated above and said
   so; an engine that verifies by batch expansion reads it once per query (N sequences).
-  Prefill chunks from ``context_attention_perf.parquet`` at (B, isl = new tokens per sequence),
-  scaled by the call's query–key pairs over the table's B·n(n+1)/2 when the chunk follows cached
-  tokens (exact for a whole prompt). Mixed batches are priced at their means (B, N/B, Σc/B).
+  Prefill chunks from ``context_attention_perf.parquet`` at (B, isl = the whole prompt with the
+  call's query–key pairs per sequence, n(n + 1)/2 = pairs / B: :func:`equal_work_prompt`; exact
+  for whole prompts of one length). A chunk after cached tokens is so priced as the prompt of its
+  work, its fixed cost once (scaling a short prompt's time by the pairs, as before, multiplied the
+  fixed cost too: 64 tokens after 3,072 cached came out 1.17 ms on an A100 where Vidur's profile
+  measures 0.042 ms). Mixed batches are priced at their means (B, N/B, Σc/B).
 * **All-reduces** at tp > 1: two per layer and one after the vocabulary-parallel embedding
   (AIConfigurator's Llama model), each of N·hidden elements, from ``custom_allreduce_perf.parquet``
   at the tp size — the CUDA-graph rows (the kernel alone) unless the engine runs the step eagerly
@@ -93,12 +96,21 @@ from .overheads import pad_tokens
 from .roofline import RooflineModel
 
 __all__ = ["COST_MODELS", "DECODE_QUERIES", "FRAMEWORKS", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "MeasuredGemm", "OperatorModel", "Part",
+           "equal_work_prompt",
            "systems_root"]
 
 #: ``--cost-model`` choices: the catalog roofline (default) or the measured operators.
 COST_MODELS = ("roofline", "operators")
 #: The most new tokens per sequence priced from the generation (decode) table; more: the context table.
 DECODE_QUERIES = 16
+
+
+def equal_work_prompt(B, pairs) -> np.ndarray:
+    """The whole-prompt length n whose causal attention has ``pairs / B`` query–key pairs,
+    n(n + 1)/2 = pairs / B: what a prefill chunk after cached tokens is priced as (its queries
+    against the cache and one another are that much work). Exact for B whole prompts of n tokens
+    (the square root of a perfect square is exact)."""
+    return (np.sqrt(1.0 + 8.0 * np.asarray(pairs, np.float64) / np.asarray(B, np.float64)) - 1.0) / 2.0
 
 
 class _Grid2D:
@@ -487,13 +499,13 @@ class OperatorModel(RooflineModel):
             out[use] = t[use] * L
             if np.any(decode & ok & (nbar > 1)):
                 self._note("attention", f"{'batch expansion: one query per sequence' if self.kv_per_query else 'several new tokens per sequence priced as one query over their context (KV read once)'}")
+        n_eq = equal_work_prompt(B, pairs)
         if self._attn_ctx is not None and np.any(~decode):
-            t, ok = self._attn_ctx(B, nbar)
+            t, ok = self._attn_ctx(B, n_eq)
             use = ~decode & ok
-            scale = pairs / (B * nbar * (nbar + 1) / 2)
-            out[use] = (t * scale)[use] * L
+            out[use] = t[use] * L
             if np.any(use & (cbar > 0)):
-                self._note("attention", "prefill after cached tokens scaled by query-key pairs from a whole-prompt measurement")
+                self._note("attention", "a prefill chunk after cached tokens priced as the whole prompt of its query-key pairs")
         miss = np.isnan(out)
         c = self.curves
         for sel, curve, kind in ((miss & decode, c.decode, "decode"), (miss & ~decode, c.prefill, "prefill")):
@@ -512,7 +524,7 @@ class OperatorModel(RooflineModel):
                 t = (c.decode_seconds(N, cbar + (nbar - 1) / 2 + 1, *self._layout) if self.kv_per_query else
                      c.decode_seconds(B, cbar + nbar, *self._layout))
             else:
-                t = c.prefill_seconds(B, nbar, *self._layout) * pairs / (B * nbar * (nbar + 1) / 2)
+                t = c.prefill_seconds(B, n_eq, *self._layout)
             out[sel] = (t * L)[sel]
         return out
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from draftsim.sim.cost import default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
 from draftsim.sim.cost.catalog import ModelSpec
-from draftsim.sim.cost.operators import PINNED_VERSION, OperatorModel, systems_root
+from draftsim.sim.cost.operators import PINNED_VERSION, OperatorModel, equal_work_prompt, systems_root
 from draftsim.sim.cost.overheads import engine_overheads
 from draftsim.sim.errors import DraftsimError
 
@@ -117,6 +117,31 @@ def test_a_whole_prompts_attention_is_the_context_tables_row(grid_model, batch, 
     parts = {p.part: p for p in grid_model.breakdown(batch, isl, 0)}
     assert parts["attention"].seconds == pytest.approx(GRID.layers * float(hit.latency.iloc[0]) * 1e-3, rel=1e-12)
     assert parts["attention"].measured
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 256), st.integers(1, 1 << 17))
+def test_the_equal_work_prompt_of_whole_prompts_is_their_length(batch, n):
+    """B whole prompts of n tokens have B·n(n + 1)/2 query-key pairs; the prompt of that work per
+    sequence is n itself, exactly (no rounding moves a whole prompt off its table row)."""
+    assert equal_work_prompt(batch, batch * n * (n + 1) / 2) == n
+
+
+@tables
+@pytest.mark.parametrize("batch,chunk,cached", [(1, 64, 3072), (1, 512, 2048), (4, 256, 1024), (1, 2048, 8192)])
+def test_a_chunk_after_cached_tokens_costs_the_prompt_of_its_work_its_fixed_cost_once(grid_model, batch, chunk, cached):
+    """A prefill chunk after cached tokens is priced as the whole prompt with its query-key pairs
+    per sequence: dearer than a whole prompt of the chunk alone, cheaper than one of chunk + cached
+    tokens. Scaling the chunk's own whole-prompt time by the pairs (as before) multiplied its fixed
+    cost too: 64 tokens after 3,072 cached came out 96 times a 64-token prompt, where Vidur's A100
+    profile (benchmarks/data/vidur) measures 3.4 times."""
+    parts = lambda n, c: {p.part: p for p in grid_model.breakdown(batch, n, c)}["attention"]  # noqa: E731
+    after, alone, whole = parts(chunk, cached), parts(chunk, 0), parts(chunk + cached, 0)
+    assert alone.seconds < after.seconds < whole.seconds
+    n_eq = equal_work_prompt(batch, batch * chunk * (cached + (chunk + 1) / 2))
+    assert chunk < n_eq < chunk + cached
+    assert after.seconds / alone.seconds < 2 * (n_eq / chunk) ** 2  # at most the work's ratio: no fixed cost multiplied
+    assert "query-key pairs" in after.note
 
 
 @tables
