@@ -499,7 +499,7 @@ class OperatorModel(RooflineModel):
             out[use] = t[use] * L
             if np.any(decode & ok & (nbar > 1)):
                 self._note("attention", f"{'batch expansion: one query per sequence' if self.kv_per_query else 'several new tokens per sequence priced as one query over their context (KV read once)'}")
-        n_eq = equal_work_prompt(B, pairs)
+        n_eq = np.maximum(equal_work_prompt(B, pairs), 1.0)  # (an empty call's pairs are 0, its B and N held at 1)
         if self._attn_ctx is not None and np.any(~decode):
             t, ok = self._attn_ctx(B, n_eq)
             use = ~decode & ok
