@@ -97,19 +97,27 @@ def test_least_outstanding_under_load_routes_as_the_reference():
     assert len(set(r for _, r, _ in got)) == 4
 
 
+POLICIES = {"fixed": lambda k: policies.FixedK(k), "tree": lambda k: policies.Tree(2, k),
+            "cascade": lambda k: policies.HorizontalCascade([1, 2], [k, 2])}
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 10_000), replicas=st.integers(2, 4), qps=st.floats(10.0, 120.0), costs=st.sampled_from(sorted(COSTS)),
-       seqs=st.integers(2, 24), kv=st.sampled_from([None, 3000]), k=st.integers(1, 5))
-def test_an_arrival_taken_into_a_window_in_place_equals_the_window_made_anew(seed, replicas, qps, costs, seqs, kv, k):
+       seqs=st.integers(2, 24), kv=st.sampled_from([None, 3000]), k=st.integers(1, 4), policy=st.sampled_from(sorted(POLICIES)),
+       chunked=st.booleans())
+def test_an_arrival_taken_into_a_window_in_place_equals_the_window_made_anew(seed, replicas, qps, costs, seqs, kv, k, policy, chunked):
     """Least-outstanding routing: an arrival the window under way takes in (window.admit) is
     added to the window's own arrays and sums in place; that window equals the one computed anew
     with it over every lane (``_with_folds``), array for array, bit for bit — and the run equals
-    stepping one step at a time."""
+    stepping one step at a time. Chains, trees and two-drafter cascades, with and without chunked
+    prefill and a small KV pool."""
     from draftsim.sim.serving import window
 
     target, drafter = COSTS[costs]
-    cfg = ServingConfig(policies.FixedK(k), acceptance.Bernoulli(0.75), target, [drafter], kv_tokens=kv or 1 << 20, replicas=replicas,
-                        router="least-outstanding", scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=2048))
+    pol = POLICIES[policy](k)
+    cfg = ServingConfig(pol, acceptance.Bernoulli(0.75), target, [drafter] * (pol.n_models - 1), kv_tokens=kv or 1 << 20,
+                        replicas=replicas, router="least-outstanding",
+                        scheduler=SchedulerConfig(max_num_seqs=seqs, max_num_batched_tokens=2048, chunked_prefill=chunked))
     wl = make_workload(arrivals=Poisson(), qps=qps, requests=60, duration=None, prompt=parse_lengths("uniform:1,500"),
                        output=parse_lengths("uniform:2,150"), rng=np.random.default_rng(seed))
     taken = []
@@ -123,7 +131,7 @@ def test_an_arrival_taken_into_a_window_in_place_equals_the_window_made_anew(see
     with mock.patch.object(window, "CHECK_ADMIT", True), mock.patch.object(window, "_add_lane", counted):
         run = serve(cfg, wl, seed=seed)
     assert_same_run(run, serve(dataclasses.replace(cfg, window_max=1), wl, seed=seed))
-    if qps >= 40 and kv is None:  # busy replicas: arrivals come while windows are under way
+    if qps >= 40 and kv is None and seqs >= 12 and policy == "fixed":  # busy, unqueued replicas: arrivals come while windows are under way
         assert any(taken)
 
 
