@@ -1,11 +1,13 @@
 """MoE decode from AIConfigurator's measured tables against published decode times (benchmarks/published/moe/decode.json).
 
 For every published point: the step priced from the tables (:func:`draftsim.sim.cost.moe_tables.decode_step`,
-the engine's per-step host time from sim/data/engines.json on top), the catalog roofline's plain step as
-``draftsim cost`` prices it (the same engine; its routed experts at the grouped-GEMM efficiency the GPU's
-MoE table measures, sim/cost/moe_tables.py), ``--cost-model operators``' step (sim/cost/operators.py), and
-the error of each. Points the tables cannot price
-say which part is missing. Run: ``python benchmarks/bench_moe.py`` (needs the ``operators`` extra).
+the engine's per-step host time from sim/data/engines.json on top; an SGLang point from SGLang's own tables,
+its latent attention part by part and its shared expert fused, as the module docstring says), the catalog
+roofline's plain step as ``draftsim cost`` prices it (the same engine; its routed experts at the grouped-GEMM
+efficiency the GPU's MoE table measures, sim/cost/moe_tables.py), ``--cost-model operators``' step
+(sim/cost/operators.py), and the error of each. Points the tables cannot price say which part is missing.
+``--parts`` adds each scored point's parts (ms) and the table that priced each. Run:
+``python benchmarks/bench_moe.py [--parts]`` (needs the ``operators`` extra).
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from draftsim.sim.errors import DraftsimError
 DATA = Path(__file__).resolve().parent / "published" / "moe" / "decode.json"
 
 
-def predict(point: dict) -> tuple[float | None, str]:
-    cat = default_catalog()
+def step_of(point: dict):
+    """The point's :class:`~draftsim.sim.cost.moe_tables.DecodeStep` (its engine's tables, host time and KV default)."""
     eng = engine_overheads(point["engine"])
+    return decode_step(default_catalog().model(point["model"]), point["hardware"], point["engine"], point["dtype"], point["tp"],
+                       point["batch"], point["context"], host=eng.per_step, overlap=bool(eng.plain_overlap))
+
+
+def predict(point: dict) -> tuple[float | None, str]:
     try:
-        step = decode_step(cat.model(point["model"]), point["hardware"], point["engine"], point["dtype"], point["tp"], point["batch"],
-                           point["context"], host=eng.per_step, overlap=bool(eng.plain_overlap))
-        return step.seconds * 1e3, ""
+        return step_of(point).seconds * 1e3, ""
     except DraftsimError as e:
         return None, str(e)
 
@@ -54,7 +59,8 @@ def operators(point: dict, expert_parallel: bool = False) -> float | None:
         return None
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parts = "--parts" in (sys.argv[1:] if argv is None else argv)
     points = json.loads(DATA.read_text())["points"]
     rows, scored = [], []
     for p in points:
@@ -75,6 +81,14 @@ def main() -> int:
             f"{name} {np.median(v):.1%} / {v.max():.1%}" for name, v in
             (("tables", np.abs([x[0] for x in scored])), ("roofline", np.abs([x[1] for x in scored if x[1] is not None])),
              ("operators", np.abs([x[2] for x in scored if x[2] is not None]))) if len(v)))
+    if parts:
+        for p in (p for p in points if p.get("scored")):
+            step = step_of(p)
+            print(f"\n{p['label']}: {sum(step.parts.values()) * 1e3:.2f} ms" + (f" (missing: {'; '.join(step.missing)})" if step.missing else ""))
+            for name, t in step.parts.items():
+                src = step.sources.get(name, "")
+                src = src.split("/systems/")[-1] if "/systems/" in src else src
+                print(f"  {name:34s} {t * 1e3:7.3f}  {src[:110]}")
     return 0
 
 

@@ -11,17 +11,31 @@ experts a single row. The tables measured it:
   distribution), linear in the call's tokens between the 27 measured counts (1 … 16,384). Tensor
   parallelism is ``moe_tp = tp, moe_ep = 1``; ``--expert-parallel`` is ``moe_tp = 1, moe_ep = tp``.
   The routing is AIConfigurator's own default for DeepSeek, ``power_law_1.01`` (a skewed router,
-  sdk/config.py ``workload_distribution = "power_law"``, sdk/models/deepseek.py alpha 1.01);
-  ``balanced`` is the uniform one of :mod:`~draftsim.sim.cost.moe`. :meth:`MeasuredExperts.efficiency`
+  sdk/config.py ``workload_distribution = "power_law"``, sdk/models/deepseek.py alpha 1.01; the
+  collector draws per-expert loads from a power law, collector/helper.py ``power_law_logits_v3``: at 4
+  tokens about 19 experts wake (a numpy re-run of it, 300 draws), at 8 about 47, where uniform routing wakes 30.5 and 57.4);
+  ``balanced`` spreads the N·k picks over distinct experts (32 at 4 tokens, 64 at 8). At decode sizes
+  the two tables differ by more than routing explains: power law measures 28% slower at 4 tokens with
+  fewer experts awake, and SGLang 0.5.10's table measures the two about 1% apart at 4 and 8 tokens. :meth:`MeasuredExperts.efficiency`
   is the roofline's time over the measured one: the grouped-GEMM efficiency at the tokens each awake
   expert receives (:func:`tokens_per_awake_expert`), the factor :class:`~draftsim.sim.cost.moe.ExpertCost`
   takes as ``measured``.
-* **latent attention** (``mla/<engine>/<version>/mla_generation_module_perf.parquet``, vLLM only): the
-  whole MLA block of one decode layer (query and latent projections, FlashMLA over the latent cache,
-  output projection) of DeepSeek-V3's shape at heads/tp query heads, bilinear in batch and cached
-  tokens.
-* **dense GEMMs** (``gemm/<engine>/<version>/gemm_perf.parquet``): the shared expert, the first dense
-  layers' MLP (block-FP8; the kernel order and why in :func:`_gemm_grid`), the router and the LM head
+* **latent attention**, as each engine's tables hold it. vLLM (``mla/vllm/<version>/mla_generation_module_perf.parquet``):
+  the whole MLA block of one decode layer (query and latent projections, FlashMLA over the latent cache,
+  output projection) of DeepSeek-V3's shape at heads/tp query heads, bilinear in batch and cached tokens.
+  SGLang's tables hold no block: its layer is priced part by part as AIConfigurator composes it for SGLang
+  (sdk/models/deepseek.py, the granular MLA ops): the fused q_a+kv_a projection (replicated) and q_b and
+  o_proj from SGLang's GEMM table, the two absorbed latent BMMs (``mla_bmm/sglang/<version>/mla_bmm_perf.parquet``,
+  ``sgl_kernel``'s FP8 BMM for FP8 weights) and the attention kernel over the latent cache
+  (``mla/sglang/<version>/generation_mla_perf.parquet``, FlashAttention-3's MLA decode, bilinear in batch and
+  cached tokens); vLLM's block where SGLang's kernel or BMM table is missing (said in the source). The KV
+  cache is each engine's default (``kv_dtype``): SGLang's ``auto`` keeps it in bfloat16; the vLLM path reads
+  FP8 KV with block-FP8 weights as it always has.
+* **shared expert**: SGLang fuses DeepSeek-V3/R1's into the fused-MoE call (one more expert every token
+  picks, at moe_ep 1): priced as one more awake expert at the call's measured seconds per awake expert
+  (estimated, said); otherwise two GEMMs added to the step.
+* **dense GEMMs** (``gemm/<engine>/<version>/gemm_perf.parquet``): the shared expert (unfused), the first
+  dense layers' MLP (block-FP8; the kernel order and why in :func:`_gemm_grid`), the router and the LM head
   (bfloat16, as the checkpoint keeps them), linear in tokens and bilinear in (n, k) between measured
   widths.
 * **all-reduces** (``comm/<engine>/<version>/custom_allreduce_perf.parquet``): two per layer of
@@ -203,10 +217,17 @@ class DecodeStep:
 
 def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "float8", tp: int = 1, batch: int = 1,
                 context: int = 512, expert_parallel: bool = False, host: float = 0.0,
-                distribution: str = DISTRIBUTION, overlap: bool = False) -> DecodeStep:
+                distribution: str = DISTRIBUTION, overlap: bool = False, kv_dtype: str | None = None) -> DecodeStep:
     """One decode step of a MoE with latent attention (the MLA tables hold DeepSeek-V3's shape; GQA
     attention is not priced here) from the tables, plus ``host`` seconds of engine time (``overlap``:
-    the engine hides it behind the forward, the step taking max(forward, host))."""
+    the engine hides it behind the forward, the step taking max(forward, host)).
+
+    ``framework`` picks the engine's tables and how its layer is composed (module docstring): vLLM's
+    attention is its measured MLA block; SGLang's is priced part by part from its own tables (vLLM's
+    block where SGLang's tables lack a part's table) and its shared expert rides in the fused-MoE call.
+    ``kv_dtype`` ("bfloat16", "float16" or "float8"; None: the engine's default) is the KV cache's:
+    SGLang's ``--kv-cache-dtype auto`` keeps it in the activations' bfloat16; vLLM's MLA-block rows are
+    read at FP8 KV with block-FP8 weights, bfloat16 otherwise (this path's pairing, unchanged)."""
     out = DecodeStep()
     system, fw = SYSTEMS.get(hardware), FRAMEWORKS.get(framework, framework)
     if system is None:
@@ -220,34 +241,34 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
     else:
         out.parts["routed experts"] = model.moe_layers * float(experts(N))
         out.sources["routed experts"] = f"{experts.source} ({experts.kernel}, {experts.moe_dtype}, {experts.distribution})"
-    # latent attention, whole block
-    mla_path = newest_table(root, system, "mla", fw, "mla_generation_module_perf.parquet")
-    mla_note = ""
-    if mla_path is None and fw != "vllm":  # SGLang's MLA tables hold the attention kernel alone: vLLM's whole block, said
-        mla_path, mla_note = newest_table(root, system, "mla", "vllm", "mla_generation_module_perf.parquet"), f", vLLM's: {fw} has no MLA module table"
-    if not model.kv_lora_rank or mla_path is None:
-        out.missing.append(f"attention of {model.name} ({'no MLA module table for ' + fw if model.kv_lora_rank else 'not MLA'})")
-    else:
-        df = read_columns(str(mla_path), ("kernel_source", "model", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size", "step",
-                                          "latency"))
-        kv = "fp8" if dtype == "float8" else "bfloat16"
-        gemm = "fp8_block" if dtype == "float8" else "bfloat16"
-        df = df[(df.model == "deepseek-ai/DeepSeek-V3") & (df.kv_cache_dtype == kv) & (df.gemm_type == gemm)
-                & (df.num_heads == model.heads // tp)]
-        shape_ok = (model.hidden, model.q_lora_rank, model.kv_lora_rank) == (7168, 1536, 512)
-        t = _bilinear(df, batch, context) if shape_ok and not df.empty else None
-        if t is None:
-            out.missing.append(f"MLA block at {model.heads // tp} heads, batch {batch}, context {context}")
-        else:
-            out.parts["attention (MLA block)"] = L * t
-            out.sources["attention (MLA block)"] = f"{mla_path} ({df.kernel_source.iloc[0]}, kv {kv}{mla_note})"
-    # dense GEMMs
+    fused = fw == "sglang" and _sglang_fuses_shared_expert(model, expert_parallel)
+    if fused and "routed experts" in out.parts:
+        # one more awake expert in the same kernel call, at the call's measured seconds per awake expert
+        awake = float(expected_experts(N, model.experts, model.experts_per_token))
+        out.parts["shared expert (fused, estimated)"] = out.parts["routed experts"] / awake
+        out.sources["shared expert (fused, estimated)"] = (
+            "SGLang fuses DeepSeek-V3/R1's shared expert into the fused-MoE kernel as expert "
+            f"{model.experts} (top-{model.experts_per_token + 1}) at moe_ep 1 (python/sglang/srt/models/deepseek_v2.py "
+            "determine_num_fused_shared_experts): one more awake expert at the routed call's measured seconds per awake "
+            f"expert ({awake:.1f} awake under uniform routing)")
+    # latent attention: SGLang's parts where its tables hold them, else vLLM's whole block
+    kv = _kv_table_dtype(kv_dtype, dtype, fw)
     gpath = newest_table(root, system, "gemm", fw, "gemm_perf.parquet")
     fp8 = _gemm_grid(gpath, "fp8_block" if dtype == "float8" else "bfloat16") if gpath else None
     bf16 = _gemm_grid(gpath, "bfloat16") if gpath else None
+    granular = _mla_parts(model, root, system, fw, dtype, kv, tp, batch, context, fp8, gpath) if fw != "vllm" else None
+    if granular is not None:
+        for name, t, src in granular:
+            if t is None:
+                out.missing.append(f"{name} ({src})")
+            else:
+                out.parts[name], out.sources[name] = L * t, src
+    else:
+        _mla_block(out, model, root, system, fw, dtype, kv, tp, batch, context)
+    # dense GEMMs
     dense_layers = L - model.moe_layers
     s = model.shared_experts * model.expert_intermediate
-    shared = model.moe_layers if s else 0
+    shared = model.moe_layers if s and not fused else 0
     gemms = [("shared expert gate+up", fp8, 2 * s // tp, h, shared), ("shared expert down", fp8, h, s // tp, shared),
              ("router", bf16, model.experts, h, model.moe_layers),
              ("dense MLP gate+up", fp8, 2 * model.intermediate // tp, h, dense_layers),
@@ -287,6 +308,97 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
             out.parts["engine host"] = max(0.0, float(host) - gpu)
             out.sources["engine host"] += " (overlapped: what the forward does not hide)"
     return out
+
+
+#: draftsim KV dtype -> the MLA tables' kv_cache_dtype
+_KV_TABLE = {"bfloat16": "bfloat16", "float16": "bfloat16", "float8": "fp8"}
+
+
+def _kv_table_dtype(kv_dtype: str | None, dtype: str, framework: str) -> str:
+    """The MLA tables' kv_cache_dtype for ``kv_dtype`` (None: the engine's default, :func:`decode_step`)."""
+    if kv_dtype is None:
+        if framework == "vllm":  # this path's pairing since it was written: FP8 KV with block-FP8 weights
+            return "fp8" if dtype == "float8" else "bfloat16"
+        return "bfloat16"  # SGLang's --kv-cache-dtype auto: the activations' dtype, bfloat16 for DeepSeek's checkpoints
+    if kv_dtype not in _KV_TABLE:
+        raise DraftsimError(f"KV-cache dtype {kv_dtype!r}: the MLA tables measure {', '.join(_KV_TABLE)}")
+    return _KV_TABLE[kv_dtype]
+
+
+def _sglang_fuses_shared_expert(model, expert_parallel: bool) -> bool:
+    """SGLang's default for DeepSeek-V3/R1 on NVIDIA GPUs (compute capability 8.0 and up) without expert
+    parallelism: the shared expert rides in the fused-MoE kernel as one more expert every token picks
+    (python/sglang/srt/models/deepseek_v2.py ``determine_num_fused_shared_experts``: 256 routed experts and
+    one shared, ``moe_ep_size == 1``, no DeepEP, not W4AFP8, unless ``--disable-shared-experts-fusion``)."""
+    return model.experts == 256 and model.shared_experts == 1 and not expert_parallel
+
+
+def _mla_block(out: DecodeStep, model, root: Path, system: str, fw: str, dtype: str, kv: str, tp: int, batch: int,
+               context: int) -> None:
+    """The whole MLA block of a decode layer from a module table (vLLM's; an engine without one: vLLM's, said)."""
+    mla_path = newest_table(root, system, "mla", fw, "mla_generation_module_perf.parquet")
+    mla_note = ""
+    if mla_path is None and fw != "vllm":
+        mla_path, mla_note = newest_table(root, system, "mla", "vllm", "mla_generation_module_perf.parquet"), f", vLLM's: {fw} has no MLA tables"
+    if not model.kv_lora_rank or mla_path is None:
+        out.missing.append(f"attention of {model.name} ({'no MLA module table for ' + fw if model.kv_lora_rank else 'not MLA'})")
+        return
+    df = read_columns(str(mla_path), ("kernel_source", "model", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size", "step", "latency"))
+    gemm = "fp8_block" if dtype == "float8" else "bfloat16"
+    df = df[(df.model == "deepseek-ai/DeepSeek-V3") & (df.kv_cache_dtype == kv) & (df.gemm_type == gemm) & (df.num_heads == model.heads // tp)]
+    shape_ok = (model.hidden, model.q_lora_rank, model.kv_lora_rank) == (7168, 1536, 512)
+    t = _bilinear(df, batch, context) if shape_ok and not df.empty else None
+    if t is None:
+        out.missing.append(f"MLA block at {model.heads // tp} heads, kv {kv}, batch {batch}, context {context}")
+    else:
+        out.parts["attention (MLA block)"] = model.layers * t
+        out.sources["attention (MLA block)"] = f"{mla_path} ({df.kernel_source.iloc[0]}, kv {kv}{mla_note})"
+
+
+def _mla_parts(model, root: Path, system: str, fw: str, dtype: str, kv: str, tp: int, batch: int, context: int, gemms,
+               gpath: Path | None) -> list | None:
+    """[(part, seconds of one layer or None, source or why)] of the absorbed-MLA decode layer as AIConfigurator
+    composes it for SGLang (sdk/models/deepseek.py ``generation_mla_granular``, SGLang's tables hold no MLA
+    module): the fused q_a+kv_a projection (replicated), q_b (heads/tp), the absorbed BMM with W_UK, the MLA
+    attention kernel over the latent cache, the absorbed BMM with W_UV and o_proj. None where ``fw`` has no
+    MLA kernel or BMM table (the caller falls back to vLLM's block) or the model is not MLA."""
+    attn_path = newest_table(root, system, "mla", fw, "generation_mla_perf.parquet")
+    bmm_path = newest_table(root, system, "mla_bmm", fw, "mla_bmm_perf.parquet")
+    if not model.kv_lora_rank or attn_path is None or bmm_path is None:
+        return None
+    heads, N, h = model.heads // tp, batch, model.hidden
+    ql, kl, r, v = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim, model.v_head_dim
+    nope = model.head_dim - r
+    parts = []
+
+    def gemm(name, n, k):
+        t = gemms(N, n, k) if gemms is not None else None
+        parts.append((name, t, str(gpath) if t is not None else f"GEMM m={N} n={n} k={k} not measured"))
+
+    gemm("MLA q_a+kv_a projection", (ql + kl + r) if ql else kl + r, h)
+    gemm("MLA q projection", heads * (nope + r), ql or h)
+    # the absorbed BMMs and the kernel: the tables measure DeepSeek-V3's latent (512 + rope 64, 128-wide heads) only
+    deepseek = (kl, r, nope, v) == (512, 64, 128, 128)
+    bmm_dtype = {"float8": "fp8", "bfloat16": "bfloat16", "float16": "bfloat16"}.get(dtype)
+    df = read_columns(str(bmm_path), ("kernel_source", "op_name", "bmm_dtype", "num_tokens", "num_heads", "latency"))
+    for name, op in (("MLA absorbed BMM (q·W_UK)", "mla_gen_pre"), ("MLA attention kernel", None), ("MLA absorbed BMM (·W_UV)", "mla_gen_post")):
+        if op is None:
+            a = read_columns(str(attn_path), ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "step", "latency"))
+            a = a[(a.num_heads == heads) & (a.kv_cache_dtype == kv)]
+            t = _bilinear(a, batch, context) if deepseek and not a.empty else None
+            parts.append((name, t, f"{attn_path} ({a.kernel_source.iloc[0]}, kv {kv})" if t is not None else
+                          f"{heads} heads, kv {kv}, batch {batch}, context {context} not measured in {attn_path.name}"))
+            continue
+        rows = df[(df.op_name == op) & (df.num_heads == heads) & (df.bmm_dtype == bmm_dtype)] if deepseek else df.iloc[:0]
+        t = None
+        if not rows.empty:
+            g = rows.groupby("num_tokens").latency.median()
+            if g.index[0] <= N <= g.index[-1]:
+                t = 1e-3 * float(np.interp(N, g.index.to_numpy(np.float64), g.to_numpy(np.float64)))
+        parts.append((name, t, f"{bmm_path} ({rows.kernel_source.iloc[0]}, {bmm_dtype})" if t is not None else
+                      f"{op} at {heads} heads, {bmm_dtype}, {N} tokens not measured"))
+    gemm("MLA o_proj", h, heads * v)
+    return parts
 
 
 def _bilinear(df, batch: float, step: float) -> float | None:
