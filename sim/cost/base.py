@@ -95,8 +95,7 @@ class BatchStats:
         tokens = b * n
         pairs = n + 1.0
         pairs *= 0.5
-        pairs += c
-        pairs *= tokens
+        pairs = (pairs + c) * tokens  # out of place: c and tokens may have more dimensions than n
         b, tokens, cached, pairs = np.broadcast_arrays(b, tokens, b * c, pairs)
         return cls(sequences=b, tokens=tokens, cached=cached, pairs=pairs)
 
