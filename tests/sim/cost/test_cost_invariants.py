@@ -25,9 +25,11 @@ passes (and the marker must go) once the cause is fixed:
 * invariant 1 for the operator model (every configuration tried), through eight causes, each its own
   test below: measured tables read as they are (GEMM, decode attention, fused MoE, all-reduce), the
   fitted efficiency curves, unanchored fallbacks where a table ends (standard and latent attention) and
-  the decode → prefill switch at 17 new tokens per sequence;
-* the broadcasting promised by ``shape_time`` ("the three broadcast against each other") on every
-  model priced through ``BatchStats.of_shape``.
+  the decode → prefill switch at 17 new tokens per sequence.
+
+The broadcasting ``shape_time`` promises ("the three broadcast against each other") is checked on
+every model priced through ``BatchStats.of_shape`` (it failed until ``of_shape`` computed the
+query–key pairs out of place).
 
 The operator tests skip where aiconfigurator-core is not installed (the ``operators`` extra).
 """
