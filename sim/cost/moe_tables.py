@@ -28,7 +28,8 @@ experts a single row. The tables measured it:
   o_proj from SGLang's GEMM table, the two absorbed latent BMMs (``mla_bmm/sglang/<version>/mla_bmm_perf.parquet``,
   ``sgl_kernel``'s FP8 BMM for FP8 weights) and the attention kernel over the latent cache
   (``mla/sglang/<version>/generation_mla_perf.parquet``, FlashAttention-3's MLA decode, bilinear in batch and
-  cached tokens); vLLM's block where SGLang's kernel or BMM table is missing (said in the source). The KV
+  cached tokens; :class:`GranularMLA`, which the operator model's SGLang path reads too); vLLM's block where
+  SGLang's kernel or BMM table is missing (said in the source). The KV
   cache is each engine's default (``kv_dtype``): SGLang's ``auto`` keeps it in bfloat16; the vLLM path reads
   FP8 KV with block-FP8 weights as it always has.
 * **shared expert**: SGLang fuses DeepSeek-V3/R1's into the fused-MoE call (one more expert every token
@@ -61,8 +62,9 @@ from .catalog import WEIGHT_ONLY
 from .kernel_tables import FRAMEWORKS, SYSTEMS, allreduce_rows, mem_op_constants, newest_table, read_columns, systems_root
 from .moe import expected_experts
 
-__all__ = ["DISTRIBUTION", "DecodeStep", "GroupedGemmEfficiency", "MeasuredExperts", "decode_step", "grouped_gemm_efficiency",
-           "measured_experts", "tokens_per_awake_expert"]
+__all__ = ["DISTRIBUTION", "DecodeStep", "GranularMLA", "GroupedGemmEfficiency", "MLAPart", "MeasuredExperts", "decode_step",
+           "default_kv_dtype", "fused_shared_expert_seconds", "fused_shared_expert_source", "grouped_gemm_efficiency", "kv_table_dtype",
+           "measured_experts", "mla_layer_parts", "sglang_fuses_shared_expert", "tokens_per_awake_expert"]
 
 #: AIConfigurator's default routing distribution for DeepSeek-style MoE (sdk/config.py, sdk/models/deepseek.py).
 DISTRIBUTION = "power_law_1.01"
@@ -148,22 +150,30 @@ class _GemmGrid:
         self.by = {key: (g.m.to_numpy(np.float64), g.latency.to_numpy(np.float64) * 1e-3)
                    for key, g in df.sort_values("m").groupby(["n", "k"])}
 
-    def __call__(self, m: float, n: int, k: int) -> float | None:
+    def at(self, m, n: int, k: int) -> np.ndarray:
+        """Seconds at tokens ``m`` (any shape) of width (n, k); NaN where a corner's rows do not cover m."""
+        m = np.asarray(m, np.float64)
+        nan = np.full(m.shape, np.nan)
         if not (self.n[0] <= n <= self.n[-1] and self.k[0] <= k <= self.k[-1]):
-            return None
+            return nan
         i = min(np.searchsorted(self.n, n, side="right") - 1, len(self.n) - 2)
         j = min(np.searchsorted(self.k, k, side="right") - 1, len(self.k) - 2)
         n0, n1, k0, k1 = self.n[i], self.n[i + 1], self.k[j], self.k[j + 1]
         fn, fk = (n - n0) / (n1 - n0), (k - k0) / (k1 - k0)
-        total = 0.0
+        total, ok = np.zeros(m.shape), np.ones(m.shape, dtype=bool)
         for nn, kk, wgt in ((n0, k0, (1 - fn) * (1 - fk)), (n0, k1, (1 - fn) * fk), (n1, k0, fn * (1 - fk)), (n1, k1, fn * fk)):
             if wgt == 0:
                 continue
             ms = self.by.get((nn, kk))
-            if ms is None or not ms[0][0] <= m <= ms[0][-1]:
-                return None
-            total += wgt * float(np.interp(m, *ms))
-        return total
+            if ms is None:
+                return nan
+            ok &= (ms[0][0] <= m) & (m <= ms[0][-1])
+            total = total + wgt * np.interp(m, *ms)
+        return np.where(ok, total, np.nan)
+
+    def __call__(self, m: float, n: int, k: int) -> float | None:
+        t = float(self.at(m, n, k))
+        return None if np.isnan(t) else t
 
 
 class _Gemms:
@@ -172,10 +182,27 @@ class _Gemms:
     def __init__(self, grids: list):
         self.grids = grids
 
+    def at(self, m, n: int, k: int) -> np.ndarray:
+        """Seconds at tokens ``m`` (any shape) of width (n, k), each from the first kernel that measured it; NaN where none did."""
+        out = np.full(np.shape(m), np.nan)
+        for g in self.grids:
+            miss = np.isnan(out)
+            if not miss.any():
+                break
+            out = np.where(miss, g.at(m, n, k), out)
+        return out
+
     def __call__(self, m: float, n: int, k: int) -> float | None:
-        return next((t for t in (g(m, n, k) for g in self.grids) if t is not None), None)
+        t = float(self.at(m, n, k))
+        return None if np.isnan(t) else t
+
+    @property
+    def kernels(self) -> list[str]:
+        """The kernels in the order a shape is priced by."""
+        return [str(g.df.kernel_source.iloc[0]) for g in self.grids]
 
 
+@functools.lru_cache(maxsize=16)
 def _gemm_grid(path: Path, dtype: str) -> _Gemms | None:
     """The GEMM kernels of ``dtype`` ("fp8_block" or "bfloat16"), in the order a shape is priced by.
 
@@ -241,18 +268,13 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
     else:
         out.parts["routed experts"] = model.moe_layers * float(experts(N))
         out.sources["routed experts"] = f"{experts.source} ({experts.kernel}, {experts.moe_dtype}, {experts.distribution})"
-    fused = fw == "sglang" and _sglang_fuses_shared_expert(model, expert_parallel)
+    fused = fw == "sglang" and sglang_fuses_shared_expert(model, expert_parallel)
     if fused and "routed experts" in out.parts:
         # one more awake expert in the same kernel call, at the call's measured seconds per awake expert
-        awake = float(expected_experts(N, model.experts, model.experts_per_token))
-        out.parts["shared expert (fused, estimated)"] = out.parts["routed experts"] / awake
-        out.sources["shared expert (fused, estimated)"] = (
-            "SGLang fuses DeepSeek-V3/R1's shared expert into the fused-MoE kernel as expert "
-            f"{model.experts} (top-{model.experts_per_token + 1}) at moe_ep 1 (python/sglang/srt/models/deepseek_v2.py "
-            "determine_num_fused_shared_experts): one more awake expert at the routed call's measured seconds per awake "
-            f"expert ({awake:.1f} awake under uniform routing)")
+        out.parts["shared expert (fused, estimated)"] = float(fused_shared_expert_seconds(out.parts["routed experts"], N, model))
+        out.sources["shared expert (fused, estimated)"] = fused_shared_expert_source(model, N)
     # latent attention: SGLang's parts where its tables hold them, else vLLM's whole block
-    kv = _kv_table_dtype(kv_dtype, dtype, fw)
+    kv = kv_table_dtype(kv_dtype, dtype, fw)
     gpath = newest_table(root, system, "gemm", fw, "gemm_perf.parquet")
     fp8 = _gemm_grid(gpath, "fp8_block" if dtype == "float8" else "bfloat16") if gpath else None
     bf16 = _gemm_grid(gpath, "bfloat16") if gpath else None
@@ -314,23 +336,49 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
 _KV_TABLE = {"bfloat16": "bfloat16", "float16": "bfloat16", "float8": "fp8"}
 
 
-def _kv_table_dtype(kv_dtype: str | None, dtype: str, framework: str) -> str:
-    """The MLA tables' kv_cache_dtype for ``kv_dtype`` (None: the engine's default, :func:`decode_step`)."""
+def default_kv_dtype(framework: str, dtype: str) -> str:
+    """The KV cache's dtype (draftsim's name) an engine's tables are read at for a latent-attention target by
+    default (``framework``: the tables' engine folder). SGLang's ``--kv-cache-dtype auto`` keeps it in the
+    activations' dtype, bfloat16 for DeepSeek's checkpoints; vLLM's path reads FP8 KV with block-FP8 weights
+    (its MLA-block rows' pairing since it was written), bfloat16 otherwise."""
+    if framework == "vllm":
+        return "float8" if dtype == "float8" else "bfloat16"
+    return "bfloat16"
+
+
+def kv_table_dtype(kv_dtype: str | None, dtype: str, framework: str) -> str:
+    """The MLA tables' kv_cache_dtype for ``kv_dtype`` (None: the engine's default, :func:`default_kv_dtype`)."""
     if kv_dtype is None:
-        if framework == "vllm":  # this path's pairing since it was written: FP8 KV with block-FP8 weights
-            return "fp8" if dtype == "float8" else "bfloat16"
-        return "bfloat16"  # SGLang's --kv-cache-dtype auto: the activations' dtype, bfloat16 for DeepSeek's checkpoints
+        kv_dtype = default_kv_dtype(framework, dtype)
     if kv_dtype not in _KV_TABLE:
         raise DraftsimError(f"KV-cache dtype {kv_dtype!r}: the MLA tables measure {', '.join(_KV_TABLE)}")
     return _KV_TABLE[kv_dtype]
 
 
-def _sglang_fuses_shared_expert(model, expert_parallel: bool) -> bool:
+def sglang_fuses_shared_expert(model, expert_parallel: bool) -> bool:
     """SGLang's default for DeepSeek-V3/R1 on NVIDIA GPUs (compute capability 8.0 and up) without expert
     parallelism: the shared expert rides in the fused-MoE kernel as one more expert every token picks
     (python/sglang/srt/models/deepseek_v2.py ``determine_num_fused_shared_experts``: 256 routed experts and
     one shared, ``moe_ep_size == 1``, no DeepEP, not W4AFP8, unless ``--disable-shared-experts-fusion``)."""
     return model.experts == 256 and model.shared_experts == 1 and not expert_parallel
+
+
+_sglang_fuses_shared_expert = sglang_fuses_shared_expert  # the name tests/sim/cost/test_moe_tables.py imports
+
+
+def fused_shared_expert_seconds(routed, n_tokens, model) -> np.ndarray:
+    """The shared expert :func:`sglang_fuses_shared_expert` puts in the fused-MoE call of ``n_tokens``
+    tokens: one more awake expert at the call's ``routed`` seconds per awake expert (uniform routing's
+    expected awake experts; an estimate, the tables measure the routed experts alone)."""
+    return routed / expected_experts(n_tokens, model.experts, model.experts_per_token)
+
+
+def fused_shared_expert_source(model, n_tokens=None) -> str:
+    """Where :func:`fused_shared_expert_seconds` comes from (with the awake experts at ``n_tokens`` where given)."""
+    awake = "" if n_tokens is None else f" ({float(expected_experts(n_tokens, model.experts, model.experts_per_token)):.1f} awake under uniform routing)"
+    return ("SGLang fuses DeepSeek-V3/R1's shared expert into the fused-MoE kernel as expert "
+            f"{model.experts} (top-{model.experts_per_token + 1}) at moe_ep 1 (python/sglang/srt/models/deepseek_v2.py "
+            f"determine_num_fused_shared_experts): one more awake expert at the routed call's measured seconds per awake expert{awake}")
 
 
 def _mla_block(out: DecodeStep, model, root: Path, system: str, fw: str, dtype: str, kv: str, tp: int, batch: int,
@@ -355,68 +403,186 @@ def _mla_block(out: DecodeStep, model, root: Path, system: str, fw: str, dtype: 
         out.sources["attention (MLA block)"] = f"{mla_path} ({df.kernel_source.iloc[0]}, kv {kv}{mla_note})"
 
 
+#: draftsim weight dtype -> the MLA BMM table's bmm_dtype
+_BMM_DTYPES = {"float8": "fp8", "bfloat16": "bfloat16", "float16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class MLAPart:
+    """One operator of a latent-attention layer as :func:`mla_layer_parts` composes it: a GEMM of width
+    (``n``, ``k``) at the call's tokens (``kind`` "gemm"), an absorbed BMM (``op``: the BMM table's
+    op_name) at the call's tokens ("bmm"), or the attention kernel over the latent cache ("kernel")."""
+
+    name: str
+    kind: str
+    n: int = 0
+    k: int = 0
+    op: str = ""
+
+
+def mla_layer_parts(model, heads: int, phase: str = "generation") -> list[MLAPart]:
+    """The operators of one latent-attention layer at ``heads`` query heads a device, as AIConfigurator
+    composes it for SGLang (sdk/models/deepseek.py ``generation_mla_granular`` / ``context_mla_granular``;
+    SGLang's tables hold no MLA module): the fused q_a+kv_a projection (replicated), q_b, then decoding
+    (``phase`` "generation") the absorbed BMM with W_UK, the MLA kernel over the latent cache and the
+    absorbed BMM with W_UV, prefilling ("context") the kv_b projection and the MLA prefill kernel; o_proj."""
+    h, ql, kl, r, v = model.hidden, model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim, model.v_head_dim
+    nope = model.head_dim - r
+    head = [MLAPart("MLA q_a+kv_a projection", "gemm", (ql + kl + r) if ql else kl + r, h),
+            MLAPart("MLA q projection", "gemm", heads * (nope + r), ql or h)]
+    if phase == "generation":
+        mid = [MLAPart("MLA absorbed BMM (q·W_UK)", "bmm", op="mla_gen_pre"), MLAPart("MLA attention kernel", "kernel"),
+               MLAPart("MLA absorbed BMM (·W_UV)", "bmm", op="mla_gen_post")]
+    elif phase == "context":
+        mid = [MLAPart("MLA kv_b projection", "gemm", heads * (nope + v), kl), MLAPart("MLA attention kernel", "kernel")]
+    else:
+        raise DraftsimError(f"MLA phase {phase!r}: generation or context")
+    return head + mid + [MLAPart("MLA o_proj", "gemm", h, heads * v)]
+
+
+class GranularMLA:
+    """One latent-attention layer priced part by part (:func:`mla_layer_parts`) from an engine's own tables:
+    the GEMMs from its GEMM table (``gemms``: :func:`_gemm_grid`'s kernels of the weights' dtype), the
+    absorbed BMMs from ``mla_bmm/<engine>/<version>/mla_bmm_perf.parquet`` (linear in tokens between measured
+    counts) and the attention kernel from ``mla/<engine>/<version>/generation_mla_perf.parquet`` (decoding:
+    bilinear in sequences and cached tokens) or ``context_mla_perf.parquet`` (prefilling: in sequences and
+    prompt tokens), at ``heads`` query heads a device and the ``kv`` cache dtype (the tables' name). The
+    BMM and kernel tables measure DeepSeek-V3's latent (512 + rope 64, 128-wide heads) only: another
+    latent's are not measured. :func:`decode_step` (SGLang) and the operator model
+    (:class:`~draftsim.sim.cost.operators.OperatorModel` with engine sglang) both price it so."""
+
+    TABLES = {"generation": "generation_mla_perf.parquet", "context": "context_mla_perf.parquet"}
+
+    def __init__(self, model, heads: int, dtype: str, kv: str, kernel_path: Path, bmm_path: Path | None, gemms,
+                 gemm_path: Path | None, phase: str = "generation"):
+        self.parts = mla_layer_parts(model, heads, phase)
+        self.heads, self.kv, self.phase = heads, kv, phase
+        self.kernel_path, self.bmm_path, self.gemms, self.gemm_path = kernel_path, bmm_path, gemms, gemm_path
+        kl, r, v = model.kv_lora_rank, model.qk_rope_head_dim, model.v_head_dim
+        #: the BMM and kernel tables hold this latent (DeepSeek-V3's)
+        self.holds = (kl, r, model.head_dim - r, v) == (512, 64, 128, 128)
+        a = read_columns(str(kernel_path), ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "step", "latency"))
+        a = a[(a.num_heads == heads) & (a.kv_cache_dtype == kv)]
+        #: the kernel's axis besides the sequences: cached tokens decoding, prompt tokens prefilling
+        self.axis = "step" if phase == "generation" else "isl"
+        self.kernel = _Bilinear(a, self.axis) if self.holds and not a.empty else None
+        self.kernel_name = a.kernel_source.iloc[0] if not a.empty else ""
+        self.bmm_dtype = _BMM_DTYPES.get(dtype)
+        #: op -> (tokens, milliseconds, kernel) of the BMM table
+        self.bmm: dict[str, tuple[np.ndarray, np.ndarray, str]] = {}
+        if bmm_path is not None:
+            df = read_columns(str(bmm_path), ("kernel_source", "op_name", "bmm_dtype", "num_tokens", "num_heads", "latency"))
+            for p in self.parts:
+                if p.kind != "bmm" or not self.holds:
+                    continue
+                rows = df[(df.op_name == p.op) & (df.num_heads == heads) & (df.bmm_dtype == self.bmm_dtype)]
+                if not rows.empty:
+                    g = rows.groupby("num_tokens").latency.median()
+                    self.bmm[p.op] = (g.index.to_numpy(np.float64), g.to_numpy(np.float64), rows.kernel_source.iloc[0])
+
+    @classmethod
+    def available(cls, model, root: Path, system: str, fw: str, phase: str = "generation") -> tuple[Path, Path | None] | None:
+        """(kernel table, BMM table: decoding only) of ``fw``'s newest tables on ``system``; None where ``fw`` has
+        no MLA kernel table of the phase (decoding: or no BMM table) or the model is not MLA."""
+        kernel_path = newest_table(root, system, "mla", fw, cls.TABLES[phase])
+        bmm_path = newest_table(root, system, "mla_bmm", fw, "mla_bmm_perf.parquet") if phase == "generation" else None
+        if not model.kv_lora_rank or kernel_path is None or (phase == "generation" and bmm_path is None):
+            return None
+        return kernel_path, bmm_path
+
+    @classmethod
+    def of(cls, model, root: Path, system: str, fw: str, dtype: str, kv: str, heads: int, gemms=None, gemm_path: Path | None = None,
+           phase: str = "generation") -> "GranularMLA | None":
+        """The layer from ``fw``'s newest tables on ``system`` (:meth:`available`; None where they are missing).
+        ``gemms`` and ``gemm_path``: the GEMM kernels and their table (None: ``fw``'s GEMM table, block-FP8
+        kernels first for float8 weights, :func:`_gemm_grid`)."""
+        paths = cls.available(model, root, system, fw, phase)
+        if paths is None:
+            return None
+        if gemm_path is None:
+            gemm_path = newest_table(root, system, "gemm", fw, "gemm_perf.parquet")
+            gemms = _gemm_grid(gemm_path, "fp8_block" if dtype == "float8" else "bfloat16") if gemm_path else None
+        return cls(model, heads, dtype, kv, *paths, gemms, gemm_path, phase)
+
+    def seconds(self, part: MLAPart, tokens, batch, axis) -> np.ndarray:
+        """One layer's seconds of ``part`` for calls of ``tokens`` new tokens over ``batch`` sequences at ``axis``
+        (the kernel's: cached tokens decoding, prompt tokens prefilling); NaN where its table does not hold the shape."""
+        if part.kind == "gemm":
+            return self.gemms.at(tokens, part.n, part.k) if self.gemms is not None else np.full(np.shape(tokens), np.nan)
+        if part.kind == "kernel":
+            if self.kernel is None:
+                return np.full(np.broadcast_shapes(np.shape(batch), np.shape(axis)), np.nan)
+            return self.kernel(batch, axis)
+        m = np.asarray(tokens, np.float64)
+        tab = self.bmm.get(part.op)
+        if tab is None:
+            return np.full(m.shape, np.nan)
+        x, ms, _ = tab
+        return np.where((x[0] <= m) & (m <= x[-1]), 1e-3 * np.interp(m, x, ms), np.nan)
+
+    def source(self, part: MLAPart, show: Callable = str) -> str:
+        """The table that prices ``part`` (``show``: how a path is written) and its kernel."""
+        if part.kind == "gemm":
+            return show(self.gemm_path)
+        if part.kind == "kernel":
+            return f"{show(self.kernel_path)} ({self.kernel_name}, kv {self.kv})"
+        return f"{show(self.bmm_path)} ({self.bmm[part.op][2]}, {self.bmm_dtype})" if part.op in self.bmm else show(self.bmm_path)
+
+    def why(self, part: MLAPart, tokens, batch, axis) -> str:
+        """Why ``part`` is not priced at the shape (its table does not hold it)."""
+        if part.kind == "gemm":
+            return f"GEMM m={tokens} n={part.n} k={part.k} not measured"
+        if part.kind == "kernel":
+            return f"{self.heads} heads, kv {self.kv}, batch {batch}, context {axis} not measured in {self.kernel_path.name}"
+        return f"{part.op} at {self.heads} heads, {self.bmm_dtype}, {tokens} tokens not measured"
+
+
 def _mla_parts(model, root: Path, system: str, fw: str, dtype: str, kv: str, tp: int, batch: int, context: int, gemms,
                gpath: Path | None) -> list | None:
     """[(part, seconds of one layer or None, source or why)] of the absorbed-MLA decode layer as AIConfigurator
-    composes it for SGLang (sdk/models/deepseek.py ``generation_mla_granular``, SGLang's tables hold no MLA
-    module): the fused q_a+kv_a projection (replicated), q_b (heads/tp), the absorbed BMM with W_UK, the MLA
-    attention kernel over the latent cache, the absorbed BMM with W_UV and o_proj. None where ``fw`` has no
-    MLA kernel or BMM table (the caller falls back to vLLM's block) or the model is not MLA."""
-    attn_path = newest_table(root, system, "mla", fw, "generation_mla_perf.parquet")
-    bmm_path = newest_table(root, system, "mla_bmm", fw, "mla_bmm_perf.parquet")
-    if not model.kv_lora_rank or attn_path is None or bmm_path is None:
+    composes it for SGLang (:class:`GranularMLA`) at ``batch`` sequences of one new token over ``context`` cached
+    tokens. None where ``fw`` has no MLA kernel or BMM table (the caller falls back to vLLM's block) or the model
+    is not MLA."""
+    mla = GranularMLA.of(model, root, system, fw, dtype, kv, model.heads // tp, gemms, gpath)
+    if mla is None:
         return None
-    heads, N, h = model.heads // tp, batch, model.hidden
-    ql, kl, r, v = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim, model.v_head_dim
-    nope = model.head_dim - r
     parts = []
-
-    def gemm(name, n, k):
-        t = gemms(N, n, k) if gemms is not None else None
-        parts.append((name, t, str(gpath) if t is not None else f"GEMM m={N} n={n} k={k} not measured"))
-
-    gemm("MLA q_a+kv_a projection", (ql + kl + r) if ql else kl + r, h)
-    gemm("MLA q projection", heads * (nope + r), ql or h)
-    # the absorbed BMMs and the kernel: the tables measure DeepSeek-V3's latent (512 + rope 64, 128-wide heads) only
-    deepseek = (kl, r, nope, v) == (512, 64, 128, 128)
-    bmm_dtype = {"float8": "fp8", "bfloat16": "bfloat16", "float16": "bfloat16"}.get(dtype)
-    df = read_columns(str(bmm_path), ("kernel_source", "op_name", "bmm_dtype", "num_tokens", "num_heads", "latency"))
-    for name, op in (("MLA absorbed BMM (q·W_UK)", "mla_gen_pre"), ("MLA attention kernel", None), ("MLA absorbed BMM (·W_UV)", "mla_gen_post")):
-        if op is None:
-            a = read_columns(str(attn_path), ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "step", "latency"))
-            a = a[(a.num_heads == heads) & (a.kv_cache_dtype == kv)]
-            t = _bilinear(a, batch, context) if deepseek and not a.empty else None
-            parts.append((name, t, f"{attn_path} ({a.kernel_source.iloc[0]}, kv {kv})" if t is not None else
-                          f"{heads} heads, kv {kv}, batch {batch}, context {context} not measured in {attn_path.name}"))
-            continue
-        rows = df[(df.op_name == op) & (df.num_heads == heads) & (df.bmm_dtype == bmm_dtype)] if deepseek else df.iloc[:0]
-        t = None
-        if not rows.empty:
-            g = rows.groupby("num_tokens").latency.median()
-            if g.index[0] <= N <= g.index[-1]:
-                t = 1e-3 * float(np.interp(N, g.index.to_numpy(np.float64), g.to_numpy(np.float64)))
-        parts.append((name, t, f"{bmm_path} ({rows.kernel_source.iloc[0]}, {bmm_dtype})" if t is not None else
-                      f"{op} at {heads} heads, {bmm_dtype}, {N} tokens not measured"))
-    gemm("MLA o_proj", h, heads * v)
+    for p in mla.parts:
+        t = float(mla.seconds(p, batch, batch, context))
+        parts.append((p.name, None, mla.why(p, batch, batch, context)) if np.isnan(t) else (p.name, t, mla.source(p)))
     return parts
+
+
+class _Bilinear:
+    """Latency (seconds) bilinear in (batch_size, ``axis``) on a table's measured grid; NaN outside it or where
+    a corner with weight is not measured."""
+
+    def __init__(self, df, axis: str = "step"):
+        table = df.pivot_table(index="batch_size", columns=axis, values="latency", aggfunc="median")
+        self.b, self.s = table.index.to_numpy(np.float64), table.columns.to_numpy(np.float64)
+        self.v = table.to_numpy(np.float64)
+
+    def __call__(self, batch, step) -> np.ndarray:
+        b, s, v = self.b, self.s, self.v
+        x, y = np.broadcast_arrays(np.asarray(batch, np.float64), np.asarray(step, np.float64))
+        inside = (b[0] <= x) & (x <= b[-1]) & (s[0] <= y) & (y <= s[-1])
+        i = np.clip(np.searchsorted(b, x, side="right") - 1, 0, max(len(b) - 2, 0))
+        j = np.clip(np.searchsorted(s, y, side="right") - 1, 0, max(len(s) - 2, 0))
+        i1, j1 = np.minimum(i + 1, len(b) - 1), np.minimum(j + 1, len(s) - 1)
+        db, ds = b[i1] - b[i], s[j1] - s[j]
+        fb = np.where(db > 0, (x - b[i]) / np.where(db > 0, db, 1.0), 0.0)
+        fs = np.where(ds > 0, (y - s[j]) / np.where(ds > 0, ds, 1.0), 0.0)
+        total, bad = np.zeros(x.shape), np.zeros(x.shape, dtype=bool)
+        for c, w in ((v[i, j], (1 - fb) * (1 - fs)), (v[i, j1], (1 - fb) * fs), (v[i1, j], fb * (1 - fs)), (v[i1, j1], fb * fs)):
+            bad |= np.isnan(c) & (w > 0)
+            total = total + np.where(w > 0, c * w, 0.0)
+        return np.where(inside & ~bad, 1e-3 * total, np.nan)
 
 
 def _bilinear(df, batch: float, step: float) -> float | None:
     """Latency (seconds) bilinear in (batch_size, step) on the measured grid; None outside it."""
-    table = df.pivot_table(index="batch_size", columns="step", values="latency", aggfunc="median")
-    b, s = table.index.to_numpy(np.float64), table.columns.to_numpy(np.float64)
-    if not (b[0] <= batch <= b[-1] and s[0] <= step <= s[-1]):
-        return None
-    i = min(np.searchsorted(b, batch, side="right") - 1, len(b) - 2) if len(b) > 1 else 0
-    j = min(np.searchsorted(s, step, side="right") - 1, len(s) - 2) if len(s) > 1 else 0
-    i1, j1 = min(i + 1, len(b) - 1), min(j + 1, len(s) - 1)
-    fb = (batch - b[i]) / (b[i1] - b[i]) if b[i1] > b[i] else 0.0
-    fs = (step - s[j]) / (s[j1] - s[j]) if s[j1] > s[j] else 0.0
-    v = table.to_numpy(np.float64)
-    corners = ((v[i, j], (1 - fb) * (1 - fs)), (v[i, j1], (1 - fb) * fs), (v[i1, j], fb * (1 - fs)), (v[i1, j1], fb * fs))
-    if any(np.isnan(x) and w > 0 for x, w in corners):
-        return None
-    return 1e-3 * float(sum(x * w for x, w in corners if w > 0))
+    t = float(_Bilinear(df)(batch, step))
+    return None if np.isnan(t) else t
 
 
 @dataclass(frozen=True)
