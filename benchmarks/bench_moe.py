@@ -6,7 +6,8 @@ its latent attention part by part and its shared expert fused, as the module doc
 roofline's plain step as ``draftsim cost`` prices it (the same engine; its routed experts at the grouped-GEMM
 efficiency the GPU's MoE table measures, sim/cost/moe_tables.py), ``--cost-model operators``' step
 (sim/cost/operators.py), and the error of each. Points the tables cannot price say which part is missing.
-``--parts`` adds each scored point's parts (ms) and the table that priced each. Run:
+``--parts`` adds each scored point's parts (ms) and the table that priced each, from the tables and from the
+operator model. Run:
 ``python benchmarks/bench_moe.py [--parts]`` (needs the ``operators`` extra).
 """
 
@@ -49,14 +50,35 @@ def roofline(point: dict) -> float | None:
         return None
 
 
+def _operators(point: dict, expert_parallel: bool = False):
+    return assemble(Deployment(point["model"], point["hardware"], (), tp=point["tp"], dtype=point["dtype"], overheads=point["engine"],
+                               cost_model="operators", expert_parallel=expert_parallel))
+
+
 def operators(point: dict, expert_parallel: bool = False) -> float | None:
     """The step as ``--cost-model operators`` prices it (sim/cost/operators.py), with the point's engine."""
     try:
-        a = assemble(Deployment(point["model"], point["hardware"], (), tp=point["tp"], dtype=point["dtype"], overheads=point["engine"],
-                                cost_model="operators", expert_parallel=expert_parallel))
-        return float(a.target.shape_time(point["batch"], 1, point["context"])) * 1e3
+        return float(_operators(point, expert_parallel).target.shape_time(point["batch"], 1, point["context"])) * 1e3
     except DraftsimError:
         return None
+
+
+def operator_parts(point: dict) -> None:
+    """The operator model's step part by part (its MLA parts where the engine's tables price them so), as a server
+    that does not speculate prices it (an overlapped scheduler's host time hidden, as the tables column's)."""
+    try:
+        a = _operators(point)
+    except DraftsimError as e:
+        print(f"  operators: {e}")
+        return
+    m, b, c = a.plain_target or a.target, point["batch"], point["context"]
+    print(f"  operators (sim/cost/operators.py), the plain server's target: {float(m.shape_time(b, 1, c)) * 1e3:.2f} ms "
+          f"(the column above, the speculating server's target: {float(a.target.shape_time(b, 1, c)) * 1e3:.2f} ms)")
+    for part in m.breakdown(b, 1, c):
+        print(f"    {part.part:32s} {part.seconds * 1e3:7.3f}  {part.basis:9s} {part.source[:100]}")
+        if part.part == "attention":
+            for sub in m.mla_parts(b, 1, c):
+                print(f"      {sub.part:30s} {sub.seconds * 1e3:7.3f}  {sub.source[:100]}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 src = step.sources.get(name, "")
                 src = src.split("/systems/")[-1] if "/systems/" in src else src
                 print(f"  {name:34s} {t * 1e3:7.3f}  {src[:110]}")
+            operator_parts(p)
     return 0
 
 

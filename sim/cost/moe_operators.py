@@ -8,14 +8,32 @@ tables beyond a dense model's GEMMs, attention and all-reduces:
   the grouped GEMMs at the rows each awake expert actually receives. More tokens than measured: the
   largest count's time scaled by the roofline's ratio (said); a model or GPU the table does not hold
   (GPT-OSS's MXFP4 experts, GLM-4.5): the roofline (said).
-* **latent attention** (``mla/vllm/<version>/mla_generation_module_perf.parquet`` and
-  ``mla_context_module_perf.parquet``): the whole MLA block of a layer (query and latent projections,
+* **latent attention**, as each engine runs it. vLLM (``mla/vllm/<version>/mla_generation_module_perf.parquet``
+  and ``mla_context_module_perf.parquet``): the whole MLA block of a layer (query and latent projections,
   FlashMLA, output projection) of DeepSeek-V3's shape at the query heads on a device, bilinear in
   (batch, cached tokens) for decoding and in (batch, prompt tokens) for a prefill. A sequence
   verifying n > 1 tokens is priced as n rows of the decode table over c + (n − 1)/2 cached tokens
   (its projections run on every token; FlashMLA reads the latent once per row here, more than it
-  does: estimated, said). SGLang's tables hold the attention kernel alone: vLLM's block stands in,
-  said. Outside the tables: the roofline's latent attention (said).
+  does: estimated, said). SGLang's tables hold no block: its layer is priced part by part with the
+  parts and lookups :func:`~draftsim.sim.cost.moe_tables.decode_step` uses
+  (:class:`~draftsim.sim.cost.moe_tables.GranularMLA`, AIConfigurator's composition for SGLang), each
+  part's table named: decoding, the fused q_a+kv_a projection, q_b and o_proj from SGLang's GEMM table
+  (block-FP8 weights: DeepGEMM's rows first) and the two absorbed BMMs (``mla_bmm/sglang/<version>/
+  mla_bmm_perf.parquet``) at the call's tokens, FlashAttention-3's MLA decode kernel
+  (``mla/sglang/<version>/generation_mla_perf.parquet``) bilinear in (sequences, cached tokens); a
+  sequence verifying n > 1 tokens keeps vLLM's convention for the kernel (n rows over c + (n − 1)/2
+  cached tokens, estimated, said), its projections and BMMs at the call's tokens. Prefilling: the
+  q_a+kv_a, q_b, kv_b and o_proj projections at the call's tokens and the MLA prefill kernel
+  (``context_mla_perf.parquet``) at (sequences, the whole prompt of the call's query–key pairs, as
+  dense attention: exact for whole prompts, a chunk after cached tokens estimated, said). The KV cache
+  is SGLang's default, bfloat16 (``--kv-cache-dtype auto``): the kernel's bfloat16 rows, and two bytes a
+  cached element in the memory accounting (an explicit KV dtype: its own rows and bytes). A call a part's
+  table does not hold: the roofline's latent attention (said); an engine with no MLA tables of its own:
+  vLLM's block (said).
+* **shared expert**: SGLang runs DeepSeek-V3/R1's inside the fused-MoE call at moe_ep 1
+  (:func:`~draftsim.sim.cost.moe_tables.sglang_fuses_shared_expert`): one more awake expert at the routed
+  call's seconds per awake expert (estimated, said), with no GEMMs or activation of its own; otherwise its
+  two GEMMs.
 * **all-to-all** (``comm/vllm/<version>/moe_a2a_perf.parquet``, DeepEP): with data-parallel
   attention (below) the dispatch and combine of each MoE layer at the tokens on a device — the
   low-latency kernels up to their largest measured count (256 tokens a device), the normal ones

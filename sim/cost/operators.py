@@ -54,11 +54,14 @@ with a fixed cost per kernel) — for a GEMM scaled at the nearest measured shap
 (the constant-efficiency catalog roofline only where a GPU has no table of that kind) — and the model records it
 (:attr:`OperatorModel.fallbacks`, :meth:`~OperatorModel.breakdown`). Nothing is extrapolated
 silently. A mixture of experts or latent attention (DeepSeek-V3/R1, Qwen3-MoE, Mixtral, GPT-OSS,
-GLM-4.5) adds its routed experts from the fused-MoE tables, its MLA block from the MLA module tables
-and, with ``expert_parallel``, data-parallel attention and the all-to-all from DeepEP's tables
-(:mod:`~draftsim.sim.cost.moe_operators`); its attention projections, first dense layers' MLP, shared
-experts and router are GEMMs as above (float8 weights: the per-tensor FP8 table), an MTP module one
-such block (:mod:`~draftsim.sim.cost.methods`).
+GLM-4.5) adds its routed experts from the fused-MoE tables, its latent attention as the engine runs it
+(vLLM: the MLA module tables' whole block; SGLang: part by part from its own GEMM, absorbed-BMM and MLA
+kernel tables, as :func:`~draftsim.sim.cost.moe_tables.decode_step` composes SGLang's layer, at SGLang's
+default bfloat16 KV cache) and, with ``expert_parallel``, data-parallel attention and the all-to-all from
+DeepEP's tables (:mod:`~draftsim.sim.cost.moe_operators`); its attention projections (GQA), first dense
+layers' MLP, shared experts (SGLang at EP 1: fused into the routed call instead) and router are GEMMs as
+above (float8 weights: the per-tensor FP8 table), an MTP module one such block
+(:mod:`~draftsim.sim.cost.methods`).
 
 Engine overheads (``sim/data/engines.json``) stay the engine's and go on top of the operators'
 GPU time: the per-step host time (added, or with an overlapped scheduler a floor), per draft
@@ -91,7 +94,15 @@ from .kernel_tables import (
     systems_root,
 )
 from .moe_operators import A2A_LOW_LATENCY_MAX, a2a_table, attention_params, mla_grid
-from .moe_tables import measured_experts
+from .moe_tables import (
+    GranularMLA,
+    default_kv_dtype,
+    fused_shared_expert_seconds,
+    fused_shared_expert_source,
+    kv_table_dtype,
+    measured_experts,
+    sglang_fuses_shared_expert,
+)
 from .overheads import pad_tokens
 from .roofline import RooflineModel
 
@@ -111,6 +122,16 @@ def equal_work_prompt(B, pairs) -> np.ndarray:
     against the cache and one another are that much work). Exact for B whole prompts of n tokens
     (the square root of a perfect square is exact)."""
     return (np.sqrt(1.0 + 8.0 * np.asarray(pairs, np.float64) / np.asarray(B, np.float64)) - 1.0) / 2.0
+
+
+def _granular_mla(model: ModelSpec, hardware: HardwareSpec, engine: str, systems) -> bool:
+    """Whether ``engine``'s own tables price ``model``'s latent attention part by part (SGLang's MLA kernel
+    and BMM tables, sim/cost/moe_tables.py GranularMLA; vLLM's hold the whole block)."""
+    fw = FRAMEWORKS.get(engine)
+    if not model.kv_lora_rank or fw in (None, "vllm") or hardware.name not in SYSTEMS:
+        return False
+    root = Path(systems) if systems is not None else systems_root()
+    return GranularMLA.available(model, root, SYSTEMS[hardware.name], fw) is not None
 
 
 class _Grid2D:
@@ -232,7 +253,8 @@ class OperatorModel(RooflineModel):
     ``overlap`` (an engine's forward_overlap) is kept for the roofline's fallbacks only; measured
     operators are never overlapped. ``expert_parallel`` at tp > 1: data-parallel attention with the
     routed experts split whole over the devices (:mod:`~draftsim.sim.cost.moe_operators`). :attr:`fallbacks` collects, per operator, why a
-    call left its table (each reason once); :meth:`breakdown` prices one shape part by part.
+    call left its table (each reason once); :meth:`breakdown` prices one shape part by part, and
+    :meth:`mla_parts` its latent attention where the engine's tables price it part by part (SGLang's).
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
@@ -241,6 +263,10 @@ class OperatorModel(RooflineModel):
         self.moe = bool(model.experts or model.kv_lora_rank)
         #: data-parallel attention with the experts split whole over the devices (sim/cost/moe_operators.py)
         self.dp_attention = bool(kwargs.get("expert_parallel")) and int(tp) > 1
+        #: latent attention priced part by part from the engine's own tables (SGLang's: sim/cost/moe_tables.py GranularMLA)
+        self.granular_mla = _granular_mla(model, hardware, engine, systems)
+        if self.granular_mla and kwargs.get("kv_dtype") in (None, "auto"):  # the engine's default KV, the rows its kernel is read at
+            kwargs["kv_dtype"] = default_kv_dtype(FRAMEWORKS[engine], dtype)
         super().__init__(model, hardware, dtype, tp, pp, **kwargs)
         #: the QKV projection's input width (None: the hidden size; EAGLE-3's layer: 2 x hidden, sim/cost/methods.py)
         self.qkv_inputs = None if qkv_inputs is None else int(qkv_inputs)
@@ -262,7 +288,8 @@ class OperatorModel(RooflineModel):
         self._local: dict[str, set[str]] | None = None  # the notes of the call breakdown() prices
         #: every part is priced from the tables or their fallbacks (kept for callers that asked whether a call was the roofline's whole)
         self.whole_roofline = False
-        self.name = (f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", tp {self.tp}" if self.tp > 1 else "") +
+        self.name = (f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", kv {self.kv_dtype}" if self.granular_mla else "")
+                     + (f", tp {self.tp}" if self.tp > 1 else "") +
                      (f", pp {self.pp}" if self.pp > 1 else "") + f"), operators measured by {PACKAGE} {PINNED_VERSION} "
                      f"({self.system}, {self.framework} tables)" + (f"; attention data-parallel over {self.tp} devices, experts "
                                                                    "split whole (all-to-all)" if self.dp_attention else ""))
@@ -295,6 +322,8 @@ class OperatorModel(RooflineModel):
         #: the efficiency curves fitted on this GPU's and engine's tables (sim/cost/efficiency.py): the fallback outside a table
         self.curves: Curves = fit_curves(self.root, self.system, self.framework, Roofs.of(self.hardware))
         *_, head = gemm_shapes(m, t, self.qkv_inputs)
+        #: SGLang runs DeepSeek-V3/R1's shared expert inside the fused-MoE call (sim/cost/moe_tables.py sglang_fuses_shared_expert)
+        self.fused_shared_expert = self.framework == "sglang" and bool(m.experts) and sglang_fuses_shared_expert(m, self.expert_parallel)
         shapes = self._layer_gemm_shapes(at)
         self._layer_curve = np.zeros(len(self._gemm.m))
         self._gemm_parts: list[tuple[str, bool, str]] = []
@@ -309,7 +338,7 @@ class OperatorModel(RooflineModel):
         self._sources["gemm"] = f"{self._rel(gemm_path)} ({kinds}): " + "; ".join(
             f"{name} {'measured' if meas else 'estimated'}{' (' + note + ')' if note else ''}" for name, meas, note in self._gemm_parts)
         # attention
-        self._attn = self._attn_ctx = self._mla = self._mla_ctx = None
+        self._attn = self._attn_ctx = self._mla = self._mla_ctx = self._granular = None
         if m.kv_lora_rank:
             self._load_mla(m.heads // at)
         else:
@@ -360,15 +389,17 @@ class OperatorModel(RooflineModel):
         self._mem_op = (bw * scale, const)
         self._sources["elementwise"] = (f"estimated: AIConfigurator's memory-op formula, bytes / ({bw / 1e9:.0f} GB/s x {scale:g}) + "
                                         f"{const * 1e6:g} us per kernel (systems/{self.system}.yaml): residual add + RMSNorm x2 and the "
-                                        f"MLP activation per layer, the embedding lookup")
+                                        f"MLP activation per layer, the embedding lookup" + ("; the shared expert's activation inside "
+                                                                                            "the fused-MoE kernel" if self.fused_shared_expert else ""))
         if t > 1 or self.pp > 1:
             self._sources["other collectives"] = "estimated: roofline (logits all-gather at tp > 1, stage hand-offs at pp > 1)"
 
     def _layer_gemm_shapes(self, at: int) -> list[tuple[str, int, int, int, bool]]:
         """(name, n, k, times per call, FP8 weights) of the layers' GEMMs: a dense model's QKV, output,
         MLP; a mixture of experts' attention projections (none with latent attention: the MLA block's
-        table holds them), the first dense layers' MLP, the shared experts and the router (bfloat16, as
-        the checkpoints keep it), each split over ``at`` devices (1: data-parallel attention)."""
+        table or its parts hold them), the first dense layers' MLP, the shared experts (not where SGLang
+        fuses them into the routed call) and the router (bfloat16, as the checkpoints keep it), each split
+        over ``at`` devices (1: data-parallel attention)."""
         m, L = self.model, self.model.layers
         if not self.moe:
             return [(name, n, k, L, False) for name, n, k in gemm_shapes(m, self.tp, self.qkv_inputs)[:-1]]
@@ -379,14 +410,20 @@ class OperatorModel(RooflineModel):
         if dense:
             out += [("gate_up" if m.mlp == "gated" else "up", up * m.intermediate // at, h, dense, fp8), ("down", h, m.intermediate // at, dense, fp8)]
         s = m.shared_experts * m.expert_intermediate
-        if s and m.moe_layers:
+        if s and m.moe_layers and not self.fused_shared_expert:
             out += [("shared expert gate_up", up * s // at, h, m.moe_layers, fp8), ("shared expert down", h, s // at, m.moe_layers, fp8)]
         if m.moe_layers:
             out.append(("router", m.experts, h, m.moe_layers, False))
         return out
 
     def _load_mla(self, heads: int) -> None:
-        """The latent attention's whole-block tables (vLLM's; other engines' hold the kernel alone)."""
+        """The latent attention: part by part from the engine's own tables where they hold its parts
+        (SGLang's, :meth:`_load_granular_mla`), else the whole-block tables (vLLM's; another engine
+        without its own: vLLM's, said)."""
+        self._granular = None
+        if self.granular_mla:
+            self._load_granular_mla(heads)
+            return
         paths = [self._table("mla", f) for f in ("mla_generation_module_perf.parquet", "mla_context_module_perf.parquet")]
         said = ""
         if self.framework != "vllm" and paths[0] is None:
@@ -403,6 +440,34 @@ class OperatorModel(RooflineModel):
                                       + "; prefill " + (f"{self._rel(paths[1])} ({ctx_kernel})" if self._mla_ctx else f"estimated: roofline ({ctx_kernel})")
                                       + said + ("; data-parallel: every head, each device's own sequences" if self.dp_attention else ""))
 
+    def _load_granular_mla(self, heads: int) -> None:
+        """The latent attention as the engine runs it, part by part from its own tables
+        (sim/cost/moe_tables.py :class:`~draftsim.sim.cost.moe_tables.GranularMLA`, the same parts and
+        lookups :func:`~draftsim.sim.cost.moe_tables.decode_step` prices SGLang's decode layer with): the
+        projections from its GEMM table (block-FP8 kernels first for float8 weights), the absorbed BMMs and
+        the MLA decode kernel (at the KV dtype's rows) decoding, the kv_b projection and the MLA prefill
+        kernel prefilling."""
+        kv = kv_table_dtype(self.kv_dtype, self.dtype, self.framework)
+        gen, ctx = (GranularMLA.of(self.model, self.root, self.system, self.framework, self.dtype, kv, heads, phase=phase)
+                    for phase in ("generation", "context"))
+        self._granular = (gen, ctx)
+
+        def parts(mla: GranularMLA | None) -> str:
+            if mla is None:
+                return "the catalog roofline (no MLA context table)"
+            gemms = [p.name.removeprefix("MLA ") for p in mla.parts if p.kind == "gemm"]
+            kernels = ", ".join(mla.gemms.kernels) if mla.gemms is not None else "none"
+            out = [f"{', '.join(gemms)} {self._rel(mla.gemm_path)} ({kernels}, the first that measured the shape)"]
+            if mla.bmm:
+                out.append("absorbed BMMs " + mla.source(next(p for p in mla.parts if p.kind == "bmm"), self._rel))
+            out.append("kernel " + mla.source(next(p for p in mla.parts if p.kind == "kernel"), self._rel))
+            return "; ".join(out)
+
+        self._sources["attention"] = (f"MLA parts as {self.framework} runs them (AIConfigurator's granular composition, "
+                                      f"sim/cost/moe_tables.py GranularMLA) at {heads} query heads: decode: {parts(gen)}; "
+                                      f"prefill: {parts(ctx)}" + ("; data-parallel: every head, each device's own sequences"
+                                                                  if self.dp_attention else ""))
+
     def _load_experts(self) -> None:
         m = self.model
         self._routed = measured_experts(m, self.hardware.name, self.engine, self.dtype, self.tp, self.expert_parallel)
@@ -414,6 +479,8 @@ class OperatorModel(RooflineModel):
             r = self._routed
             self._sources["routed experts"] = (f"{self._rel(Path(r.source))} ({r.kernel}, {r.moe_dtype}, {r.distribution} routing, {split}), "
                                                f"{m.moe_layers} MoE layers, {int(r.tokens[0])}..{int(r.tokens[-1])} tokens measured")
+        if self.fused_shared_expert:
+            self._sources["shared expert (fused)"] = "estimated: " + fused_shared_expert_source(m) + " (uniform routing's expected awake experts)"
 
     def _attention_grid(self, path: Path, axis: str, q_heads: int, kv_heads: int, hd: int):
         """The table's grid (batch × ``axis``) for this head layout, its kernel and how it was found:
@@ -577,9 +644,11 @@ class OperatorModel(RooflineModel):
             Ndp = Nd if self.graph_tokens is None else pad_tokens(Nd, self.graph_tokens)
         out = {"gemm layers": self._gemm_seconds(Ndp, self._layer_curve, "gemm layers"),
                "gemm lm_head": self._gemm_seconds(Nr, self._head_curve, "gemm lm_head"),
-               "attention": (self._mla_seconds(Bd, Nd, cd) if self.model.kv_lora_rank else self._attention_seconds(Bd, Nd, cd, pd))}
+               "attention": (self._mla_seconds(Bd, Nd, cd, pd, Ndp) if self.model.kv_lora_rank else self._attention_seconds(Bd, Nd, cd, pd))}
         if self.model.experts:
             out["routed experts"] = self._routed_seconds(Np)
+            if self.fused_shared_expert:
+                out["shared expert (fused)"] = fused_shared_expert_seconds(out["routed experts"], Np, self.model)
         if self.dp_attention:
             out["all-to-all"] = self._a2a_seconds(Ndp)
         else:
@@ -589,9 +658,17 @@ class OperatorModel(RooflineModel):
         out["host"] = np.full(N.shape, self.overhead + self.overhead_per_layer * self.model.layers)
         return out
 
-    def _mla_seconds(self, B, N, cached) -> np.ndarray:
-        """The latent-attention blocks of every layer from the MLA module tables (module docstring of
-        sim/cost/moe_operators.py); the roofline's latent attention outside them (recorded)."""
+    def _mla_seconds(self, B, N, cached, pairs=None, Np=None) -> np.ndarray:
+        """The latent attention of every layer: the engine's MLA parts summed (:meth:`_granular_seconds`),
+        or the MLA module tables' blocks (module docstring of sim/cost/moe_operators.py); the roofline's
+        latent attention outside the tables (recorded)."""
+        if self._granular is not None:
+            parts = self._granular_seconds(B, N, cached, pairs, N if Np is None else Np)
+            out = np.array(sum(parts.values()), dtype=np.float64) if parts else np.full(np.shape(B), np.nan)
+            miss = np.isnan(out)
+            if np.any(miss):
+                out[miss] = np.broadcast_to(self.latent_attention_seconds(B, N, cached), out.shape)[miss]
+            return out
         L = self.model.layers
         nbar, cbar = N / B, cached / B
         decode = nbar <= DECODE_QUERIES
@@ -615,6 +692,75 @@ class OperatorModel(RooflineModel):
             self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
             out[miss] = np.broadcast_to(self.latent_attention_seconds(B, N, cached), out.shape)[miss]
         return out
+
+    def _granular_seconds(self, B, N, cached, pairs, Np) -> dict[str, np.ndarray]:
+        """Each MLA part of every layer (sim/cost/moe_tables.py GranularMLA), NaN in every part of a call one
+        part of which its table does not hold (recorded; :meth:`_mla_seconds` prices that call's attention by
+        the roofline). Decoding (at most :data:`DECODE_QUERIES` new tokens a sequence), a sequence verifying
+        n > 1 tokens keeps the MLA block's convention: the kernel at n rows over c + (n − 1)/2 cached tokens
+        (the latent read per row, more than the kernel reads: estimated, said), the projections and BMMs at
+        the call's tokens. Prefilling: the projections at the call's tokens, the prefill kernel at the whole
+        prompt of the call's query-key pairs (:func:`equal_work_prompt`, as dense attention: exact for whole
+        prompts; a chunk after cached tokens estimated, said). ``Np``: the tokens the engine's CUDA graphs run."""
+        gen, ctx = self._granular
+        L, shape = self.model.layers, np.shape(B)
+        B, N, cached = (np.broadcast_to(np.asarray(x, np.float64), shape) for x in (B, N, cached))
+        Np = np.broadcast_to(np.asarray(Np, np.float64), shape)
+        pairs = np.zeros(shape) if pairs is None else np.broadcast_to(np.asarray(pairs, np.float64), shape)
+        nbar, cbar = N / B, cached / B
+        decode = nbar <= DECODE_QUERIES
+        calls = {"decode": (gen, decode, np.where(nbar > 1, N, B), cbar + (nbar - 1) / 2),
+                 "prefill": (ctx, ~decode, B, np.maximum(equal_work_prompt(B, pairs), 1.0))}
+        out: dict[str, np.ndarray] = {}
+        missing = np.zeros(shape, dtype=bool)
+        for phase, (mla, sel, seqs, axis) in calls.items():
+            if not np.any(sel):
+                continue
+            if mla is None:
+                self._note("attention", f"no {self.framework} MLA {phase} table: the catalog roofline's latent attention")
+                missing |= sel
+                continue
+            for p in mla.parts:
+                t = L * mla.seconds(p, Np, seqs, axis)
+                out[p.name] = np.where(sel, t, out.get(p.name, np.zeros(shape)))
+                out_of = sel & np.isnan(t)
+                if np.any(out_of):
+                    self._note("attention", f"{p.name} outside {self.framework}'s {phase} tables: the catalog roofline's latent attention")
+                    missing |= out_of
+        if np.any(decode & (nbar > 1) & ~missing):
+            self._note("attention", "several new tokens per sequence: the MLA kernel at one row per token over c + (n - 1)/2 cached tokens "
+                                    "(latent read per row), the BMMs and projections at the call's tokens")
+        if np.any(~decode & (cbar > 0) & ~missing):
+            self._note("attention", "a prefill chunk after cached tokens: the MLA prefill kernel at the whole prompt of its query-key pairs")
+        for name in out:
+            out[name] = np.where(missing, np.nan, out[name])
+        return out
+
+    def mla_parts(self, batch: int, new_tokens: int = 1, context: int = 0) -> list[Part]:
+        """The ``attention`` part of one uniform call (:meth:`breakdown`) split into the engine's MLA parts,
+        each with the table that prices it; one roofline part where the call leaves the tables (or the
+        engine prices latent attention as a whole block: [])."""
+        if self._granular is None:
+            return []
+        stats = BatchStats.of_shape(batch, new_tokens, context)
+        B = np.maximum(np.asarray(stats.sequences, np.float64), 1.0)
+        N = np.maximum(np.asarray(stats.tokens, np.float64), 1.0)
+        cached, pairs = np.asarray(stats.cached, np.float64), np.asarray(stats.pairs, np.float64)
+        if self.dp_attention:  # the busiest rank's share, as _parts_seconds
+            share = np.ceil(B / self.tp) / B
+            B, N, cached, pairs = B * share, np.maximum(np.ceil(N * share), 1.0), cached * share, pairs * share
+        Np = N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens)
+        self._local = {}
+        try:
+            secs = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in self._granular_seconds(B, N, cached, pairs, Np).items()}
+            note = "; ".join(sorted(self._local.get("attention", ())))
+        finally:
+            self._local = None
+        if not secs or any(np.isnan(v) for v in secs.values()):
+            return [Part("attention", float(np.asarray(self._mla_seconds(B, N, cached, pairs, Np)).reshape(-1)[0]), False,
+                         "catalog roofline's latent attention", note)]
+        mla = self._granular[0 if float((N / B).reshape(-1)[0]) <= DECODE_QUERIES else 1]
+        return [Part(p.name, secs[p.name], not note, mla.source(p, self._rel), note) for p in mla.parts]
 
     def _routed_seconds(self, Np) -> np.ndarray:
         """The routed experts of every MoE layer: the fused-MoE table at the call's tokens; beyond its
@@ -657,7 +803,7 @@ class OperatorModel(RooflineModel):
         # the MLP activation: every layer's of a dense model; a mixture of experts' dense layers and shared experts (the fused MoE kernel holds its own)
         act = (m.layers * (m.mlp_matrices * m.intermediate // t) if not self.moe else
                (m.layers - m.moe_layers) * m.mlp_matrices * m.intermediate // t
-               + m.moe_layers * m.mlp_matrices * m.shared_experts * m.expert_intermediate // t)
+               + (0 if self.fused_shared_expert else m.moe_layers * m.mlp_matrices * m.shared_experts * m.expert_intermediate // t))
         per_token = (2 * (2 * m.hidden + 2 * m.hidden) * m.layers + act) * self.bytes
         kernels = 3 * m.layers + 1
         return np.asarray(Np, np.float64) * (per_token + 2 * m.hidden * self.bytes) / bw + kernels * const
@@ -725,6 +871,9 @@ class OperatorModel(RooflineModel):
         if "routed experts" in secs:
             out.append(Part("routed experts", secs["routed experts"], self._routed is not None and not said("routed experts"),
                             self._sources["routed experts"], said("routed experts")))
+        if "shared expert (fused)" in secs:
+            out.append(Part("shared expert (fused)", secs["shared expert (fused)"], False, self._sources["shared expert (fused)"],
+                            said("routed experts")))
         for key in ("allreduce", "all-to-all"):
             if key in secs and key in self._sources:
                 out.append(Part(key, secs[key], not said(key) and not self._sources[key].startswith(("estimated", "roofline")),
