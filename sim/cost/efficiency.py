@@ -52,8 +52,8 @@ import numpy as np
 from .catalog import HardwareSpec, ModelSpec
 from .kernel_tables import allreduce_rows, attention_rows, gemm_rows, newest_table
 
-__all__ = ["FIT_FAMILIES", "KINDS", "Curve", "Curves", "Roofs", "Score", "attention_layouts", "family_holdout", "family_of", "fit_curve",
-           "fit_curves", "gemm_shapes", "gpu_count_holdout"]
+__all__ = ["FIT_FAMILIES", "KINDS", "SPIKE_FACTOR", "SPIKE_NEIGHBOURS", "Cleaned", "Curve", "Curves", "Roofs", "Score", "attention_layouts",
+           "family_holdout", "family_of", "fit_curve", "fit_curves", "gemm_shapes", "gpu_count_holdout", "monotone_table"]
 
 #: The operator kinds with a curve.
 KINDS = ("gemm", "decode attention", "prefill attention", "allreduce")
@@ -67,6 +67,59 @@ TP_SIZES = (1, 2, 4, 8)
 #: Fractions of the smallest measured latency tried as the fixed cost per kernel.
 _FIXED_FRACTIONS = np.linspace(0.0, 0.98, 50)
 BYTES = 2  # bfloat16: every table row priced here
+#: A measured cell more than this many times both its neighbours along an axis is a spike (monotone_table) ...
+SPIKE_FACTOR = 2.0
+#: ... where those two neighbours agree within this ratio (a smooth curve around one outlier).
+SPIKE_NEIGHBOURS = 1.3
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    """A measured table made non-decreasing (:func:`monotone_table`): the values, the isolated spikes
+    replaced and the cells the running maximum raised (counts), and the cells changed (a mask)."""
+
+    values: np.ndarray
+    spikes: int
+    raised: int
+    changed: np.ndarray
+
+
+def monotone_table(values, coords=None, axes=None) -> Cleaned:
+    """A measured table (NaN: not measured) made non-decreasing along each size axis, in two steps:
+
+    1. **Isolated spikes removed**: along each axis, a measured cell more than :data:`SPIKE_FACTOR` (2)
+       times both its measured neighbours, where those neighbours agree within :data:`SPIKE_NEIGHBOURS`
+       (30%), is one bad measurement (AIConfigurator's A100 decode table: 93.7 us at batch 4, step 511,
+       between 22.6 and 27.4 us): it is replaced by the linear interpolation of its neighbours in the
+       axis's coordinate (``coords``, default the index), so the running maximum does not carry it on.
+       Only spikes up: a dip is lifted to its left neighbour by step 2 and carries nothing.
+    2. **Running maximum** along each axis in turn (``axes``, default all), as
+       :class:`~draftsim.sim.cost.profile.ProfileCost` makes a profile's medians monotone: each cell
+       becomes the largest measurement at or below it on every axis (noise that says a bigger call took
+       less time is dropped; a smaller call's measurement is a lower bound on a bigger one's). Not
+       isotonic regression: that would lower measured cells below what was measured, pricing the
+       smaller call under its measurement, and would differ from the profiles'. Multilinear
+       interpolation of a table monotone along each axis is monotone along each axis.
+    """
+    v = np.array(values, dtype=np.float64)
+    axes = range(v.ndim) if axes is None else axes
+    nan = np.isnan(v)
+    spikes = 0
+    for ax in axes:
+        x = np.arange(v.shape[ax], dtype=np.float64) if coords is None else np.asarray(coords[ax], np.float64)
+        w = np.moveaxis(v, ax, -1)  # a view: writes go to v
+        for i in range(1, w.shape[-1] - 1):
+            lo, mid, hi = w[..., i - 1], w[..., i], w[..., i + 1]
+            spike = ((mid > SPIKE_FACTOR * np.maximum(lo, hi)) & (np.maximum(lo, hi) <= SPIKE_NEIGHBOURS * np.minimum(lo, hi)))
+            if np.any(spike):
+                f = (x[i] - x[i - 1]) / (x[i + 1] - x[i - 1])
+                w[..., i] = np.where(spike, lo + f * (hi - lo), mid)
+                spikes += int(spike.sum())
+    despiked = v.copy()
+    for ax in axes:
+        v = np.where(nan, np.nan, np.fmax.accumulate(v, axis=ax))
+    changed = ~nan & (v != np.asarray(values, np.float64))
+    return Cleaned(v, spikes, int((~nan & (v > despiked)).sum()), changed)
 
 
 @dataclass(frozen=True)

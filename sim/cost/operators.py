@@ -32,7 +32,19 @@ A call of N new tokens over B sequences (contexts c_i) on one of ``tp`` devices 
   for whole prompts of one length). A chunk after cached tokens is so priced as the prompt of its
   work, its fixed cost once (scaling a short prompt's time by the pairs, as before, multiplied the
   fixed cost too: 64 tokens after 3,072 cached came out 1.17 ms on an A100 where Vidur's profile
-  measures 0.042 ms). Mixed batches are priced at their means (B, N/B, Σc/B).
+  measures 0.042 ms). A chunk never costs less than its last :data:`DECODE_QUERIES` tokens would as
+  a verification over everything before them (the cache and the chunk's earlier tokens): the decode
+  path's price of B sequences of 16 new tokens on c + n − 16 cached, which reads the whole cache
+  (the equal-work prompt reads only its own short prompt's KV: 8 sequences on 32,768 cached tokens
+  came out 7.4 ms for 17 new tokens, 11.8 ms for 16, below the 10.3 ms of reading their KV on an
+  H100). Mixed batches are priced at their means (B, N/B, Σc/B).
+* **Measured tables made non-decreasing**: every table read here (GEMM along m, n and k; attention
+  along batch and context or prompt; the MLA blocks; the fused MoE and the all-reduce along tokens or
+  message size) is first cleaned by :func:`~draftsim.sim.cost.efficiency.monotone_table`: an isolated
+  spike (a cell more than 2x both neighbours along an axis that agree within 30%) replaced by their
+  interpolation, then the running maximum along each axis, as a measured profile's medians are
+  (:class:`~draftsim.sim.cost.profile.ProfileCost`); interpolation then never prices a bigger call
+  below a smaller one. "Exact at measured shapes" holds at the cells cleaning leaves alone.
 * **All-reduces** at tp > 1: two per layer and one after the vocabulary-parallel embedding
   (AIConfigurator's Llama model), each of N·hidden elements, from ``custom_allreduce_perf.parquet``
   at the tp size — the CUDA-graph rows (the kernel alone) unless the engine runs the step eagerly
@@ -50,8 +62,11 @@ roofline with **efficiency curves fitted on the same GPU's and engine's tables**
 (:mod:`~draftsim.sim.cost.efficiency`: GEMM efficiency against m, n and k, decode attention against
 batch × context, prefill attention against batch × tokens, the all-reduce against message size, each
 with a fixed cost per kernel) — for a GEMM scaled at the nearest measured shape
-(t_table(clamped) · curve(shape) / curve(clamped)), for attention and collectives the curve itself
-(the constant-efficiency catalog roofline only where a GPU has no table of that kind) — and the model records it
+(t_table(clamped) · curve(shape) / curve(clamped)), attention likewise where its table ends (the batch
+clamped into the grid, then the context or prompt into the columns measured there; the ratio held ≥ 1
+beyond the table and ≤ 1 below it: :func:`_anchored`), the curve itself for a head layout or
+collective no table holds (the constant-efficiency catalog roofline only where a GPU has no table of
+that kind) — and the model records it
 (:attr:`OperatorModel.fallbacks`, :meth:`~OperatorModel.breakdown`). Nothing is extrapolated
 silently. A mixture of experts or latent attention (DeepSeek-V3/R1, Qwen3-MoE, Mixtral, GPT-OSS,
 GLM-4.5) adds its routed experts from the fused-MoE tables, its latent attention as the engine runs it
@@ -79,7 +94,7 @@ import numpy as np
 from ..errors import DraftsimError
 from .base import BatchStats, CostModel
 from .catalog import HardwareSpec, ModelSpec
-from .efficiency import Curves, Roofs, fit_curves, gemm_shapes
+from .efficiency import Curves, Roofs, fit_curves, gemm_shapes, monotone_table
 from .kernel_tables import (
     FRAMEWORKS,
     PACKAGE,
@@ -135,11 +150,21 @@ def _granular_mla(model: ModelSpec, hardware: HardwareSpec, engine: str, systems
 
 
 class _Grid2D:
-    """A table t(x, y) on a grid (NaN where not measured), bilinear between the measured points;
-    a point whose four corners are not all measured (or outside the grid) is outside."""
+    """A table t(x, y) on a grid (NaN where not measured), made non-decreasing along both axes
+    (:func:`~draftsim.sim.cost.efficiency.monotone_table`: isolated spikes removed, then the running
+    maximum; :attr:`raw` keeps the measured values, :attr:`cleaning` what changed), bilinear between
+    the measured points; a point whose four corners are not all measured (or outside the grid) is
+    outside, and :meth:`edge` the measured point it is anchored at."""
 
     def __init__(self, x, y, values):
-        self.x, self.y, self.v = np.asarray(x, np.float64), np.asarray(y, np.float64), np.asarray(values, np.float64)
+        self.x, self.y, self.raw = np.asarray(x, np.float64), np.asarray(y, np.float64), np.asarray(values, np.float64)
+        self.cleaning = monotone_table(self.raw, (self.x, self.y))
+        self.v = self.cleaning.values
+        # each row's first and last measured column (a row's measurements are one run: the tables' holes are corners)
+        meas = ~np.isnan(self.v)
+        any_ = meas.any(axis=1)
+        self._first = np.where(any_, meas.argmax(axis=1), len(self.y) - 1)
+        self._last = np.where(any_, len(self.y) - 1 - meas[:, ::-1].argmax(axis=1), 0)
 
     @classmethod
     def from_frame(cls, df, xcol: str, ycol: str, value: str = "latency", scale: float = 1e-3) -> "_Grid2D":
@@ -164,6 +189,36 @@ class _Grid2D:
             inside &= ~bad
             out += np.where(w > 0, np.nan_to_num(v), 0.0) * w
         return np.where(inside, out, np.nan), inside
+
+    def edge(self, x, y) -> tuple[np.ndarray, np.ndarray]:
+        """The measured point a shape outside the table is anchored at: x clamped into the grid, then y
+        into the columns measured at that x (both rows around it: a batch × context hole is left along
+        the context)."""
+        x, y = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
+        xc = np.clip(x, self.x[0], self.x[-1])
+        i = np.clip(np.searchsorted(self.x, xc, side="right") - 1, 0, len(self.x) - 1)
+        i1 = np.where(self.x[i] == xc, i, np.minimum(i + 1, len(self.x) - 1))
+        lo = self.y[np.maximum(self._first[i], self._first[i1])]
+        hi = self.y[np.minimum(self._last[i], self._last[i1])]
+        return xc, np.clip(y, lo, np.maximum(hi, lo))
+
+
+def _anchored(grid, x, y, curve) -> tuple[np.ndarray, np.ndarray]:
+    """``grid`` at (x, y) where it measured the shape, else anchored where it ends, as GEMMs are:
+    t_table(edge) · curve(x, y) / curve(edge), ``edge`` the grid's :meth:`~_Grid2D.edge`; the ratio held
+    ≥ 1 beyond the table's largest shapes and ≤ 1 below its smallest (so a call outside never costs less
+    than a smaller measured one, nor more than a bigger one, whatever the fitted curve does between the
+    two). Returns the seconds (NaN where no edge is measured either) and where the table measured the shape."""
+    t, ok = grid(x, y)
+    if np.all(ok):
+        return t, ok
+    x, y = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
+    xe, ye = grid.edge(x, y)
+    te, oke = grid(xe, ye)
+    ratio = np.asarray(curve(x, y), np.float64) / np.asarray(curve(xe, ye), np.float64)
+    up, down = (x >= xe) & (y >= ye), (x <= xe) & (y <= ye)
+    ratio = np.where(up, np.maximum(ratio, 1.0), np.where(down, np.minimum(ratio, 1.0), ratio))
+    return np.where(ok, t, np.where(oke, te * ratio, np.nan)), ok
 
 
 class _GemmTable:
@@ -220,6 +275,10 @@ class _Blend:
     def __call__(self, x, y) -> tuple[np.ndarray, np.ndarray]:
         (va, ia), (vb, ib) = self.a(x, y), self.b(x, y)
         return (1 - self.w) * va + self.w * vb, ia & ib
+
+    def edge(self, x, y) -> tuple[np.ndarray, np.ndarray]:
+        """Clamped into both grids' measured region (one's edge, then the other's)."""
+        return self.b.edge(*self.a.edge(x, y))
 
 
 @dataclass(frozen=True)
@@ -552,48 +611,84 @@ class OperatorModel(RooflineModel):
         return out
 
     def _attention_seconds(self, B, N, cached, pairs) -> np.ndarray:
-        L = self.model.layers
+        """Every layer's attention: decoding from the decode table, a prefill chunk from the prefill table at
+        its equal-work prompt but never less than the decode path's price of the same call (reading the
+        sequences' caches); each table anchored where it ends (:func:`_anchored`)."""
         nbar = N / B
         cbar = cached / B
         decode = nbar <= DECODE_QUERIES
-        out = np.full(B.shape, np.nan)
-        if self._attn is not None and np.any(decode):
-            if self.kv_per_query:  # batch expansion: every query a sequence over its own context
-                t, ok = self._attn(N, cbar + (nbar - 1) / 2)
-            else:
-                t, ok = self._attn(B, cbar + nbar - 1)
-            use = decode & ok
-            out[use] = t[use] * L
-            if np.any(decode & ok & (nbar > 1)):
-                self._note("attention", f"{'batch expansion: one query per sequence' if self.kv_per_query else 'several new tokens per sequence priced as one query over their context (KV read once)'}")
+        dec = self._decode_attention(B, N, cached, pairs, decode)
+        if not np.any(~decode):
+            return dec
         n_eq = np.maximum(equal_work_prompt(B, pairs), 1.0)  # (an empty call's pairs are 0, its B and N held at 1)
-        if self._attn_ctx is not None and np.any(~decode):
-            t, ok = self._attn_ctx(B, n_eq)
-            use = ~decode & ok
-            out[use] = t[use] * L
-            if np.any(use & (cbar > 0)):
-                self._note("attention", "a prefill chunk after cached tokens priced as the whole prompt of its query-key pairs")
-        miss = np.isnan(out)
-        c = self.curves
-        for sel, curve, kind in ((miss & decode, c.decode, "decode"), (miss & ~decode, c.prefill, "prefill")):
-            if not np.any(sel):
-                continue
-            if curve is None:  # no table of this kind for this GPU and engine
-                self._note("attention", f"no {kind} attention table: catalog roofline")
-                read = pairs if self.kv_per_query else cached + N
-                kv_s, q_s, pair_s = self._roof_attention
-                out[sel] = np.maximum(read * kv_s + N * q_s, pairs * pair_s)[sel]
-                continue
-            what = "batch x context" if (self._attn if kind == "decode" else self._attn_ctx) is not None else "head layout"
-            self._note("attention", f"{what} outside the measured table: roofline with the efficiency curve fitted on the {kind} "
-                                    "attention table")
-            if kind == "decode":  # the table's lookup: (sequences, cached tokens before the new one); KV length one more
-                t = (c.decode_seconds(N, cbar + (nbar - 1) / 2 + 1, *self._layout) if self.kv_per_query else
-                     c.decode_seconds(B, cbar + nbar, *self._layout))
-            else:
-                t = c.prefill_seconds(B, n_eq, *self._layout)
-            out[sel] = (t * L)[sel]
-        return out
+        pre = self._prefill_attention(B, N, cached, pairs, n_eq, ~decode)
+        if self._attn_ctx is not None and np.any(~decode & (cbar > 0)):
+            self._note("attention", "a prefill chunk after cached tokens priced as the whole prompt of its query-key pairs")
+        # a chunk reads its sequences' caches: at least its last DECODE_QUERIES tokens' verification over everything before them
+        # (the decode path's price); the equal-work prompt reads only its own short prompt's KV
+        floor = self._decode_attention(*self._last_queries(B, cached, nbar), np.zeros(np.shape(B), dtype=bool))
+        if np.any(~decode & (floor > pre)):
+            self._note("attention", f"a prefill chunk priced at least as its last {DECODE_QUERIES} tokens' verification over the "
+                                    "cache and the chunk before them (it reads their KV)")
+        return np.where(decode, dec, np.maximum(pre, floor))
+
+    @staticmethod
+    def _last_queries(B, cached, nbar):
+        """(B, N, cached, pairs) of the verification a chunk of ``nbar`` > DECODE_QUERIES new tokens per sequence
+        ends with: its last DECODE_QUERIES tokens over the cache and the chunk's earlier tokens."""
+        q = float(DECODE_QUERIES)
+        c = cached / B + np.maximum(nbar - q, 0.0)
+        return B, B * q, B * c, B * (q * c + q * (q + 1) / 2)
+
+    def _decode_attention(self, B, N, cached, pairs, sel) -> np.ndarray:
+        """The decode path's price of every call (notes for the ``sel`` calls): the decode table at (sequences,
+        cached tokens before the new one) — a sequence verifying n tokens one query over c + n − 1, or under batch
+        expansion n sequences over c + (n − 1)/2 — anchored where the table ends (the curve's KV length: step + 1)."""
+        L, c = self.model.layers, self.curves
+        nbar, cbar = N / B, cached / B
+        rows, step = (N, cbar + (nbar - 1) / 2) if self.kv_per_query else (B, cbar + nbar - 1)
+        if np.any(sel & (nbar > 1)) and self._attn is not None:
+            self._note("attention", f"{'batch expansion: one query per sequence' if self.kv_per_query else 'several new tokens per sequence priced as one query over their context (KV read once)'}")
+        if c.decode is None:  # no decode table for this GPU and engine
+            if np.any(sel):
+                self._note("attention", "no decode attention table: catalog roofline")
+            return self._roof_attention_seconds(N, cached, pairs)
+        curve = lambda x, y: c.decode_seconds(x, y + 1, *self._layout)  # noqa: E731
+        if self._attn is None:
+            if np.any(sel):
+                self._note("attention", "head layout outside the measured table: roofline with the efficiency curve fitted on the decode "
+                                        "attention table")
+            return np.asarray(curve(rows, step), np.float64) * L
+        t, ok = _anchored(self._attn, rows, step, curve)
+        if np.any(sel & ~ok):
+            self._note("attention", "batch x context outside the measured table: the table at its edge scaled by the roofline with the "
+                                    "efficiency curve fitted on the decode attention table")
+        return np.where(np.isnan(t), np.asarray(curve(rows, step), np.float64), t) * L
+
+    def _prefill_attention(self, B, N, cached, pairs, n_eq, sel) -> np.ndarray:
+        """The prefill table at (B, the equal-work prompt), anchored where it ends (notes for the ``sel`` calls)."""
+        L, c = self.model.layers, self.curves
+        if c.prefill is None:
+            if np.any(sel):
+                self._note("attention", "no prefill attention table: catalog roofline")
+            return self._roof_attention_seconds(N, cached, pairs)
+        curve = lambda x, y: c.prefill_seconds(x, y, *self._layout)  # noqa: E731
+        if self._attn_ctx is None:
+            if np.any(sel):
+                self._note("attention", "head layout outside the measured table: roofline with the efficiency curve fitted on the prefill "
+                                        "attention table")
+            return np.asarray(curve(B, n_eq), np.float64) * L
+        t, ok = _anchored(self._attn_ctx, B, n_eq, curve)
+        if np.any(sel & ~ok):
+            self._note("attention", "batch x context outside the measured table: the table at its edge scaled by the roofline with the "
+                                    "efficiency curve fitted on the prefill attention table")
+        return np.where(np.isnan(t), np.asarray(curve(B, n_eq), np.float64), t) * L
+
+    def _roof_attention_seconds(self, N, cached, pairs) -> np.ndarray:
+        """The catalog roofline of attention (no table of its kind): KV read, queries, query-key pairs."""
+        read = pairs if self.kv_per_query else cached + N
+        kv_s, q_s, pair_s = self._roof_attention
+        return np.maximum(read * kv_s + N * q_s, pairs * pair_s)
 
     def _measured_allreduce_seconds(self, Np) -> np.ndarray | float:
         """The tp all-reduces (2 per layer + the embedding's) at their measured times."""

@@ -306,38 +306,28 @@ def test_operator_gemms_never_get_cheaper_with_more_tokens(config, engine, m, dm
 
 
 @tables
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a measurement spike inside AIConfigurator's decode-attention table, interpolated as measured: "
-    "a100_sxm/attention/vllm/0.14.0/generation_attention_perf.parquet (vllm_flash_attn, 32 query / 4 KV heads x 128: "
-    "Qwen3-30B-A3B) reads 93.69 us at batch 4, step 511, between 22.61 us at step 255 and 27.40 us at step 1023 "
-    "(22.9 us at batch 2, 26.4 us at batch 8). Qwen3-30B-A3B on an A100, 4 sequences of 1 token: attention 4.497 ms at "
-    "context 511, 1.315 ms at 1023 (whole call, engine none: 17.046 -> 13.864 ms)"))
 @settings(max_examples=30, deadline=None)
 @given(config=st.sampled_from(DECODE_TABLE), engine=st.sampled_from(("vllm", "sglang")), b=st.integers(1, 256),
        c=st.integers(1, 32_767), db=more, dc=more)
 @example(config=("qwen3-30b-a3b", "a100-80g"), engine="vllm", b=4, c=511, db=0, dc=512)
 def test_operator_attention_inside_its_measured_table_never_gets_cheaper(config, engine, b, c, db, dc):
     """Between measured cells (both calls read from the table, no fallback) decode attention never falls
-    with more context or more sequences."""
+    with more context or more sequences: the table is made non-decreasing before interpolation (an isolated
+    spike removed, then the running maximum: efficiency.monotone_table). It failed while read as measured
+    (A100, 32 / 4 heads x 128, batch 4: 93.69 us at step 511 between 22.61 at 255 and 27.40 at 1023)."""
     m = _operators(*config, engine)
     _part_never_cheaper(m, "attention", (b, 1, c), (b, 1, c + dc), only_measured=True)
     _part_never_cheaper(m, "attention", (b, 1, c), (b + db, 1, c), only_measured=True)
 
 
 @tables
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "where the decode-attention table ends (its last measured step, or below its first, step 1) the operator model prices "
-    "attention by the efficiency curve fitted on the whole table, not anchored at the table's edge (GEMMs are: "
-    "t_table(edge) x curve(shape) / curve(edge)), and the curve lies below the edge by up to a third. Llama-3.1-8B on an A100: "
-    "32 sequences of 1 token, attention 26.124 ms at context 8191 (a100_sxm/attention/vllm/0.14.0, 816.4 us per layer "
-    "at batch 32, step 8191), 17.171 ms at 8192 (whole call, engine vllm: 38.255 -> 29.302 ms); one sequence: 0.467 ms "
-    "at context 0 (step 0, below the table) and 0.399 ms at context 1 (12.5 us per layer at step 1). The prefill table "
-    "does the same: Llama-3.1-8B on an H100, attention of 32 prompts of 4096 tokens 274.29 ms (the table's last isl at "
-    "batch 32), after 1 cached token 267.61 ms"))
 @settings(max_examples=15, deadline=None)
 @given(config=st.sampled_from(DECODE_TABLE), engine=st.sampled_from(("vllm", "sglang")), b=st.integers(1, 128))
 @example(config=("llama-3.1-8b", "a100-80g"), engine="vllm", b=32)
 def test_operator_attention_does_not_fall_where_its_measured_table_ends(config, engine, b):
+    """Where the decode table ends (its last measured step, below its first) attention is anchored there, as GEMMs are:
+    t_table(edge) x curve(shape) / curve(edge), the ratio held >= 1 beyond the table (it failed while the curve alone priced
+    it: Llama-3.1-8B on an A100, 32 sequences of 1 token, 26.124 ms at context 8191, 17.171 ms at 8192)."""
     m = _operators(*config, engine)
     measured = lambda c: _part(m, "attention", b, 1, c).measured  # noqa: E731
     if not measured(1):
@@ -353,18 +343,14 @@ def test_operator_attention_does_not_fall_where_its_measured_table_ends(config, 
 
 
 @tables
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    f"a call of more than DECODE_QUERIES = {DECODE_QUERIES} new tokens per sequence leaves the decode-attention table for the "
-    "prefill table at the equal-work prompt n(n+1)/2 = pairs / B (equal_work_prompt), which reads the KV of that short "
-    "prompt only, not the sequences' whole caches: Llama-3.1-8B on an H100, 8 sequences on 32,768 cached tokens: "
-    "attention 11.773 ms for 16 new tokens each, 7.432 ms for 17 (equal-work prompt ~1,055 tokens; whole call, engine "
-    "none: 18.514 -> 14.349 ms) — below the 10.3 ms that reading their 34.4 GB of KV cache takes at the H100's "
-    "3.35 TB/s"))
 @settings(max_examples=30, deadline=None)
 @given(config=st.sampled_from(DECODE_TABLE), engine=st.sampled_from(("vllm", "sglang")), b=st.integers(1, 256),
        c=st.one_of(st.integers(0, 4096), st.integers(0, 65_536)))
 @example(config=("llama-3.1-8b", "h100-sxm"), engine="vllm", b=8, c=32_768)
 def test_operator_attention_does_not_fall_from_decode_to_prefill(config, engine, b, c):
+    """A chunk of more than DECODE_QUERIES new tokens per sequence costs at least the decode path's price of the call
+    (reading the sequences' caches): it failed while the prefill table at the equal-work prompt alone priced it
+    (Llama-3.1-8B on an H100, 8 sequences on 32,768 cached tokens: 11.773 ms for 16 new tokens each, 7.432 ms for 17)."""
     m = _operators(*config, engine)
     _part_never_cheaper(m, "attention", (b, DECODE_QUERIES, c), (b, DECODE_QUERIES + 1, c))
 
