@@ -44,6 +44,13 @@ experts a single row. The tables measured it:
 * **estimated, not measured**: the two residual-add+RMSNorm per layer and the embedding row, by
   AIConfigurator's analytic memory-op formula (:func:`~draftsim.sim.cost.kernel_tables.mem_op_constants`).
 
+**Every measured table is made non-decreasing** in its size axes before it is interpolated
+(:func:`~draftsim.sim.cost.efficiency.monotone_table`: an isolated spike, more than 2x both neighbours
+that agree within 30%, replaced by their interpolation, then the running maximum along each axis, as a
+measured profile's medians are): the fused MoE in tokens (H100's Qwen3-30B-A3B table read 474.2 us per
+layer at 80 tokens and 417.0 us at 96), each GEMM width in m, the BMMs in tokens, the MLA kernel in
+batch and cached (or prompt) tokens, the all-reduce in message size. A bigger call is so never priced below a smaller one measured.
+
 The step adds the engine's per-step host time (``sim/data/engines.json``). A shape a table does not
 hold is reported in :attr:`DecodeStep.missing` and the step is not priced (no silent extrapolation).
 """
@@ -59,6 +66,7 @@ import numpy as np
 
 from ..errors import DraftsimError
 from .catalog import WEIGHT_ONLY
+from .efficiency import grid_edge, monotone_table
 from .kernel_tables import FRAMEWORKS, SYSTEMS, allreduce_rows, mem_op_constants, newest_table, read_columns, systems_root
 from .moe import expected_experts
 
@@ -136,7 +144,9 @@ def measured_experts(model, hardware: str, framework: str = "vllm", dtype: str =
         kernels = sorted(rows.kernel_source.unique())
         kernel = next((k for k in kernels if "triton" in k), kernels[0])  # the fused-MoE Triton kernel: both engines' default on Hopper
         rows = rows[rows.kernel_source == kernel].groupby("num_tokens").latency.median()
-        return MeasuredExperts(str(path), kernel, moe_dtype, distribution, rows.index.to_numpy(np.float64), rows.to_numpy(np.float64) * 1e-3)
+        tokens = rows.index.to_numpy(np.float64)
+        seconds = monotone_table(rows.to_numpy(np.float64) * 1e-3, (tokens,)).values  # non-decreasing in tokens (module docstring)
+        return MeasuredExperts(str(path), kernel, moe_dtype, distribution, tokens, seconds)
     return None
 
 
@@ -147,8 +157,10 @@ class _GemmGrid:
         self.df = df
         self.n = np.sort(df.n.unique())
         self.k = np.sort(df.k.unique())
-        self.by = {key: (g.m.to_numpy(np.float64), g.latency.to_numpy(np.float64) * 1e-3)
-                   for key, g in df.sort_values("m").groupby(["n", "k"])}
+        self.by = {}
+        for key, g in df.groupby(["n", "k"]):  # each width's latencies non-decreasing in m (module docstring)
+            g = g.groupby("m").latency.median()
+            self.by[key] = (g.index.to_numpy(np.float64), monotone_table(g.to_numpy(np.float64) * 1e-3, (g.index.to_numpy(np.float64),)).values)
 
     def at(self, m, n: int, k: int) -> np.ndarray:
         """Seconds at tokens ``m`` (any shape) of width (n, k); NaN where a corner's rows do not cover m."""
@@ -314,7 +326,9 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
         if rows is None or rows.empty or not rows.message_size.iloc[0] <= msg <= rows.message_size.iloc[-1]:
             out.missing.append(f"all-reduce of {msg} elements at {tp} GPUs")
         else:
-            out.parts["all-reduce (2 per layer)"] = 2 * L * float(np.interp(msg, rows.message_size, rows.latency)) * 1e-3
+            med = rows.groupby("message_size").latency.median()  # made non-decreasing in the message size (module docstring)
+            sizes = med.index.to_numpy(np.float64)
+            out.parts["all-reduce (2 per layer)"] = 2 * L * float(np.interp(msg, sizes, monotone_table(med.to_numpy(np.float64), (sizes,)).values)) * 1e-3
             out.sources["all-reduce (2 per layer)"] = str(apath)
     # estimated: residual-add+RMSNorm twice per layer, the embedding row (AIConfigurator's memory-op formula)
     bw, scale, const = mem_op_constants(root, system)
@@ -478,7 +492,8 @@ class GranularMLA:
                 rows = df[(df.op_name == p.op) & (df.num_heads == heads) & (df.bmm_dtype == self.bmm_dtype)]
                 if not rows.empty:
                     g = rows.groupby("num_tokens").latency.median()
-                    self.bmm[p.op] = (g.index.to_numpy(np.float64), g.to_numpy(np.float64), rows.kernel_source.iloc[0])
+                    x = g.index.to_numpy(np.float64)
+                    self.bmm[p.op] = (x, monotone_table(g.to_numpy(np.float64), (x,)).values, rows.kernel_source.iloc[0])
 
     @classmethod
     def available(cls, model, root: Path, system: str, fw: str, phase: str = "generation") -> tuple[Path, Path | None] | None:
@@ -560,7 +575,14 @@ class _Bilinear:
     def __init__(self, df, axis: str = "step"):
         table = df.pivot_table(index="batch_size", columns=axis, values="latency", aggfunc="median")
         self.b, self.s = table.index.to_numpy(np.float64), table.columns.to_numpy(np.float64)
-        self.v = table.to_numpy(np.float64)
+        self.raw = table.to_numpy(np.float64)
+        #: the table made non-decreasing in both axes (module docstring)
+        self.cleaning = monotone_table(self.raw, (self.b, self.s))
+        self.v = self.cleaning.values
+
+    def edge(self, batch, step) -> tuple[np.ndarray, np.ndarray]:
+        """The measured point a shape outside the table is anchored at (:func:`~draftsim.sim.cost.efficiency.grid_edge`)."""
+        return grid_edge(self.b, self.s, self.v, batch, step)
 
     def __call__(self, batch, step) -> np.ndarray:
         b, s, v = self.b, self.s, self.v

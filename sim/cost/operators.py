@@ -94,7 +94,7 @@ import numpy as np
 from ..errors import DraftsimError
 from .base import BatchStats, CostModel
 from .catalog import HardwareSpec, ModelSpec
-from .efficiency import Curves, Roofs, fit_curves, gemm_shapes, monotone_table
+from .efficiency import Curves, Roofs, fit_curves, gemm_shapes, grid_edge, monotone_table
 from .kernel_tables import (
     FRAMEWORKS,
     PACKAGE,
@@ -160,11 +160,6 @@ class _Grid2D:
         self.x, self.y, self.raw = np.asarray(x, np.float64), np.asarray(y, np.float64), np.asarray(values, np.float64)
         self.cleaning = monotone_table(self.raw, (self.x, self.y))
         self.v = self.cleaning.values
-        # each row's first and last measured column (a row's measurements are one run: the tables' holes are corners)
-        meas = ~np.isnan(self.v)
-        any_ = meas.any(axis=1)
-        self._first = np.where(any_, meas.argmax(axis=1), len(self.y) - 1)
-        self._last = np.where(any_, len(self.y) - 1 - meas[:, ::-1].argmax(axis=1), 0)
 
     @classmethod
     def from_frame(cls, df, xcol: str, ycol: str, value: str = "latency", scale: float = 1e-3) -> "_Grid2D":
@@ -191,16 +186,8 @@ class _Grid2D:
         return np.where(inside, out, np.nan), inside
 
     def edge(self, x, y) -> tuple[np.ndarray, np.ndarray]:
-        """The measured point a shape outside the table is anchored at: x clamped into the grid, then y
-        into the columns measured at that x (both rows around it: a batch × context hole is left along
-        the context)."""
-        x, y = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(y, np.float64))
-        xc = np.clip(x, self.x[0], self.x[-1])
-        i = np.clip(np.searchsorted(self.x, xc, side="right") - 1, 0, len(self.x) - 1)
-        i1 = np.where(self.x[i] == xc, i, np.minimum(i + 1, len(self.x) - 1))
-        lo = self.y[np.maximum(self._first[i], self._first[i1])]
-        hi = self.y[np.minimum(self._last[i], self._last[i1])]
-        return xc, np.clip(y, lo, np.maximum(hi, lo))
+        """The measured point a shape outside the table is anchored at (:func:`~draftsim.sim.cost.efficiency.grid_edge`)."""
+        return grid_edge(self.x, self.y, self.v, x, y)
 
 
 def _anchored(grid, x, y, curve) -> tuple[np.ndarray, np.ndarray]:
@@ -244,6 +231,11 @@ class _GemmTable:
         ki = np.searchsorted(self.k, cube.index.get_level_values(1).to_numpy())
         mi = np.searchsorted(self.m, cube.columns.to_numpy().astype(np.float64))
         self.t[ni[:, None], ki[:, None], mi[None, :]] = cube.to_numpy() * 1e-3
+        #: the measured latencies; :attr:`t` each width's made non-decreasing in m (efficiency.monotone_table; a call's
+        #: tokens are its size axis: the widths are a model's fixed shapes, each measured by its own tiling)
+        self.raw = self.t.copy()
+        self.cleaning = monotone_table(self.raw, (self.n, self.k, self.m), axes=(2,))
+        self.t = self.cleaning.values
 
     def curve(self, n: float, k: float) -> np.ndarray | None:
         """Seconds at every measured m for width (n, k), bilinear in (n, k); None outside the grid
@@ -432,7 +424,8 @@ class OperatorModel(RooflineModel):
                 for kind, d in (("graph", graph), ("eager", eager)):
                     if not d.empty:
                         d = d.groupby("message_size").latency.median()
-                        tabs[kind] = (d.index.to_numpy(np.float64), d.to_numpy() * 1e-3)
+                        sizes = d.index.to_numpy(np.float64)  # made non-decreasing in the message size (efficiency.monotone_table)
+                        tabs[kind] = (sizes, monotone_table(d.to_numpy(np.float64) * 1e-3, (sizes,)).values)
                 if tabs:
                     self._ar_tables = tabs
             self._sources["allreduce"] = (f"{self._rel(ar_path)} at {t} GPUs ({', '.join(self._ar_tables)} rows), {2 * L + 1} per call"
@@ -584,7 +577,9 @@ class OperatorModel(RooflineModel):
         note = (f"n={n}, k={k} beyond the measured widths: the table at n={nc:g}, k={kc:g} scaled by the roofline with the "
                 "efficiency curve fitted on the GEMM table")
         self._note(f"gemm {name}", note)
-        return anchor * self._estimated_gemm(g.m, n, k) / self._estimated_gemm(g.m, nc, kc), False, note
+        # the scaled curve made non-decreasing in m again: the fitted curves' ratio at two widths varies with m
+        scaled = anchor * self._estimated_gemm(g.m, n, k) / self._estimated_gemm(g.m, nc, kc)
+        return monotone_table(scaled, (g.m,)).values, False, note
 
     def _note(self, part: str, reason: str) -> None:
         self.fallbacks.setdefault(part, set()).add(reason)
@@ -607,7 +602,7 @@ class OperatorModel(RooflineModel):
                 shapes = self._gemm_shapes[-1:] if what == "gemm lm_head" else self._gemm_shapes[:-1]
             ratio_num = sum(mult * self._estimated_gemm(tokens[over], n, k) for _, n, k, mult in shapes)
             ratio_den = sum(mult * self._estimated_gemm(g.m[-1], n, k) for _, n, k, mult in shapes)
-            out[over] = curve[-1] * ratio_num / ratio_den
+            out[over] = curve[-1] * np.maximum(ratio_num / ratio_den, 1.0)  # never below the table's largest m (as _anchored)
         return out
 
     def _attention_seconds(self, B, N, cached, pairs) -> np.ndarray:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from draftsim.sim.cost import default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
 from draftsim.sim.cost.catalog import ModelSpec
+from draftsim.sim.cost.efficiency import monotone_table
 from draftsim.sim.cost.operators import PINNED_VERSION, OperatorModel, equal_work_prompt, systems_root
 from draftsim.sim.cost.overheads import engine_overheads
 from draftsim.sim.errors import DraftsimError
@@ -58,13 +59,19 @@ def gemm_rows():
     return df[(df.gemm_dtype == "bfloat16") & (df.kernel_source == "torch.nn.functional.linear")]
 
 
-def _gemm_ms(rows, m, shapes) -> float:
-    """Σ table latency (ms) of the (n, k) shapes at m tokens, read from the rows."""
+def _gemm_ms(rows, m, shapes, cleaned: bool = True) -> float:
+    """Σ table latency (ms) of the (n, k) shapes at m tokens, read from the rows: as the model reads them, each width's
+    latencies made non-decreasing in m (efficiency.monotone_table), or (``cleaned=False``) as measured."""
     out = 0.0
     for n, k in shapes:
         hit = rows[(rows.m == m) & (rows.n == n) & (rows.k == k)]
         assert len(hit) == 1, (m, n, k)
-        out += float(hit.latency.iloc[0])
+        if not cleaned:
+            out += float(hit.latency.iloc[0])
+            continue
+        series = rows[(rows.n == n) & (rows.k == k)].groupby("m").latency.median()
+        ms = series.index.to_numpy(np.float64)
+        out += float(monotone_table(series.to_numpy(np.float64), (ms,)).values[list(ms).index(m)])
     return out
 
 
@@ -74,11 +81,35 @@ LAYER_SHAPES = [(6144, 4096), (4096, 4096), (16384, 4096), (4096, 8192)]
 @tables
 @pytest.mark.parametrize("m", [1, 7, 17, 33, 256, 4097, 32768])
 def test_gemms_are_the_tables_rows_at_measured_shapes(grid_model, gemm_rows, m):
+    """The table's rows made non-decreasing in m; as measured where the cleaning left a width's row alone."""
     parts = {p.part: p for p in grid_model.breakdown(m, 1, 0)}
     assert parts["gemm layers"].seconds == pytest.approx(GRID.layers * _gemm_ms(gemm_rows, m, LAYER_SHAPES) * 1e-3, rel=1e-12)
     assert parts["gemm lm_head"].seconds == pytest.approx(_gemm_ms(gemm_rows, m, [(16384, 4096)]) * 1e-3, rel=1e-12)
+    g = grid_model._gemm
+    for n, k in LAYER_SHAPES + [(16384, 4096)]:
+        i, j, col = list(g.n).index(n), list(g.k).index(k), list(g.m).index(m)
+        if not g.cleaning.changed[i, j, col]:
+            assert g.t[i, j, col] * 1e3 == pytest.approx(_gemm_ms(gemm_rows, m, [(n, k)], cleaned=False), rel=1e-12)
     assert parts["gemm layers"].measured and parts["gemm lm_head"].measured
     assert "gemm_perf.parquet" in parts["gemm layers"].source
+
+
+@tables
+@pytest.mark.parametrize("gpu", ["h100_sxm", "h200_sxm", "a100_sxm"])
+def test_cleaning_a_gemm_table_changes_only_the_widths_whose_latency_falls_with_m(gpu):
+    """efficiency.monotone_table along m leaves a width whose measured latencies never fall with m exactly as measured,
+    and changes some cells of every width whose latency falls somewhere; the result never falls."""
+    model = OperatorModel(GRID, CATALOG.hardware_spec({"h100_sxm": "h100-sxm", "h200_sxm": "h200", "a100_sxm": "a100-80g"}[gpu]),
+                          engine="vllm")
+    g = model._gemm
+    for i in range(len(g.n)):
+        for j in range(len(g.k)):
+            raw, clean, ok = g.raw[i, j], g.t[i, j], ~np.isnan(g.raw[i, j])
+            if not ok.any():
+                continue
+            assert np.all(np.diff(clean[ok]) >= 0)
+            falls = np.any(np.diff(raw[ok]) < 0)
+            assert g.cleaning.changed[i, j].any() == falls, (g.n[i], g.k[j])
 
 
 @tables
@@ -240,7 +271,15 @@ def _moe_rows(system, engine, model, dtype, tp, ep, tokens):
              & (df.inter_size == model.expert_intermediate) & (df.topk == model.experts_per_token) & (df.moe_tp_size == mtp)
              & (df.moe_ep_size == mep) & (df.distribution == "power_law_1.01")]
     assert len(hit) >= 1
-    return float(hit.latency.median()) * 1e-3
+    # the table made non-decreasing in tokens (efficiency.monotone_table) before it is read: the cleaned value at ``tokens``
+    rows = df[(df.kernel_source == kernel) & (df.hidden_size == model.hidden) & (df.num_experts == model.experts)
+              & (df.inter_size == model.expert_intermediate) & (df.topk == model.experts_per_token) & (df.moe_tp_size == mtp)
+              & (df.moe_ep_size == mep) & (df.distribution == "power_law_1.01")].groupby("num_tokens").latency.median()
+    x = rows.index.to_numpy(np.float64)
+    clean = monotone_table(rows.to_numpy(np.float64), (x,))
+    i = list(x).index(tokens)
+    assert rows.iloc[i] == float(hit.latency.median())
+    return float(clean.values[i]) * 1e-3
 
 
 def _frame_at(rel: str):
@@ -300,7 +339,7 @@ def test_data_parallel_attention_with_expert_parallelism_trades_the_allreduce_fo
     row = mla[(mla.kernel_source == "FLASHMLA") & (mla.kv_cache_dtype == "fp8") & (mla.gemm_type == "fp8_block") & (mla.num_heads == 128)
               & (mla.batch_size == 1) & (mla.step == 1024)]
     # the table made non-decreasing (efficiency.monotone_table): batch 1 reads 146.4-149.2 us per layer from step 2 to 1024 (flat,
-    # noisy), so step 1024's 147.7 us is raised to the running maximum of the steps below it, step 512's 149.2 us
+    # noisy), so step 1024's 147.7 us is raised to the largest measurement at or below it (the running maximum: 149.2 us, step 512)
     grid = dp._mla
     i, j = list(grid.x).index(1), list(grid.y).index(1024)
     assert grid.raw[i, j] == pytest.approx(float(row.latency.median()) * 1e-3, rel=1e-12) and grid.cleaning.changed[i, j]
@@ -407,7 +446,7 @@ HEAD_SHAPES = {
 def test_a_heads_gemms_are_the_tables_rows_at_measured_shapes(gemm_rows, drafter, m):
     head = _head(drafter)
     layers, lm_head = HEAD_SHAPES[drafter]
-    parts = {p.part: p for p in head.breakdown(m, 1, 0)}
+    parts = {p.part: p for p in head.breakdown(m, 1, 0)}  # the rows made non-decreasing in m, as the target's (_gemm_ms)
     assert parts["gemm layers"].seconds == pytest.approx(_gemm_ms(gemm_rows, m, layers) * 1e-3, rel=1e-12)
     assert parts["gemm lm_head"].seconds == pytest.approx(_gemm_ms(gemm_rows, m, [lm_head]) * 1e-3, rel=1e-12)
     assert parts["gemm layers"].measured and parts["gemm lm_head"].measured and not any(k.startswith("gemm") for k in head.fallbacks)
