@@ -187,6 +187,24 @@ class _GemmGrid:
         t = float(self.at(m, n, k))
         return None if np.isnan(t) else t
 
+    def m_range(self, n: int, k: int) -> tuple[float, float]:
+        """The token counts measured at width (n, k): every corner with weight (lo > hi: none)."""
+        if not (self.n[0] <= n <= self.n[-1] and self.k[0] <= k <= self.k[-1]):
+            return (np.inf, 0.0)
+        i = min(np.searchsorted(self.n, n, side="right") - 1, len(self.n) - 2)
+        j = min(np.searchsorted(self.k, k, side="right") - 1, len(self.k) - 2)
+        n0, n1, k0, k1 = self.n[i], self.n[i + 1], self.k[j], self.k[j + 1]
+        fn, fk = (n - n0) / (n1 - n0), (k - k0) / (k1 - k0)
+        lo, hi = 0.0, np.inf
+        for nn, kk, wgt in ((n0, k0, (1 - fn) * (1 - fk)), (n0, k1, (1 - fn) * fk), (n1, k0, fn * (1 - fk)), (n1, k1, fn * fk)):
+            if wgt == 0:
+                continue
+            ms = self.by.get((nn, kk))
+            if ms is None:
+                return (np.inf, 0.0)
+            lo, hi = max(lo, float(ms[0][0])), min(hi, float(ms[0][-1]))
+        return lo, hi
+
 
 class _Gemms:
     """A dtype's GEMM kernels, the widest-covered first: a shape is priced by the first that measured it."""
@@ -207,6 +225,12 @@ class _Gemms:
     def __call__(self, m: float, n: int, k: int) -> float | None:
         t = float(self.at(m, n, k))
         return None if np.isnan(t) else t
+
+    def m_range(self, n: int, k: int) -> tuple[float, float]:
+        """The token counts some kernel measured at width (n, k) (lo > hi: none)."""
+        rs = [g.m_range(n, k) for g in self.grids]
+        rs = [r for r in rs if r[0] <= r[1]]
+        return (min(r[0] for r in rs), max(r[1] for r in rs)) if rs else (np.inf, 0.0)
 
     @property
     def kernels(self) -> list[str]:
@@ -518,6 +542,21 @@ class GranularMLA:
             gemm_path = newest_table(root, system, "gemm", fw, "gemm_perf.parquet")
             gemms = _gemm_grid(gemm_path, "fp8_block" if dtype == "float8" else "bfloat16") if gemm_path else None
         return cls(model, heads, dtype, kv, *paths, gemms, gemm_path, phase)
+
+    def token_range(self) -> tuple[float, float]:
+        """The call tokens every GEMM and BMM part's table measured (lo > hi: none in common)."""
+        lo, hi = 0.0, np.inf
+        for p in self.parts:
+            if p.kind == "gemm" and self.gemms is not None:
+                r = self.gemms.m_range(p.n, p.k)
+            elif p.kind == "bmm" and p.op in self.bmm:
+                r = (float(self.bmm[p.op][0][0]), float(self.bmm[p.op][0][-1]))
+            elif p.kind == "kernel":
+                continue
+            else:
+                r = (np.inf, 0.0)
+            lo, hi = max(lo, r[0]), min(hi, r[1])
+        return lo, hi
 
     def seconds(self, part: MLAPart, tokens, batch, axis) -> np.ndarray:
         """One layer's seconds of ``part`` for calls of ``tokens`` new tokens over ``batch`` sequences at ``axis``

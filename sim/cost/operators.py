@@ -66,7 +66,8 @@ with a fixed cost per kernel) — for a GEMM scaled at the nearest measured shap
 clamped into the grid, then the context or prompt into the columns measured there; the ratio held ≥ 1
 beyond the table and ≤ 1 below it: :func:`_anchored`), the curve itself for a head layout or
 collective no table holds (the constant-efficiency catalog roofline only where a GPU has no table of
-that kind) — and the model records it
+that kind), latent attention at the MLA tables' edge scaled by the catalog roofline's latent attention
+(vLLM's module tables; SGLang's parts each clamped into its table, the sum scaled) — and the model records it
 (:attr:`OperatorModel.fallbacks`, :meth:`~OperatorModel.breakdown`). Nothing is extrapolated
 silently. A mixture of experts or latent attention (DeepSeek-V3/R1, Qwen3-MoE, Mixtral, GPT-OSS,
 GLM-4.5) adds its routed experts from the fused-MoE tables, its latent attention as the engine runs it
@@ -749,39 +750,122 @@ class OperatorModel(RooflineModel):
         return out
 
     def _mla_seconds(self, B, N, cached, pairs=None, Np=None) -> np.ndarray:
-        """The latent attention of every layer: the engine's MLA parts summed (:meth:`_granular_seconds`),
-        or the MLA module tables' blocks (module docstring of sim/cost/moe_operators.py); the roofline's
-        latent attention outside the tables (recorded)."""
+        """The latent attention of every layer: the engine's MLA parts summed (:meth:`_granular_total`), or the
+        MLA module tables' blocks (module docstring of sim/cost/moe_operators.py); each anchored where its tables
+        end (the tables at their edge scaled by the catalog roofline's latent attention, :func:`_anchored`), the
+        roofline's latent attention itself where no edge is measured (recorded). A prefill chunk costs at least
+        its last :data:`DECODE_QUERIES` tokens' verification over everything before them (as dense attention)."""
+        B, N, cached = (np.asarray(x, np.float64) for x in (B, N, cached))
+        shape = np.broadcast_shapes(B.shape, N.shape, cached.shape)
+        B, N, cached = (np.broadcast_to(x, shape) for x in (B, N, cached))
+        pairs = N * (cached / B + (N / B + 1) / 2) if pairs is None else np.broadcast_to(np.asarray(pairs, np.float64), shape)
+        Np = N if Np is None else np.broadcast_to(np.asarray(Np, np.float64), shape)
+        nbar = N / B
+        decode = nbar <= DECODE_QUERIES
         if self._granular is not None:
-            parts = self._granular_seconds(B, N, cached, pairs, N if Np is None else Np)
-            out = np.array(sum(parts.values()), dtype=np.float64) if parts else np.full(np.shape(B), np.nan)
-            miss = np.isnan(out)
-            if np.any(miss):
-                out[miss] = np.broadcast_to(self.latent_attention_seconds(B, N, cached), out.shape)[miss]
+            out = self._granular_total(B, N, cached, pairs, Np)
+        else:
+            out = np.where(decode, self._mla_decode(B, N, cached, decode), np.nan)
+            if np.any(~decode):
+                out = np.where(decode, out, self._mla_prefill(B, N, cached, ~decode))
+        if np.any(~decode):
+            Bf, Nf, cf, pf = self._last_queries(B, cached, nbar)
+            Nfp = Nf if self.graph_tokens is None else pad_tokens(Nf, self.graph_tokens)
+            none = np.zeros(shape, dtype=bool)
+            floor = self._granular_total(Bf, Nf, cf, pf, Nfp, none) if self._granular is not None else self._mla_decode(Bf, Nf, cf, none)
+            if np.any(~decode & (floor > out)):
+                self._note("attention", f"a prefill chunk priced at least as its last {DECODE_QUERIES} tokens' verification over the "
+                                        "cache and the chunk before them (it reads their latent cache)")
+            out = np.where(decode, out, np.maximum(out, floor))
+        return out
+
+    def _latent_curve(self, x, y):
+        """The catalog roofline's latent attention of x sequences of one query over y cached tokens each (or, for
+        a prefill table, x prompts priced at the same point): the curve the MLA tables are anchored with."""
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        return self.latent_attention_seconds(x, x, x * y)
+
+    def _mla_decode(self, B, N, cached, sel) -> np.ndarray:
+        """The MLA decode table's price (notes for the ``sel`` calls): a sequence verifying n tokens n rows over
+        c + (n − 1)/2 cached tokens (each token's projections; the latent read per row)."""
+        L, nbar, cbar = self.model.layers, N / B, cached / B
+        roof = np.broadcast_to(self.latent_attention_seconds(B, N, cached), np.shape(B))
+        if self._mla is None:
+            if np.any(sel):
+                self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
+            return np.array(roof, dtype=np.float64)
+        rows = np.where(nbar > 1, N, B)
+        t, ok = _anchored(self._mla, rows, cbar + (nbar - 1) / 2, self._latent_curve)
+        if np.any(sel & ok & (nbar > 1)):
+            self._note("attention", "several new tokens per sequence priced as one row each of the MLA decode table (latent read per row)")
+        if np.any(sel & ~ok):
+            self._note("attention", "batch x context outside the MLA decode table: the table at its edge scaled by the catalog roofline's "
+                                    "latent attention")
+        return np.where(np.isnan(t), roof, t * L)
+
+    def _mla_prefill(self, B, N, cached, sel) -> np.ndarray:
+        """The MLA context table at (B, the chunk's length), anchored where it ends (notes for the ``sel`` calls)."""
+        L, nbar, cbar = self.model.layers, N / B, cached / B
+        roof = np.broadcast_to(self.latent_attention_seconds(B, N, cached), np.shape(B))
+        if self._mla_ctx is None:
+            if np.any(sel):
+                self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
+            return np.array(roof, dtype=np.float64)
+        t, ok = _anchored(self._mla_ctx, B, nbar, self._latent_curve)
+        if np.any(sel & ok & (cbar > 0)):
+            self._note("attention", "a prefill chunk after cached tokens priced as a whole prompt of its length (MLA context table)")
+        if np.any(sel & ~ok):
+            self._note("attention", "batch x prompt outside the MLA context table: the table at its edge scaled by the catalog roofline's "
+                                    "latent attention")
+        return np.where(np.isnan(t), roof, t * L)
+
+    def _granular_total(self, B, N, cached, pairs, Np, sel=None) -> np.ndarray:
+        """The engine's MLA parts summed (:meth:`_granular_seconds`); a call one part of which its tables do not
+        hold anchored at the tables' edge (every part at the sequences and cached or prompt tokens clamped into
+        the kernel's measured grid, the tokens into the range every part's table measured) and scaled by the
+        catalog roofline's latent attention (:func:`_anchored`'s rule); the roofline itself where no edge is measured."""
+        local = self._local
+        if sel is not None:  # a floor's parts: no notes of their own
+            self._local = None
+            saved = {k: set(v) for k, v in self.fallbacks.items()}
+        try:
+            parts = self._granular_seconds(B, N, cached, pairs, Np)
+        finally:
+            if sel is not None:
+                self._local, self.fallbacks = local, saved
+        shape = np.shape(B)
+        out = np.array(sum(parts.values()), dtype=np.float64) if parts else np.full(shape, np.nan)
+        miss = np.isnan(out)
+        if not np.any(miss):
             return out
-        L = self.model.layers
+        roof = np.broadcast_to(self.latent_attention_seconds(B, N, cached), shape)
         nbar, cbar = N / B, cached / B
         decode = nbar <= DECODE_QUERIES
-        out = np.full(np.shape(B), np.nan)
-        if self._mla is not None and np.any(decode):
-            # one sequence verifying n tokens: n rows over c + (n - 1)/2 cached tokens (each token's projections; the latent read per row)
-            rows = np.where(nbar > 1, N, B)
-            t, ok = self._mla(rows, cbar + (nbar - 1) / 2)
-            use = decode & ok
-            out[use] = t[use] * L
-            if np.any(use & (nbar > 1)):
-                self._note("attention", "several new tokens per sequence priced as one row each of the MLA decode table (latent read per row)")
-        if self._mla_ctx is not None and np.any(~decode):
-            t, ok = self._mla_ctx(B, nbar)
-            use = ~decode & ok
-            out[use] = t[use] * L
-            if np.any(use & (cbar > 0)):
-                self._note("attention", "a prefill chunk after cached tokens priced as a whole prompt of its length (MLA context table)")
-        miss = np.isnan(out)
-        if np.any(miss):
-            self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
-            out[miss] = np.broadcast_to(self.latent_attention_seconds(B, N, cached), out.shape)[miss]
-        return out
+        L = self.model.layers
+        for mla, sel_phase, seqs, axis in ((self._granular[0], decode, np.where(nbar > 1, N, B), cbar + (nbar - 1) / 2),
+                                           (self._granular[1], ~decode, B, np.maximum(equal_work_prompt(B, pairs), 1.0))):
+            rows = miss & sel_phase
+            if not np.any(rows) or mla is None or mla.kernel is None:
+                continue
+            lo, hi = mla.token_range()
+            if lo > hi:
+                continue
+            se, ae = mla.kernel.edge(seqs, axis)
+            te = np.clip(Np, lo, hi)
+            edge = sum(L * mla.seconds(p, te, se, ae) for p in mla.parts)
+            ratio = self._latent_curve_at(Np, seqs, axis) / self._latent_curve_at(te, se, ae)
+            up = (Np >= te) & (seqs >= se) & (axis >= ae)
+            down = (Np <= te) & (seqs <= se) & (axis <= ae)
+            ratio = np.where(up, np.maximum(ratio, 1.0), np.where(down, np.minimum(ratio, 1.0), ratio))
+            out = np.where(rows & ~np.isnan(edge), edge * ratio, out)
+        if sel is None and np.any(miss):
+            self._note("attention", "outside the MLA parts' tables: the parts at the tables' edge scaled by the catalog roofline's latent attention")
+        return np.where(np.isnan(out), roof, out)
+
+    def _latent_curve_at(self, tokens, seqs, axis):
+        """The catalog roofline's latent attention at (tokens, sequences, cached or prompt tokens per sequence)."""
+        tokens, seqs, axis = (np.asarray(x, np.float64) for x in (tokens, seqs, axis))
+        return self.latent_attention_seconds(seqs, tokens, seqs * axis)
 
     def _granular_seconds(self, B, N, cached, pairs, Np) -> dict[str, np.ndarray]:
         """Each MLA part of every layer (sim/cost/moe_tables.py GranularMLA), NaN in every part of a call one
@@ -828,8 +912,9 @@ class OperatorModel(RooflineModel):
 
     def mla_parts(self, batch: int, new_tokens: int = 1, context: int = 0) -> list[Part]:
         """The ``attention`` part of one uniform call (:meth:`breakdown`) split into the engine's MLA parts,
-        each with the table that prices it; one roofline part where the call leaves the tables (or the
-        engine prices latent attention as a whole block: [])."""
+        each with the table that prices it; one part where the call leaves the tables (the parts at their edge
+        scaled by the roofline) or a prefill chunk is priced at its last tokens' verification (or the engine
+        prices latent attention as a whole block: [])."""
         if self._granular is None:
             return []
         stats = BatchStats.of_shape(batch, new_tokens, context)
@@ -846,8 +931,16 @@ class OperatorModel(RooflineModel):
             note = "; ".join(sorted(self._local.get("attention", ())))
         finally:
             self._local = None
-        if not secs or any(np.isnan(v) for v in secs.values()):
-            return [Part("attention", float(np.asarray(self._mla_seconds(B, N, cached, pairs, Np)).reshape(-1)[0]), False,
+        self._local = {}
+        try:
+            total = float(np.asarray(self._mla_seconds(B, N, cached, pairs, Np)).reshape(-1)[0])
+            note = "; ".join(sorted(self._local.get("attention", ())))
+        finally:
+            self._local = None
+        if not secs or any(np.isnan(v) for v in secs.values()) or not np.isclose(sum(secs.values()), total, rtol=1e-12, atol=0):
+            # outside the parts' tables (anchored at their edge), or a prefill chunk at its verification floor: one part
+            return [Part("attention", total, False, "the MLA parts at their tables' edge scaled by the catalog roofline's latent attention"
+                         if "edge" in note else "the MLA decode parts of the chunk's last tokens" if "at least" in note else
                          "catalog roofline's latent attention", note)]
         mla = self._granular[0 if float((N / B).reshape(-1)[0]) <= DECODE_QUERIES else 1]
         return [Part(p.name, secs[p.name], not note, mla.source(p, self._rel), note) for p in mla.parts]

@@ -198,9 +198,11 @@ def test_the_vllm_path_is_unchanged(monkeypatch):
 
 def test_outside_sglangs_tables_the_call_falls_back_to_the_roofline_said(sglang):
     """An empty cache (the decode table starts at one cached token) and more sequences than the decode table
-    measured: the catalog roofline's latent attention for the call, recorded."""
+    measured: the MLA parts at the tables' edge scaled by the catalog roofline's latent attention (never above
+    the measured call with one cached token, never below the edge beyond the table), recorded."""
     att = _parts(sglang, 1, 1, 0)["attention"]
-    assert not att.measured and "roofline" in att.note
-    assert sglang.mla_parts(1, 1, 0)[0].source == "catalog roofline's latent attention"
+    assert not att.measured and "roofline" in att.note and "edge" in att.note
+    assert sglang.mla_parts(1, 1, 0)[0].source == "the MLA parts at their tables' edge scaled by the catalog roofline's latent attention"
+    assert att.seconds <= _parts(sglang, 1, 1, 1)["attention"].seconds
     big = _parts(sglang, 2048, 1, 512)["attention"]
     assert not big.measured and np.isfinite(big.seconds) and big.seconds > 0
