@@ -780,10 +780,15 @@ class OperatorModel(RooflineModel):
         return out
 
     def _latent_curve(self, x, y):
-        """The catalog roofline's latent attention of x sequences of one query over y cached tokens each (or, for
-        a prefill table, x prompts priced at the same point): the curve the MLA tables are anchored with."""
+        """The catalog roofline's latent attention of x sequences of one query over y cached tokens each: the MLA
+        decode table's anchor."""
         x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
         return self.latent_attention_seconds(x, x, x * y)
+
+    def _latent_prompt_curve(self, x, y):
+        """The catalog roofline's latent attention of x whole prompts of y tokens: the MLA context table's anchor."""
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        return self.latent_attention_seconds(x, x * y, 0.0 * x)
 
     def _mla_decode(self, B, N, cached, sel) -> np.ndarray:
         """The MLA decode table's price (notes for the ``sel`` calls): a sequence verifying n tokens n rows over
@@ -811,7 +816,7 @@ class OperatorModel(RooflineModel):
             if np.any(sel):
                 self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
             return np.array(roof, dtype=np.float64)
-        t, ok = _anchored(self._mla_ctx, B, nbar, self._latent_curve)
+        t, ok = _anchored(self._mla_ctx, B, nbar, self._latent_prompt_curve)
         if np.any(sel & ok & (cbar > 0)):
             self._note("attention", "a prefill chunk after cached tokens priced as a whole prompt of its length (MLA context table)")
         if np.any(sel & ~ok):
@@ -842,8 +847,8 @@ class OperatorModel(RooflineModel):
         nbar, cbar = N / B, cached / B
         decode = nbar <= DECODE_QUERIES
         L = self.model.layers
-        for mla, sel_phase, seqs, axis in ((self._granular[0], decode, np.where(nbar > 1, N, B), cbar + (nbar - 1) / 2),
-                                           (self._granular[1], ~decode, B, np.maximum(equal_work_prompt(B, pairs), 1.0))):
+        for mla, sel_phase, seqs, axis, prefill in ((self._granular[0], decode, np.where(nbar > 1, N, B), cbar + (nbar - 1) / 2, False),
+                                                    (self._granular[1], ~decode, B, np.maximum(equal_work_prompt(B, pairs), 1.0), True)):
             rows = miss & sel_phase
             if not np.any(rows) or mla is None or mla.kernel is None:
                 continue
@@ -853,7 +858,7 @@ class OperatorModel(RooflineModel):
             se, ae = mla.kernel.edge(seqs, axis)
             te = np.clip(Np, lo, hi)
             edge = sum(L * mla.seconds(p, te, se, ae) for p in mla.parts)
-            ratio = self._latent_curve_at(Np, seqs, axis) / self._latent_curve_at(te, se, ae)
+            ratio = self._latent_curve_at(Np, seqs, axis, prefill) / self._latent_curve_at(te, se, ae, prefill)
             up = (Np >= te) & (seqs >= se) & (axis >= ae)
             down = (Np <= te) & (seqs <= se) & (axis <= ae)
             ratio = np.where(up, np.maximum(ratio, 1.0), np.where(down, np.minimum(ratio, 1.0), ratio))
@@ -862,9 +867,12 @@ class OperatorModel(RooflineModel):
             self._note("attention", "outside the MLA parts' tables: the parts at the tables' edge scaled by the catalog roofline's latent attention")
         return np.where(np.isnan(out), roof, out)
 
-    def _latent_curve_at(self, tokens, seqs, axis):
-        """The catalog roofline's latent attention at (tokens, sequences, cached or prompt tokens per sequence)."""
+    def _latent_curve_at(self, tokens, seqs, axis, prefill: bool = False):
+        """The catalog roofline's latent attention at (tokens, sequences, cached tokens per sequence), or prefilling
+        (``prefill``) of the sequences' whole prompts of ``axis`` tokens (at least the call's tokens)."""
         tokens, seqs, axis = (np.asarray(x, np.float64) for x in (tokens, seqs, axis))
+        if prefill:
+            return self.latent_attention_seconds(seqs, np.maximum(tokens, seqs * axis), 0.0 * seqs)
         return self.latent_attention_seconds(seqs, tokens, seqs * axis)
 
     def _granular_seconds(self, B, N, cached, pairs, Np) -> dict[str, np.ndarray]:
