@@ -77,6 +77,7 @@ BYTES = 2  # bfloat16: every table row priced here
 SPIKE_FACTOR = 2.0
 #: ... where those two neighbours agree within this ratio (a smooth curve around one outlier).
 SPIKE_NEIGHBOURS = 1.3
+TABLE_ENVELOPE = "isotonic"
 
 
 @dataclass(frozen=True)
@@ -90,26 +91,30 @@ class Cleaned:
     changed: np.ndarray
 
 
-def monotone_table(values, coords=None, axes=None, envelope: str = "upper") -> Cleaned:
+def monotone_table(values, coords=None, axes=None, envelope: str = TABLE_ENVELOPE) -> Cleaned:
     """A measured table (NaN: not measured) made non-decreasing along each size axis, in two steps:
 
     1. **Isolated spikes removed**: along each axis, a measured cell more than :data:`SPIKE_FACTOR` (2)
        times both its measured neighbours, where those neighbours agree within :data:`SPIKE_NEIGHBOURS`
        (30%), is one bad measurement (AIConfigurator's A100 decode table: 93.7 us at batch 4, step 511,
        between 22.6 and 27.4 us): it is replaced by the linear interpolation of its neighbours in the
-       axis's coordinate (``coords``, default the index), so step 2 does not carry it on. Only spikes
-       up: a dip below both neighbours is lifted to its left neighbour by step 2 and carries nothing.
-    2. **Running maximum** along each axis in turn, as :class:`~draftsim.sim.cost.profile.ProfileCost`
-       makes a profile's medians non-decreasing: each cell becomes the largest measurement at or below it
-       on every axis (the smallest non-decreasing table above the measurements). A smaller call's
-       measurement is a lower bound on a bigger one's, and the smallest shape measured (a one-token GEMM,
-       a batch-1 decode: the anchors of the catalog's derived MBU) is never changed. Not isotonic
-       regression (least squares, pool-adjacent-violators) nor the lower envelope (each cell the smallest
-       measurement at or above it: the padded call's price): both lower measurements at small shapes,
-       the ones decoding runs at, and the former has no closed form on a grid of two or three axes. The
-       price of the running maximum: where a kernel is measured slower at its smallest sizes than just
-       above them (SGLang's H200 DeepGEMM: 16.4 us at m = 1, 12.2-12.4 us at m = 5-8; SGLang's H100
-       all-reduce: 4.8 us at 128 elements, 3.3-3.7 us up to 8192) the later cells are raised to it.
+       axis's coordinate (``coords``, default the index), so step 2 does not pool or carry it. Only
+       spikes up: a dip below both neighbours is what step 2 pools.
+    2. **Isotonic regression** (``envelope="isotonic"``, :data:`TABLE_ENVELOPE`): along each axis in
+       turn the least-squares non-decreasing fit of the measured cells (pool adjacent violators: a run
+       of cells that falls is replaced by its mean), then the running maximum along each axis to settle
+       what a later axis's pass undid of an earlier's (a no-op on one axis). A table already monotone
+       along every axis is left exactly as measured.
+
+    Not the running maximum alone (``envelope="upper"``), which :class:`~draftsim.sim.cost.profile.ProfileCost`
+    applies to a profile's few, far-apart medians: a kernel table is dense and flat where it is memory-bound,
+    with noise of ±10-15% (SGLang's H100 torch linear at n = 6144, k = 4096 reads 20.6-25.3 us from m = 1 to
+    256), and the running maximum reads the top of that noise: it raised Llama-3.1-8B's decode GEMMs on an H100
+    by 12-15% at batch 16-48, the published reproduction's worst error from 44.6% to 50.5% (isotonic: 43.5%) and
+    Vidur's A100 GEMM median error from 9.3% to 10.2%. The cost of isotonic regression: the smallest shape may
+    change (a one-token GEMM slower than a two-token one is pooled with it), so what is derived from it moves
+    (benchmarks/derive_mbu.py's H100 MBU 0.732 -> 0.737, H200 0.648 -> 0.650). ``envelope="lower"``: each cell
+    the smallest value at or above it (a fitted curve's, :func:`_monotone`).
 
     Multilinear interpolation of a table monotone along each axis is monotone along each axis.
     """
@@ -128,6 +133,10 @@ def monotone_table(values, coords=None, axes=None, envelope: str = "upper") -> C
                 f = (x[i] - x[i - 1]) / (x[i + 1] - x[i - 1])
                 w[..., i] = np.where(spike, lo + f * (hi - lo), mid)
                 spikes += int(spike.sum())
+    if envelope == "isotonic":
+        for ax in axes:
+            v = np.apply_along_axis(_pava, ax, v)
+        envelope = "upper"  # a later axis's pass may undo an earlier's: the running maximum settles it
     for ax in axes:  # an unmeasured cell passes the running value on (restored to NaN at the end)
         if envelope == "upper":
             v = np.fmax.accumulate(v, axis=ax)
@@ -136,6 +145,22 @@ def monotone_table(values, coords=None, axes=None, envelope: str = "upper") -> C
     out = np.where(nan, np.nan, v)
     changed = ~nan & (out != raw)
     return Cleaned(out, spikes, int(changed.sum()), changed)
+
+
+def _pava(y: np.ndarray) -> np.ndarray:
+    """The least-squares non-decreasing fit of the measured values of ``y`` (pool adjacent violators)."""
+    ok = ~np.isnan(y)
+    vals = y[ok]
+    blocks: list[list[float]] = []  # [mean, count]
+    for x in vals:
+        blocks.append([float(x), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, c2 = blocks.pop()
+            m1, c1 = blocks[-1]
+            blocks[-1] = [(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]
+    out = np.array(y, dtype=np.float64)
+    out[ok] = np.concatenate([np.full(int(c), m) for m, c in blocks]) if blocks else vals
+    return out
 
 
 def grid_edge(xs, ys, values, x, y) -> tuple[np.ndarray, np.ndarray]:

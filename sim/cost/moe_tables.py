@@ -46,8 +46,7 @@ experts a single row. The tables measured it:
 
 **Every measured table is made non-decreasing** in its size axes before it is interpolated
 (:func:`~draftsim.sim.cost.efficiency.monotone_table`: an isolated spike, more than 2x both neighbours
-that agree within 30%, replaced by their interpolation, then the running maximum along each axis, as a
-measured profile's medians are): the fused MoE in tokens (H100's Qwen3-30B-A3B table read 474.2 us per
+that agree within 30%, replaced by their interpolation, then isotonic regression along each axis): the fused MoE in tokens (H100's Qwen3-30B-A3B table read 474.2 us per
 layer at 80 tokens and 417.0 us at 96), each GEMM width in m, the BMMs in tokens, the MLA kernel in
 batch and cached (or prompt) tokens, the all-reduce in message size. A bigger call is so never priced below a smaller one measured.
 

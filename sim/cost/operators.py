@@ -42,9 +42,10 @@ A call of N new tokens over B sequences (contexts c_i) on one of ``tp`` devices 
   along batch and context or prompt; the MLA blocks; the fused MoE and the all-reduce along tokens or
   message size) is first cleaned by :func:`~draftsim.sim.cost.efficiency.monotone_table`: an isolated
   spike (a cell more than 2x both neighbours along an axis that agree within 30%) replaced by their
-  interpolation, then the running maximum along each axis, as a measured profile's medians are
-  (:class:`~draftsim.sim.cost.profile.ProfileCost`); interpolation then never prices a bigger call
-  below a smaller one. "Exact at measured shapes" holds at the cells cleaning leaves alone.
+  interpolation, then isotonic regression along each axis (a falling run pooled to its mean; not the
+  running maximum a profile's few medians get, which reads the top of a dense table's noise: see the
+  function); interpolation then never prices a bigger call below a smaller one. "Exact at measured
+  shapes" holds at the cells cleaning leaves alone.
 * **All-reduces** at tp > 1: two per layer and one after the vocabulary-parallel embedding
   (AIConfigurator's Llama model), each of N·hidden elements, from ``custom_allreduce_perf.parquet``
   at the tp size — the CUDA-graph rows (the kernel alone) unless the engine runs the step eagerly
@@ -578,9 +579,10 @@ class OperatorModel(RooflineModel):
         note = (f"n={n}, k={k} beyond the measured widths: the table at n={nc:g}, k={kc:g} scaled by the roofline with the "
                 "efficiency curve fitted on the GEMM table")
         self._note(f"gemm {name}", note)
-        # the scaled curve made non-decreasing in m again: the fitted curves' ratio at two widths varies with m
+        # the scaled curve made non-decreasing in m again (the running maximum: a cleaned row times a smooth ratio, no noise
+        # to pool): the fitted curves' ratio at two widths varies with m
         scaled = anchor * self._estimated_gemm(g.m, n, k) / self._estimated_gemm(g.m, nc, kc)
-        return monotone_table(scaled, (g.m,)).values, False, note
+        return monotone_table(scaled, (g.m,), envelope="upper").values, False, note
 
     def _note(self, part: str, reason: str) -> None:
         self.fallbacks.setdefault(part, set()).add(reason)

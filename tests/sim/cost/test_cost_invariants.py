@@ -301,7 +301,7 @@ def test_operator_gemms_never_get_cheaper_with_more_tokens(config, engine, m, dm
 def test_operator_attention_inside_its_measured_table_never_gets_cheaper(config, engine, b, c, db, dc):
     """Between measured cells (both calls read from the table, no fallback) decode attention never falls
     with more context or more sequences: the table is made non-decreasing before interpolation (an isolated
-    spike removed, then the running maximum: efficiency.monotone_table). It failed while read as measured
+    spike removed, then isotonic regression: efficiency.monotone_table). It failed while read as measured
     (A100, 32 / 4 heads x 128, batch 4: 93.69 us at step 511 between 22.61 at 255 and 27.40 at 1023)."""
     m = _operators(*config, engine)
     _part_never_cheaper(m, "attention", (b, 1, c), (b, 1, c + dc), only_measured=True)

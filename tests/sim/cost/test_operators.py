@@ -183,7 +183,14 @@ def test_all_reduces_are_the_tables_graph_rows_at_measured_sizes(tokens):
     hit = df[(df.num_gpus == 2) & (df.message_size == tokens * GRID.hidden) & (df.kernel_source == "vLLM_custom_graph")]
     assert len(hit) == 1
     parts = {p.part: p for p in model.breakdown(tokens, 1, 0)}
-    assert parts["allreduce"].seconds == pytest.approx((2 * GRID.layers + 1) * float(hit.latency.iloc[0]) * 1e-3, rel=1e-12)
+    # the graph rows made non-decreasing in the message size (efficiency.monotone_table); as measured where it left them
+    rows = df[(df.num_gpus == 2) & (df.kernel_source == "vLLM_custom_graph")].groupby("message_size").latency.median()
+    sizes = rows.index.to_numpy(np.float64)
+    clean = monotone_table(rows.to_numpy(np.float64), (sizes,))
+    i = list(sizes).index(tokens * GRID.hidden)
+    assert parts["allreduce"].seconds == pytest.approx((2 * GRID.layers + 1) * float(clean.values[i]) * 1e-3, rel=1e-12)
+    if not clean.changed[i]:
+        assert parts["allreduce"].seconds == pytest.approx((2 * GRID.layers + 1) * float(hit.latency.iloc[0]) * 1e-3, rel=1e-12)
     assert parts["allreduce"].measured
 
 
@@ -339,11 +346,11 @@ def test_data_parallel_attention_with_expert_parallelism_trades_the_allreduce_fo
     row = mla[(mla.kernel_source == "FLASHMLA") & (mla.kv_cache_dtype == "fp8") & (mla.gemm_type == "fp8_block") & (mla.num_heads == 128)
               & (mla.batch_size == 1) & (mla.step == 1024)]
     # the table made non-decreasing (efficiency.monotone_table): batch 1 reads 146.4-149.2 us per layer from step 2 to 1024 (flat,
-    # noisy), so step 1024's 147.7 us is raised to the largest measurement at or below it (the running maximum: 149.2 us, step 512)
+    # noisy), so step 1024's 147.7 us is pooled with its neighbours (isotonic regression), within the row's measured range
     grid = dp._mla
     i, j = list(grid.x).index(1), list(grid.y).index(1024)
     assert grid.raw[i, j] == pytest.approx(float(row.latency.median()) * 1e-3, rel=1e-12) and grid.cleaning.changed[i, j]
-    assert grid.v[i, j] == pytest.approx(float(np.nanmax(grid.raw[: i + 1, : j + 1])), rel=1e-12)
+    assert np.nanmin(grid.raw[i, : j + 1]) <= grid.v[i, j] <= np.nanmax(grid.raw[: i + 1, : j + 1])
     assert parts["attention"].seconds == pytest.approx(ds.layers * grid.v[i, j], rel=1e-12)
     # each device caches its own sequences only (the latent is replicated under tensor parallelism), and holds all attention weights
     assert float(dp.kv_bytes_per_device(64, 4096)) == pytest.approx(float(tp.kv_bytes_per_device(64, 4096)) / 8)
