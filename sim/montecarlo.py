@@ -375,34 +375,50 @@ def _deal(policy, process, quota, rng):
     lanes: list[Counts] = []
     needed = int(quota.sum())
     produced = 0
+    # Sequence s takes the rounds [start_s, end_s): the first that bring it to its quota. The pools are
+    # drawn until every sequence is dealt: the tokens a round brings beyond its sequence's quota are not
+    # the next one's, so Σ quota tokens may not be enough (9-token quotas of rounds of up to 8 tokens)
+    bounds = np.zeros(S + 1, dtype=np.int64)
+    dealt = 0
     mean = _one_uniform_per_round(policy, process, rng)  # tokens a round emits on average, when rounds can be drawn lazily
-    while produced < needed:
+    while dealt < S:
         size = int(np.clip(needed - produced, 1024, _POOL_MAX))
         if mean:  # the pool's first rounds only, as many as the quota needs (see _one_uniform_per_round)
             drawn = 0
-            while drawn < size and produced < needed:
-                n = min(size - drawn, max(1024, int((needed - produced) / mean * 1.05) + 64))
+            while drawn < size and dealt < S:
+                n = min(size - drawn, max(1024, int(max(needed - produced, 0) / mean * 1.05) + 64))
                 engine = _Rollout(policy, process, process.start(n, 1, rng), n, rng)
                 produced += int(engine.round(np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64)).sum())
                 lanes.append(engine.counts)
                 drawn += n
+                dealt = _deal_rounds(lanes, quota, bounds, dealt)
             rng.bit_generator.advance(size - drawn)  # the uniforms of the rounds not needed
             continue
         engine = _Rollout(policy, process, process.start(size, 1, rng), size, rng)
         emitted = engine.round(np.ones(size, dtype=bool), np.zeros(size, dtype=np.int64))
         lanes.append(engine.counts)
         produced += int(emitted.sum())
+        dealt = _deal_rounds(lanes, quota, bounds, dealt)
     if len(lanes) == 1:
         pool = lanes[0]
     else:
         fields = ("tokens", "rounds", "calls", "call_tokens", "drafted", "accepted", "top_drafted", "top_accepted")
         pool = Counts(*(np.concatenate([getattr(c, f) for c in lanes]) for f in fields), lanes[0].pos_drafted, lanes[0].pos_accepted)
-    # Sequence s takes the rounds [start_s, end_s): the first that bring it to its quota.
-    cum = np.concatenate([[0], np.cumsum(pool.tokens)])
-    bounds = np.zeros(S + 1, dtype=np.int64)
-    for s in range(S):
-        bounds[s + 1] = np.searchsorted(cum, cum[bounds[s]] + quota[s], side="left")
     return pool, bounds
+
+
+def _deal_rounds(lanes: list, quota: np.ndarray, bounds: np.ndarray, dealt: int) -> int:
+    """Deal the pool's rounds so far to sequences ``dealt``, ``dealt`` + 1, …, each the rounds that
+    bring it to its quota, while the pool holds them (``bounds`` filled in place); returns the first
+    sequence not dealt."""
+    cum = np.concatenate([[0], np.cumsum(np.concatenate([c.tokens for c in lanes]))])
+    total = cum[-1]
+    for s in range(dealt, len(quota)):
+        target = cum[bounds[s]] + quota[s]
+        if target > total:
+            return s
+        bounds[s + 1] = np.searchsorted(cum, target, side="left")
+    return len(quota)
 
 
 def _one_uniform_per_round(policy, process, rng) -> float:
