@@ -153,8 +153,8 @@ def _granular_mla(model: ModelSpec, hardware: HardwareSpec, engine: str, systems
 
 class _Grid2D:
     """A table t(x, y) on a grid (NaN where not measured), made non-decreasing along both axes
-    (:func:`~draftsim.sim.cost.efficiency.monotone_table`: isolated spikes removed, then the running
-    maximum; :attr:`raw` keeps the measured values, :attr:`cleaning` what changed), bilinear between
+    (:func:`~draftsim.sim.cost.efficiency.monotone_table`: isolated spikes removed, then isotonic
+    regression; :attr:`raw` keeps the measured values, :attr:`cleaning` what changed), bilinear between
     the measured points; a point whose four corners are not all measured (or outside the grid) is
     outside, and :meth:`edge` the measured point it is anchored at."""
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,28 +70,38 @@ def test_bad_input_is_one_line_and_status_2(tmp_path, capsys):
 
 
 def _table_file(tmp_path) -> Path:
-    """A file of llama-3.1-8b rows whose times are the h200 vLLM tables' own latencies (table rows), plus
-    the LM head (outside the table's widths) at the o projection's latency (a fallback row)."""
+    """A file of llama-3.1-8b rows whose times are the h200 vLLM tables' own latencies as the operator
+    model reads them — measured, made non-decreasing (efficiency.monotone_table) — (table rows), plus the
+    LM head (outside the table's widths) at the o projection's latency (a fallback row)."""
     from draftsim.sim.cost.kernel_tables import attention_rows, gemm_rows, newest_table, systems_root
+    from draftsim.sim.cost.operators import _GemmTable, _Grid2D
 
     root = systems_root()
-    _, gemm = gemm_rows(newest_table(root, "h200_sxm", "gemm", "vllm", "gemm_perf.parquet"))
+    gemm_path = newest_table(root, "h200_sxm", "gemm", "vllm", "gemm_perf.parquet")
+    _, gemm = gemm_rows(gemm_path)
+    cleaned = _GemmTable(gemm_path)
+
+    def gemm_ms(m, n, k):
+        return 1e3 * float(cleaned.t[np.searchsorted(cleaned.n, n), np.searchsorted(cleaned.k, k), np.searchsorted(cleaned.m, m)])
+
     model = G.dense_model("llama-3.1-8b")
     rows = []
     for name, n, k in G.gemm_shapes(model, 1):
         for m in (1, 64, 4096):
-            sel = gemm[(gemm.m == m) & (gemm.n == (4096 if name == "lm_head" else n)) & (gemm.k == k)]
+            width = 4096 if name == "lm_head" else n
+            sel = gemm[(gemm.m == m) & (gemm.n == width) & (gemm.k == k)]
             if name != "gate_up" and name != "down" or len(sel):  # gate_up and down lie between measured widths
-                rows.append({"kind": "gemm", "name": name, "m": m, "n": n, "k": k, "ms": float(sel.latency.median()), "primary": True})
+                rows.append({"kind": "gemm", "name": name, "m": m, "n": n, "k": k, "ms": gemm_ms(m, width, k), "primary": True})
     layout = {"heads": 32, "kv_heads": 8, "head_dim": 128}
     for kind, axis, shapes, filename in (("decode attention", "step", [(1, 1024), (64, 4096)], "generation_attention_perf.parquet"),
                                          ("prefill attention", "isl", [(1, 2048), (4, 1024)], "context_attention_perf.parquet")):
         _, df = attention_rows(newest_table(root, "h200_sxm", "attention", "vllm", filename))
-        df = df[(df.num_heads == 32) & (df.num_key_value_heads == 8) & (df.head_dim == 128)]
+        grid = _Grid2D.from_frame(df[(df.num_heads == 32) & (df.num_key_value_heads == 8) & (df.head_dim == 128)], "batch_size", axis)
         for b, x in shapes:
-            sel = df[(df.batch_size == b) & (df[axis] == (x - 1 if axis == "step" else x))]
+            t, ok = grid(b, x - 1 if axis == "step" else x)
+            assert bool(ok)
             shape = {"kv_len": x} if axis == "step" else {"tokens": x}
-            rows.append({"kind": kind, "batch": b, **shape, **layout, "ms": float(sel.latency.median()), "primary": True})
+            rows.append({"kind": kind, "batch": b, **shape, **layout, "ms": 1e3 * float(t), "primary": True})
     rows.append({"kind": "decode attention", "batch": 1, "kv_len": 1024, **layout, "ms": 1.0, "primary": False})  # not scored
     doc = {"schema": G.SCHEMA, "complete": True, "model": "llama-3.1-8b", "device": "NVIDIA H200", "rows": rows, "errors": []}
     path = tmp_path / "tables.json"
