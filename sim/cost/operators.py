@@ -151,6 +151,14 @@ def _granular_mla(model: ModelSpec, hardware: HardwareSpec, engine: str, systems
     return GranularMLA.available(model, root, SYSTEMS[hardware.name], fw) is not None
 
 
+def _busiest_rank(B, N, cached, pairs, ranks: int):
+    """The busiest data-parallel rank's share of a call of B sequences: ⌈B / ranks⌉ of them, and the
+    tokens, cached tokens and query–key pairs in proportion. Multiplied before dividing (N · B_d / B): the
+    share taken first, ⌈B / ranks⌉ / B, rounds (51 · 7/51 = 7.000000000000001, whose ceiling is 8)."""
+    Bd = np.ceil(B / ranks)
+    return Bd, np.maximum(np.ceil(N * Bd / B), 1.0), cached * Bd / B, pairs * Bd / B
+
+
 class _Grid2D:
     """A table t(x, y) on a grid (NaN where not measured), made non-decreasing along both axes
     (:func:`~draftsim.sim.cost.efficiency.monotone_table`: isolated spikes removed, then isotonic
@@ -732,8 +740,7 @@ class OperatorModel(RooflineModel):
         # the layers' tokens and sequences on a device: all of them, or with data-parallel attention the busiest rank's share
         Bd, Nd, Ndp, cd, pd = B, N, Np, cached, pairs
         if self.dp_attention:
-            share = np.ceil(B / self.tp) / B
-            Bd, Nd, cd, pd = B * share, np.maximum(np.ceil(N * share), 1.0), cached * share, pairs * share
+            Bd, Nd, cd, pd = _busiest_rank(B, N, cached, pairs, self.tp)
             Ndp = Nd if self.graph_tokens is None else pad_tokens(Nd, self.graph_tokens)
         out = {"gemm layers": self._gemm_seconds(Ndp, self._layer_curve, "gemm layers"),
                "gemm lm_head": self._gemm_seconds(Nr, self._head_curve, "gemm lm_head"),
@@ -932,8 +939,7 @@ class OperatorModel(RooflineModel):
         N = np.maximum(np.asarray(stats.tokens, np.float64), 1.0)
         cached, pairs = np.asarray(stats.cached, np.float64), np.asarray(stats.pairs, np.float64)
         if self.dp_attention:  # the busiest rank's share, as _parts_seconds
-            share = np.ceil(B / self.tp) / B
-            B, N, cached, pairs = B * share, np.maximum(np.ceil(N * share), 1.0), cached * share, pairs * share
+            B, N, cached, pairs = _busiest_rank(B, N, cached, pairs, self.tp)
         Np = N if self.graph_tokens is None else pad_tokens(N, self.graph_tokens)
         self._local = {}
         try:

@@ -370,6 +370,7 @@ def test_operator_fallback_curves_never_fall_with_more_work(gpu, engine, kind, x
 @given(config=st.sampled_from(MLA_TABLE), engine=st.sampled_from(ENGINES), b=batches, n=new_tokens, c=contexts,
        db=more, dn=more, dc=more)
 @example(config=("deepseek-v3/fp8/tp8", "h200"), engine="none", b=1, n=16, c=0, db=0, dn=1, dc=0)
+@example(config=("deepseek-v3/fp8/tp8/ep", "h200"), engine="none", b=51, n=1, c=0, db=1, dn=1, dc=1)  # 51 sequences over 8 ranks
 def test_operator_latent_attention_never_gets_cheaper_when_a_call_does_more(config, engine, b, n, c, db, dn, dc):
     """DeepSeek-V3's latent attention (vLLM's MLA module tables, SGLang's parts) anchored where its tables end (the
     tables at their edge scaled by the catalog roofline's latent attention, the ratio >= 1 beyond, <= 1 below) and a

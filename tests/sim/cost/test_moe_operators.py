@@ -206,3 +206,14 @@ def test_outside_sglangs_tables_the_call_falls_back_to_the_roofline_said(sglang)
     assert att.seconds <= _parts(sglang, 1, 1, 1)["attention"].seconds
     big = _parts(sglang, 2048, 1, 512)["attention"]
     assert not big.measured and np.isfinite(big.seconds) and big.seconds > 0
+
+
+def test_the_busiest_rank_takes_whole_sequences_and_its_tokens_in_proportion():
+    """Data-parallel attention: the busiest of 8 ranks holds ⌈B / 8⌉ sequences, and a decode call's tokens
+    are as many — exactly (⌈51 / 8⌉ / 51 · 51 rounds to 7.000000000000001, whose ceiling was 8)."""
+    from draftsim.sim.cost.operators import _busiest_rank
+
+    B = np.arange(1, 2000, dtype=np.float64)
+    Bd, Nd, cd, pd = _busiest_rank(B, B, 512 * B, B * 512.5, 8)
+    assert np.array_equal(Bd, np.ceil(B / 8)) and np.array_equal(Nd, Bd)
+    assert np.allclose(cd, 512 * Bd, rtol=1e-15) and np.allclose(pd, 512.5 * Bd, rtol=1e-15)
