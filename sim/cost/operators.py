@@ -650,7 +650,7 @@ class OperatorModel(RooflineModel):
         """The decode path's price of every call (notes for the ``sel`` calls): the decode table at (sequences,
         cached tokens before the new one) — a sequence verifying n tokens one query over c + n − 1, or under batch
         expansion n sequences over c + (n − 1)/2 — anchored where the table ends (the curve's KV length: step + 1)."""
-        L, c = self.model.layers, self.curves
+        c = self.curves
         nbar, cbar = N / B, cached / B
         rows, step = (N, cbar + (nbar - 1) / 2) if self.kv_per_query else (B, cbar + nbar - 1)
         if np.any(sel & (nbar > 1)) and self._attn is not None:
@@ -659,36 +659,31 @@ class OperatorModel(RooflineModel):
             if np.any(sel):
                 self._note("attention", "no decode attention table: catalog roofline")
             return self._roof_attention_seconds(N, cached, pairs)
-        curve = lambda x, y: c.decode_seconds(x, y + 1, *self._layout)  # noqa: E731
-        if self._attn is None:
-            if np.any(sel):
-                self._note("attention", "head layout outside the measured table: roofline with the efficiency curve fitted on the decode "
-                                        "attention table")
-            return np.asarray(curve(rows, step), np.float64) * L
-        t, ok = _anchored(self._attn, rows, step, curve)
-        if np.any(sel & ~ok):
-            self._note("attention", "batch x context outside the measured table: the table at its edge scaled by the roofline with the "
-                                    "efficiency curve fitted on the decode attention table")
-        return np.where(np.isnan(t), np.asarray(curve(rows, step), np.float64), t) * L
+        return self._table_or_curve(self._attn, lambda x, y: c.decode_seconds(x, y + 1, *self._layout), rows, step, "decode", sel)
 
     def _prefill_attention(self, B, N, cached, pairs, n_eq, sel) -> np.ndarray:
         """The prefill table at (B, the equal-work prompt), anchored where it ends (notes for the ``sel`` calls)."""
-        L, c = self.model.layers, self.curves
+        c = self.curves
         if c.prefill is None:
             if np.any(sel):
                 self._note("attention", "no prefill attention table: catalog roofline")
             return self._roof_attention_seconds(N, cached, pairs)
-        curve = lambda x, y: c.prefill_seconds(x, y, *self._layout)  # noqa: E731
-        if self._attn_ctx is None:
+        return self._table_or_curve(self._attn_ctx, lambda x, y: c.prefill_seconds(x, y, *self._layout), B, n_eq, "prefill", sel)
+
+    def _table_or_curve(self, grid, curve, x, y, kind: str, sel) -> np.ndarray:
+        """Every layer's attention from ``grid`` (the measured table of the model's head layout) at (x, y),
+        anchored where it ends (:func:`_anchored`: the table at its edge × ``curve``(x, y) / ``curve``(edge)); the
+        efficiency ``curve`` fitted on the ``kind`` attention table alone where the table holds no rows of the
+        layout (notes for the ``sel`` calls)."""
+        fitted = f"the efficiency curve fitted on the {kind} attention table"
+        if grid is None:
             if np.any(sel):
-                self._note("attention", "head layout outside the measured table: roofline with the efficiency curve fitted on the prefill "
-                                        "attention table")
-            return np.asarray(curve(B, n_eq), np.float64) * L
-        t, ok = _anchored(self._attn_ctx, B, n_eq, curve)
+                self._note("attention", f"head layout outside the measured table: roofline with {fitted}")
+            return np.asarray(curve(x, y), np.float64) * self.model.layers
+        t, ok = _anchored(grid, x, y, curve)
         if np.any(sel & ~ok):
-            self._note("attention", "batch x context outside the measured table: the table at its edge scaled by the roofline with the "
-                                    "efficiency curve fitted on the prefill attention table")
-        return np.where(np.isnan(t), np.asarray(curve(B, n_eq), np.float64), t) * L
+            self._note("attention", f"batch x context outside the measured table: the table at its edge scaled by the roofline with {fitted}")
+        return np.where(np.isnan(t), np.asarray(curve(x, y), np.float64), t) * self.model.layers
 
     def _roof_attention_seconds(self, N, cached, pairs) -> np.ndarray:
         """The catalog roofline of attention (no table of its kind): KV read, queries, query-key pairs."""
