@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from operatortables import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_operators.py"
@@ -28,18 +29,6 @@ def _module():
 
 
 G = _module()
-
-
-def _tables_installed() -> bool:
-    from draftsim.sim.cost.operators import PINNED_VERSION
-
-    try:
-        return importlib.metadata.version("aiconfigurator-core") == PINNED_VERSION
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-tables = pytest.mark.skipif(not _tables_installed(), reason="aiconfigurator-core (the operators extra) is not installed")
 
 
 def _refused(capsys, argv, fragment):

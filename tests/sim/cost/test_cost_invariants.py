@@ -37,29 +37,18 @@ The operator tests skip where aiconfigurator-core is not installed (the ``operat
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from operatortables import installed, tables
 
 from draftsim.sim.cost import ProfileCost, default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
 from draftsim.sim.cost.base import BatchStats
-from draftsim.sim.cost.operators import DECODE_QUERIES, PINNED_VERSION
+from draftsim.sim.cost.operators import DECODE_QUERIES
 from draftsim.sim.errors import DraftsimError
-
-
-def _installed() -> bool:
-    try:
-        return importlib.metadata.version("aiconfigurator-core") == PINNED_VERSION
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-tables = pytest.mark.skipif(not _installed(), reason=f"aiconfigurator-core {PINNED_VERSION} is not installed "
-                                                      "(pip install 'draftsim[operators]'; make test installs it)")
 
 #: Relative slack for "never cheaper" and "the same price": float rounding only.
 REL = 1e-9
@@ -411,5 +400,5 @@ def test_every_model_broadcasts_its_shapes(config, engine, b, n, c):
     operator model."""
     for m in _assembly("roofline", *config, engine, heads=True).drafters:
         _broadcasts(m, b, n, c)
-    if _installed() and config in OPERATORS:
+    if installed() and config in OPERATORS:
         _broadcasts(_operators(*config, engine), b, n, c)

@@ -8,25 +8,15 @@ Skips where aiconfigurator-core's tables (the ``operators`` extra) are not insta
 
 from __future__ import annotations
 
-import importlib.metadata
-
 import numpy as np
 import pytest
+from operatortables import tables
 
 from draftsim.sim.cost import default_catalog
-from draftsim.sim.cost.operators import PINNED_VERSION, OperatorModel, systems_root
+from draftsim.sim.cost.operators import OperatorModel, systems_root
 from draftsim.sim.errors import DraftsimError
 
-
-def _installed() -> bool:
-    try:
-        return importlib.metadata.version("aiconfigurator-core") == PINNED_VERSION
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _installed(), reason=f"aiconfigurator-core {PINNED_VERSION} is not installed "
-                                                         "(pip install 'draftsim[operators]'; make test installs it)")
+pytestmark = tables
 
 CATALOG = default_catalog()
 #: the three scored InferenceX points (benchmarks/published/moe/decode.json) and shapes around them

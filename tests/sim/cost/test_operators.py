@@ -14,6 +14,7 @@ import pytest
 from clirun import run
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from operatortables import tables
 
 from draftsim.sim.cost import default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
@@ -22,17 +23,6 @@ from draftsim.sim.cost.efficiency import monotone_table
 from draftsim.sim.cost.operators import PINNED_VERSION, OperatorModel, equal_work_prompt, systems_root
 from draftsim.sim.cost.overheads import engine_overheads
 from draftsim.sim.errors import DraftsimError
-
-
-def _installed() -> bool:
-    try:
-        return importlib.metadata.version("aiconfigurator-core") == PINNED_VERSION
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-tables = pytest.mark.skipif(not _installed(), reason=f"aiconfigurator-core {PINNED_VERSION} is not installed "
-                                                      "(pip install 'draftsim[operators]'; make test installs it)")
 
 CATALOG = default_catalog()
 H100 = CATALOG.hardware_spec("h100-sxm")
