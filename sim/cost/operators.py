@@ -797,36 +797,35 @@ class OperatorModel(RooflineModel):
     def _mla_decode(self, B, N, cached, sel) -> np.ndarray:
         """The MLA decode table's price (notes for the ``sel`` calls): a sequence verifying n tokens n rows over
         c + (n − 1)/2 cached tokens (each token's projections; the latent read per row)."""
-        L, nbar, cbar = self.model.layers, N / B, cached / B
-        roof = np.broadcast_to(self.latent_attention_seconds(B, N, cached), np.shape(B))
-        if self._mla is None:
-            if np.any(sel):
-                self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
-            return np.array(roof, dtype=np.float64)
-        rows = np.where(nbar > 1, N, B)
-        t, ok = _anchored(self._mla, rows, cbar + (nbar - 1) / 2, self._latent_curve)
+        nbar, cbar = N / B, cached / B
+        t, ok = self._mla_table(self._mla, np.where(nbar > 1, N, B), cbar + (nbar - 1) / 2, self._latent_curve, B, N, cached, sel,
+                                "batch x context outside the MLA decode table")
         if np.any(sel & ok & (nbar > 1)):
             self._note("attention", "several new tokens per sequence priced as one row each of the MLA decode table (latent read per row)")
-        if np.any(sel & ~ok):
-            self._note("attention", "batch x context outside the MLA decode table: the table at its edge scaled by the catalog roofline's "
-                                    "latent attention")
-        return np.where(np.isnan(t), roof, t * L)
+        return t
 
     def _mla_prefill(self, B, N, cached, sel) -> np.ndarray:
         """The MLA context table at (B, the chunk's length), anchored where it ends (notes for the ``sel`` calls)."""
-        L, nbar, cbar = self.model.layers, N / B, cached / B
-        roof = np.broadcast_to(self.latent_attention_seconds(B, N, cached), np.shape(B))
-        if self._mla_ctx is None:
-            if np.any(sel):
-                self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
-            return np.array(roof, dtype=np.float64)
-        t, ok = _anchored(self._mla_ctx, B, nbar, self._latent_prompt_curve)
+        nbar, cbar = N / B, cached / B
+        t, ok = self._mla_table(self._mla_ctx, B, nbar, self._latent_prompt_curve, B, N, cached, sel,
+                                "batch x prompt outside the MLA context table")
         if np.any(sel & ok & (cbar > 0)):
             self._note("attention", "a prefill chunk after cached tokens priced as a whole prompt of its length (MLA context table)")
+        return t
+
+    def _mla_table(self, grid, x, y, curve, B, N, cached, sel, outside: str) -> tuple[np.ndarray, np.ndarray]:
+        """Every layer's latent attention from an MLA module ``grid`` at (x, y), anchored where it ends by the catalog
+        roofline's latent attention (``curve``), and whether the table held the call; the roofline's latent attention of
+        the call itself where no table or edge is measured (notes for the ``sel`` calls; ``outside`` names the table)."""
+        roof = np.broadcast_to(self.latent_attention_seconds(B, N, cached), np.shape(B))
+        if grid is None:
+            if np.any(sel):
+                self._note("attention", "batch x context outside the MLA tables: the catalog roofline's latent attention")
+            return np.array(roof, dtype=np.float64), np.zeros(np.shape(B), dtype=bool)
+        t, ok = _anchored(grid, x, y, curve)
         if np.any(sel & ~ok):
-            self._note("attention", "batch x prompt outside the MLA context table: the table at its edge scaled by the catalog roofline's "
-                                    "latent attention")
-        return np.where(np.isnan(t), roof, t * L)
+            self._note("attention", f"{outside}: the table at its edge scaled by the catalog roofline's latent attention")
+        return np.where(np.isnan(t), roof, t * self.model.layers), ok
 
     def _granular_total(self, B, N, cached, pairs, Np, sel=None) -> np.ndarray:
         """The engine's MLA parts summed (:meth:`_granular_seconds`); a call one part of which its tables do not
