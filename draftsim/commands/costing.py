@@ -70,7 +70,7 @@ class HardwareOptions:
                         "activations and GEMMs, embedding and LM head in bfloat16 (an assumption of the roofline)",
                         choices=tuple(DTYPE_BYTES), group=HARDWARE)
     kv_dtype: str = option("auto", "KV-cache dtype, as vLLM's --kv-cache-dtype (fp8 = float8: half the bytes of bfloat16 to read and "
-                           "hold); auto: the activations' dtype (default)", choices=("auto", "fp8", *KV_DTYPES), group=HARDWARE)
+                           "hold); auto: the model's data type as vLLM and SGLang take it, bfloat16 under float8/int8/int4 weights (default)", choices=("auto", "fp8", *KV_DTYPES), group=HARDWARE)
     profile: list[str] = option([], "measured profile (draftsim profile) for a model it names", append=True, metavar="FILE",
                                 group=HARDWARE)
     catalog: list[str] = option([], "extra model or hardware catalog file (repeat)", append=True, metavar="FILE", group=HARDWARE)

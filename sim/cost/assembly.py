@@ -58,7 +58,8 @@ class Deployment:
     times measured on real GPUs (:mod:`draftsim.sim.cost.operators`, the ``operators`` extra) in
     place of the catalog roofline, the engine's host costs on top (heads too: :class:`~draftsim.sim.cost.methods.OperatorHead`).
     ``kv_dtype`` holds every model's KV cache in that dtype (vLLM's ``--kv-cache-dtype``: fp8 halves
-    the bytes attention reads and the cache holds against bfloat16); "auto": the activations' dtype.
+    the bytes attention reads and the cache holds against bfloat16); "auto": the model's data type, as the engines' ``auto`` (bfloat16 under quantised weights,
+    :data:`~draftsim.sim.cost.catalog.KV_AUTO`).
     """
 
     target: str

@@ -28,6 +28,7 @@ __all__ = [
     "ModelSpec",
     "Catalog",
     "dtype_bytes",
+    "kv_auto_dtype",
     "load_catalog",
     "default_catalog",
     "model_from_hf_config",
@@ -45,6 +46,22 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "int8": 1
 #: are dequantised inside the GEMM and multiplied at the bfloat16 rate (W4A16), their embedding and
 #: LM head left in bfloat16 — an assumption of the roofline, not a measured kernel.
 WEIGHT_ONLY = {"int4": "bfloat16"}
+
+#: The KV cache's dtype under ``--kv-cache-dtype auto`` for each weight dtype: the model's data type,
+#: not the weights' format. vLLM: "Data type for kv cache storage. If "auto", will use model data type"
+#: (``vllm/config``, ``CacheConfig.cache_dtype``); SGLang: '"auto" will use model data type'
+#: (``python/sglang/srt/server_args.py``, ``--kv-cache-dtype``). A quantised checkpoint's model data type
+#: is the ``torch_dtype`` of its config.json, which quantisation leaves alone (DeepSeek-V3's FP8
+#: checkpoint: ``"torch_dtype": "bfloat16"`` beside ``"quantization_config": {"quant_method": "fp8", ...}``);
+#: draftsim takes it as bfloat16 for every FP8, INT8 and INT4 checkpoint (an assumption: a checkpoint
+#: quantised from a float16 model would say float16; the bytes are the same). An FP8 cache is asked for
+#: explicitly (``--kv-dtype fp8``).
+KV_AUTO = {"float8": "bfloat16", "int8": "bfloat16", "int4": "bfloat16"}
+
+
+def kv_auto_dtype(dtype: str) -> str:
+    """The KV cache's dtype an engine's ``--kv-cache-dtype auto`` gives a model whose weights are ``dtype``."""
+    return KV_AUTO.get(dtype, dtype)
 
 
 def dtype_bytes(dtype: str) -> float:

@@ -30,8 +30,9 @@ experts a single row. The tables measured it:
   (``mla/sglang/<version>/generation_mla_perf.parquet``, FlashAttention-3's MLA decode, bilinear in batch and
   cached tokens; :class:`GranularMLA`, which the operator model's SGLang path reads too); vLLM's block where
   SGLang's kernel or BMM table is missing (said in the source). The KV
-  cache is each engine's default (``kv_dtype``): SGLang's ``auto`` keeps it in bfloat16; the vLLM path reads
-  FP8 KV with block-FP8 weights as it always has.
+  cache is the engines' default (``kv_dtype``): ``--kv-cache-dtype auto`` keeps it in the model's data type,
+  bfloat16 for DeepSeek's FP8 checkpoints, in SGLang and vLLM alike (:data:`~draftsim.sim.cost.catalog.KV_AUTO`);
+  vLLM's block is then read at its bfloat16-KV rows (FLASH_ATTN_MLA), its FP8 rows (FlashMLA) with ``--kv-dtype fp8``.
 * **shared expert**: SGLang fuses DeepSeek-V3/R1's into the fused-MoE call (one more expert every token
   picks, at moe_ep 1): priced as one more awake expert at the call's measured seconds per awake expert
   (estimated, said); otherwise two GEMMs added to the step.
@@ -64,13 +65,13 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DraftsimError
-from .catalog import WEIGHT_ONLY
+from .catalog import WEIGHT_ONLY, kv_auto_dtype
 from .efficiency import grid_edge, monotone_table
 from .kernel_tables import FRAMEWORKS, SYSTEMS, allreduce_rows, mem_op_constants, newest_table, read_columns, systems_root
 from .moe import expected_experts
 
 __all__ = ["DISTRIBUTION", "DecodeStep", "GranularMLA", "GroupedGemmEfficiency", "MLAPart", "MeasuredExperts", "decode_step",
-           "default_kv_dtype", "fused_shared_expert_seconds", "fused_shared_expert_source", "grouped_gemm_efficiency", "kv_table_dtype",
+           "fused_shared_expert_seconds", "fused_shared_expert_source", "grouped_gemm_efficiency", "kv_table_dtype",
            "measured_experts", "mla_layer_parts", "sglang_fuses_shared_expert", "tokens_per_awake_expert"]
 
 #: AIConfigurator's default routing distribution for DeepSeek-style MoE (sdk/config.py, sdk/models/deepseek.py).
@@ -287,9 +288,8 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
     ``framework`` picks the engine's tables and how its layer is composed (module docstring): vLLM's
     attention is its measured MLA block; SGLang's is priced part by part from its own tables (vLLM's
     block where SGLang's tables lack a part's table) and its shared expert rides in the fused-MoE call.
-    ``kv_dtype`` ("bfloat16", "float16" or "float8"; None: the engine's default) is the KV cache's:
-    SGLang's ``--kv-cache-dtype auto`` keeps it in the activations' bfloat16; vLLM's MLA-block rows are
-    read at FP8 KV with block-FP8 weights, bfloat16 otherwise (this path's pairing, unchanged)."""
+    ``kv_dtype`` ("bfloat16", "float16" or "float8"; None: the engines' ``auto``, the model's data type,
+    bfloat16 under FP8 weights) is the KV cache's, and picks the rows the attention is read at."""
     out = DecodeStep()
     system, fw = SYSTEMS.get(hardware), FRAMEWORKS.get(framework, framework)
     if system is None:
@@ -309,7 +309,7 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
         out.parts["shared expert (fused, estimated)"] = float(fused_shared_expert_seconds(out.parts["routed experts"], N, model))
         out.sources["shared expert (fused, estimated)"] = fused_shared_expert_source(model, N)
     # latent attention: SGLang's parts where its tables hold them, else vLLM's whole block
-    kv = kv_table_dtype(kv_dtype, dtype, fw)
+    kv = kv_table_dtype(kv_dtype, dtype)
     gpath = newest_table(root, system, "gemm", fw, "gemm_perf.parquet")
     fp8 = _gemm_grid(gpath, "fp8_block" if dtype == "float8" else "bfloat16") if gpath else None
     bf16 = _gemm_grid(gpath, "bfloat16") if gpath else None
@@ -373,20 +373,11 @@ def decode_step(model, hardware: str, framework: str = "vllm", dtype: str = "flo
 _KV_TABLE = {"bfloat16": "bfloat16", "float16": "bfloat16", "float8": "fp8"}
 
 
-def default_kv_dtype(framework: str, dtype: str) -> str:
-    """The KV cache's dtype (draftsim's name) an engine's tables are read at for a latent-attention target by
-    default (``framework``: the tables' engine folder). SGLang's ``--kv-cache-dtype auto`` keeps it in the
-    activations' dtype, bfloat16 for DeepSeek's checkpoints; vLLM's path reads FP8 KV with block-FP8 weights
-    (its MLA-block rows' pairing since it was written), bfloat16 otherwise."""
-    if framework == "vllm":
-        return "float8" if dtype == "float8" else "bfloat16"
-    return "bfloat16"
-
-
-def kv_table_dtype(kv_dtype: str | None, dtype: str, framework: str) -> str:
-    """The MLA tables' kv_cache_dtype for ``kv_dtype`` (None: the engine's default, :func:`default_kv_dtype`)."""
+def kv_table_dtype(kv_dtype: str | None, dtype: str) -> str:
+    """The MLA tables' kv_cache_dtype for ``kv_dtype`` (None: the engines' ``auto``, the model's data type,
+    :func:`~draftsim.sim.cost.catalog.kv_auto_dtype`)."""
     if kv_dtype is None:
-        kv_dtype = default_kv_dtype(framework, dtype)
+        kv_dtype = kv_auto_dtype(dtype)
     if kv_dtype not in _KV_TABLE:
         raise DraftsimError(f"KV-cache dtype {kv_dtype!r}: the MLA tables measure {', '.join(_KV_TABLE)}")
     return _KV_TABLE[kv_dtype]

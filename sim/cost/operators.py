@@ -113,7 +113,6 @@ from .kernel_tables import (
 from .moe_operators import A2A_LOW_LATENCY_MAX, a2a_table, attention_params, mla_grid
 from .moe_tables import (
     GranularMLA,
-    default_kv_dtype,
     fused_shared_expert_seconds,
     fused_shared_expert_source,
     kv_table_dtype,
@@ -326,8 +325,6 @@ class OperatorModel(RooflineModel):
         self.dp_attention = bool(kwargs.get("expert_parallel")) and int(tp) > 1
         #: latent attention priced part by part from the engine's own tables (SGLang's: sim/cost/moe_tables.py GranularMLA)
         self.granular_mla = _granular_mla(model, hardware, engine, systems)
-        if self.granular_mla and kwargs.get("kv_dtype") in (None, "auto"):  # the engine's default KV, the rows its kernel is read at
-            kwargs["kv_dtype"] = default_kv_dtype(FRAMEWORKS[engine], dtype)
         super().__init__(model, hardware, dtype, tp, pp, **kwargs)
         #: the QKV projection's input width (None: the hidden size; EAGLE-3's layer: 2 x hidden, sim/cost/methods.py)
         self.qkv_inputs = None if qkv_inputs is None else int(qkv_inputs)
@@ -509,7 +506,7 @@ class OperatorModel(RooflineModel):
         projections from its GEMM table (block-FP8 kernels first for float8 weights), the absorbed BMMs and
         the MLA decode kernel (at the KV dtype's rows) decoding, the kv_b projection and the MLA prefill
         kernel prefilling."""
-        kv = kv_table_dtype(self.kv_dtype, self.dtype, self.framework)
+        kv = kv_table_dtype(self.kv_dtype, self.dtype)
         gen, ctx = (GranularMLA.of(self.model, self.root, self.system, self.framework, self.dtype, kv, heads, phase=phase)
                     for phase in ("generation", "context"))
         self._granular = (gen, ctx)

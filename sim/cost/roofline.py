@@ -31,8 +31,9 @@ operators, plus collectives and a fixed overhead:
 it, except that ``int4`` weights (W4A16, as AWQ/GPTQ kernels run them) are read at half a byte
 each and multiplied at the ``bfloat16`` rate with ``bfloat16`` activations, their embedding and
 LM head kept in ``bfloat16`` (what those formats leave unquantised) — an assumption, stated in
-:data:`~draftsim.sim.cost.catalog.WEIGHT_ONLY`. ``kv_dtype`` (vLLM's ``--kv-cache-dtype``; None:
-the activations' dtype) sets the bytes of each cached and new KV entry: an FP8 cache halves
+:data:`~draftsim.sim.cost.catalog.WEIGHT_ONLY`. ``kv_dtype`` (vLLM's ``--kv-cache-dtype``; None or
+``auto``: the model's data type, as the engines do — bfloat16 under FP8, INT8 and INT4 weights,
+:data:`~draftsim.sim.cost.catalog.KV_AUTO`) sets the bytes of each cached and new KV entry: an FP8 cache halves
 what attention reads and what the cache holds against ``bfloat16``.
 
 Efficiency factors (``mfu``, ``mbu``, ``ici_efficiency``) come from the hardware entry and
@@ -49,7 +50,7 @@ import numpy as np
 
 from ..errors import DraftsimError, as_count, as_positive
 from .base import BatchStats, CostModel, checked_sizes
-from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec, dtype_bytes
+from .catalog import WEIGHT_ONLY, HardwareSpec, ModelSpec, dtype_bytes, kv_auto_dtype
 from .memory import MemoryFootprint, activation_bytes_per_token
 from .moe import ExpertCost
 from .moe_tables import grouped_gemm_efficiency
@@ -66,7 +67,7 @@ class RooflineModel(CostModel):
     model, hardware : catalog records
     dtype : weights (and activations and KV cache unless said otherwise): "float32", "bfloat16", "float16",
         "float8", "int8", or "int4" (weights only; activations and compute in bfloat16)
-    kv_dtype : the KV cache's elements (None: the activations' dtype)
+    kv_dtype : the KV cache's elements (None: the model's data type, :func:`~draftsim.sim.cost.catalog.kv_auto_dtype`)
     tp, pp : tensor-parallel and pipeline-parallel degrees, >= 1
     mfu, mbu, ici_efficiency, overhead, overhead_per_layer : override the hardware's factors
     check_memory : refuse (DraftsimError) when the weights do not fit in the devices' memory
@@ -94,7 +95,7 @@ class RooflineModel(CostModel):
         self.compute_dtype = WEIGHT_ONLY.get(dtype, dtype)
         #: bytes of one activation (and of the embedding and LM head weights of int4 weights)
         self.bytes = dtype_bytes(self.compute_dtype)
-        self.kv_dtype = self.compute_dtype if kv_dtype in (None, "auto") else kv_dtype
+        self.kv_dtype = kv_auto_dtype(dtype) if kv_dtype in (None, "auto") else kv_dtype
         if self.kv_dtype in WEIGHT_ONLY:
             raise DraftsimError(f"--kv-dtype {self.kv_dtype} is a weight format; a KV cache is held in "
                                 f"{', '.join(d for d in ('auto', 'float32', 'bfloat16', 'float16', 'float8', 'int8'))}")

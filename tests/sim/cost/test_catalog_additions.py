@@ -134,10 +134,19 @@ def test_fp8_kv_cache_halves_the_kv_bytes(name):
     assert grow(fp8) == pytest.approx(grow(auto) / 2, rel=1e-6)
 
 
-def test_kv_dtype_auto_follows_the_activations_and_a_weight_format_is_refused():
+def test_kv_dtype_auto_is_the_models_data_type_and_a_weight_format_is_refused():
+    """vLLM's and SGLang's --kv-cache-dtype auto: "will use model data type" (sim/cost/catalog.py KV_AUTO),
+    which quantised weights leave at bfloat16: an FP8 or INT8 checkpoint's cache holds as many bytes a
+    token as the bfloat16 model's; FP8 KV is asked for."""
     m, hw = CAT.model("llama-3.1-8b"), CAT.hardware_spec("h100-sxm")
-    assert RooflineModel(m, hw, "float8").kv_dtype == "float8"
-    assert RooflineModel(m, hw, "int4").kv_dtype == "bfloat16"
+    plain = RooflineModel(m, hw, "bfloat16")
+    for dtype in ("float8", "int8", "int4"):
+        quantised = RooflineModel(m, hw, dtype)
+        assert quantised.kv_dtype == "bfloat16" and quantised.kv_bytes == 2, dtype
+        assert quantised.memory().kv_per_token == plain.memory().kv_per_token
+        assert RooflineModel(m, hw, dtype, kv_dtype="auto").kv_dtype == "bfloat16"
+    assert RooflineModel(m, hw, "float16").kv_dtype == "float16"
+    assert RooflineModel(m, hw, "float8", kv_dtype="float8").kv_bytes == 1
     with pytest.raises(DraftsimError, match="weight format"):
         RooflineModel(m, hw, kv_dtype="int4")
 

@@ -101,7 +101,10 @@ def test_latent_attention_caches_the_latent_once_per_device():
     m = CAT.model("deepseek-v3")
     assert m.kv_per_token == 61 * (512 + 64)
     r = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
-    assert float(r.kv_bytes_per_device(1, 1000)) == pytest.approx(1000 * 61 * 576 * 1.0)  # fp8: 1 byte, not split by TP
+    # --kv-cache-dtype auto: the model's bfloat16, 2 bytes an element, not split by TP; an FP8 cache 1 byte
+    assert float(r.kv_bytes_per_device(1, 1000)) == pytest.approx(1000 * 61 * 576 * 2.0)
+    fp8 = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8, kv_dtype="float8")
+    assert float(fp8.kv_bytes_per_device(1, 1000)) == pytest.approx(1000 * 61 * 576 * 1.0)
 
 
 def test_hf_configs_of_moe_models_read_as_the_catalog_has_them(tmp_path):

@@ -97,12 +97,15 @@ def test_sglang_fuses_the_shared_expert_into_the_routed_call_at_ep_1_only(sglang
     assert dp["attention"].measured and "generation_mla_perf.parquet" in dp["attention"].source  # all 128 heads on a device
 
 
-def test_sglang_keeps_the_kv_cache_in_bfloat16_and_its_memory_says_so(sglang):
-    """SGLang's --kv-cache-dtype auto: the MLA kernel's bfloat16 rows and two bytes a cached element, twice vLLM's
-    FP8 latent cache; a KV dtype given explicitly reads that dtype's rows and bytes."""
-    vllm = _ops("vllm")
-    assert (sglang.kv_dtype, sglang.kv_bytes) == ("bfloat16", 2) and (vllm.kv_dtype, vllm.kv_bytes) == ("float8", 1)
-    assert float(sglang.kv_bytes_per_device(8, 4096)) == pytest.approx(2 * float(vllm.kv_bytes_per_device(8, 4096)))
+def test_both_engines_keep_the_kv_cache_in_bfloat16_and_the_memory_says_so(sglang):
+    """SGLang's and vLLM's --kv-cache-dtype auto ("will use model data type": DeepSeek's bfloat16 under FP8
+    weights): the MLA kernel's bfloat16 rows and two bytes a cached element, twice an FP8 latent cache; a KV
+    dtype given explicitly reads that dtype's rows and bytes."""
+    vllm, vllm_fp8 = _ops("vllm"), _ops("vllm", kv_dtype="float8")
+    assert (sglang.kv_dtype, sglang.kv_bytes) == ("bfloat16", 2) == (vllm.kv_dtype, vllm.kv_bytes)
+    assert (vllm_fp8.kv_dtype, vllm_fp8.kv_bytes) == ("float8", 1)
+    assert float(sglang.kv_bytes_per_device(8, 4096)) == pytest.approx(2 * float(vllm_fp8.kv_bytes_per_device(8, 4096)))
+    assert float(vllm.kv_bytes_per_device(8, 4096)) == pytest.approx(float(sglang.kv_bytes_per_device(8, 4096)))
     assert "kv bfloat16" in sglang.name
     fp8 = _ops("sglang", kv_dtype="float8")
     assert fp8.kv_bytes == 1 and "kv fp8" in fp8.sources["attention"]

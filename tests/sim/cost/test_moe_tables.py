@@ -151,7 +151,11 @@ def test_the_sglang_step_is_composed_as_aiconfigurator_composes_it():
 
 def test_vllm_keeps_its_measured_mla_block_and_unfused_shared_expert():
     step = decode_step(CAT.model("deepseek-v3"), "h200", "vllm", "float8", tp=8, batch=4, context=5120)
-    assert not step.missing and "attention (MLA block)" in step.parts and "kv fp8" in step.sources["attention (MLA block)"]
+    # vLLM's --kv-cache-dtype auto is the model's bfloat16: the block's bfloat16-KV rows (FLASH_ATTN_MLA)
+    assert not step.missing and "attention (MLA block)" in step.parts and "kv bfloat16" in step.sources["attention (MLA block)"]
+    fp8 = decode_step(CAT.model("deepseek-v3"), "h200", "vllm", "float8", tp=8, batch=4, context=5120, kv_dtype="float8")
+    assert "kv fp8" in fp8.sources["attention (MLA block)"]
+    assert fp8.parts["attention (MLA block)"] != step.parts["attention (MLA block)"]
     assert {"GEMM shared expert gate+up", "GEMM shared expert down"} <= set(step.parts)
     assert not any(k.startswith("MLA ") or "fused" in k for k in step.parts)
 

@@ -84,11 +84,12 @@ def deepseek_mtp(tp: int) -> tuple[float, float]:
     attention (q 7168 -> 1536 -> 128 x 192; kv 7168 -> 512 + 64, 512 -> 128 x (128 + 128); o
     128 x 128 -> 7168), router, 256 routed + 1 shared expert of 3 x 7168 x 2048, split over tp as the
     target's roofline splits its layers, and the projection 2h -> h whole; the latent and the rotary
-    key per token (576 values, on every device)."""
+    key per token (576 values, on every device) in the cache's bfloat16 (--kv-cache-dtype auto: the
+    model's data type, 2 bytes, whatever the weights' format)."""
     h = 7168
     attention = h * 1536 + 1536 * 128 * 192 + h * (512 + 64) + 512 * 128 * (192 - 64 + 128) + 128 * 128 * h
     moe = h * 256 + (256 + 1) * 3 * h * 2048
-    return ((attention + moe) / tp + 2 * h * h) * 1, (512 + 64) * 1
+    return ((attention + moe) / tp + 2 * h * h) * 1, (512 + 64) * 2
 
 
 @pytest.mark.parametrize("target, tp, hardware, dtype, count", [
