@@ -38,7 +38,7 @@ from .layout import LayoutState, RaggedLayout
 from .metrics import Recorder
 from .rounds import RoundBook
 from .scheduler import Outcome, RequestTable, Scheduler
-from .window import FOLD_ARRIVALS, Lanes, Window, admit, compute
+from .window import FOLD_ARRIVALS, Lanes, Window, admit, compute, settle
 
 __all__ = ["Replica", "Engine", "WINDOW_MAX", "outcome"]
 
@@ -240,6 +240,7 @@ class Replica:
         recorder, what the steps did to the scheduler (:meth:`Scheduler.update`, with
         :func:`outcome`), the steps to the recorder."""
         eng = self.engine
+        settle(win, eng.book)  # the lanes taken in, into its arrays
         self._record_itl(win, n, ends)
         if len(win.lanes):
             eng.recorder.spec(win.drafted[:n], win.accepted[:n], win.active[:n])

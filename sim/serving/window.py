@@ -50,7 +50,7 @@ from ..cost.base import BatchStats
 from .scheduler import controller_view
 
 __all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
-           "step_stats", "unit_stats", "uniform_unit_stats", "compute", "admit"]
+           "step_stats", "unit_stats", "uniform_unit_stats", "compute", "admit", "settle"]
 
 
 # ------------------------------------------------------------------------------------- records
@@ -165,6 +165,9 @@ class Window:
     #: per step, and each drafter's calls per step where every lane makes all of them (None: the
     #: window must be priced anew)
     priced: tuple | None = None
+    #: the lanes :func:`admit` took in whose (W, B) columns are not in the arrays yet (:func:`settle`
+    #: puts them there): (request, first step, round-book start, rounds, tokens left, prompt)
+    taken: list = field(default_factory=list)
 
     def truncate(self, W: int) -> None:
         """Keep the first W steps."""
@@ -617,22 +620,26 @@ def admit(engine, scheduler, win: Window, starts: np.ndarray, rid: int, at: floa
     sent it here), taken in where the scheduler would admit it whole: at the first step that
     starts at or after ``at`` (:func:`_admissible`; after the steps of the arrivals taken in
     before it). The steps before that one are the window's, unchanged: what ran by ``at`` does
-    not move. None where it cannot be taken in (the arrival then cuts the window)."""
+    not move. None where it cannot be taken in (the arrival then cuts the window, ``win``
+    untouched); else ``win`` itself, changed in place (:func:`_add_lane`)."""
     if win.base is None:
         return None
-    k = int(np.searchsorted(starts[: win.W], at, side="left"))
-    if k >= win.W or (win.folds and win.folds[-1][1] >= k):
+    W = win.W
+    k = int(np.searchsorted(starts[:W], at, side="left"))
+    if k >= W or (win.folds and win.folds[-1][1] >= k):
         return None
-    if not _admissible(engine.table, scheduler.config, engine.lookahead, rid, k, int(np.add.reduce(win.active[k]))):
+    decoding = int(win.batch[k]) - (int(win.fold_sums[0, k]) if win.fold_sums is not None else 0)  # k >= 1: no step-0 chunk
+    if not _admissible(engine.table, scheduler.config, engine.lookahead, rid, k, decoding):
         return None
+    folds = win.folds + [(rid, k)]
     new = _add_lane(engine, scheduler, win, rid, k)
     if new is None or CHECK_ADMIT:
         plan, pre, ln, first, throughout = win.base
-        anew = _with_folds(engine, scheduler, plan, pre, ln, win.W, win.folds + [(rid, k)], first, throughout)
+        anew = _with_folds(engine, scheduler, plan, pre, ln, W, folds, first, throughout)
         if new is not None:
-            _assert_same_window(new, anew)
+            _assert_same_window(settle(new, engine.book), anew)
+        anew.base, anew.next_arrival = win.base, win.next_arrival
         new = anew
-    new.base, new.next_arrival = win.base, win.next_arrival
     return new
 
 
@@ -654,9 +661,14 @@ def _assert_same_window(a: Window, b: Window) -> None:
 
 def _add_lane(engine, scheduler, win: Window, rid: int, k: int) -> Window | None:
     """``win`` with request ``rid`` taken in at step k — its whole prefill in step k, a lane from
-    step k + 1 — computed from ``win``'s own arrays and sums: what :func:`_with_folds` computes
-    anew over every lane, bit for bit (every sum is of integers). None where ``win``'s pricing
-    cannot take a lane in place (a drafter's calls are not every lane's, the lane makes more)."""
+    step k + 1 — changed in place: what :func:`_with_folds` computes anew over every lane, bit for
+    bit. Only the steps the arrival changes are touched: step k (its prefill) and the steps its
+    lane decodes in; the window's step sums, blocks held and the lanes' sums its pricing kept
+    (``win.priced``) get the lane's in those steps (sums of integers, exact in float64 in any
+    order), and those steps alone are priced anew (a step's price depends on its own sums only).
+    The lane's (W, B) columns wait in ``win.taken`` until :func:`settle`. None, ``win``
+    untouched, where its pricing cannot take a lane in place (a drafter's calls are not every
+    lane's, the lane makes more)."""
     if win.priced is None:
         return None
     lane5, most, longest, uniform = win.priced
@@ -664,74 +676,105 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int) -> Window | None
     W = win.W
     book.ensure(rid)
     f1 = k + 1
+    start, count = int(book.start[rid]), int(book.count[rid])
+    remaining = int(table.output[rid]) - 1
     prompt = int(table.prompt[rid])
-    lane = Lanes(*np.array([[rid], [f1], [1], [int(table.output[rid]) - 1], [prompt + 1], [int(book.start[rid]) - f1],
-                            [f1 + int(book.count[rid])]], dtype=np.int64))
-    # its rounds as draw and progress make them, a (W, 1) column
-    w = np.arange(W)[:, None]
-    index = lane.base + w
-    valid = (w >= lane.first) & (w < lane.reach)
-    drafted = book.drafted.take(index, mode="clip")
-    emitted = book.emitted.take(index, mode="clip") * valid
-    cum = np.add.accumulate(emitted, axis=0)
+    E = min(W, f1 + count)  # its rounds in the window: steps f1 .. E - 1
+    n = max(E - f1, 0)
+    rounds = slice(start, start + n)
+    emitted = book.emitted[rounds]
+    cum = np.add.accumulate(emitted)
     before = cum - emitted
-    context = lane.context + before
-    active = valid & (before < lane.remaining)
-    n_t = (drafted + 1) * active
-    c_t = context - 1
-    T = []
+    active = before < remaining
+    calls = book.calls[rounds]
     for m, t in enumerate(uniform):  # a drafter's calls must stay every lane's
-        calls = book.calls[:, m].take(index, mode="clip") * active
-        if np.count_nonzero(calls != t * active):
+        if np.count_nonzero((calls[:, m] != t) & active):
             return None
-        T.append(t)
-    ln = win.lanes
-    lanes = Lanes(*(np.concatenate([getattr(ln, f), getattr(lane, f)]) for f in ("rid", "first", "generated", "remaining", "context", "base",
-                                                                                 "reach")))
-    col = lambda a, b: np.concatenate([a, b], axis=1)  # noqa: E731
-    sums = np.zeros((4, W)) if win.fold_sums is None else win.fold_sums.copy()
-    sums[:, k] = 1.0, prompt, 0.0, prompt * (prompt + 1) // 2
-    batch = win.batch + np.add.reduce(active, axis=1)
-    batch[k] += 1
-    new = Window(W=W, prefills=win.prefills, lanes=lanes, valid=col(win.valid, valid), active=col(win.active, active),
-                 drafted=col(win.drafted, drafted), accepted=col(win.accepted, book.accepted.take(index, mode="clip")),
-                 emitted=col(win.emitted, emitted), cum=col(win.cum, cum), before=col(win.before, before),
-                 finish=np.concatenate([np.minimum(win.finish, W), np.add.reduce(cum < lane.remaining, axis=0)]),
-                 context=col(win.context, context),
-                 batch=batch, index=col(win.index, index), drafted_raw=None, folds=win.folds + [(rid, k)], fold_sums=sums)
-    new.drafted_raw = new.drafted  # no cap: draw's rounds as drawn
-    held = None
+    # from here on, win is the new window
+    reach = f1 + count
+    finish = f1 + int(np.count_nonzero(cum < remaining))
+    if n == 0 or cum[-1] < remaining:  # not out by the window's end (as progress counts it over W steps)
+        finish += W - max(E, f1)
+    win.finish = np.concatenate([np.minimum(win.finish, W), [finish]])
+    win.taken.append((rid, f1, start, count, remaining, prompt))
+    win.folds.append((rid, k))
+    if win.fold_sums is None:
+        win.fold_sums = np.zeros((4, W))
+    rows = win.fold_sums
+    rows[:, k] = 1.0, prompt, 0.0, prompt * (prompt + 1) // 2
+    lane = slice(f1, E)
+    win.batch[lane] += active
+    win.batch[k] += 1
+    keep = W
+    if finish >= W and reach < W:  # a lane that does not finish stops at its last drawn round (cut)
+        keep = reach
     if kv is not None:
-        held = win.kv + np.add.reduce(kv.request_blocks(context) * active, axis=1)
+        held = win.kv
+        held[lane] += kv.request_blocks(before + (prompt + 1)) * active
         held[k] += kv.request_blocks(prompt)
-    keep = _keep(new, False, kv, held)
+        over = held[k: max(E, f1)] > kv.blocks
+        if np.count_nonzero(over):
+            keep = min(keep, k + int(over.argmax()))
     if keep < W:
-        new.truncate(keep)
+        win.truncate(keep)
         W = keep
     # its sums added to the lanes' (as step_stats sums a column: integers, exact in float64)
-    nf = n_t[:W, 0].astype(np.float64)
-    on = (nf > 0.0).astype(np.float64)
-    cached = c_t[:W, 0] * on
-    lane5 = lane5[:, :W].copy()
-    lane5[0] += on
-    lane5[1] += nf
-    lane5[2] += cached
-    lane5[3] += (c_t[:W, 0] * 2.0 + nf + 1.0) * nf * 0.5
-    lane5[4] += nf
+    nf = (book.drafted[rounds] + 1) * active
+    nf = nf.astype(np.float64)
+    cached = (before + prompt) * active  # its cache before the step, but its newest token
+    part = lane5[:, lane]
+    part[0] += active
+    part[1] += nf
+    part[2] += cached
+    part[3] += (cached * 2.0 + nf + 1.0) * nf * 0.5
+    part[4] += nf
     if most is not None:
-        most = np.maximum(most[:W], nf)
-        longest = np.maximum(longest[:W], cached)
-    pre, rows = win.prefills, new.fold_sums
-    target = _shaped_record(lane5.copy(), pre.sums, rows, most, longest)
+        np.maximum(most[lane], nf, out=most[lane])
+        np.maximum(longest[lane], cached, out=longest[lane])
+    # the steps it changes, priced anew: step k (its prefill) to its lane's last
+    P = slice(k, min(max(E, f1), W))
+    if P.start >= P.stop:  # the window ends before its prefill (the pool): nothing to price
+        return win
+    pre_rows = rows[:, P]
+    target = _shaped_record(lane5[:, P].copy(), None, pre_rows, None if most is None else most[P], None if most is None else longest[P])
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
+    w = P.stop - P.start
     for m, model in enumerate(engine.drafters[: book.D]):
         own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
-        stats = uniform_unit_stats(lane5[0], lane5[2], T[m], pre.sums if own else None, rows=rows if own else None)
-        draft_time = _add_calls(draft_time, model.stats_time(stats), T[m], W)
-    _timed(new, time, draft_time, target)
-    new.priced = (lane5, most, longest, uniform)
-    return new
+        stats = uniform_unit_stats(lane5[0, P], lane5[2, P], uniform[m], None, rows=pre_rows if own else None)
+        draft_time = _add_calls(draft_time, model.stats_time(stats), uniform[m], w)
+    if draft_time is None:
+        draft_time = np.zeros(w)
+    win.time[P] = time + draft_time
+    win.draft_time[P] = draft_time
+    win.tokens[P] = target.tokens
+    return win
+
+
+def settle(win: Window, book) -> Window:
+    """Put the lanes :func:`_add_lane` took in into the window's (W, B) arrays and its lanes, as
+    :func:`draw` and :func:`progress` make them (the replica settles a window before committing
+    it). Returns ``win``."""
+    if not win.taken:
+        return win
+    rid, f1, start, count, remaining, prompt = np.array(win.taken, dtype=np.int64).T
+    win.taken = []
+    add = Lanes(rid, f1, np.ones(len(rid), dtype=np.int64), remaining, prompt + 1, start - f1, f1 + count)
+    part = draw(add, win.W, book, win.prefills)
+    emitted = part.emitted * part.valid
+    cum = np.add.accumulate(emitted, axis=0)
+    before = cum - emitted
+    ln = win.lanes
+    win.lanes = Lanes(*(np.concatenate([getattr(ln, f), getattr(add, f)]) for f in Lanes.__slots__))
+    col = lambda a, b: np.concatenate([a, b], axis=1)  # noqa: E731
+    raw = win.drafted_raw is win.drafted
+    win.valid, win.active = col(win.valid, part.valid), col(win.active, part.valid & (before < remaining))
+    win.drafted, win.accepted = col(win.drafted, part.drafted), col(win.accepted, part.accepted)
+    win.emitted, win.cum, win.before = col(win.emitted, emitted), col(win.cum, cum), col(win.before, before)
+    win.context, win.index = col(win.context, add.context + before), col(win.index, part.index)
+    win.drafted_raw = win.drafted if raw else col(win.drafted_raw, part.drafted)
+    return win
 
 
 def _admissible(table, cfg, lookahead: int, r: int, k: int, dec: int) -> bool:
