@@ -35,6 +35,9 @@ __all__ = ["CHEAP_DRAFTERS", "KV_DTYPES", "Deployment", "Assembly", "assemble"]
 CHEAP_DRAFTERS = methods(pricing="lookup")
 #: Dtypes a KV cache may be held in (``--kv-dtype``; "auto": the activations').
 KV_DTYPES = tuple(d for d in DTYPE_BYTES if d not in WEIGHT_ONLY)
+#: the KV dtypes the operator model reads measured attention rows at: AIConfigurator's tables measure bfloat16 and
+#: FP8 KV caches (float16 read at the bfloat16 rows: the same bytes)
+OPERATOR_KV_DTYPES = ("auto", "bfloat16", "float16", "float8")
 
 
 @dataclass(frozen=True)
@@ -199,9 +202,9 @@ def _check_deployment(d: Deployment) -> None:
         raise unknown("cost model", d.cost_model, COST_MODELS)
     if d.kv_dtype != "auto" and d.kv_dtype not in KV_DTYPES:
         raise unknown("KV-cache dtype", d.kv_dtype, ("auto", *KV_DTYPES))
-    if d.cost_model == "operators" and d.kv_dtype not in ("auto", "bfloat16"):
-        raise DraftsimError(f"--kv-dtype {d.kv_dtype}: --cost-model operators prices attention from tables measured with a bfloat16 "
-                            "KV cache; use --cost-model roofline for another KV dtype")
+    if d.cost_model == "operators" and d.kv_dtype not in OPERATOR_KV_DTYPES:
+        raise DraftsimError(f"--kv-dtype {d.kv_dtype}: --cost-model operators prices attention from tables measured with bfloat16 and "
+                            f"FP8 KV caches; valid: {', '.join(OPERATOR_KV_DTYPES)} (--cost-model roofline for another KV dtype)")
 
 
 def _engine(d: Deployment, hw: HardwareSpec) -> EngineOverheads:

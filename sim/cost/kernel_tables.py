@@ -100,13 +100,14 @@ def gemm_rows(path: Path):
     return kernel, df[df.kernel_source == kernel]
 
 
-def attention_rows(path: Path):
-    """(kernel, rows) of an attention table: full attention (no window) over a bfloat16 KV cache, of
-    FlashAttention-3 where measured (Hopper's default: AIConfigurator's attention_lane_defaults.yaml),
-    else the first kernel; columns batch_size, isl, step, num_heads, num_key_value_heads, head_dim, latency (ms)."""
+def attention_rows(path: Path, kv: str = "bfloat16"):
+    """(kernel, rows) of an attention table: full attention (no window) over a KV cache of the table's
+    ``kv_cache_dtype`` ``kv`` ("bfloat16" or "fp8"), of FlashAttention-3 where measured (Hopper's default:
+    AIConfigurator's attention_lane_defaults.yaml), else the first kernel; columns batch_size, isl, step,
+    num_heads, num_key_value_heads, head_dim, latency (ms)."""
     df = read_columns(str(path), ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
                                   "window_size", "step", "latency"))
-    df = df[df.kv_cache_dtype == "bfloat16"]
+    df = df[df.kv_cache_dtype == kv]
     if "window_size" in df:  # full attention only (tables without the column measured no window)
         df = df[df.window_size == 0]
     if df.empty:

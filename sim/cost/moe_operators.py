@@ -67,24 +67,26 @@ MLA_SHAPE = (7168, 1536, 512)
 A2A_LOW_LATENCY_MAX = 256
 
 
-def mla_grid(path: Path | None, model, heads: int, dtype: str, axis: str):
+def mla_grid(path: Path | None, model, heads: int, dtype: str, axis: str, kv: str = "bfloat16"):
     """(rows, kernel) of an MLA module table for ``model`` at ``heads`` query heads a device, of one
     kernel: latency (ms) by ``batch_size`` and ``axis``, ``step`` (decode: cached tokens) or ``isl``
     (prefill: prompt tokens); (None, why) where the table does not hold it. Block-FP8 weights read the
-    FP8-KV rows (FlashMLA), bfloat16 the bfloat16 ones."""
+    block-FP8 GEMM rows, bfloat16 the bfloat16 ones; ``kv`` (the table's kv_cache_dtype, "bfloat16" or
+    "fp8": :func:`~draftsim.sim.cost.moe_tables.kv_table_dtype`) the KV cache's rows."""
     if path is None:
         return None, "no MLA module table"
     if (model.hidden, model.q_lora_rank, model.kv_lora_rank) != MLA_SHAPE:
         return None, f"the MLA tables hold DeepSeek-V3's widths {MLA_SHAPE}, not {model.name}'s"
     df = read_columns(str(path), ("kernel_source", "model", "kv_cache_dtype", "gemm_type", "num_heads", "batch_size", "isl", "step", "latency"))
-    kv, gemm = ("fp8", "fp8_block") if dtype == "float8" else ("bfloat16", "bfloat16")
+    gemm = "fp8_block" if dtype == "float8" else "bfloat16"
     df = df[(df.model == "deepseek-ai/DeepSeek-V3") & (df.kv_cache_dtype == kv) & (df.gemm_type == gemm) & (df.num_heads == heads)]
     if axis == "isl":
         df = df[df.step == 0] if "step" in df and (df.step == 0).any() else df
     if df.empty:
         return None, f"no rows at {heads} query heads, {gemm} GEMMs, {kv} KV"
     kernels = sorted(df.kernel_source.unique())
-    # decoding: FlashMLA (vLLM's MLA decode kernel on Hopper); a prefill: the kernel measured over the most prompt lengths
+    # decoding: FlashMLA where measured (vLLM's MLA decode kernel on Hopper with an FP8 cache; the bfloat16-KV rows
+    # measure FLASH_ATTN_MLA); a prefill: the kernel measured over the most prompt lengths
     # (FlashMLA's context rows stop at 128 tokens; vLLM prefills MLA with FlashAttention)
     kernel = (next((k for k in kernels if "FLASHMLA" in k.upper()), kernels[0]) if axis == "step" else
               max(kernels, key=lambda k: (df[df.kernel_source == k][axis].nunique(), k)))

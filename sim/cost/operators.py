@@ -95,7 +95,8 @@ import numpy as np
 
 from ..errors import DraftsimError
 from .base import BatchStats, CostModel
-from .catalog import HardwareSpec, ModelSpec
+from .catalog import HardwareSpec, ModelSpec, kv_auto_dtype
+from .efficiency import BYTES as CURVE_BYTES
 from .efficiency import Curves, Roofs, fit_curves, gemm_shapes, grid_edge, monotone_table
 from .kernel_tables import (
     FRAMEWORKS,
@@ -346,7 +347,7 @@ class OperatorModel(RooflineModel):
         self._local: dict[str, set[str]] | None = None  # the notes of the call breakdown() prices
         #: every part is priced from the tables or their fallbacks (kept for callers that asked whether a call was the roofline's whole)
         self.whole_roofline = False
-        self.name = (f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", kv {self.kv_dtype}" if self.granular_mla else "")
+        self.name = (f"{model.name} on {self.devices}x {hardware.name} ({dtype}" + (f", kv {self.kv_dtype}" if self.granular_mla or self.kv_dtype != kv_auto_dtype(dtype) else "")
                      + (f", tp {self.tp}" if self.tp > 1 else "") +
                      (f", pp {self.pp}" if self.pp > 1 else "") + f"), operators measured by {PACKAGE} {PINNED_VERSION} "
                      f"({self.system}, {self.framework} tables)" + (f"; attention data-parallel over {self.tp} devices, experts "
@@ -408,9 +409,10 @@ class OperatorModel(RooflineModel):
             if ctx_path is not None:
                 self._attn_ctx, _, _ = self._attention_grid(ctx_path, "isl", q_heads, kv_heads, hd)
             self._gen_path, self._ctx_path = gen_path, ctx_path
-            layout = f"{q_heads} query / {kv_heads} KV heads x {hd}, bfloat16 KV cache"
-            self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}; "
-                                          f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'estimated (no rows for ' + layout + '; the efficiency curve below)'}"
+            layout = f"{q_heads} query / {kv_heads} KV heads x {hd}, {self.kv_dtype} KV cache"
+            fallback = "; the efficiency curve below" if self.kv_bytes == CURVE_BYTES else f"; the catalog roofline at {self.kv_dtype} KV"
+            self._sources["attention"] = (f"decode: {self._rel(gen_path) if self._attn else 'estimated (no rows for ' + layout + fallback + ')'}; "
+                                          f"prefill: {self._rel(ctx_path) if self._attn_ctx else 'estimated (no rows for ' + layout + fallback + ')'}"
                                           + (f" ({self._attn_kernel}, {layout}" + (f"; {heads_note}" if heads_note else "") + ")"
                                              if self._attn_kernel else ""))
             if self.dp_attention:
@@ -491,7 +493,7 @@ class OperatorModel(RooflineModel):
             said = f"; vLLM's: {self.framework}'s MLA tables hold the attention kernel alone, not the block"
         grids = []
         for path, axis in zip(paths, ("step", "isl")):
-            rows, what = mla_grid(path, self.model, heads, self.dtype, axis)
+            rows, what = mla_grid(path, self.model, heads, self.dtype, axis, kv_table_dtype(self.kv_dtype, self.dtype))
             grids.append((None if rows is None else _Grid2D.from_frame(rows, "batch_size", axis), what))
         (self._mla, gen_kernel), (self._mla_ctx, ctx_kernel) = grids
         self._sources["attention"] = (f"MLA block (projections + attention) at {heads} query heads: decode "
@@ -545,7 +547,7 @@ class OperatorModel(RooflineModel):
         """The table's grid (batch × ``axis``) for this head layout, its kernel and how it was found:
         the layout's own rows, or between the two measured query-head counts around it (same KV heads
         and head_dim: linear in query heads); (None, "", "") where neither exists."""
-        kernel, df = attention_rows(path)
+        kernel, df = attention_rows(path, kv_table_dtype(self.kv_dtype, self.dtype))
         df = df[(df.num_key_value_heads == kv_heads) & (df.head_dim == hd)]
         if df.empty:
             return None, "", ""
@@ -652,18 +654,20 @@ class OperatorModel(RooflineModel):
         rows, step = (N, cbar + (nbar - 1) / 2) if self.kv_per_query else (B, cbar + nbar - 1)
         if np.any(sel & (nbar > 1)) and self._attn is not None:
             self._note("attention", f"{'batch expansion: one query per sequence' if self.kv_per_query else 'several new tokens per sequence priced as one query over their context (KV read once)'}")
-        if c.decode is None:  # no decode table for this GPU and engine
+        if c.decode is None or (self._attn is None and self.kv_bytes != CURVE_BYTES):  # no table, or no rows at this KV dtype
             if np.any(sel):
-                self._note("attention", "no decode attention table: catalog roofline")
+                self._note("attention", "no decode attention table: catalog roofline" if c.decode is None else
+                           f"no {self.kv_dtype}-KV rows of this head layout (the curve is fitted on bfloat16-KV rows): catalog roofline")
             return self._roof_attention_seconds(N, cached, pairs)
         return self._table_or_curve(self._attn, lambda x, y: c.decode_seconds(x, y + 1, *self._layout), rows, step, "decode", sel)
 
     def _prefill_attention(self, B, N, cached, pairs, n_eq, sel) -> np.ndarray:
         """The prefill table at (B, the equal-work prompt), anchored where it ends (notes for the ``sel`` calls)."""
         c = self.curves
-        if c.prefill is None:
+        if c.prefill is None or (self._attn_ctx is None and self.kv_bytes != CURVE_BYTES):
             if np.any(sel):
-                self._note("attention", "no prefill attention table: catalog roofline")
+                self._note("attention", "no prefill attention table: catalog roofline" if c.prefill is None else
+                           f"no {self.kv_dtype}-KV rows of this head layout (the curve is fitted on bfloat16-KV rows): catalog roofline")
             return self._roof_attention_seconds(N, cached, pairs)
         return self._table_or_curve(self._attn_ctx, lambda x, y: c.prefill_seconds(x, y, *self._layout), B, n_eq, "prefill", sel)
 

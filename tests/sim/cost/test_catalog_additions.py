@@ -156,8 +156,8 @@ def test_kv_dtype_travels_through_the_deployment_and_the_cli(capsys):
     plain, fp8 = assemble(Deployment(**d)), assemble(Deployment(**d, kv_dtype="float8"))
     for a, b in zip(plain.models, fp8.models):  # the target and the head's own layer
         assert b.memory().kv_per_token == pytest.approx(a.memory().kv_per_token / 2)
-    with pytest.raises(DraftsimError, match="bfloat16 KV cache"):
-        assemble(Deployment(target="llama-3.1-8b", hardware="h100-sxm", cost_model="operators", kv_dtype="float8"))
+    with pytest.raises(DraftsimError, match="bfloat16 and FP8 KV caches; valid: auto, bfloat16, float16, float8"):
+        assemble(Deployment(target="llama-3.1-8b", hardware="h100-sxm", cost_model="operators", kv_dtype="int8"))
     base = ["cost", "--json", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--context", "4096"]
     kv = [json.loads(run(capsys, *base, *extra)[1])["kv_cache"] for extra in ([], ["--kv-dtype", "fp8"])]
     assert kv[0] == {"dtype": "bfloat16", "bytes_per_token_per_device": 131072.0}

@@ -304,13 +304,17 @@ def test_a_gqa_mixture_of_experts_is_priced_part_by_part_from_the_moe_attention_
 @tables
 def test_latent_attention_is_the_mla_block_tables_row_and_fp8_experts_the_moe_tables():
     ds = CATALOG.model("deepseek-v3")
+    df = _frame_at("h200_sxm/mla/vllm/0.24.0/mla_generation_module_perf.parquet")
+    # each KV dtype its own rows: vLLM's auto, the model's bfloat16 (FLASH_ATTN_MLA), and an FP8 cache (FlashMLA)
+    for kv, (kernel, rows_kv) in {None: ("FLASH_ATTN_MLA", "bfloat16"), "float8": ("FLASHMLA", "fp8")}.items():
+        at = OperatorModel(ds, CATALOG.hardware_spec("h200"), "float8", tp=8, engine="vllm", check_memory=False, kv_dtype=kv)
+        attention = {p.part: p for p in at.breakdown(4, 1, 4096)}["attention"]
+        row = df[(df.kernel_source == kernel) & (df.kv_cache_dtype == rows_kv) & (df.gemm_type == "fp8_block") & (df.num_heads == 16)
+                 & (df.batch_size == 4) & (df.step == 4096)]
+        assert attention.measured and "MLA block" in attention.source and f"{rows_kv} KV" in attention.source
+        assert attention.seconds == pytest.approx(ds.layers * float(row.latency.median()) * 1e-3, rel=1e-12), kv
     ops = OperatorModel(ds, CATALOG.hardware_spec("h200"), "float8", tp=8, engine="vllm", check_memory=False)
     parts = {p.part: p for p in ops.breakdown(4, 1, 4096)}
-    df = _frame_at("h200_sxm/mla/vllm/0.24.0/mla_generation_module_perf.parquet")
-    row = df[(df.kernel_source == "FLASHMLA") & (df.kv_cache_dtype == "fp8") & (df.gemm_type == "fp8_block") & (df.num_heads == 16)
-             & (df.batch_size == 4) & (df.step == 4096)]
-    assert parts["attention"].measured and "MLA block" in parts["attention"].source
-    assert parts["attention"].seconds == pytest.approx(ds.layers * float(row.latency.median()) * 1e-3, rel=1e-12)
     assert parts["routed experts"].measured and "fp8_block" in parts["routed experts"].source
     assert parts["routed experts"].seconds == pytest.approx(ds.moe_layers * _moe_rows("h200_sxm", "vllm", ds, "float8", 8, False, 4), rel=1e-12)
     # a 4-token verification: each token a row of the decode table (estimated, said)
@@ -323,9 +327,9 @@ def test_data_parallel_attention_with_expert_parallelism_trades_the_allreduce_fo
     """--expert-parallel under the operator model: attention on every device over its own sequences, experts
     split whole (moe_ep 8), DeepEP dispatch + combine per MoE layer from vLLM's all-to-all table."""
     ds, h200 = CATALOG.model("deepseek-v3"), CATALOG.hardware_spec("h200")
-    tp = OperatorModel(ds, h200, "float8", tp=8, engine="vllm", check_memory=False)
-    dp = OperatorModel(ds, h200, "float8", tp=8, engine="vllm", expert_parallel=True, check_memory=False)
-    parts = {p.part: p for p in dp.breakdown(8, 1, 1024)}  # one sequence per device
+    tp = OperatorModel(ds, h200, "float8", tp=8, engine="vllm", check_memory=False, kv_dtype="float8")
+    dp = OperatorModel(ds, h200, "float8", tp=8, engine="vllm", expert_parallel=True, check_memory=False, kv_dtype="float8")
+    parts = {p.part: p for p in dp.breakdown(8, 1, 1024)}  # one sequence per device (an FP8 cache: FlashMLA's rows)
     assert "allreduce" not in parts and parts["all-to-all"].measured and "moe_a2a_perf.parquet" in parts["all-to-all"].source
     df = _frame_at("h200_sxm/comm/vllm/0.24.0/moe_a2a_perf.parquet")
     ll = df[(df.comm_backend == "deepep_ll") & (df.hidden_size == 7168) & (df.num_experts == 256) & (df.topk == 8) & (df.num_tokens == 1)]
@@ -536,3 +540,39 @@ def test_cost_prints_a_measured_heads_call_by_operator(capsys):
     parts = {p["part"]: p for p in head["parts"]}
     assert parts["gemm layers"]["measured"] and parts["gemm lm_head"]["measured"] and parts["host"]["basis"] == "engine"
     assert "operators measured" in doc["backends"]["eagle3"] and "eagle3" in doc["operators"]
+
+
+@tables
+def test_an_fp8_kv_cache_is_priced_from_the_tables_fp8_rows_and_holds_half_the_bytes(capsys):
+    """--kv-dtype fp8 under the operator model: the decode and prefill attention tables' FP8-KV rows (AIConfigurator
+    measures both caches on Hopper), half the cache's bytes; a head layout without FP8 rows falls back to the catalog
+    roofline at one byte an element (the efficiency curve is fitted on bfloat16-KV rows), said; A100's tables hold no
+    FP8 rows at all."""
+    m, h100 = CATALOG.model("llama-3.1-8b"), CATALOG.hardware_spec("h100-sxm")
+    bf16, fp8 = (OperatorModel(m, h100, tp=1, check_memory=False, kv_dtype=kv) for kv in (None, "float8"))
+    assert (bf16.kv_dtype, fp8.kv_dtype) == ("bfloat16", "float8") and "kv float8" in fp8.name and "kv" not in bf16.name
+    assert float(fp8.kv_bytes_per_device(16, 4096)) == pytest.approx(float(bf16.kv_bytes_per_device(16, 4096)) / 2)
+    df = _frame_at("h100_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet")
+    for model in (bf16, fp8):
+        kv = "fp8" if model is fp8 else "bfloat16"
+        rows = df[(df.kv_cache_dtype == kv) & (df.kernel_source == model._attn_kernel) & (df.num_heads == 32) & (df.num_key_value_heads == 8)
+                  & (df.head_dim == 128) & (df.window_size == 0) & (df.batch_size == 64) & (df.step == 4095)]
+        assert not rows.empty
+        attention = {p.part: p for p in model.breakdown(64, 1, 4096)}["attention"]
+        assert attention.measured and f"{model.kv_dtype} KV cache" in attention.source
+        i, j = list(model._attn.x).index(64), list(model._attn.y).index(4095)
+        assert model._attn.raw[i, j] == pytest.approx(float(rows.latency.median()) * 1e-3, rel=1e-12)
+    assert fp8._attn_ctx is not None and fp8._attn_ctx is not bf16._attn_ctx  # the prefill table's FP8 rows too
+    # the FP8 cache reads half the bytes: long-context decoding costs less, and never more anywhere the tables measure
+    assert {p.part: p for p in fp8.breakdown(64, 1, 4096)}["attention"].seconds < 0.8 * {p.part: p for p in bf16.breakdown(64, 1, 4096)}[
+        "attention"].seconds
+    # a layout the FP8 rows lack (head_dim 64): the catalog roofline at one byte, noted
+    small = OperatorModel(CATALOG.model("smollm2-135m"), h100, tp=1, check_memory=False, kv_dtype="float8")
+    assert small._attn is None
+    note = {p.part: p for p in small.breakdown(8, 1, 2048)}["attention"]
+    assert not note.measured and "float8-KV rows" in note.note
+    # the deployment and the CLI take it; a KV dtype the tables do not measure is refused before any pricing
+    a = assemble(Deployment(target="llama-3.1-8b", hardware="h100-sxm", cost_model="operators", kv_dtype="float8"))
+    assert a.target.kv_dtype == "float8"
+    status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--cost-model", "operators", "--kv-dtype", "int8")
+    assert status == 2 and "valid: auto, bfloat16, float16, float8" in err and "Traceback" not in err
