@@ -182,10 +182,9 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
     def next_arrival(replica: int) -> float:
         """The next arrival replica ``replica`` stops its window at: open loop under round-robin
         routing, the next request it receives (request i goes to replica i mod R); else the
-        next request anyone receives (one replica), or the 4R-th next (least-outstanding: a
-        guess that only sizes the window, which the next request sent to the replica cuts; the
-        R-th next, about when that one comes on average, ended a fifth of the windows before it
-        and cost a window more each)."""
+        next request anyone receives (one replica); none under least-outstanding routing (its
+        window takes an arrival sent to it in where it can, and one it cannot cuts it: stopping
+        at a guess, the 4R-th next arrival, ended a window every four arrivals or so)."""
         if closed:
             while heap and heap[0] < env.now:
                 heapq.heappop(heap)
@@ -196,7 +195,9 @@ def serve(config: ServingConfig, workload: Workload, *, seed: int = 0, replicati
         if capped:
             return max(float(workload.arrival[i]), state["sent"], state["freed"]) if i < n else np.inf
         if R > 1:
-            i = i + (replica - i) % R if round_robin else i + 4 * R - 1
+            if not round_robin:
+                return np.inf
+            i = i + (replica - i) % R
         return float(workload.arrival[i]) if i < n else np.inf
 
     def on_finish(rid: int) -> None:
