@@ -137,7 +137,7 @@ CASES = [
     (["plan", "--drafter", ".x:0.7:0.1"], ["drafter name must hold only letters", "'.x'"]),
     (["plan", "--drafter", "a:0.7:0.1", "--mag-alpha", "2"], ["mag_alpha must lie in [0, 1]; got 2"]),
     (["plan", "--drafter", "a:0.7:0.1", "--mag-cost", "-inf"], ["mag_cost must be a finite cost >= 0; got -inf"]),
-    (["plan", "--drafter", "a:0.7:0.1", "--k-max", "-1"], ["k_max must be an integer in [0, 1024]; got -1"]),
+    (["plan", "--drafter", "a:0.7:0.1", "--k-max", "-1"], ["k_max must be an integer in [1, 1024]; got -1"]),
     (["plan"], ["required: --drafter"]),
     # a pricing option beside typed costs would change nothing: refused, not ignored (ewif --cost 0.05 --engine sglang once ran)
     (["ewif", "--alpha", "0.8", "--cost", "0.05", "--engine", "sglang"], ["--engine shapes a price taken from models on hardware", "with --cost"]),
@@ -231,6 +231,7 @@ CASES = [
     (["optimize", "threshold", "--alpha", "0.8", "--stay", "0.9"], ["--stay '0.9' applies to --markov only"]),
     (["optimize", "threshold", "--markov", "0.9,1.3"], ["--markov must lie in [0, 1]; got 1.3"]),
     (["optimize", "threshold", "--alpha", "0.8", "--k-max", "0"], ["k_max must be an integer in [1, 128]; got 0"]),
+    (["plan", "--drafter", "a:0.5:0.1", "--k-max", "0"], ["k_max must be an integer in [1, 1024]; got 0"]),
     (["optimize", "tree", "--rank-alphas", "0.6,x"], ["--rank-alphas", "'0.6,x'"]),
     (["optimize", "tree", "--rank-alphas", ""], ["--rank-alphas is empty ('')", "leave --rank-alphas out"]),
     (["optimize", "tree", "--rank-alphas", "0.6,1.5"], ["--rank-alphas must lie in [0, 1]; got 1.5"]),

@@ -81,7 +81,7 @@ class PlanConfig(PricedOptions):
     mag_alpha: float | None = option(help="acceptance of Max-Gram's tokens by the drafters (adds vertical cascades)",
                                      type=a.probability("mag_alpha"))
     mag_cost: float = option(0.0, "Max-Gram's cost coefficient (default 0)", type=a.cost("mag_cost"))
-    k_max: int = option(32, "largest draft length searched (default 32)", type=a.count("k_max", 0, K_MAX_LIMIT))
+    k_max: int = option(32, "largest draft length searched (default 32)", type=a.count("k_max", 1, K_MAX_LIMIT))
 
 
 @dataclass
