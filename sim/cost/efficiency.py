@@ -24,10 +24,17 @@ exceeds the peak (s ≥ 1).
 * **Prefill attention** (``context_attention_perf.parquet``): B causal prompts of ``isl`` tokens;
   bytes B·isl·(2·heads + 2·kv_heads)·head_dim·2, FLOPs 4·heads·head_dim·B·isl(isl+1)/2; x = log2
   of batch × tokens, tokens, heads, KV heads and head_dim.
-* **All-reduce** (``custom_allreduce_perf.parquet``, the CUDA-graph rows: the kernel alone):
-  bytes 2(g−1)/g · elements · 2 over the interconnect; x = log2 of the message size and the GPU
-  count. The eager rows' excess over the graph rows at small messages is the fixed cost of a
-  kernel launched without a CUDA graph (:attr:`Curves.eager_launch`).
+* **All-reduce** (``custom_allreduce_perf.parquet``, the CUDA-graph rows: the kernel alone): not
+  the quadratic but vLLM's algorithms (:class:`CollectiveCurve`, :func:`allreduce_algorithm`): its
+  custom kernel's one-shot (each rank reads every peer's buffer: (g−1)·e·2 bytes over the
+  interconnect) for small messages, two-shot (reduce-scatter + all-gather, 2(g−1)/g·e·2) above
+  vLLM's switch, NCCL (ring, 2(g−1)/g·e·2) from 8 MB and at counts the kernel lacks; each a latency
+  growing with log2 of the GPU count (a barrier waits for the last of g−1 peers; the two-shot
+  crosses two) plus its bytes at a fitted fraction of the link. The table has no model axis: its
+  held-out check fits on the other GPU counts (:func:`gpu_count_holdout`), and the count is a
+  physical term, never a feature clipped to the counts fitted. The eager rows' excess over the
+  graph rows at small messages is the fixed cost of a kernel launched without a CUDA graph
+  (:attr:`Curves.eager_launch`).
 
 What the operator model reads (:class:`Curves`' methods) is each curve **made non-decreasing** in its
 size arguments (:func:`_monotone`: tabulated on a log2 grid of the sizes, its lower envelope, linear in
@@ -44,7 +51,7 @@ the pinned tables' own — a committed data file would copy numbers derived from
 some families (Llama, Qwen) use and scored on the rows of the others (Gemma, SmolLM2,
 Mistral/Mixtral, DeepSeek, GPT-OSS, GLM), no row in both; a GEMM shape between measured widths
 brings the measured widths around it. The all-reduce table has no model axis, so it is held out
-by GPU count (:func:`gpu_count_holdout`).
+by GPU count (:func:`gpu_count_holdout`: fitted on the other counts' rows only).
 """
 
 from __future__ import annotations
@@ -58,8 +65,9 @@ import numpy as np
 from .catalog import HardwareSpec, ModelSpec
 from .kernel_tables import allreduce_rows, attention_rows, gemm_rows, newest_table
 
-__all__ = ["FIT_FAMILIES", "KINDS", "SPIKE_FACTOR", "SPIKE_NEIGHBOURS", "Cleaned", "Curve", "Curves", "Roofs", "Score", "attention_layouts",
-           "family_holdout", "family_of", "fit_curve", "fit_curves", "gemm_shapes", "gpu_count_holdout", "grid_edge", "monotone_table"]
+__all__ = ["ALLREDUCE_ALGORITHMS", "FIT_FAMILIES", "KINDS", "SPIKE_FACTOR", "SPIKE_NEIGHBOURS", "Cleaned", "CollectiveCurve", "Curve", "Curves",
+           "Roofs", "Score", "allreduce_algorithm", "attention_layouts", "family_holdout", "family_of", "fit_collective", "fit_curve",
+           "fit_curves", "gemm_shapes", "gpu_count_holdout", "grid_edge", "monotone_table"]
 
 #: The operator kinds with a curve.
 KINDS = ("gemm", "decode attention", "prefill attention", "allreduce")
@@ -301,10 +309,98 @@ def prefill_attention_terms(hw: Roofs, batch, isl, heads, kv_heads, head_dim):
     return t_mem, t_cmp, [np.log2(b * n), np.log2(n), np.log2(h * hd), np.log2(hd)]
 
 
+#: vLLM's custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py, ``CustomAllreduce``): the GPU
+#: counts it runs on (``_SUPPORTED_WORLD_SIZES``; any other count is NCCL's) ...
+CUSTOM_ALLREDUCE_GPUS = (2, 4, 6, 8)
+#: ... and the message it takes, bytes: ``should_custom_ar`` is ``inp_size < max_size``, ``max_size=8192 * 1024``
+#: (larger messages are NCCL's, or torch's symmetric memory where vLLM enables it).
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 2**20
+#: Its kernel (csrc/custom_all_reduce.cuh, ``CustomAllreduce::allreduce``): one-shot (``cross_device_reduce_1stage``, each
+#: rank reads every peer's whole buffer) at 2 GPUs always, at up to 4 below 512 KB, at up to 8 below 256 KB; two-shot
+#: (``cross_device_reduce_2stage``: a reduce-scatter, a barrier, an all-gather) otherwise. Bytes: (GPUs, below).
+ONE_SHOT_BELOW = ((4, 512 * 2**10), (8, 256 * 2**10))
+#: The all-reduce's algorithms (:func:`allreduce_algorithm`).
+ALLREDUCE_ALGORITHMS = ("one-shot", "two-shot", "nccl")
+
+
+def allreduce_algorithm(elements, gpus) -> np.ndarray:
+    """Which algorithm vLLM runs an all-reduce of ``elements`` bfloat16 values over ``gpus`` GPUs with (an index into
+    :data:`ALLREDUCE_ALGORITHMS`): its custom kernel's one-shot or two-shot (:data:`ONE_SHOT_BELOW`) for a count in
+    :data:`CUSTOM_ALLREDUCE_GPUS` and a message under :data:`CUSTOM_ALLREDUCE_MAX_BYTES`, else NCCL."""
+    b = np.asarray(elements, np.float64) * BYTES
+    g = np.asarray(gpus, np.float64)
+    custom = np.isin(g, CUSTOM_ALLREDUCE_GPUS) & (b < CUSTOM_ALLREDUCE_MAX_BYTES)
+    one = g == 2
+    for most, below in ONE_SHOT_BELOW:
+        one = one | ((g <= most) & (b < below))
+    return np.where(custom, np.where(one, 0, 1), 2)
+
+
 def allreduce_terms(hw: Roofs, elements, gpus):
+    """The bytes a rank moves over the interconnect by the algorithm vLLM runs (:func:`allreduce_algorithm`): one-shot
+    (g−1)·e·2 (every peer's buffer read), two-shot and NCCL's ring 2(g−1)/g·e·2 (a reduce-scatter and an all-gather);
+    features log2 of the GPU count and the algorithm (:class:`CollectiveCurve`)."""
     e, g = np.asarray(elements, np.float64), np.asarray(gpus, np.float64)
-    t_mem = 2 * (g - 1) / g * e * BYTES / hw.interconnect_bandwidth
-    return t_mem, np.zeros_like(t_mem), [np.log2(e)]
+    algo = allreduce_algorithm(e, g)
+    moved = np.where(algo == 0, (g - 1) * e * BYTES, 2 * (g - 1) / np.maximum(g, 1) * e * BYTES)
+    t_mem = moved / hw.interconnect_bandwidth
+    return t_mem, np.zeros_like(t_mem), [np.log2(np.maximum(g, 1.0)), algo.astype(np.float64)]
+
+
+@dataclass(frozen=True)
+class CollectiveCurve:
+    """The all-reduce's fitted time, per algorithm ``r`` (:data:`ALLREDUCE_ALGORITHMS`)::
+
+        t = latency_r + per_doubling_r · log2 g + t_mem · slowdown_r,   slowdown_r ≥ 1
+
+    ``t_mem`` the bytes the algorithm moves over the interconnect's peak (:func:`allreduce_terms`). The custom kernel's
+    two algorithms share a barrier: a one-shot crosses one (``start_sync``: each rank writes its flag to every peer
+    at once, then waits for the last of the g−1 peers' flags: a wait that grows with the count of peers, measured
+    as about log2 g, 4.25 / 4.55 / 4.65 us at 2 / 4 / 8 H100s), a two-shot two (``end_sync`` between its halves)
+    and its own fixed cost; NCCL has its own latency and bandwidth. Fitted by :func:`fit_collective`;
+    ``fixed``: the custom kernel's latency less its barrier's growth."""
+
+    kind: str
+    latency: tuple[float, ...]
+    per_doubling: tuple[float, ...]
+    slowdown: tuple[float, ...]
+    rows: int
+    source: str
+
+    @property
+    def fixed(self) -> float:
+        return self.latency[0]
+
+    def seconds(self, t_mem, t_cmp, feats: list[np.ndarray]) -> np.ndarray:
+        lg, algo = (np.asarray(f, np.float64) for f in feats)
+        t_mem = np.asarray(t_mem, np.float64)
+        shape = np.broadcast_shapes(t_mem.shape, lg.shape, algo.shape)
+        t_mem, lg, r = (np.broadcast_to(a, shape) for a in (t_mem, lg, algo.astype(int)))
+        pick = lambda v: np.asarray(v)[r]  # noqa: E731
+        return pick(self.latency) + pick(self.per_doubling) * lg + t_mem * pick(self.slowdown)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name} {a * 1e6:.2f} us + {b * 1e6:.2f} us per doubling of GPUs, {1 / s:.0%} of the link"
+                          for name, a, b, s in zip(ALLREDUCE_ALGORITHMS, self.latency, self.per_doubling, self.slowdown))
+        return f"{self.kind}: vLLM's algorithms fitted on {self.rows} rows of {self.source}: {parts}"
+
+
+def fit_collective(kind: str, t_mem, feats, seconds, source: str) -> CollectiveCurve:
+    """The :class:`CollectiveCurve` of measured ``seconds``: least squares of the relative error, the parameters
+    non-negative (each slowdown ≥ 1: never faster than the interconnect's peak; scipy's ``nnls``, deterministic).
+    Shared by the custom kernel's one-shot (0) and two-shot (1): the base latency a and the barrier's growth b
+    (one barrier, two); the two-shot adds a fixed cost of its own. An algorithm without a measured row runs at
+    the peak with the shared latency (NCCL: none)."""
+    from scipy.optimize import nnls
+
+    t, y = np.asarray(t_mem, np.float64), np.asarray(seconds, np.float64)
+    lg, algo = (np.asarray(f, np.float64) for f in feats)
+    m0, m1, m2 = ((algo == r).astype(np.float64) for r in range(3))
+    #          a        b                   a2  one-shot δ  two-shot δ  NCCL a, b, δ
+    X = np.stack([m0 + m1, (m0 + 2 * m1) * lg, m1, m0 * t, m1 * t, m2, m2 * lg, m2 * t], axis=1)
+    w, _ = nnls(X / y[:, None], 1 - t / y)  # t·(1 + δ): the peak term moved to the right-hand side
+    a, b, a2, d0, d1, a3, b3, d2 = (float(v) for v in w)
+    return CollectiveCurve(kind, (a, a + a2, a3), (b, 2 * b, b3), (1 + d0, 1 + d1, 1 + d2), int(len(y)), source)
 
 
 TERMS = {"gemm": gemm_terms, "decode attention": decode_attention_terms, "prefill attention": prefill_attention_terms,
@@ -324,10 +420,13 @@ def _columns(kind: str, df) -> list[np.ndarray]:
     return [df.message_size.to_numpy(), df.num_gpus.to_numpy()]
 
 
-def fit_frame(kind: str, hw: Roofs, df, source: str) -> Curve:
+def fit_frame(kind: str, hw: Roofs, df, source: str) -> Curve | CollectiveCurve:
     """The curve of ``kind`` fitted on a selected table frame (latency in ms)."""
     t_mem, t_cmp, feats = TERMS[kind](hw, *_columns(kind, df))
-    return fit_curve(kind, t_mem, t_cmp, feats, df.latency.to_numpy(np.float64) * 1e-3, source)
+    seconds = df.latency.to_numpy(np.float64) * 1e-3
+    if kind == "allreduce":
+        return fit_collective(kind, t_mem, feats, seconds, source)
+    return fit_curve(kind, t_mem, t_cmp, feats, seconds, source)
 
 
 def predict_frame(curve: Curve, hw: Roofs, df) -> np.ndarray:
@@ -376,7 +475,7 @@ class Curves:
     gemm: Curve | None
     decode: Curve | None
     prefill: Curve | None
-    allreduce: Curve | None
+    allreduce: CollectiveCurve | None
     eager_launch: float
 
     def gemm_seconds(self, m, n, k) -> np.ndarray:
@@ -442,7 +541,7 @@ def _monotone(curve: Curve, roofs: Roofs, sizes: tuple, fixed: tuple) -> np.ndar
     the maximum would carry that artifact over the bulk of the fit (the H100 decode curve's median error
     against its own table 9.0% as fitted, 17.5% under the maximum, 8.8% under the lower envelope; no
     kind's median or worst error against its table grows by more than 0.3 points under the envelope on
-    the H100, H200 or A100 vLLM tables, the A100 all-reduce's median falls 12.9% -> 11.4%)."""
+    the H100, H200 or A100 vLLM tables; the A100 all-reduce's median fell 12.9% -> 11.4% when it was such a quadratic curve)."""
     sizes = [np.asarray(x, np.float64) for x in sizes]
     fixed = [np.asarray(x, np.float64) for x in fixed]
     shape = np.broadcast_shapes(*(np.shape(x) for x in sizes + fixed))
