@@ -168,6 +168,8 @@ class Window:
     #: the lanes :func:`admit` took in whose (W, B) columns are not in the arrays yet (:func:`settle`
     #: puts them there): (request, first step, round-book start, rounds, tokens left, prompt)
     taken: list = field(default_factory=list)
+    #: :func:`_add_lane`'s per-step sums with room beyond W (:func:`_room`; None: not made yet)
+    spare: dict | None = None
 
     def truncate(self, W: int) -> None:
         """Keep the first W steps."""
@@ -620,7 +622,8 @@ def admit(engine, scheduler, win: Window, starts: np.ndarray, rid: int, at: floa
     sent it here), taken in where the scheduler would admit it whole: at the first step that
     starts at or after ``at`` (:func:`_admissible`; after the steps of the arrivals taken in
     before it). The steps before that one are the window's, unchanged: what ran by ``at`` does
-    not move. None where it cannot be taken in (the arrival then cuts the window, ``win``
+    not move. The window then runs to :func:`_horizon` (beyond its end where its lane reaches
+    further). None where it cannot be taken in (the arrival then cuts the window, ``win``
     untouched); else ``win`` itself, changed in place (:func:`_add_lane`)."""
     if win.base is None:
         return None
@@ -631,11 +634,13 @@ def admit(engine, scheduler, win: Window, starts: np.ndarray, rid: int, at: floa
     decoding = int(win.batch[k]) - (int(win.fold_sums[0, k]) if win.fold_sums is not None else 0)  # k >= 1: no step-0 chunk
     if not _admissible(engine.table, scheduler.config, engine.lookahead, rid, k, decoding):
         return None
+    engine.book.ensure(rid)
+    horizon = _horizon(engine, win, rid, k)
     folds = win.folds + [(rid, k)]
-    new = _add_lane(engine, scheduler, win, rid, k)
+    new = _add_lane(engine, scheduler, win, rid, k, horizon)
     if new is None or CHECK_ADMIT:
         plan, pre, ln, first, throughout = win.base
-        anew = _with_folds(engine, scheduler, plan, pre, ln, W, folds, first, throughout)
+        anew = _with_folds(engine, scheduler, plan, pre, ln, horizon, folds, first, throughout)
         if new is not None:
             _assert_same_window(settle(new, engine.book), anew)
         anew.base, anew.next_arrival = win.base, win.next_arrival
@@ -659,27 +664,70 @@ def _assert_same_window(a: Window, b: Window) -> None:
         assert np.array_equal(getattr(a.lanes, name), getattr(b.lanes, name)), "lanes." + name
 
 
-def _add_lane(engine, scheduler, win: Window, rid: int, k: int) -> Window | None:
+def _horizon(engine, win: Window, rid: int, k: int) -> int:
+    """The steps the window is computed over with ``rid`` taken in at step k: as far as its lane's
+    drawn rounds reach (at most ``window_max``) where every lane of the window has finished in it
+    — they decode no more, so the steps beyond are the taken-in lanes' alone, and the window
+    outlasts its longest lane —, else its own W."""
+    W, B = win.W, len(win.lanes)
+    if B and int(_max(win.finish[:B])) >= W:
+        return W
+    return max(W, min(k + 1 + int(engine.book.count[rid]), engine.window_max))
+
+
+#: a window's per-step arrays :func:`_add_lane` keeps with room beyond its W
+_PER_STEP = ("batch", "kv", "time", "draft_time", "tokens")
+_NEVER = 1 << 62  # the finish of a lane whose drawn rounds never emit its tokens
+
+
+def _room(win: Window, cap: int) -> dict:
+    """The window's per-step sums with room for ``cap`` steps (``win.spare``, made from its arrays
+    on the first taking-in; zero beyond its W, where its own lanes have finished — its taken-in
+    lanes' sums are added there too, so that a later one may lengthen the window): the arrays of
+    :data:`_PER_STEP`, the prefills' rows, and its pricing's lane sums (``win.priced``)."""
+    sp = win.spare
+    if sp is None:
+        W = win.W
+        lane5, most, longest, _ = win.priced
+        sp = {name: getattr(win, name)[:W] for name in _PER_STEP if getattr(win, name) is not None}
+        sp["rows"] = win.fold_sums[:, :W] if win.fold_sums is not None else np.zeros((4, W))
+        sp["lane5"] = lane5[:, :W]
+        if most is not None:
+            sp["most"], sp["longest"] = most[:W], longest[:W]
+        sp["finish"], sp["never"] = [], []  # the taken-in lanes' finishes; the reach of those that never finish
+        win.spare = sp
+    size = sp["batch"].shape[-1]
+    if size < cap:
+        cap = max(cap, 2 * size)
+        for name, old in sp.items():
+            if name != "finish" and name != "never":
+                new = np.zeros(old.shape[:-1] + (cap,), dtype=old.dtype)
+                new[..., :size] = old
+                sp[name] = new
+    return sp
+
+
+def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) -> Window | None:
     """``win`` with request ``rid`` taken in at step k — its whole prefill in step k, a lane from
-    step k + 1 — changed in place: what :func:`_with_folds` computes anew over every lane, bit for
-    bit. Only the steps the arrival changes are touched: step k (its prefill) and the steps its
-    lane decodes in; the window's step sums, blocks held and the lanes' sums its pricing kept
-    (``win.priced``) get the lane's in those steps (sums of integers, exact in float64 in any
-    order), and those steps alone are priced anew (a step's price depends on its own sums only).
-    The lane's (W, B) columns wait in ``win.taken`` until :func:`settle`. None, ``win``
-    untouched, where its pricing cannot take a lane in place (a drafter's calls are not every
-    lane's, the lane makes more)."""
+    step k + 1 — and run to step ``horizon`` (:func:`_horizon`), changed in place: what
+    :func:`_with_folds` computes anew over every lane, bit for bit. Only the steps the arrival
+    changes are touched: step k (its prefill) and the steps its lane decodes in. The window's
+    step sums, blocks held and the lanes' sums its pricing kept (``win.priced``) get the lane's
+    in those steps (sums of integers, exact in float64 in any order) — up to its last drawn
+    round, beyond the window's end too (:func:`_room`) —, and those steps alone are priced anew
+    (a step's price depends on its own sums only). The lane's (W, B) columns wait in
+    ``win.taken`` until :func:`settle`. None, ``win`` untouched, where its pricing cannot take a
+    lane in place (a drafter's calls are not every lane's, the lane makes more)."""
     if win.priced is None:
         return None
-    lane5, most, longest, uniform = win.priced
+    uniform = win.priced[3]
     table, book, kv = engine.table, engine.book, scheduler.kv
-    W = win.W
-    book.ensure(rid)
+    W = horizon
     f1 = k + 1
     start, count = int(book.start[rid]), int(book.count[rid])
     remaining = int(table.output[rid]) - 1
     prompt = int(table.prompt[rid])
-    E = min(W, f1 + count)  # its rounds in the window: steps f1 .. E - 1
+    E = min(f1 + count, engine.window_max)  # its rounds that may be in the window: steps f1 .. E - 1
     n = max(E - f1, 0)
     rounds = slice(start, start + n)
     emitted = book.emitted[rounds]
@@ -691,47 +739,62 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int) -> Window | None
         if np.count_nonzero((calls[:, m] != t) & active):
             return None
     # from here on, win is the new window
-    reach = f1 + count
-    finish = f1 + int(np.count_nonzero(cum < remaining))
-    if n == 0 or cum[-1] < remaining:  # not out by the window's end (as progress counts it over W steps)
-        finish += W - max(E, f1)
-    win.finish = np.concatenate([np.minimum(win.finish, W), [finish]])
+    sp = _room(win, max(E, W))
+    finish = f1 + int(np.count_nonzero(cum < remaining)) if n and cum[-1] >= remaining else _NEVER
+    sp["finish"].append(finish)
+    B = len(win.lanes)
+    win.finish = np.concatenate([np.minimum(win.finish[:B], W), np.minimum(sp["finish"], W)])
     win.taken.append((rid, f1, start, count, remaining, prompt))
     win.folds.append((rid, k))
-    if win.fold_sums is None:
-        win.fold_sums = np.zeros((4, W))
-    rows = win.fold_sums
+    rows = sp["rows"]
     rows[:, k] = 1.0, prompt, 0.0, prompt * (prompt + 1) // 2
     lane = slice(f1, E)
-    win.batch[lane] += active
-    win.batch[k] += 1
+    sp["batch"][lane] += active
+    sp["batch"][k] += 1
     keep = W
-    if finish >= W and reach < W:  # a lane that does not finish stops at its last drawn round (cut)
-        keep = reach
+    reach = f1 + count
+    if finish == _NEVER:  # a lane that does not finish stops at its last drawn round (cut)
+        sp["never"].append(reach)
+    for r in sp["never"]:
+        if r < W:
+            keep = min(keep, r)
+    if W > win.W:  # lengthened: nothing runs from the first step in which no lane decodes (the replica idles; cut)
+        idle = sp["batch"][win.W:W] == 0
+        if np.count_nonzero(idle):
+            keep = min(keep, win.W + int(idle.argmax()))
     if kv is not None:
-        held = win.kv
+        held = sp["kv"]
         held[lane] += kv.request_blocks(before + (prompt + 1)) * active
         held[k] += kv.request_blocks(prompt)
-        over = held[k: max(E, f1)] > kv.blocks
+        over = held[k:W] > kv.blocks
         if np.count_nonzero(over):
             keep = min(keep, k + int(over.argmax()))
-    if keep < W:
-        win.truncate(keep)
-        W = keep
     # its sums added to the lanes' (as step_stats sums a column: integers, exact in float64)
     nf = (book.drafted[rounds] + 1) * active
     nf = nf.astype(np.float64)
     cached = (before + prompt) * active  # its cache before the step, but its newest token
+    lane5 = sp["lane5"]
     part = lane5[:, lane]
     part[0] += active
     part[1] += nf
     part[2] += cached
     part[3] += (cached * 2.0 + nf + 1.0) * nf * 0.5
     part[4] += nf
+    most = sp.get("most")
     if most is not None:
+        longest = sp["longest"]
         np.maximum(most[lane], nf, out=most[lane])
         np.maximum(longest[lane], cached, out=longest[lane])
-    # the steps it changes, priced anew: step k (its prefill) to its lane's last
+    W = keep
+    win.W = W
+    for name in _PER_STEP:
+        if name in sp:
+            setattr(win, name, sp[name][:W])
+    win.fold_sums = rows[:, :W]
+    if win.valid.shape[0] > W:  # cut before the window's own end (settle lengthens them)
+        for name in ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "context", "index", "drafted_raw"):
+            setattr(win, name, getattr(win, name)[:W])
+    # the steps it changes, priced anew: step k (its prefill) to its lane's last (the new ones among them)
     P = slice(k, min(max(E, f1), W))
     if P.start >= P.stop:  # the window ends before its prefill (the pool): nothing to price
         return win
@@ -754,27 +817,36 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int) -> Window | None
 
 def settle(win: Window, book) -> Window:
     """Put the lanes :func:`_add_lane` took in into the window's (W, B) arrays and its lanes, as
-    :func:`draw` and :func:`progress` make them (the replica settles a window before committing
-    it). Returns ``win``."""
+    :func:`draw` and :func:`progress` make them, and its own lanes' columns over the steps it
+    was lengthened by (the replica settles a window before committing it). Returns ``win``."""
     if not win.taken:
         return win
+    W, ln = win.W, win.lanes
+    if win.valid.shape[0] < W:  # lengthened: its own lanes' columns drawn anew over W steps (they have finished)
+        own = _columns(ln, W, book, win.prefills)
+        win.valid, win.active, win.drafted, win.accepted, win.emitted, win.cum, win.before, win.context, win.index = own
+        win.drafted_raw = win.drafted
     rid, f1, start, count, remaining, prompt = np.array(win.taken, dtype=np.int64).T
     win.taken = []
     add = Lanes(rid, f1, np.ones(len(rid), dtype=np.int64), remaining, prompt + 1, start - f1, f1 + count)
-    part = draw(add, win.W, book, win.prefills)
+    win.lanes = Lanes(*(np.concatenate([getattr(ln, f), getattr(add, f)]) for f in Lanes.__slots__))
+    raw = win.drafted_raw is win.drafted
+    names = ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "context", "index")
+    for name, column in zip(names, _columns(add, W, book, win.prefills)):
+        setattr(win, name, np.concatenate([getattr(win, name), column], axis=1))
+    win.drafted_raw = win.drafted if raw else np.concatenate([win.drafted_raw, win.drafted[:, len(ln):]], axis=1)
+    return win
+
+
+def _columns(ln: Lanes, W: int, book, pre: Prefills) -> tuple:
+    """The (W, B) arrays valid, active, drafted, accepted, emitted, cum, before, context and index
+    of lanes ``ln`` as :func:`draw` and :func:`progress` make them (uncapped)."""
+    part = draw(ln, W, book, pre)
     emitted = part.emitted * part.valid
     cum = np.add.accumulate(emitted, axis=0)
     before = cum - emitted
-    ln = win.lanes
-    win.lanes = Lanes(*(np.concatenate([getattr(ln, f), getattr(add, f)]) for f in Lanes.__slots__))
-    col = lambda a, b: np.concatenate([a, b], axis=1)  # noqa: E731
-    raw = win.drafted_raw is win.drafted
-    win.valid, win.active = col(win.valid, part.valid), col(win.active, part.valid & (before < remaining))
-    win.drafted, win.accepted = col(win.drafted, part.drafted), col(win.accepted, part.accepted)
-    win.emitted, win.cum, win.before = col(win.emitted, emitted), col(win.cum, cum), col(win.before, before)
-    win.context, win.index = col(win.context, add.context + before), col(win.index, part.index)
-    win.drafted_raw = win.drafted if raw else col(win.drafted_raw, part.drafted)
-    return win
+    return (part.valid, part.valid & (before < ln.remaining), part.drafted, part.accepted, emitted, cum, before, ln.context + before,
+            part.index)
 
 
 def _admissible(table, cfg, lookahead: int, r: int, k: int, dec: int) -> bool:
