@@ -694,13 +694,14 @@ def _room(win: Window, cap: int) -> dict:
         sp["lane5"] = lane5[:, :W]
         if most is not None:
             sp["most"], sp["longest"] = most[:W], longest[:W]
-        sp["finish"], sp["never"] = [], []  # the taken-in lanes' finishes; the reach of those that never finish
+        sp["finish"] = win.finish.copy()  # its lanes' finishes (settle cuts them at the window's last horizon)
+        sp["never"] = []  # the reach of the taken-in lanes that never finish
         win.spare = sp
     size = sp["batch"].shape[-1]
     if size < cap:
         cap = max(cap, 2 * size)
         for name, old in sp.items():
-            if name != "finish" and name != "never":
+            if name not in ("finish", "never", "clip"):
                 new = np.zeros(old.shape[:-1] + (cap,), dtype=old.dtype)
                 new[..., :size] = old
                 sp[name] = new
@@ -733,17 +734,24 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
     emitted = book.emitted[rounds]
     cum = np.add.accumulate(emitted)
     before = cum - emitted
-    active = before < remaining
+    every = not n or int(before[-1]) < remaining  # it decodes in every round (the round book draws no more)
+    active = True if every else before < remaining
     calls = book.calls[rounds]
     for m, t in enumerate(uniform):  # a drafter's calls must stay every lane's
-        if np.count_nonzero((calls[:, m] != t) & active):
+        if np.count_nonzero(calls[:, m] != t if every else (calls[:, m] != t) & active):
             return None
     # from here on, win is the new window
-    sp = _room(win, max(E, W))
+    sp = win.spare
+    if sp is None or sp["batch"].shape[0] < max(E, W):
+        sp = _room(win, max(E, W))
     finish = f1 + int(np.count_nonzero(cum < remaining)) if n and cum[-1] >= remaining else _NEVER
-    sp["finish"].append(finish)
-    B = len(win.lanes)
-    win.finish = np.concatenate([np.minimum(win.finish[:B], W), np.minimum(sp["finish"], W)])
+    B = len(win.lanes) + len(win.taken)
+    fin = sp["finish"]
+    if len(fin) <= B:
+        fin = sp["finish"] = np.concatenate([fin, np.empty(max(B + 1, 16), dtype=np.int64)])
+    fin[B] = finish
+    win.finish = fin[: B + 1]  # not cut at W: settle cuts them where the window made anew does, at the steps it was computed over
+    sp["clip"] = W
     win.taken.append((rid, f1, start, count, remaining, prompt))
     win.folds.append((rid, k))
     rows = sp["rows"]
@@ -764,21 +772,30 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
             keep = min(keep, win.W + int(idle.argmax()))
     if kv is not None:
         held = sp["kv"]
-        held[lane] += kv.request_blocks(before + (prompt + 1)) * active
+        blocks = kv.request_blocks(before + (prompt + 1))
+        held[lane] += blocks if every else blocks * active
         held[k] += kv.request_blocks(prompt)
         over = held[k:W] > kv.blocks
         if np.count_nonzero(over):
             keep = min(keep, k + int(over.argmax()))
     # its sums added to the lanes' (as step_stats sums a column: integers, exact in float64)
-    nf = (book.drafted[rounds] + 1) * active
-    nf = nf.astype(np.float64)
-    cached = (before + prompt) * active  # its cache before the step, but its newest token
+    if every:
+        nf = np.add(book.drafted[rounds], 1.0)
+        cached = np.add(before, float(prompt))  # its cache before the step, but its newest token
+    else:
+        nf = ((book.drafted[rounds] + 1) * active).astype(np.float64)
+        cached = (before + prompt) * active
     lane5 = sp["lane5"]
     part = lane5[:, lane]
     part[0] += active
     part[1] += nf
     part[2] += cached
-    part[3] += (cached * 2.0 + nf + 1.0) * nf * 0.5
+    pairs = cached * 2.0
+    pairs += nf
+    pairs += 1.0
+    pairs *= nf
+    pairs *= 0.5
+    part[3] += pairs
     part[4] += nf
     most = sp.get("most")
     if most is not None:
@@ -798,14 +815,15 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
     P = slice(k, min(max(E, f1), W))
     if P.start >= P.stop:  # the window ends before its prefill (the pool): nothing to price
         return win
-    pre_rows = rows[:, P]
-    target = _shaped_record(lane5[:, P].copy(), None, pre_rows, None if most is None else most[P], None if most is None else longest[P])
+    # the arrivals' prefills in those steps: its own, in the first (those before it are in earlier steps)
+    pre = (1, float(prompt), 0.0, float(prompt * (prompt + 1) // 2))
+    target = _shaped_record(lane5[:, P].copy(), pre, None, None if most is None else most[P], None if most is None else longest[P])
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
     w = P.stop - P.start
     for m, model in enumerate(engine.drafters[: book.D]):
         own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
-        stats = uniform_unit_stats(lane5[0, P], lane5[2, P], uniform[m], None, rows=pre_rows if own else None)
+        stats = uniform_unit_stats(lane5[0, P], lane5[2, P], uniform[m], pre if own else None)
         draft_time = _add_calls(draft_time, model.stats_time(stats), uniform[m], w)
     if draft_time is None:
         draft_time = np.zeros(w)
@@ -822,6 +840,7 @@ def settle(win: Window, book) -> Window:
     if not win.taken:
         return win
     W, ln = win.W, win.lanes
+    win.finish = np.minimum(win.finish, win.spare["clip"])
     if win.valid.shape[0] < W:  # lengthened: its own lanes' columns drawn anew over W steps (they have finished)
         own = _columns(ln, W, book, win.prefills)
         win.valid, win.active, win.drafted, win.accepted, win.emitted, win.cum, win.before, win.context, win.index = own
