@@ -834,26 +834,22 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
 
 
 def settle(win: Window, book) -> Window:
-    """Put the lanes :func:`_add_lane` took in into the window's (W, B) arrays and its lanes, as
-    :func:`draw` and :func:`progress` make them, and its own lanes' columns over the steps it
-    was lengthened by (the replica settles a window before committing it). Returns ``win``."""
+    """Put the lanes :func:`_add_lane` took in into the window's lanes and (W, B) arrays, as
+    :func:`draw` and :func:`progress` make them (every lane's drawn anew over the W steps: the
+    window's own lanes' columns may be shorter, where it was lengthened; the window takes arrivals
+    in only where no controller caps its rounds). The replica settles a window before committing
+    it. Returns ``win``."""
     if not win.taken:
         return win
-    W, ln = win.W, win.lanes
     win.finish = np.minimum(win.finish, win.spare["clip"])
-    if win.valid.shape[0] < W:  # lengthened: its own lanes' columns drawn anew over W steps (they have finished)
-        own = _columns(ln, W, book, win.prefills)
-        win.valid, win.active, win.drafted, win.accepted, win.emitted, win.cum, win.before, win.context, win.index = own
-        win.drafted_raw = win.drafted
     rid, f1, start, count, remaining, prompt = np.array(win.taken, dtype=np.int64).T
     win.taken = []
+    ln = win.lanes
     add = Lanes(rid, f1, np.ones(len(rid), dtype=np.int64), remaining, prompt + 1, start - f1, f1 + count)
-    win.lanes = Lanes(*(np.concatenate([getattr(ln, f), getattr(add, f)]) for f in Lanes.__slots__))
-    raw = win.drafted_raw is win.drafted
-    names = ("valid", "active", "drafted", "accepted", "emitted", "cum", "before", "context", "index")
-    for name, column in zip(names, _columns(add, W, book, win.prefills)):
-        setattr(win, name, np.concatenate([getattr(win, name), column], axis=1))
-    win.drafted_raw = win.drafted if raw else np.concatenate([win.drafted_raw, win.drafted[:, len(ln):]], axis=1)
+    win.lanes = ln = Lanes(*(np.concatenate([getattr(ln, f), getattr(add, f)]) for f in Lanes.__slots__))
+    (win.valid, win.active, win.drafted, win.accepted, win.emitted, win.cum, win.before, win.context,
+     win.index) = _columns(ln, win.W, book, win.prefills)
+    win.drafted_raw = win.drafted
     return win
 
 
