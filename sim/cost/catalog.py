@@ -222,6 +222,8 @@ class HardwareSpec:
         utilisation); ici_efficiency : achievable fraction of the interconnect's bandwidth
     overhead, overhead_per_layer : fixed seconds per forward call (framework, kernel launches)
     usable_memory : fraction of memory that may hold weights and KV cache
+    sm_count : streaming multiprocessors (0: not listed); a kernel's thread blocks run on them in
+        waves (the operator model's FlashAttention-2 decode, sim/cost/efficiency.py)
     """
 
     name: str
@@ -240,6 +242,7 @@ class HardwareSpec:
     source: str = ""
     notes: str = ""
     measured: dict = field(default_factory=dict)
+    sm_count: int = 0
 
     @property
     def calibration(self) -> dict | None:
@@ -271,6 +274,8 @@ class HardwareSpec:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0 (and finite); got {v!r}")
+        if not (isinstance(self.sm_count, int) and not isinstance(self.sm_count, bool) and self.sm_count >= 0):
+            raise DraftsimError(f"hardware {self.name!r}: sm_count must be a whole number >= 0 (0: not listed); got {self.sm_count!r}")
 
     def peak(self, dtype: str) -> float:
         if dtype not in self.peak_flops:
@@ -287,7 +292,7 @@ _MODEL_OPTIONAL = ("kv_heads", "head_dim", "tied_embeddings", "mlp", "max_contex
                    *_MOE_FIELDS)
 _HW_REQUIRED = ("peak_tflops", "memory_bandwidth_gbs", "memory_gb", "source")
 _HW_OPTIONAL = ("interconnect_gbs", "interconnect_latency_us", "mfu", "mbu", "ici_efficiency", "overhead_us", "overhead_per_layer_us",
-                "usable_memory", "kind", "notes", "measured", "aliases")
+                "usable_memory", "kind", "notes", "measured", "aliases", "sm_count")
 
 
 def _check_keys(what: str, name: str, entry, required, optional) -> None:
@@ -330,7 +335,7 @@ def hardware_from_entry(name: str, e: dict) -> HardwareSpec:
         mfu=num("mfu", 0.6), mbu=num("mbu", 0.7), ici_efficiency=num("ici_efficiency", 0.7),
         overhead=num("overhead_us") * 1e-6, overhead_per_layer=num("overhead_per_layer_us") * 1e-6,
         usable_memory=num("usable_memory", 0.9), kind=e.get("kind", "gpu"), source=e["source"], notes=e.get("notes", ""),
-        measured=e.get("measured", {}),
+        measured=e.get("measured", {}), sm_count=e.get("sm_count", 0),
     )
 
 
@@ -363,6 +368,8 @@ def hardware_to_entry(hw: HardwareSpec) -> dict:
         e["notes"] = hw.notes
     if hw.measured:
         e["measured"] = hw.measured
+    if hw.sm_count:
+        e["sm_count"] = hw.sm_count
     return e
 
 
