@@ -20,7 +20,10 @@ exceeds the peak (s ≥ 1).
   cache, full attention): one query per sequence over ``kv_len`` = step + 1 cached entries; bytes
   the KV read B·kv_len·2·kv_heads·head_dim·2 plus the queries and outputs, FLOPs
   4·heads·head_dim·B·kv_len; x = log2 of batch × context, batch, KV heads, head_dim and the GQA
-  ratio.
+  ratio. A FlashAttention-2 table (A100's, :data:`FA2_KERNELS`) is priced with that kernel's parallel
+  structure (:func:`fa2_decode_split`, the SM count from the catalog): the bytes of each thread block's
+  whole key tiles in waves over the SMs, x adding log2 of the waves, its combine kernel (KV split) and
+  its queries' copy (held out by family 6.4%, was 18.4% with the plain terms).
 * **Prefill attention** (``context_attention_perf.parquet``): B causal prompts of ``isl`` tokens;
   bytes B·isl·(2·heads + 2·kv_heads)·head_dim·2, FLOPs 4·heads·head_dim·B·isl(isl+1)/2; x = log2
   of batch × tokens, tokens, heads, KV heads and head_dim.
@@ -192,15 +195,17 @@ def grid_edge(xs, ys, values, x, y) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class Roofs:
     """The peaks a curve's roofline terms divide by (B/s, FLOP/s): the catalog hardware's memory
-    bandwidth, bfloat16 rate and interconnect bandwidth (sim/data/hardware.json, cited there)."""
+    bandwidth, bfloat16 rate and interconnect bandwidth, and its count of streaming multiprocessors
+    (0: not listed), which FlashAttention-2's decode kernel fills in waves (sim/data/hardware.json, cited there)."""
 
     memory_bandwidth: float
     peak: float
     interconnect_bandwidth: float
+    sm_count: int = 0
 
     @classmethod
     def of(cls, hw: HardwareSpec) -> "Roofs":
-        return cls(float(hw.memory_bandwidth), float(hw.peak("bfloat16")), float(hw.interconnect_bandwidth))
+        return cls(float(hw.memory_bandwidth), float(hw.peak("bfloat16")), float(hw.interconnect_bandwidth), int(hw.sm_count))
 
 
 def _poly2(cols: list[np.ndarray]) -> np.ndarray:
@@ -231,7 +236,8 @@ class _Regime:
 @dataclass(frozen=True)
 class Curve:
     """One operator kind's fitted time: ``fixed + max(t_mem · s_mem(x), t_cmp · s_cmp(x))``
-    (see the module docstring); ``rows``: how many measurements it was fitted on; ``source``: the table."""
+    (see the module docstring); ``rows``: how many measurements it was fitted on; ``source``: the table;
+    ``kernel``: the table's ``kernel_source`` where its terms depend on it (decode attention: :func:`decode_attention_terms`)."""
 
     kind: str
     fixed: float
@@ -239,6 +245,7 @@ class Curve:
     cmp: _Regime
     rows: int
     source: str
+    kernel: str = ""
 
     def seconds(self, t_mem, t_cmp, feats: list[np.ndarray]) -> np.ndarray:
         t_mem, t_cmp = np.asarray(t_mem, np.float64), np.asarray(t_cmp, np.float64)
@@ -252,9 +259,10 @@ class Curve:
         return f"{self.kind}: efficiency curve fitted on {self.rows} rows of {self.source}, fixed {self.fixed * 1e6:.2f} us per kernel"
 
 
-def fit_curve(kind: str, t_mem: np.ndarray, t_cmp: np.ndarray, feats: list[np.ndarray], seconds: np.ndarray, source: str) -> Curve:
+def fit_curve(kind: str, t_mem: np.ndarray, t_cmp: np.ndarray, feats: list[np.ndarray], seconds: np.ndarray, source: str,
+              kernel: str = "") -> Curve:
     """The :class:`Curve` of measured ``seconds`` at roofline terms (``t_mem``, ``t_cmp``) and log2
-    features ``feats`` (one array per feature, a value per row)."""
+    features ``feats`` (one array per feature, a value per row); ``kernel``: what its terms were computed for."""
     t_mem, t_cmp, seconds = (np.asarray(a, np.float64) for a in (t_mem, t_cmp, seconds))
     feats = [np.asarray(f, np.float64) for f in feats]
     floor = float(seconds.min())
@@ -283,7 +291,7 @@ def fit_curve(kind: str, t_mem: np.ndarray, t_cmp: np.ndarray, feats: list[np.nd
             terms.append(t_all * np.exp(np.maximum(design_all @ w, 0.0)))
         err = float(np.mean(np.log((fixed + np.maximum(*terms)) / seconds) ** 2))
         if best is None or err < best[0]:
-            best = (err, Curve(kind, fixed, regimes[0], regimes[1], int(len(seconds)), source))
+            best = (err, Curve(kind, fixed, regimes[0], regimes[1], int(len(seconds)), source, kernel))
     return best[1]
 
 
@@ -295,11 +303,76 @@ def gemm_terms(hw: Roofs, m, n, k):
     return t_mem, t_cmp, [np.log2(m), np.log2(n), np.log2(k)]
 
 
-def decode_attention_terms(hw: Roofs, batch, kv_len, heads, kv_heads, head_dim):
+#: The decode tables' kernels that are FlashAttention-2 (``kernel_source``; vLLM's FA2 build, vllm-project/flash-attention's
+#: ``_vllm_fa2_C``: A100's vLLM 0.14.0 table, which names it ``vllm_flash_attn``; Ampere runs no FA3), priced with its
+#: split-KV structure (:func:`fa2_decode_split`). The Hopper tables' ``vllm_flash_attn_fa3`` keeps the plain terms.
+FA2_KERNELS = ("vllm_flash_attn", "vllm_flash_attn_fa2")
+
+
+def fa2_splits(units, slots: int, n_blocks, max_splits: int = 128) -> np.ndarray:
+    """How many KV splits FlashAttention-2 picks (csrc/flash_attn/flash_api.cpp, ``num_splits_heuristic``, vllm-project/
+    flash-attention): one where ``units`` (batch × heads × m-blocks) already fill 80% of ``slots``; else, among the split
+    counts up to min(``max_splits``, slots, ``n_blocks``) that change the key tiles per split, the smallest whose wave
+    efficiency w / ceil(w), w = units · splits / slots, reaches 85% of the best (single precision, as the C++)."""
+    u, nb = np.broadcast_arrays(np.asarray(units, np.int64), np.asarray(n_blocks, np.int64))
+    shape, u, nb = u.shape, u.reshape(-1), nb.reshape(-1)
+    sp = np.arange(1, max_splits + 1, dtype=np.int64)[None, :]
+    cap = np.minimum(np.minimum(max_splits, slots), nb)[:, None]
+    per = -(-nb[:, None] // sp)
+    prev = -(-nb[:, None] // np.maximum(sp - 1, 1))
+    eligible = (sp <= cap) & ((sp == 1) | (per != prev))
+    waves = (u[:, None] * sp).astype(np.float32) / np.float32(slots)
+    eff = np.where(eligible, waves / np.ceil(waves), np.float32(0.0))
+    ok = eligible & (eff >= np.float32(0.85) * eff.max(axis=1, keepdims=True))
+    pick = np.argmax(ok, axis=1) + 1
+    return np.where(u >= np.float32(0.8) * np.float32(slots), 1, pick).reshape(shape)
+
+
+def fa2_decode_split(batch, kv_len, heads, kv_heads, head_dim, sm_count: int):
+    """FlashAttention-2's decode kernel as vLLM calls it (``flash_attn_varlen_func`` over a paged KV cache, one query per
+    sequence; vllm-project/flash-attention csrc/flash_attn/flash_api.cpp ``mha_varlen_fwd`` and
+    csrc/flash_attn/src/flash_fwd_launch_template.h, at the vLLM 0.14 era's 7d346be6): (splits, thread blocks, key tiles
+    per block, whether the queries are copied).
+
+    * GQA (``heads > kv_heads``) is ``seqlenq_ngroups_swapped``: q (b, 1, kv·g, d) becomes (b·g, kv, d), a block per
+      (sequence, KV head, 64 query rows) — ceil(g / 64) m-blocks — and only then the KV is split, by
+      :func:`fa2_splits` over ``2 × sm_count`` slots ("We multiply number of SMs by 2 to hard-code the fact that we're
+      using 128 threads per block", ``set_params_splitkv``); the reshape is a view where b = 1 or kv = 1, else a copy
+      kernel (``q.reshape(...).transpose(1, 2).reshape(...)``). MHA: a block per (sequence, head), never split.
+    * The split-KV kernel (``run_mha_fwd_splitkv_dispatch``, always for a paged cache) walks keys in tiles of
+      kBlockN = 256 (head_dim ≤ 64), 128 (≤ 128) or 64; each split ceil(tiles / splits) of them. A split count above
+      one adds the combine kernel (``flash_fwd_splitkv_combine_kernel``)."""
+    b, s, h, kv, hd = (np.ceil(np.asarray(a, np.float64)).astype(np.int64) for a in (batch, kv_len, heads, kv_heads, head_dim))
+    b, s, h, kv, hd = np.broadcast_arrays(b, s, h, kv, hd)
+    swapped = h > kv
+    m_blocks = np.where(swapped, -(-(h // np.maximum(kv, 1)) // 64), 1)
+    units = np.where(swapped, b * kv * m_blocks, b * h)
+    block_n = np.where(hd <= 64, 256, np.where(hd <= 128, 128, 64))
+    n_blocks = -(-s // block_n)
+    splits = np.ones_like(b)
+    if np.any(swapped):
+        pairs, inv = np.unique(np.stack([units[swapped], n_blocks[swapped]]), axis=1, return_inverse=True)
+        splits[swapped] = fa2_splits(pairs[0], 2 * int(sm_count), pairs[1])[inv.reshape(-1)]
+    tiles = -(-n_blocks // splits)
+    return splits, units * splits, tiles * block_n, swapped & (b > 1) & (kv > 1)
+
+
+def decode_attention_terms(hw: Roofs, batch, kv_len, heads, kv_heads, head_dim, kernel: str = ""):
+    """Decode attention's roofline terms and features (the module docstring); for a FlashAttention-2 ``kernel``
+    (:data:`FA2_KERNELS`) on hardware whose SM count is listed, its parallel structure (:func:`fa2_decode_split`): the
+    bytes are each thread block's whole key tiles (the kernel pays for a tile's padding: 8 sequences × 32 heads at 2
+    cached tokens take as long as at 64 on the A100), its blocks run in waves over the SMs (ceil(blocks / SMs) · SMs
+    blocks' worth), and the features add log2 of the waves, the combine kernel (splits > 1) and the queries' copy."""
     b, s, h, kv, hd = (np.asarray(a, np.float64) for a in (batch, kv_len, heads, kv_heads, head_dim))
-    t_mem = (b * s * 2 * kv * hd + 2 * b * h * hd) * BYTES / hw.memory_bandwidth
     t_cmp = 4 * h * hd * b * s / hw.peak
-    return t_mem, t_cmp, [np.log2(b * s), np.log2(b), np.log2(kv), np.log2(hd), np.log2(h / kv)]
+    feats = [np.log2(b * s), np.log2(b), np.log2(kv), np.log2(hd), np.log2(h / kv)]
+    if kernel in FA2_KERNELS and hw.sm_count > 0:
+        splits, blocks, keys, copied = fa2_decode_split(b, s, h, kv, hd, hw.sm_count)
+        waves = np.ceil(blocks / hw.sm_count)
+        t_mem = (waves * hw.sm_count * keys * 2 * hd + 2 * b * h * hd) * BYTES / hw.memory_bandwidth
+        return t_mem, t_cmp, feats + [np.log2(waves), (splits > 1).astype(np.float64), copied.astype(np.float64)]
+    t_mem = (b * s * 2 * kv * hd + 2 * b * h * hd) * BYTES / hw.memory_bandwidth
+    return t_mem, t_cmp, feats
 
 
 def prefill_attention_terms(hw: Roofs, batch, isl, heads, kv_heads, head_dim):
@@ -420,18 +493,31 @@ def _columns(kind: str, df) -> list[np.ndarray]:
     return [df.message_size.to_numpy(), df.num_gpus.to_numpy()]
 
 
+def _kernel_of(kind: str, df) -> str:
+    """The table's kernel where a kind's terms depend on it (decode attention; one kernel per selected frame)."""
+    if kind != "decode attention" or "kernel_source" not in df or df.empty:
+        return ""
+    kernels = df.kernel_source.unique()
+    return str(kernels[0]) if len(kernels) == 1 else ""
+
+
+def _terms(kind: str, hw: Roofs, args, kernel: str = ""):
+    return TERMS[kind](hw, *args, kernel=kernel) if kernel else TERMS[kind](hw, *args)
+
+
 def fit_frame(kind: str, hw: Roofs, df, source: str) -> Curve | CollectiveCurve:
     """The curve of ``kind`` fitted on a selected table frame (latency in ms)."""
-    t_mem, t_cmp, feats = TERMS[kind](hw, *_columns(kind, df))
+    kernel = _kernel_of(kind, df)
+    t_mem, t_cmp, feats = _terms(kind, hw, _columns(kind, df), kernel)
     seconds = df.latency.to_numpy(np.float64) * 1e-3
     if kind == "allreduce":
         return fit_collective(kind, t_mem, feats, seconds, source)
-    return fit_curve(kind, t_mem, t_cmp, feats, seconds, source)
+    return fit_curve(kind, t_mem, t_cmp, feats, seconds, source, kernel)
 
 
 def predict_frame(curve: Curve, hw: Roofs, df) -> np.ndarray:
     """Seconds the curve gives each row of a selected table frame."""
-    return curve.seconds(*TERMS[curve.kind](hw, *_columns(curve.kind, df)))
+    return curve.seconds(*_terms(curve.kind, hw, _columns(curve.kind, df), getattr(curve, "kernel", "")))
 
 
 # -- the fitted set of one GPU and engine ------------------------------------------------------------
@@ -512,7 +598,7 @@ ENVELOPE = "lower"
 
 
 def _raw(curve: Curve, roofs: Roofs, sizes, fixed) -> np.ndarray:
-    return curve.seconds(*TERMS[curve.kind](roofs, *sizes, *fixed))
+    return curve.seconds(*_terms(curve.kind, roofs, [*sizes, *fixed], getattr(curve, "kernel", "")))
 
 
 @functools.lru_cache(maxsize=512)

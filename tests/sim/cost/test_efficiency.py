@@ -17,6 +17,8 @@ from draftsim.sim.cost.efficiency import (
     allreduce_terms,
     attention_layouts,
     decode_attention_terms,
+    fa2_decode_split,
+    fa2_splits,
     family_holdout,
     family_of,
     fit_curves,
@@ -58,6 +60,45 @@ def test_held_out_by_model_family_the_median_error_per_operator_kind_is_at_most_
     assert pooled.rows > 1000 and pooled.fitted > 1000
     assert set(scores) - {"all"} and not set(scores) & set(FIT_FAMILIES)  # scored only on families it was not fitted on
     assert pooled.median <= GOAL, f"{kind}: held-out median {pooled.median:.1%} over {pooled.rows} rows (goal {GOAL:.0%})"
+
+
+@tables
+@pytest.mark.parametrize("hardware", sorted(SYSTEMS))
+def test_held_out_by_model_family_decode_attention_errs_at_most_10_percent_at_the_median_on_every_gpu(hardware):
+    # A100's table is FlashAttention-2 (its split-KV structure: efficiency.fa2_decode_split), H100's and H200's FA3
+    hw = CATALOG.hardware_spec(hardware)
+    scores = {s.held_out: s for s in family_holdout(systems_root(), SYSTEMS[hardware], "vllm", Roofs.of(hw), _models())
+              if s.kind == "decode attention"}
+    pooled = scores["all"]
+    assert pooled.rows > 1000 and pooled.fitted > 1000 and not set(scores) & set(FIT_FAMILIES)
+    assert pooled.median <= GOAL, f"{hardware}: held-out median {pooled.median:.1%} over {pooled.rows} rows (goal {GOAL:.0%})"
+
+
+def test_flashattention2_splits_the_kv_as_its_heuristic_does():
+    # flash_api.cpp num_splits_heuristic's own example: 48 blocks on 108 SMs -> 2 splits (efficiency 0.89, 3 would be 0.67)
+    assert int(fa2_splits(48, 108, 64)) == 2
+    assert int(fa2_splits(200, 216, 64)) == 1  # >= 80% of the slots: no split
+    # 8 blocks over 216 slots: as many splits as the key tiles allow, up to the smallest at 85% of the best wave (23 -> 24:
+    # 23 splits of 256 tiles is 12 tiles each, the same as 22, so ineligible)
+    assert fa2_splits(8, 216, np.array([1, 2, 4, 256])).tolist() == [1, 2, 4, 24]
+    # Llama-3.1-8B's 32 / 8 heads, 108 SMs: batch 1 at 256 cached tokens splits its 2 tiles of 128 keys; batch 2 copies its
+    # queries ((b, kv, g, d) -> (b·g, kv, d) is no view); MHA is never split
+    splits, blocks, keys, copied = fa2_decode_split([1, 2, 1, 8], [256, 256, 32768, 1000], [32, 32, 32, 8], [8, 8, 8, 8], 128, 108)
+    assert splits.tolist() == [2, 2, 24, 1] and blocks.tolist() == [16, 32, 192, 64]
+    assert keys.tolist() == [128, 128, 11 * 128, 1024] and copied.tolist() == [False, True, False, False]
+    assert fa2_decode_split(4, 100, 8, 8, 64, 108)[2].tolist() == 256  # head_dim 64: tiles of 256 keys
+
+
+@tables
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4096), st.integers(1, 300_000), st.sampled_from([(32, 8, 128), (32, 32, 128), (8, 1, 128), (64, 8, 128), (9, 3, 64)]))
+def test_the_a100_decode_curve_is_flashattention2s_and_never_beats_the_plain_roofline(batch, kv_len, layout):
+    a100 = CATALOG.hardware_spec("a100-80g")
+    c = fit_curves(systems_root(), "a100_sxm", "vllm", Roofs.of(a100))
+    assert c.decode.kernel == "vllm_flash_attn" and Roofs.of(a100).sm_count == 108
+    t_mem, t_cmp, _ = decode_attention_terms(Roofs.of(a100), batch, kv_len, *layout)  # the bytes read, no tiles or waves
+    t = float(c.decode_seconds(batch, kv_len, *layout))
+    assert np.isfinite(t) and t >= c.decode.fixed + max(float(t_mem), float(t_cmp)) * (1 - 1e-12)
 
 
 @tables
