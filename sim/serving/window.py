@@ -629,10 +629,15 @@ def admit(engine, scheduler, win: Window, starts: np.ndarray, rid: int, at: floa
         return None
     W = win.W
     k = int(np.searchsorted(starts[:W], at, side="left"))
-    if k >= W or (win.folds and win.folds[-1][1] >= k):
+    last = win.folds[-1][1] if win.folds else 0
+    # a second arrival in a step: FCFS admits the two in arrival order, as they are taken in
+    if k >= W or last > k or (last == k and scheduler.config.policy != "fcfs"):
         return None
-    decoding = int(win.batch[k]) - (int(win.fold_sums[0, k]) if win.fold_sums is not None else 0)  # k >= 1: no step-0 chunk
-    if not _admissible(engine.table, scheduler.config, engine.lookahead, rid, k, decoding):
+    joined = tokens = 0  # the arrivals taken in at step k before this one, and their prompts' tokens
+    if last == k:
+        joined, tokens = int(win.fold_sums[0, k]), int(win.fold_sums[1, k])
+    decoding = int(win.batch[k]) - joined  # k >= 1: no step-0 chunk
+    if not _admissible(engine.table, scheduler.config, engine.lookahead, rid, k, decoding, joined, tokens):
         return None
     engine.book.ensure(rid)
     horizon = _horizon(engine, win, rid, k)
@@ -755,7 +760,7 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
     win.taken.append((rid, f1, start, count, remaining, prompt))
     win.folds.append((rid, k))
     rows = sp["rows"]
-    rows[:, k] = 1.0, prompt, 0.0, prompt * (prompt + 1) // 2
+    rows[:, k] += 1.0, prompt, 0.0, prompt * (prompt + 1) // 2
     lane = slice(f1, E)
     sp["batch"][lane] += active
     sp["batch"][k] += 1
@@ -815,8 +820,9 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
     P = slice(k, min(max(E, f1), W))
     if P.start >= P.stop:  # the window ends before its prefill (the pool): nothing to price
         return win
-    # the arrivals' prefills in those steps: its own, in the first (those before it are in earlier steps)
-    pre = (1, float(prompt), 0.0, float(prompt * (prompt + 1) // 2))
+    # the arrivals' prefills in those steps: in the first (its own and any taken in there before it;
+    # those before are in earlier steps)
+    pre = tuple(rows[:, k].tolist())
     target = _shaped_record(lane5[:, P].copy(), pre, None, None if most is None else most[P], None if most is None else longest[P])
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
@@ -864,13 +870,15 @@ def _columns(ln: Lanes, W: int, book, pre: Prefills) -> tuple:
             part.index)
 
 
-def _admissible(table, cfg, lookahead: int, r: int, k: int, dec: int) -> bool:
+def _admissible(table, cfg, lookahead: int, r: int, k: int, dec: int, joined: int = 0, tokens: int = 0) -> bool:
     """Whether the scheduler admits request ``r``, the only one waiting, whole at step ``k`` of a
-    window in which ``dec`` lanes decode: a step ran before it (k ≥ 1), fewer than
-    ``max_num_seqs`` decode, its prompt fits the step's token budget beside their verification
-    tokens, and it has more than one token to generate (its blocks: the window's cut)."""
-    return (k >= 1 and table.output[r] >= 2 and dec < cfg.max_num_seqs
-            and table.prompt[r] <= cfg.max_num_batched_tokens - lookahead * dec)
+    window in which ``dec`` lanes decode and ``joined`` arrivals of ``tokens`` prompt tokens were
+    admitted before it (FCFS: in arrival order): a step ran before it (k ≥ 1), fewer than
+    ``max_num_seqs`` run, its prompt fits what is left of the step's token budget beside their
+    verification tokens and those prompts, and it has more than one token to generate (its
+    blocks: the window's cut)."""
+    return (k >= 1 and table.output[r] >= 2 and dec + joined < cfg.max_num_seqs
+            and table.prompt[r] <= cfg.max_num_batched_tokens - lookahead * dec - tokens)
 
 
 def _with_folds(engine, scheduler, plan, pre: Prefills, ln: Lanes, W: int, folds: list, first: int, throughout: int) -> Window:
@@ -890,12 +898,21 @@ def _with_folds(engine, scheduler, plan, pre: Prefills, ln: Lanes, W: int, folds
                    np.concatenate([ln.remaining, table.output[rid] - 1]), np.concatenate([ln.context, prompt + 1]),
                    np.concatenate([ln.base, book.start[rid] - f1]), np.concatenate([ln.reach, f1 + book.count[rid]]))
         sums = np.zeros((4, W))
-        sums[0, k] = 1.0
-        sums[1, k] = prompt
-        sums[3, k] = prompt * (prompt + 1) // 2  # Σ n over the chunk's tokens, nothing cached before
+        once = len(set(k.tolist())) == len(k)  # else two arrivals in a step (admit): their prefills add up
+        pairs = prompt * (prompt + 1) // 2  # Σ n over the chunk's tokens, nothing cached before
+        blocks = kv.request_blocks(prompt) if kv is not None else None  # a whole prefill reserves the draft window too
         if kv is not None:
             steps_blocks = np.zeros(W, dtype=np.int64)
-            steps_blocks[k] = kv.request_blocks(prompt)  # a whole prefill reserves the draft window too
+        if once:
+            sums[0, k], sums[1, k], sums[3, k] = 1.0, prompt, pairs
+            if kv is not None:
+                steps_blocks[k] = blocks
+        else:
+            np.add.at(sums[0], k, 1.0)
+            np.add.at(sums[1], k, prompt)
+            np.add.at(sums[3], k, pairs)
+            if kv is not None:
+                np.add.at(steps_blocks, k, blocks)
     win = draw(ln, W, book, pre)
     win.folds, win.fold_sums = list(folds), sums
     progress(win)
