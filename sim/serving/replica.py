@@ -242,8 +242,9 @@ class Replica:
         eng = self.engine
         settle(win, eng.book)  # the lanes taken in, into its arrays
         self._record_itl(win, n, ends)
-        if len(win.lanes):
-            eng.recorder.spec(win.drafted[:n], win.accepted[:n], win.active[:n])
+        if len(win.lanes):  # the rounds verified (the counters are sums over them: the lanes' other steps are left out)
+            act = win.active[:n]
+            eng.recorder.spec(win.drafted[:n][act], win.accepted[:n][act])
         finished = self.scheduler.update(plan, outcome(win, n, ends))
         if win.layout is not None:
             self._layout.after(win.lanes.rid, win.layout[n - 1])
