@@ -156,3 +156,28 @@ def test_least_outstanding_replicas_take_arrivals_into_their_windows():
     with mock.patch("draftsim.sim.serving.replica.admit", counted):
         serve(cfg, wl, seed=7)
     assert sum(taken) > 0.8 * len(wl)
+
+
+def test_least_outstanding_windows_outlast_their_longest_lane():
+    """The benchmark's setting at four replicas: a window lengthens with each arrival it takes in
+    once its own lanes have finished (window._horizon), so it is not bounded by its longest lane's
+    drawn rounds: a window commits more steps than any request has rounds, and a replica runs a
+    few windows for a hundred arrivals (it was one window every four arrivals or so)."""
+    from draftsim.sim.serving import replica
+
+    target, drafter = COSTS["roofline"]
+    cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), target, [drafter], replicas=4, router="least-outstanding")
+    wl = make_workload(arrivals=Poisson(), qps=40.0, requests=400, duration=None, prompt=Fixed(512), output=Fixed(256),
+                       rng=np.random.default_rng(7))
+    kept = []
+    commit = replica.Replica._commit
+
+    def counted(self, plan, win, n, *a):
+        kept.append(n)
+        return commit(self, plan, win, n, *a)
+
+    with mock.patch.object(replica.Replica, "_commit", counted):
+        run = serve(cfg, wl, seed=7)
+    assert max(kept) > run.rounds.max()
+    assert len(kept) < len(wl) / 10
+    assert_same_run(run, serve(dataclasses.replace(cfg, window_max=1), wl, seed=7))
