@@ -14,6 +14,14 @@ the first step in which a request finishes. The result is the same as stepping o
 at a time, bit for bit (``window_max = 1``; ``tests/sim/serving/test_replica.py`` holds the two
 equal).
 
+Where arrivals are not foreseen (least-outstanding routing), the window under way **takes one
+in** when it comes (:func:`admit`), where the scheduler would admit it whole: its prefill and
+lane are added to the window's sums in place, the steps it changes priced anew (:func:`_add_lane`;
+its (W, B) columns are drawn when the window is committed: :func:`settle`), and — once the lanes
+the window was computed with have finished — the window lengthens to the new lane's last drawn
+round (:func:`_horizon`). ``tests/sim/serving/test_least_outstanding.py`` holds each such window
+equal to the one computed anew with the arrival folded in (:func:`_with_folds`).
+
 The window is computed along four seams:
 
 * **lanes** (:func:`lanes`): the requests that decode — the plan's decodes from step 0, then the
