@@ -652,8 +652,10 @@ def admit(engine, scheduler, win: Window, starts: np.ndarray, rid: int, at: floa
     folds = win.folds + [(rid, k)]
     new = _add_lane(engine, scheduler, win, rid, k, horizon)
     if new is None or CHECK_ADMIT:
+        # made anew over every lane: lengthened only where the arrival was taken in place (a
+        # window made anew at every arrival, lengthened, would grow with each)
         plan, pre, ln, first, throughout = win.base
-        anew = _with_folds(engine, scheduler, plan, pre, ln, horizon, folds, first, throughout)
+        anew = _with_folds(engine, scheduler, plan, pre, ln, W if new is None else horizon, folds, first, throughout)
         if new is not None:
             _assert_same_window(settle(new, engine.book), anew)
         anew.base, anew.next_arrival = win.base, win.next_arrival
