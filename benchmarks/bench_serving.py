@@ -33,11 +33,13 @@ lengthens the window to its own last drawn round (``window._horizon``: the steps
 taken-in lanes' alone), so a window no longer ends with its longest lane: at 8 replicas 99.8% of
 the arrivals are taken in and a window ends about every 37 arrivals (at ``WINDOW_MAX`` steps or
 at an arrival it cannot take in). Least-outstanding then costs about what round-robin does per
-arrival: 0.94-1.11x linear at 2-8 replicas over two runs (it was 1.56-1.71x, and 1.74-1.98x with a
-window per arrival). Each taking-in costs ~70 us (the two cost models over the ~76 steps its lane
-decodes in, ~25 us; adding its sums, ~35 us; the round book's block draws, amortised, ~13 us)
-against one replica's fold of ~7 arrivals a window; a router's question costs ~1 us a replica an
-arrival, the one cost that grows with R.
+arrival: 0.95-1.03, 1.00-1.05, 1.05-1.08x linear at 2, 4, 8 replicas over four runs, best of 2
+each (it was 1.56-1.71x, and 1.74-1.98x with a window per arrival). Each taking-in costs ~70 us
+(the two cost models over the ~76 steps its lane decodes in, ~40 us with building their sums;
+adding its lane's sums and blocks, ~30 us) against one replica's fold of ~7 arrivals a window;
+a router's question costs ~1 us a replica an arrival, the one cost that grows with R. A policy
+whose drafter calls differ between lanes (a tree) is not taken in place: its window is made anew
+at each arrival (1.5x linear at 4 replicas).
 
 Times are CPU seconds of this process (``time.process_time``: the machine may be shared);
 wall seconds are printed beside them.
