@@ -58,7 +58,7 @@ from ..cost.base import BatchStats
 from .scheduler import controller_view
 
 __all__ = ["Prefills", "Lanes", "Window", "prefills", "lanes", "span", "draw", "cap", "progress", "cut", "price",
-           "step_stats", "unit_stats", "uniform_unit_stats", "compute", "admit", "settle"]
+           "step_stats", "unit_stats", "uniform_unit_stats", "uniform_call_stats", "compute", "admit", "settle"]
 
 
 # ------------------------------------------------------------------------------------- records
@@ -378,7 +378,7 @@ def price(win: Window, engine, book, layout_state) -> None:
     target = step_stats(n_t, c_t, pre.sums, shape=engine.target.step_shape, width=width, lane_sums=lane_sums, rows=rows, parts=parts)
     time = np.asarray(engine.target.stats_time(target), dtype=np.float64)
     draft_time = None
-    uniform = []  # each drafter's calls per step where every decoding lane makes all of them (None: not so)
+    uniform = []  # each drafter's (calls, tokens a call) where every decoding lane makes all of them (None: not so; tokens None: one)
     for m, model in enumerate(engine.drafters[: book.D]):
         # a drafter prefills its own cache with the target's prefills, unless it shares the target's (self-speculation)
         own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
@@ -399,7 +399,7 @@ def price(win: Window, engine, book, layout_state) -> None:
             # before its prefill chunks) with t more cached tokens each — integers, exact
             seqs, cached = lane_sums
             stats = uniform_unit_stats(seqs, cached, T, draft_pre, rows=draft_rows)
-            uniform.append(T)
+            uniform.append((T, None))
         elif book.flat[m]:  # one token per call
             on = calls > k
             ctx = c_t + k if cap_ctx is None else np.minimum(c_t + k, cap_ctx)
@@ -409,6 +409,11 @@ def price(win: Window, engine, book, layout_state) -> None:
             per_call = -(-book.call_tokens[:, m].take(win.index, mode="clip") // np.maximum(_raw_calls(win, book, m), 1))
             ctx = c_t + k * per_call if cap_ctx is None else np.minimum(c_t + k * per_call, cap_ctx)
             stats = step_stats((on * per_call).reshape(T * W, B), ctx.reshape(T * W, B), draft_pre, rows=draft_rows)
+            if cap_ctx is None and not np.count_nonzero(calls != T * active):  # every decoding lane makes all T calls:
+                tokens = per_call * active  # of p tokens each? (a tree's levels at their mean width)
+                p = int(_max(tokens, axis=None, initial=0))
+                if p and not np.count_nonzero(tokens != p * active):
+                    uniform.append((T, p))
         if len(uniform) <= m:
             uniform.append(None)
         draft_time = _add_calls(draft_time, model.stats_time(stats), T, W)
@@ -528,6 +533,23 @@ def uniform_unit_stats(sequences: np.ndarray, cached: np.ndarray, T: int, pre: t
     np.multiply(_arange_column(T), sequences, out=sums[2])
     sums[2] += cached
     return _unit_record(sums.reshape(5, T * W), pre, rows)
+
+
+def uniform_call_stats(sequences: np.ndarray, cached: np.ndarray, T: int, p: int, pre: tuple | None = None) -> BatchStats:
+    """:func:`step_stats` of T calls in each of W steps where every sequence of step w is in all T
+    calls, with p new tokens each: ``sequences`` and ``cached`` ((W,) sums) are call 0's, call t
+    adds t·p cached tokens per sequence; pairs Σ p (c + (p + 1) / 2) = p·cached + sequences·p(p + 1)/2
+    (integers, exact in float64). Rows (t, w), as :func:`step_stats` orders them."""
+    W = len(sequences)
+    sums = np.empty((5, T, W))  # sequences, tokens, cached, pairs, rows
+    sums[0] = sequences
+    np.multiply(sequences, float(p), out=sums[1])
+    np.multiply(_arange_column(T), sums[1], out=sums[2])
+    sums[2] += cached
+    np.multiply(sums[2], float(p), out=sums[3])
+    sums[3] += sequences * float(p * (p + 1) // 2)
+    sums[4] = sums[1]
+    return _record(sums.reshape(5, T * W), pre)
 
 
 def _unit_record(sums: np.ndarray, pre: tuple | None, rows: np.ndarray | None = None) -> BatchStats:
@@ -752,9 +774,13 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
     every = not n or int(before[-1]) < remaining  # it decodes in every round (the round book draws no more)
     active = True if every else before < remaining
     calls = book.calls[rounds]
-    for m, t in enumerate(uniform):  # a drafter's calls must stay every lane's
+    for m, (t, p) in enumerate(uniform):  # a drafter's calls (and their tokens) must stay every lane's
         if np.count_nonzero(calls[:, m] != t if every else (calls[:, m] != t) & active):
             return None
+        if p is not None:
+            tokens = -(-book.call_tokens[rounds, m] // np.maximum(calls[:, m], 1))
+            if np.count_nonzero(tokens != p if every else (tokens != p) & active):
+                return None
     # from here on, win is the new window
     sp = win.spare
     if sp is None or sp["batch"].shape[0] < max(E, W):
@@ -839,8 +865,12 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
     w = P.stop - P.start
     for m, model in enumerate(engine.drafters[: book.D]):
         own = engine.max_draft > 0 and getattr(model, "own_prefill", True)
-        stats = uniform_unit_stats(lane5[0, P], lane5[2, P], uniform[m], pre if own else None)
-        draft_time = _add_calls(draft_time, model.stats_time(stats), uniform[m], w)
+        T, p = uniform[m]
+        if p is None:
+            stats = uniform_unit_stats(lane5[0, P], lane5[2, P], T, pre if own else None)
+        else:
+            stats = uniform_call_stats(lane5[0, P], lane5[2, P], T, p, pre if own else None)
+        draft_time = _add_calls(draft_time, model.stats_time(stats), T, w)
     if draft_time is None:
         draft_time = np.zeros(w)
     win.time[P] = time + draft_time
