@@ -1,0 +1,73 @@
+"""The published sources added for issue 37 item 6 (SpecForge issue 339, vLLM PR 16035): every
+acceptance entry a point names loads, cites its source, and holds the acceptance the source printed
+for that run; every published ratio is the source's own throughputs divided."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from draftsim.sim.acceptance_catalog import acceptance_entry
+from draftsim.sim.budget_tree import budget_tree
+from draftsim.sim.policies import parse_policy
+
+FOLDER = Path(__file__).resolve().parent.parent / "benchmarks" / "published"
+SOURCES = {"specforge_issue339.json": "https://github.com/sgl-project/SpecForge/issues/339",
+           "vllm_pr16035.json": "https://github.com/vllm-project/vllm/pull/16035"}
+
+
+def doc(name: str) -> dict:
+    return json.loads((FOLDER / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce", FOLDER / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name, url", SOURCES.items())
+def test_each_point_names_an_entry_that_loads_and_cites_the_same_source(name, url):
+    d = doc(name)
+    assert d["source"]["url"] == url and d["source"]["locator"] and d["unstated"]
+    for point in d["points"]:
+        entry = acceptance_entry(point["spec"].get("acceptance") or point["spec"]["tree_acceptance"])
+        assert url in entry.source and entry.quote.startswith("as printed")
+        assert entry.target == d["common"]["target"] and entry.method == point["spec"]["drafter_model"][0]
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_published_ratios_are_the_sources_throughputs_divided(name):
+    d = doc(name)
+    base = d["baseline_published_tok_s"]
+    for point in d["points"]:
+        b = base if not isinstance(base, dict) else base[str(point["run"]["max_num_seqs"])]
+        assert point["published"] == pytest.approx(point["published_tok_s"] / b, abs=1e-4), point["label"]
+
+
+def test_specforge_entries_hold_each_runs_printed_length(reproduce):
+    for point in doc("specforge_issue339.json")["points"]:
+        spec = point["spec"]
+        if "acceptance" in spec:  # the chain: steps 3, topk 1, 4 draft tokens = k 3
+            k = parse_policy(spec["policy"]).k
+            assert acceptance_entry(spec["acceptance"]).mean_length(k) == pytest.approx(point["published_acceptance_length"])
+            continue
+        entry = acceptance_entry(spec["tree_acceptance"])
+        assert entry.draft == "tree" and entry.values == {None: point["published_acceptance_length"]}
+        tree = parse_policy(spec["policy"])
+        steps, topk, drafts = (int(x) for x in point["label"].split()[1].rstrip(",").split("/"))
+        assert (tree.depth, tree.width, tree.max_nodes) == (steps, topk, drafts - 1)  # SGLang verifies num_draft_tokens - 1 drafts
+        alpha = reproduce.tree_rank_alpha(spec["policy"], point["published_acceptance_length"])
+        kept = budget_tree([alpha] * tree.width, tree.width, tree.depth, tree.max_nodes)
+        assert 1.0 + kept.expected_accepted() == pytest.approx(point["published_acceptance_length"], abs=1e-6)
+
+
+def test_vllm_pr16035_entry_holds_the_printed_lengths():
+    entry = acceptance_entry("eagle-llama-3-8b-mt-bench-vllm-pr16035")
+    assert entry.values == {2: 1.89, 4: 2.08}
+    assert entry.mean_length(2) == pytest.approx(1.89) and entry.mean_length(4) == pytest.approx(2.08)
