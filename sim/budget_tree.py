@@ -12,7 +12,8 @@ same record with the given nodes (:func:`static_tree`), verified whatever their 
 
 EAGLE-2 (Li et al. 2024, arXiv 2406.16858 §4) expands ``topk`` candidates per node for ``depth``
 steps and then *reranks*: it keeps the ``budget`` nodes of highest value (the product of draft
-confidences along the path) for verification — SGLang's ``speculative_num_draft_tokens``. Here a
+confidences along the path) for verification — SGLang's ``speculative_num_draft_tokens`` − 1 (its count
+holds the root: ``organize_draft_results`` keeps ``topk(score_list, num_draft_token - 1)``). Here a
 node's value is its probability of being on the accepted path, which never exceeds its parent's,
 so the kept nodes form a subtree; ties keep the shallower, then the lower ranks. The expected
 number of accepted draft tokens is the sum of the kept nodes' values (nodes of one level are

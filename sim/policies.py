@@ -279,7 +279,7 @@ class Tree(Policy):
     The simulators draft the ``width``/``depth`` tree and accept candidate r at a node with the
     process's per-rank acceptance (:meth:`draftsim.sim.acceptance.AcceptanceProcess.rank_prob`);
     under ``max_nodes`` smaller than the full tree they keep its ``max_nodes`` most valuable nodes,
-    as EAGLE-2 reranks and SGLang's ``speculative_num_draft_tokens`` caps
+    as EAGLE-2 reranks and SGLang's ``speculative_num_draft_tokens`` caps (less one: its count holds the root)
     (:mod:`draftsim.sim.budget_tree`), and verify those. The effect of pruning and merging
     reaches them through traces of real runs.
     """
