@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from benchscript import load_script
 
 FOLDER = Path(__file__).resolve().parent.parent / "benchmarks" / "published"
 
 
 def reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", FOLDER / "reproduce.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/published/reproduce.py")
 
 
 @pytest.mark.parametrize("path", sorted(FOLDER.glob("*.json")), ids=lambda p: p.stem)

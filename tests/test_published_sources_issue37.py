@@ -4,11 +4,11 @@ for that run; every published ratio is the source's own throughputs divided."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from benchscript import load_script
 
 from draftsim.sim.acceptance_catalog import acceptance_entry
 from draftsim.sim.budget_tree import budget_tree
@@ -25,10 +25,7 @@ def doc(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", FOLDER / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/published/reproduce.py")
 
 
 @pytest.mark.parametrize("name, url", SOURCES.items())

@@ -3,22 +3,15 @@ acceptance (benchmarks/published/reproduce.py, ``tree_acceptance``)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchscript import load_script
 
 from draftsim.sim.budget_tree import budget_tree
-
-FOLDER = Path(__file__).resolve().parent.parent / "benchmarks" / "published"
 
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("reproduce", FOLDER / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/published/reproduce.py")
 
 
 @pytest.mark.parametrize("policy, width, depth, nodes, length", [

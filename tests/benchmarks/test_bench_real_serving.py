@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+from benchscript import load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_real_serving", ROOT / "benchmarks" / "bench_real_serving.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_real_serving", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_real_serving.py")
 
 
 BENCH = _bench()

@@ -6,18 +6,15 @@ aiconfigurator-core 0.12.0 is not installed."""
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from benchscript import load_script
 from operatortables import tables
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "bench_vidur.py"
 DATA = ROOT / "benchmarks" / "data" / "vidur"
 
 #: issue 37: the operator model's error, median per operator kind
@@ -30,11 +27,7 @@ A100_GEMM_BOUND = min(A100_GEMM_MEDIAN + 0.013, GOAL)
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_vidur", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclass looks its module up by name
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/bench_vidur.py")
 
 
 @pytest.fixture(scope="module")

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchscript import load_script
 
 pytest.importorskip("pyarrow")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("derive_mbu", ROOT / "benchmarks" / "derive_mbu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/derive_mbu.py")
 
 
 def test_the_catalog_mbu_is_derived_from_the_gpus_measured_kernels_and_checked_where_measured_end_to_end():

@@ -4,8 +4,6 @@ exactly what AIConfigurator measured scores zero on its table rows); bad input r
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import math
 import os
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchscript import load_script
 from operatortables import tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,10 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "gpu_operators.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_operators", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/gpu_operators.py")
 
 
 G = _module()

@@ -516,13 +516,9 @@ def test_a_heads_share_of_a_batch_1_step_is_about_its_share_of_the_weights_read(
 
 
 def test_the_published_reproduction_prices_by_operators_only_where_tables_exist():
-    import importlib.util
-    from pathlib import Path
+    from benchscript import load_script
 
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "published" / "reproduce.py"
-    spec = importlib.util.spec_from_file_location("reproduce", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("benchmarks/published/reproduce.py")
     assert mod.priced_by({"hardware": "h100-sxm"}, "operators") == "operators"
     assert mod.priced_by({"hardware": "rtx-3090"}, "operators") == "roofline"
     assert mod.priced_by({"hardware": "h100-sxm"}) == "roofline"
