@@ -375,8 +375,8 @@ POLICIES = Registry("policy", plural="policies", base=Policy, entries=[
                           Param("sib", _float, "theta_sib"), Param("exit", _float, "theta_exit"), Param("merge", _int),
                           Param("nodes", _int, "max_nodes"), Param("choices", tree_choices)),
           (("tree:width=2,depth=4", "token tree, candidates accepted by per-rank rates"),
-           ("tree:width=4,depth=5,nodes=8", "EAGLE-2 dynamic tree: top-4 per node, 5 steps, the 8 most\n"
-            "likely nodes verified (SGLang's eagle_topk, num_steps, num_draft_tokens)"),
+           ("tree:width=4,depth=5,nodes=7", "EAGLE-2 dynamic tree: top-4 per node, 5 steps, the 7 most\n"
+            "likely nodes verified (SGLang's eagle_topk, num_steps, num_draft_tokens 8: the root and 7)"),
            ("tree:choices=medusa-63", "a static tree: Medusa's 63-node default (medusa_choices; eagle-25:\n"
             "EAGLE-1's), or a JSON file of rank paths [[0], [0, 0], [1], ...]"),
            ("tree:width=3,depth=5,prob=0.05,sib=0.1,exit=0.02,merge=2,nodes=48",

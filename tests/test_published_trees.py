@@ -16,7 +16,7 @@ def mod():
 
 @pytest.mark.parametrize("policy, width, depth, nodes, length", [
     ("tree:width=8,depth=8,nodes=63", 8, 8, 63, 5.88),  # SGLang PR 4716's EAGLE-3 tree (64 draft tokens: the root and 63 nodes)
-    ("tree:width=4,depth=5,nodes=8", 4, 5, 8, 3.1),  # SGLang's defaults
+    ("tree:width=4,depth=5,nodes=7", 4, 5, 7, 3.1),  # SGLang's defaults (num_draft_tokens 8: the root and 7 nodes)
     ("tree:width=2,depth=3", 2, 3, 14, 2.5),  # a full tree (no node budget)
 ])
 def test_the_solved_rank_rate_gives_the_published_length(mod, policy, width, depth, nodes, length):
