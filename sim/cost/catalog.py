@@ -224,6 +224,10 @@ class HardwareSpec:
     usable_memory : fraction of memory that may hold weights and KV cache
     sm_count : streaming multiprocessors (0: not listed); a kernel's thread blocks run on them in
         waves (the operator model's FlashAttention-2 decode, sim/cost/efficiency.py)
+    fused_moe : fixed seconds of one fused-MoE kernel call (one per MoE layer) beyond its weight and
+        activation bytes at the MBU: the roofline's routed experts take it on top of their bytes
+        (0: not derived; the routed experts priced at the plain MBU). Derived where the GPU has
+        measured fused-MoE tables (benchmarks/derive_fused_moe.py)
     """
 
     name: str
@@ -243,6 +247,7 @@ class HardwareSpec:
     notes: str = ""
     measured: dict = field(default_factory=dict)
     sm_count: int = 0
+    fused_moe: float = 0.0
 
     @property
     def calibration(self) -> dict | None:
@@ -270,7 +275,7 @@ class HardwareSpec:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 1e-6 <= v <= 1):
                 raise DraftsimError(f"hardware {self.name!r}: {key} must lie in [1e-06, 1]; got {v!r}")
-        for key in ("interconnect_bandwidth", "interconnect_latency", "overhead", "overhead_per_layer"):
+        for key in ("interconnect_bandwidth", "interconnect_latency", "overhead", "overhead_per_layer", "fused_moe"):
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0 (and finite); got {v!r}")
@@ -292,7 +297,7 @@ _MODEL_OPTIONAL = ("kv_heads", "head_dim", "tied_embeddings", "mlp", "max_contex
                    *_MOE_FIELDS)
 _HW_REQUIRED = ("peak_tflops", "memory_bandwidth_gbs", "memory_gb", "source")
 _HW_OPTIONAL = ("interconnect_gbs", "interconnect_latency_us", "mfu", "mbu", "ici_efficiency", "overhead_us", "overhead_per_layer_us",
-                "usable_memory", "kind", "notes", "measured", "aliases", "sm_count")
+                "usable_memory", "kind", "notes", "measured", "aliases", "sm_count", "fused_moe_us")
 
 
 def _check_keys(what: str, name: str, entry, required, optional) -> None:
@@ -335,7 +340,7 @@ def hardware_from_entry(name: str, e: dict) -> HardwareSpec:
         mfu=num("mfu", 0.6), mbu=num("mbu", 0.7), ici_efficiency=num("ici_efficiency", 0.7),
         overhead=num("overhead_us") * 1e-6, overhead_per_layer=num("overhead_per_layer_us") * 1e-6,
         usable_memory=num("usable_memory", 0.9), kind=e.get("kind", "gpu"), source=e["source"], notes=e.get("notes", ""),
-        measured=e.get("measured", {}), sm_count=e.get("sm_count", 0),
+        measured=e.get("measured", {}), sm_count=e.get("sm_count", 0), fused_moe=num("fused_moe_us") * 1e-6,
     )
 
 
@@ -370,6 +375,8 @@ def hardware_to_entry(hw: HardwareSpec) -> dict:
         e["measured"] = hw.measured
     if hw.sm_count:
         e["sm_count"] = hw.sm_count
+    if hw.fused_moe:
+        e["fused_moe_us"] = hw.fused_moe * 1e6
     return e
 
 

@@ -104,9 +104,11 @@ class ExpertCost:
     ``flops_per_token`` of one expert (its share on this device), ``act_bytes`` of activations
     per token per expert it runs. ``groups`` > 1: expert parallelism over that many devices,
     each holding whole experts (then the shares are whole experts' and a call costs the busiest
-    device's; module docstring). ``measured``: one layer's measured seconds for calls of N tokens
-    (:class:`~draftsim.sim.cost.moe_tables.MeasuredExperts`, the fused-MoE kernel at the rows each
-    awake expert receives), which :meth:`seconds` then prices in place of the roofline."""
+    device's; module docstring). ``fixed``: seconds of one layer's fused-MoE call beyond its bytes and
+    FLOPs (the catalog's ``fused_moe_us``, :class:`~draftsim.sim.cost.catalog.HardwareSpec`), added to
+    every layer of a call of at least one token. ``measured``: one layer's measured seconds for calls of N
+    tokens (:class:`~draftsim.sim.cost.moe_tables.MeasuredExperts`, the fused-MoE kernel at the rows each
+    awake expert receives), which :meth:`seconds` then prices in place of the roofline (``fixed`` unused)."""
 
     layers: int
     experts: int
@@ -116,6 +118,7 @@ class ExpertCost:
     flops_per_token: float
     groups: int = 1
     measured: Callable | None = None
+    fixed: float = 0.0
 
     def _pairs(self, n: np.ndarray) -> np.ndarray:
         if self.groups == 1:
@@ -131,9 +134,15 @@ class ExpertCost:
     def flops(self, n_tokens) -> np.ndarray:
         return self.layers * self._pairs(np.asarray(n_tokens, dtype=np.float64)) * self.flops_per_token
 
+    def fixed_seconds(self, n_tokens) -> np.ndarray | float:
+        """``fixed`` per layer, summed over the layers, for calls of N > 0 tokens (0 for N = 0)."""
+        if not self.fixed:
+            return 0.0
+        return np.where(np.asarray(n_tokens, dtype=np.float64) > 0, self.layers * self.fixed, 0.0)
+
     def seconds(self, n_tokens, bandwidth: float, peak: float) -> np.ndarray:
-        """max(bytes / bandwidth, FLOPs / peak) per layer, summed over the layers; with ``measured``
-        the layers' measured time instead."""
+        """max(bytes / bandwidth, FLOPs / peak) per layer plus ``fixed``, summed over the layers; with
+        ``measured`` the layers' measured time instead."""
         if self.measured is not None:
             return self.layers * np.asarray(self.measured(np.asarray(n_tokens, dtype=np.float64)), dtype=np.float64)
-        return np.maximum(self.bytes(n_tokens) / bandwidth, self.flops(n_tokens) / peak)
+        return np.maximum(self.bytes(n_tokens) / bandwidth, self.flops(n_tokens) / peak) + self.fixed_seconds(n_tokens)

@@ -37,7 +37,16 @@ LM head kept in ``bfloat16`` (what those formats leave unquantised) — an assum
 what attention reads and what the cache holds against ``bfloat16``.
 
 Efficiency factors (``mfu``, ``mbu``, ``ici_efficiency``) come from the hardware entry and
-may be overridden. Norms, rotary embeddings, biases and softmax are neglected (a few % of the
+may be overridden.
+
+**Routed experts** (:mod:`~draftsim.sim.cost.moe`): the weights of the experts a call wakes (uniform
+routing) at the MBU, plus a fixed time per fused-MoE call, one per MoE layer: the hardware entry's
+``fused_moe_us``, derived from the GPU's measured fused-MoE table at one anchor (Qwen3-30B-A3B,
+bfloat16, one token, one GPU: benchmarks/derive_fused_moe.py). The tables show that form: at one token
+a fused-MoE call of any shape takes some 20–25 µs more than its bytes at the MBU on H100/H200 (Qwen3-30B-A3B
+at tp 8 reads 4 µs of weights and measures 21–25 µs), while large calls run at about the MBU; an
+efficiency (one factor on the bytes) would price the big calls twice too slow. A GPU without the field
+(no fused-MoE table) prices the routed experts at the plain MBU, no fixed time. Norms, rotary embeddings, biases and softmax are neglected (a few % of the
 FLOPs and bytes of one layer). Sliding-window attention (Mistral-7B v0.1, Gemma-2 local
 layers) is treated as full attention, which overestimates KV reads beyond the window.
 """
@@ -79,13 +88,16 @@ class RooflineModel(CostModel):
         package is installed, and rows per awake expert do not tell one token from eight (both ~1 row)
         where the table's efficiency climbs from ~0.16 to ~0.6; False, or without a table: the catalog's MBU and MFU
     kv_per_query : attention reads each query's whole context (a verification by batch expansion)
+    fused_moe : seconds of one fused-MoE call beyond its bytes, per MoE layer (None: the hardware's
+        ``fused_moe``, 0 where not derived; unused with a measured ``moe_efficiency`` curve)
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
                  mfu: float | None = None, mbu: float | None = None, ici_efficiency: float | None = None,
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
                  graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
-                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None, moe_efficiency: bool = False):
+                 expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None, moe_efficiency: bool = False,
+                 fused_moe: float | None = None):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -107,6 +119,8 @@ class RooflineModel(CostModel):
         self.mbu = hardware.mbu if mbu is None else _fraction("mbu", mbu)
         self.ici_efficiency = hardware.ici_efficiency if ici_efficiency is None else _fraction("ici_efficiency", ici_efficiency)
         self.overhead = hardware.overhead if overhead is None else float(_nonneg("overhead", overhead))
+        #: seconds of one fused-MoE call (one per MoE layer) beyond its bytes at the MBU (0: none)
+        self.fused_moe = hardware.fused_moe if fused_moe is None else float(_nonneg("fused_moe", fused_moe))
         self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
         #: CUDA-graph capture sizes in tokens: the dense operators run at the next size up (None: no padding)
         self.graph_tokens = None if graph_tokens is None else tuple(int(x) for x in graph_tokens)
@@ -256,6 +270,8 @@ class RooflineModel(CostModel):
                 self.expert_efficiency = curve
                 self._experts = dataclasses.replace(self._experts, measured=curve.priced(self._experts, self.hardware.memory_bandwidth,
                                                                                           self.peak))
+            elif self.fused_moe:  # the fused-MoE call's fixed time on top of its bytes (module docstring)
+                self._experts = dataclasses.replace(self._experts, fixed=self.fused_moe)
         groups.append((np.array([head]), 1))
         return groups
 
@@ -294,7 +310,7 @@ class RooflineModel(CostModel):
             return self._experts.seconds(N, 0.0, 0.0)
         if self.overlap < 1.0:
             B, P = self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu
-            return overlapped(self._experts.bytes(N) / B, self._experts.flops(N) / P, self.overlap)
+            return overlapped(self._experts.bytes(N) / B, self._experts.flops(N) / P, self.overlap) + self._experts.fixed_seconds(N)
         return self._experts.seconds(N, self.hardware.memory_bandwidth * self.mbu, self.peak * self.mfu)
 
     # -- the cost interface ----------------------------------------------------------------------
@@ -318,6 +334,8 @@ class RooflineModel(CostModel):
             _accumulate(mem, cmp, self._experts.bytes(N) / B, self._experts.flops(N) / P)
         mem += N * (self._embed_bytes / B)
         fixed = self._fixed + self._comm_fixed + self._comm_per_token * N + self._allreduce_seconds(N)
+        if self._experts is not None:
+            fixed = fixed + self._experts.fixed_seconds(N)
         return mem, cmp, fixed
 
     def _time(self, stats: BatchStats) -> np.ndarray:
@@ -437,7 +455,7 @@ class RooflineModel(CostModel):
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
                              floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query, kv_dtype=self.kv_dtype,
-                             moe_efficiency=self.moe_efficiency)
+                             moe_efficiency=self.moe_efficiency, fused_moe=self.fused_moe)
 
 
 class _DenseCurve:

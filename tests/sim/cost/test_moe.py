@@ -77,11 +77,13 @@ def test_a_one_expert_moe_is_its_dense_twin_plus_a_router_and_dense_models_are_u
     B = hw.memory_bandwidth * hw.mbu
     for n in (1, 4, 64, 512):
         a = float(RooflineModel(dense, hw).shape_time(1, n, 512))
-        # the identity of the roofline's formula, at the catalog's MBU/MFU for both (by default the twin's
-        # experts run at the grouped-GEMM efficiency H100's MoE table measures: sim/cost/moe_tables.py)
-        b = float(RooflineModel(twin, hw, moe_efficiency=False).shape_time(1, n, 512))
+        # the identity of the roofline's formula, at the catalog's MBU/MFU for both (the fused-MoE call's fixed
+        # time, hardware.json's fused_moe_us, set apart: 0 here, then on top once per MoE layer)
+        b = float(RooflineModel(twin, hw, moe_efficiency=False, fused_moe=0.0).shape_time(1, n, 512))
         router = 32 * (4096 * 1 + (4096 + 1) * n) * 2 / B  # its weights and its activations in and out, memory-bound
         assert b - a == pytest.approx(router, rel=1e-6)
+        c = float(RooflineModel(twin, hw, moe_efficiency=False).shape_time(1, n, 512))
+        assert hw.fused_moe > 0 and c - a == pytest.approx(router + 32 * hw.fused_moe, rel=1e-6)
     assert RooflineModel(dense, hw).model.architecture == "32x4096/14336 h32/8x128 v128256"
 
 

@@ -45,7 +45,8 @@ def test_grouped_gemm_efficiency_is_low_at_one_row_per_expert_and_rises_with_row
     m = CAT.model("deepseek-v3")
     table = measured_experts(m, "h200", "vllm", "float8", tp=8)
     assert table is not None and "triton" in table.kernel and table.moe_dtype == "fp8_block"
-    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8, moe_efficiency=False)  # the plain roofline of the experts
+    # the plain roofline of the experts' bytes and FLOPs (without the catalog's fixed time per fused-MoE call)
+    roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8, moe_efficiency=False, fused_moe=0.0)
     B, P = roof.hardware.memory_bandwidth, roof.peak  # the hardware's own peaks: efficiency against the datasheet
     n = np.array([1.0, 8.0, 64.0])
     per_layer = roof._experts.seconds(n, B, P) / m.moe_layers
@@ -193,7 +194,8 @@ def test_the_roofline_prices_routed_experts_at_the_grouped_gemm_efficiency_the_g
     assert curve is grouped_gemm_efficiency(hw, "float8", 8, model=m)
     n = np.array([1.0, 8.0, 64.0, 512.0])
     rows = tokens_per_awake_expert(n, m.experts, m.experts_per_token)
-    datasheet = plain._experts.seconds(n, hw.memory_bandwidth, roof.peak)
+    bytes_only = RooflineModel(m, hw, "float8", tp=8, fused_moe=0.0)  # the curve scales the experts' bytes and FLOPs alone
+    datasheet = bytes_only._experts.seconds(n, hw.memory_bandwidth, roof.peak)
     assert np.allclose(roof._expert_seconds(n), datasheet / curve(rows), rtol=1e-12)
     assert np.all(curve.efficiency > 0) and np.all(curve.efficiency <= 1.0)  # never above the datasheet
     assert curve.rows[0] == 1.0 and curve(1.0) < 0.3  # one row per expert, the one-token call's measured point kept
