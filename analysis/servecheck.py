@@ -50,7 +50,7 @@ from ..sim.controllers import parse_controller
 from ..sim.cost.base import BatchStats, CostModel
 from ..sim.cost.linear import CallCost
 from ..sim.cost.methods import LOOKUPS
-from ..sim.cost.profile import ProfileCost, load_profile
+from ..sim.cost.profile import ProfileCost, load_profile, pow2
 from ..sim.errors import DraftsimError
 from ..sim.policies import parse_policy
 from ..sim.replay import VARIABLE_PROPOSALS, RecordedLengths
@@ -169,6 +169,16 @@ class StepCost(CostModel):
             t[miss] = self._call(B[miss], n[miss], c[miss])
         return t
 
+    def _prefill_tokens(self, n):
+        """The tokens a joiner's prefill of ``n`` prompt tokens computes: through a static cache its
+        padded count, the next power of two, where that fits the cache (:meth:`StaticKV.forward
+        <draftsim.realrun.statickv.StaticKV.forward>` runs a call that would overflow it at its own
+        length), so a prompt of 129 tokens is priced as the 256 it computes; else ``n``."""
+        if not self.static_rows:
+            return n
+        padded = pow2(n)
+        return np.where(padded <= (self.static_tokens or np.inf), padded, n)
+
     def _call(self, S, n, c, rows_per_sequence=None, base=None):
         """A uniform call of S sequences × n new tokens at context c, priced by the profile
         (``base``, default :attr:`base`)."""
@@ -198,7 +208,7 @@ class StepCost(CostModel):
             B, n, c = (stats.padded[..., i] for i in range(3))
             verify = np.where(B > 0, self._static(B, n, c) if self.static_rows else self._call(B, n, c), 0.0)
             joiners, tokens = stats.prefill[..., 0], stats.prefill[..., 1]
-            each = self._call(1.0, tokens / np.maximum(joiners, 1.0), 0.0, rows_per_sequence=1.0, base=self.prefill)
+            each = self._call(1.0, self._prefill_tokens(tokens / np.maximum(joiners, 1.0)), 0.0, rows_per_sequence=1.0, base=self.prefill)
             prefills = np.where(joiners > 0, joiners * each, 0.0)
             return verify + prefills + own
         t = self._forward(stats) + own

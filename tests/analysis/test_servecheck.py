@@ -121,6 +121,34 @@ def test_interpolating_between_padded_shapes_underprices_a_static_step():
     assert float(plain._call(17, 1, 600)) < 0.7 * want  # mostly the 16-row bucket's time
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 900), st.integers(1, 3))
+def test_a_static_cache_prefill_is_priced_at_the_tokens_it_computes(n, joiners):
+    """A joiner's prefill through a static cache computes its prompt padded to the next power of two
+    where that fits the cache, else at its own length (StaticKV.forward); the step's prefills are
+    priced there, joiner by joiner, on a prefill profile whose time is a function of the tokens
+    computed (the H200's: 48 prompt tokens cost what 64 do)."""
+    from draftsim.analysis.servecheck import StepCost
+    from draftsim.sim.cost import ProfileCost
+    from draftsim.sim.cost.profile import pow2
+
+    new = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    prefill = ProfileCost(model="m", batch=(1,), new_tokens=new, context=(0,),
+                          seconds=np.array([[[1e-3 * (2.0 + 0.1 * t)] for t in new]]), extrapolate="clamp")
+    prof, _ = _bucketed_profile()
+    width = 1000
+    static = StepCost(prof, 0.0, 0.0, 4, prefill=prefill, static_rows=32, static_tokens=width)
+    computed = pow2(n) if pow2(n) <= width else n
+    assert float(static._prefill_tokens(n)) == computed
+    stats = BatchStats(np.float64(joiners), np.float64(joiners * n), np.float64(0.0), np.float64(0.0),
+                       padded=np.zeros(3), prefill=np.array([joiners, joiners * n], dtype=np.float64))
+    # a padded count is a grid point, priced as measured; a prompt run at its own length, as the profile interpolates it
+    each = 1e-3 * (2.0 + 0.1 * computed) if computed in new else float(prefill.lookup(1.0, float(computed), 0.0))
+    assert float(static._time(stats)) == pytest.approx(joiners * each, rel=1e-9)
+    ragged = StepCost(prof, 0.0, 0.0, 4, prefill=prefill)
+    assert float(ragged._prefill_tokens(n)) == n  # a ragged cache computes the prompt as it is
+
+
 def test_check_serve_prices_the_h200_traces_and_says_what_the_profile_misses():
     """The H200 serving runs of figures/gpu-h200 (2026-11-26) replayed on their own profile: the
     description says the profile's contexts stop at 768 while 97% of the saturated run's
