@@ -155,15 +155,26 @@ def summary_table(results: dict, serving: dict | None) -> list[str]:
     return rows
 
 
-def readme(a, out: Path, name: str, results: dict) -> str:
+def versions() -> dict:
+    """The versions that measure or check: Python, torch, transformers."""
     import torch
     import transformers
 
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def _shown(v: dict) -> str:
+    return f"python {v['python']}, torch {v['torch']}, transformers {v['transformers']}"
+
+
+def readme(a, out: Path, name: str, results: dict) -> str:
     path = out / "serving" / "results.json"
     serving = json.loads(path.read_text()) if path.exists() else None
+    here = versions()
+    used = (results.get("measured_on") or {}).get("versions") or here
     lines = [f"# GPU fidelity: {a.target} drafted by controlled:{a.rate:g}@{a.cost} on {name}", "",
-             f"Written by `benchmarks/gpu_fidelity.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; python "
-             f"{platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}; device `{a.device}`, "
+             f"Written by `benchmarks/gpu_fidelity.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Measured with "
+             f"{_shown(used)}" + ("" if used == here else f"; checked with {_shown(here)}") + f"; device `{a.device}`, "
              f"{a.dtype}, static caches (CUDA graphs on a GPU); k = {a.k}, acceptance {a.rate:g} per position, {a.requests} requests "
              f"of {a.output_len} tokens, batches up to {a.max_batch}. Catalog hardware for the roofline check: `{a.hardware}`.", "",
              *summary_table(results, serving), "",
@@ -212,7 +223,7 @@ def main() -> int:
     results: dict = {"device": name, "args": vars(a), "commands": log, "load_average_start": list(os.getloadavg())}
     if a.measure_only:  # a resumed measurement keeps the commands of the calls before it
         log.extend((before.get("measured_on") or {}).get("commands", []))
-        results["measured_on"] = {"device": name, "commands": log}
+        results["measured_on"] = {"device": name, "commands": log, "versions": versions()}
     elif before.get("measured_on"):
         results["measured_on"] = before["measured_on"]
     if "single" not in skip:
