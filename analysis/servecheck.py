@@ -152,6 +152,9 @@ class StepCost(CostModel):
     #: A profile that prices the joiners' prefill calls (default: ``base``): one of batch 1 and
     #: long calls, so that ``base`` needs no long calls at every batch size.
     prefill: ProfileCost | None = None
+    #: Prefill profiles of the draft models (``profile --path server-prefill`` of each): a joiner's
+    #: prefill also feeds its prompt but the last token to each drafter's cache, in the same timed call.
+    drafter_prefills: tuple = ()
     #: A static cache's rows and tokens (``static_tokens``; None: unbounded): its steps are priced at
     #: their padded shapes (see the class docstring). None: a ragged cache.
     static_rows: int | None = None
@@ -208,7 +211,10 @@ class StepCost(CostModel):
             B, n, c = (stats.padded[..., i] for i in range(3))
             verify = np.where(B > 0, self._static(B, n, c) if self.static_rows else self._call(B, n, c), 0.0)
             joiners, tokens = stats.prefill[..., 0], stats.prefill[..., 1]
-            each = self._call(1.0, self._prefill_tokens(tokens / np.maximum(joiners, 1.0)), 0.0, rows_per_sequence=1.0, base=self.prefill)
+            n = tokens / np.maximum(joiners, 1.0)
+            each = self._call(1.0, self._prefill_tokens(n), 0.0, rows_per_sequence=1.0, base=self.prefill)
+            for d in self.drafter_prefills:  # the drafter reads the prompt but its last token (the first draft feeds that)
+                each = each + self._call(1.0, self._prefill_tokens(np.maximum(n - 1.0, 1.0)), 0.0, rows_per_sequence=1.0, base=d)
             prefills = np.where(joiners > 0, joiners * each, 0.0)
             return verify + prefills + own
         t = self._forward(stats) + own
@@ -353,23 +359,27 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
     in-sample fit."""
     if profile is not None and costs_from is not None:
         raise DraftsimError("give --profile or --costs-from, not both")
-    if prefill_profile is not None and profile is None:
+    prefill_profiles = [prefill_profile] if isinstance(prefill_profile, (str, Path)) else list(prefill_profile or [])
+    if prefill_profiles and profile is None:
         raise DraftsimError("--prefill-profile prices the prefills next to --profile; give --profile too")
-    prefill = None
+    prefill, drafter_prefills = None, []
     if profile is not None:
         base = _profile_of(meta, profile)
-        if prefill_profile is not None:
-            prefill = _profile_of(meta, prefill_profile)
-            if prefill.batch[0] != 1 or prefill.context[0] != 0 or prefill.last_row_seconds is None:
-                raise DraftsimError(f"the prefill profile {prefill_profile} must start its batch axis at 1 and its context axis at "
-                                    "0 and hold a last-row table (draftsim profile --batch 1 --context 0 ...)")
-        paths = {base.path} | ({prefill.path} if prefill is not None else set())
         static = (meta.get("cache") or {}).get("layout") == "static"
         if static != (base.path == "server-static"):
             raise DraftsimError(f"the profile {profile} times the {base.path!r} path but the run used "
                                 f"{'the static cache (profile --path server-static)' if static else 'the ragged cache (profile --path server)'}")
-        what = f"profile {profile}" + (f", prefills from {prefill_profile}" if prefill is not None else "") + (
-            "" if paths <= {"server", "server-static"} else
+        if prefill_profiles:
+            prefill = _profile_of(meta, prefill_profiles[0])
+            drafter_prefills = [_drafter_profile_of(meta, p) for p in prefill_profiles[1:]]
+            for p, prof in zip(prefill_profiles, [prefill, *drafter_prefills]):
+                if prof.batch[0] != 1 or prof.context[0] != 0 or prof.last_row_seconds is None:
+                    raise DraftsimError(f"the prefill profile {p} must start its batch axis at 1 and its context axis at 0 and hold a "
+                                        "last-row table (draftsim profile --batch 1 --context 0 ...)")
+        paths = {base.path} | {p.path for p in ([prefill] if prefill is not None else []) + drafter_prefills}
+        shown = ", ".join(map(str, prefill_profiles))
+        what = f"profile {profile}" + (f", prefills from {shown}" if prefill_profiles else "") + (
+            "" if paths <= {"server", "server-static", "server-prefill"} else
             " (of the model's own call: the server's forward adds its ragged mask; profile --path server)")
     elif costs_from is not None:
         from ..realrun.servetrace import ServeTrace
@@ -396,8 +406,28 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
     static = {}
     if profile is not None and cache.get("layout") == "static":  # priced at its padded shapes (StepCost)
         static = {"static_rows": int(meta["max_batch"]), "static_tokens": cache.get("static_tokens")}
-    return (StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max, prefill=prefill, **static), what,
+    return (StepCost(base, max(float(a), 0.0), max(float(b), 0.0), k_max, prefill=prefill, drafter_prefills=tuple(drafter_prefills),
+                     **static), what,
             {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)})
+
+
+def _drafter_profile_of(meta: dict, path) -> ProfileCost:
+    """A prefill profile of the run's draft model (a controlled drafter's cost model, a draft
+    model), measured on this run's machine: it prices the drafter's read of each joiner's prompt,
+    which the server times inside the joiner's prefill (``Server._prefill``)."""
+    from ..sim.replay import seeded
+
+    prof = load_profile(path, extrapolate="clamp", monotone=False)
+    spec = str(meta.get("drafter") or "")
+    model = spec.partition("@")[2] if spec.startswith("controlled") else spec
+    if not model or seeded(prof.model) != seeded(model):
+        raise DraftsimError(f"the prefill profile {path} is of {prof.model}; after the target's, a --prefill-profile prices the "
+                            f"drafter's prompt read and must be of its model ({model or 'this run drafts with none'})")
+    try:
+        prof.check_fingerprint(machine={k: meta.get("machine", {}).get(k) for k in ("cpu", "cores", "device")})
+    except DraftsimError as exc:
+        raise DraftsimError(f"the profile {path} does not describe this trace's run: {exc}") from None
+    return prof
 
 
 def _drafter_cost(meta: dict, steps: list) -> CostModel:

@@ -173,7 +173,8 @@ def check(a, trace: Path, log, profile: bool | str = True) -> dict:
     """check-serve of a trace: costs from the profile, (``profile=False``) fitted to the run's own
     calls, or (``profile="roofline"``/``"operators"``) the catalog rooflines or the operator model
     with engine overheads on ``--hardware``."""
-    given = ["--profile", str(a.profile)] + (["--prefill-profile", str(a.prefill_profile)] if a.prefill_profile else [])
+    given = ["--profile", str(a.profile)] + [x for p in (a.prefill_profile, getattr(a, "drafter_prefill_profile", None)) if p
+                                              for x in ("--prefill-profile", str(p))]
     if profile in ("roofline", "operators"):
         given = ["--hardware", a.hardware, "--dtype", a.dtype or "float32", "--cost-model", profile]
     out = sh(["check-serve", str(trace), *(given if profile else []), "--json"], log)
@@ -301,17 +302,27 @@ def main() -> int:
         # 768: the server's cache grows stale slots up to twice its longest context before a
         # compaction, and a CPU forward's cost is not linear between 128 and 512 (a 512 point
         # alone overpriced widths near 350 by ~12%)
+        # Through a static cache the prefills are profiled as the server runs them (path server-prefill: eager, a fresh
+        # one-row cache; the graphed server-static calls priced the H200's 24-28 ms short a joiner), up to the 1,024 tokens the
+        # bundled prompts (up to ~880 tokens) pad to, and so is the drafter model's read of each prompt, which the server
+        # times inside the prefill (a controlled drafter's cost model)
         a.profile, a.prefill_profile = str(out / "profile.json"), str(out / "profile-prefill.json")
         batch, new, context = a.profile_batch, "1,2,3,4,6,8", a.profile_context
+        prefill_tokens = "1,2,4,8,16,32,48,64,96,128,192,256,384,512"
+        step_path = prefill_path = "server"
         if a.static_cache:
             batch, new, context = static_grid(batch, new, context)
-        grids = ((a.profile, ["--batch", batch, "--new-tokens", new, "--context", context, "--repeats", "3"]),
-                 (a.prefill_profile, ["--batch", "1", "--new-tokens", "1,2,4,8,16,32,48,64,96,128,192,256,384,512", "--context", "0",
-                                      "--repeats", "5"]))
-        for path, grid in grids:
+            prefill_tokens, step_path, prefill_path = prefill_tokens + ",768,1024", "server-static", "server-prefill"
+        prefill_grid = ["--batch", "1", "--new-tokens", prefill_tokens, "--context", "0", "--repeats", "5"]
+        grids = [(a.profile, a.model, step_path, ["--batch", batch, "--new-tokens", new, "--context", context, "--repeats", "3"]),
+                 (a.prefill_profile, a.model, prefill_path, prefill_grid)]
+        drafter_model = a.drafter.partition("@")[2] if a.drafter.startswith("controlled") else None
+        if a.static_cache and drafter_model:
+            a.drafter_prefill_profile = str(out / "profile-prefill-drafter.json")
+            grids.append((a.drafter_prefill_profile, drafter_model, prefill_path, prefill_grid))
+        for path, model, kind, grid in grids:
             if not Path(path).exists():
-                args = ["profile", "--model", a.model, "--path", "server-static" if a.static_cache else "server", "--out", path, *grid,
-                        "--json"]
+                args = ["profile", "--model", model, "--path", kind, "--out", path, *grid, "--json"]
                 if a.threads:
                     args += ["--threads", str(a.threads)]
                 sh(args + device_args(a), log)

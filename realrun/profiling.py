@@ -27,7 +27,7 @@ from ..sim.cost.profile import ProfileCost
 from ..sim.errors import DraftsimError, as_count
 from .models import cache_arg, sync
 
-__all__ = ["PATHS", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
+__all__ = ["PATHS", "check_path_grid", "machine_fingerprint", "model_fingerprint", "model_spec", "profile_model", "drafter_seconds", "probe_hardware"]
 
 
 def _torch():
@@ -90,8 +90,12 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
 #: the model's plain causal call; the logit rows picked after the decoder), the calls
 #: ``draftsim serve`` makes and ``check-serve`` prices; ``server-static`` — the same loop
 #: through the static cache (:class:`draftsim.realrun.statickv.StaticKV`: fixed shapes, each
-#: shape a CUDA graph on a CUDA device), as ``draftsim serve --static-cache`` runs it.
-PATHS = ("model", "server", "server-static")
+#: shape a CUDA graph on a CUDA device), as ``draftsim serve --static-cache`` runs it;
+#: ``server-prefill`` — a joiner's prefill as that server runs it (``Server._prefill``): a fresh
+#: one-row static cache per call, run eagerly (a cache used once captures no CUDA graph), at
+#: batch 1 and context 0 only. On an H200 the graphed ``server-static`` calls priced the served
+#: prefills 24-28 ms short each (figures/gpu-h200, third lease).
+PATHS = ("model", "server", "server-static", "server-prefill")
 
 
 class _ModelPath:
@@ -137,11 +141,14 @@ class _ServerPath:
     tokens each; each timed call is rolled back and trimmed as the server does after a
     rejection. Without a context every call gets a fresh cache, as the server's prefills do."""
 
+    #: CUDA graphs for the cache's shapes: None, the model's setting (graphs on a CUDA device); False, eager
+    graphs: bool | None = None
+
     def __init__(self, loaded, b: int, ids_c):
         from .kvcache import make_kv
 
         self.loaded, self.b, self.held = loaded, b, None
-        self.kv = make_kv(loaded, b)  # a static cache when the model has static_tokens (path server-static)
+        self.kv = make_kv(loaded, b, graphs=self.graphs)  # a static cache when the model has static_tokens (path server-static)
         self.kv.add_rows(b)
         if ids_c is not None:
             self.held = ids_c.tolist()
@@ -165,7 +172,7 @@ class _ServerPath:
         grid points did not finish in 537 s."""
         if self.held is None:
             self.release()
-            return _ServerPath(self.loaded, self.b, ids)
+            return type(self)(self.loaded, self.b, ids)
         more = ids.tolist()
         self._fill(more)
         self.held = [h + m for h, m in zip(self.held, more)]
@@ -180,7 +187,7 @@ class _ServerPath:
     def undo(self, n: int) -> "_ServerPath":
         if self.held is None:
             self.release()
-            return _ServerPath(self.loaded, self.b, None)
+            return type(self)(self.loaded, self.b, None)
         for r, held in enumerate(self.held):
             self.kv.rollback(r, held, len(held))
         self.kv.trim()
@@ -191,6 +198,20 @@ class _ServerPath:
         from .kvcache import release_kv
 
         release_kv(self.kv)
+
+
+def check_path_grid(path: str, batch: Sequence[int], context: Sequence[int]) -> None:
+    """Refuse a grid the path cannot time: ``server-prefill`` is one prompt at context 0."""
+    if path == "server-prefill" and (list(batch) != [1] or list(context) != [0]):
+        raise DraftsimError(f"--path server-prefill times a joiner's prefill, one prompt at context 0: give --batch 1 --context 0 "
+                            f"(got --batch {','.join(map(str, batch))} --context {','.join(map(str, context))})")
+
+
+class _PrefillPath(_ServerPath):
+    """Path ``server-prefill``: every call a fresh one-row static cache, run eagerly, as the
+    server prefills a joiner (:meth:`draftsim.realrun.serving.Server._prefill`)."""
+
+    graphs = False
 
 
 def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], context: Sequence[int], *, repeats: int = 5,
@@ -224,7 +245,8 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     seconds = np.zeros((len(batch), len(new_tokens), len(context)))
     spread = np.zeros_like(seconds)
     model = loaded.model
-    Caller = _ServerPath if path.startswith("server") else _ModelPath
+    check_path_grid(path, batch, context)
+    Caller = _PrefillPath if path == "server-prefill" else _ServerPath if path.startswith("server") else _ModelPath
 
     def grid(b: int, last_row: bool = False) -> np.ndarray:
         """(median, spread) seconds of ``b`` sequences × every new tokens × every context:
@@ -265,7 +287,7 @@ def profile_model(loaded, batch: Sequence[int], new_tokens: Sequence[int], conte
     # each path enters inference mode where its caller does (the server's masks and cache
     # bookkeeping are ordinary tensors)
     static_before = loaded.static_tokens  # path server-static: the calls go through a static cache of the grid's longest row
-    loaded.static_tokens = context[-1] + new_tokens[-1] + 16 if path == "server-static" else None
+    loaded.static_tokens = context[-1] + new_tokens[-1] + 16 if path in ("server-static", "server-prefill") else None
     try:
         for i, b in enumerate(batch):
             timed = grid(b)

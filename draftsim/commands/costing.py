@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from draftsim.analysis.table import format_table
+from draftsim.realrun.profiling import PATHS as PROFILE_PATHS
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, KV_DTYPES, Assembly, Deployment, assemble
 from draftsim.sim.cost.callparts import SPLIT_NOTES, split_basis, split_calls
@@ -344,7 +345,9 @@ class ProfileConfig:
     path: str = option("model", "the forward call timed: model = the model's own call (what the single-stream executors make and "
                        "check-sim prices, default); server = the batched serving loop's (ragged attention mask, per-row positions: "
                        "what draftsim serve makes and check-serve prices); server-static = the same through the static cache "
-                       "(draftsim serve --static-cache: fixed shapes, CUDA graphs on a CUDA device)", choices=("model", "server", "server-static"))
+                       "(draftsim serve --static-cache: fixed shapes, CUDA graphs on a CUDA device); server-prefill = a joiner's prefill "
+                       "as that server runs it (a fresh one-row static cache, eager; batch 1, context 0: check-serve's "
+                       "--prefill-profile of a --static-cache run)", choices=PROFILE_PATHS)
     seed: int = option(0, type=a.count("seed"))
 
 
@@ -447,8 +450,10 @@ def profile(config: ProfileConfig, progress=None) -> ProfileResult:
     bad = [d for d in drafter_names if d not in CHEAP_DRAFTERS]
     if bad:
         raise DraftsimError(f"--drafters knows {', '.join(CHEAP_DRAFTERS)}; got {bad[0]!r}")
+    from draftsim.realrun.profiling import check_path_grid, drafter_seconds, model_spec, probe_hardware, profile_model
+
+    check_path_grid(config.path, config.batch, config.context)
     from draftsim.realrun.models import load_model
-    from draftsim.realrun.profiling import drafter_seconds, model_spec, probe_hardware, profile_model
 
     if config.threads:
         import torch

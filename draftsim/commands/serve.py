@@ -88,9 +88,11 @@ class CheckServeConfig:
                              "(kernel times measured by NVIDIA AIConfigurator; see draftsim cost --help)", choices=COST_MODELS,
                              group="catalog deployment")
     profile: str | None = option(help="cost profile of the target on this machine (draftsim profile --path server)")
-    prefill_profile: str | None = option(help="a second profile that prices the joiners' prefills (batch 1, new tokens up to the "
-                                         "longest prompt, its last-row table): the step grid then needs no long calls "
-                                         "(default: --profile prices both)", metavar="FILE")
+    prefill_profile: list[str] = option([], "a second profile that prices the joiners' prefills (batch 1, context 0, new tokens "
+                                        "up to the longest prompt, its last-row table; of a --static-cache run: profile --path "
+                                        "server-prefill): the step grid then needs no long calls (default: --profile prices both). "
+                                        "Repeat it with the draft model's to price the drafter's read of each prompt, which the "
+                                        "server times inside the prefill", append=True, metavar="FILE")
     costs_from: str | None = option(help="fit the target's costs to another serving trace of the same model and machine (a "
                                     "calibration run); default, without --profile: fitted to TRACE itself (in-sample)",
                                     metavar="TRACE")
@@ -363,7 +365,8 @@ def check_serve(config: CheckServeConfig) -> CheckServeResult:
         out = _check_vllm(config)
     else:
         models = _catalog_models(config) if config.hardware else None
-        out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile, models=models)
+        out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile or None,
+                      models=models)
     rows = [CheckRow(r["metric"], r["predicted"], r["measured"], r["relative_error"]) for r in out["metrics"]]
     return CheckServeResult(out["path"], out["target"], out["drafter"], out["policy"], out["requests"], out["costs"], rows, out)
 
@@ -415,7 +418,7 @@ def _check_vllm(config: CheckServeConfig) -> dict:
 
     if not config.target or not config.hardware:
         raise DraftsimError("--vllm-result needs --target MODEL and --hardware HW (the deployment the run served)")
-    given = [flag for flag, value in (("--profile", config.profile), ("--prefill-profile", config.prefill_profile),
+    given = [flag for flag, value in (("--profile", config.profile), ("--prefill-profile", config.prefill_profile or None),
                                       ("--costs-from", config.costs_from)) if value is not None]
     if given:  # they price a serving TRACE's replay; taken silently here, they would change nothing
         raise DraftsimError(f"{'/'.join(given)} prices a serving TRACE's replay; with --vllm-result the costs are the catalog "

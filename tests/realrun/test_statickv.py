@@ -264,3 +264,53 @@ def test_the_cache_runs_the_padded_shape_the_simulator_prices(tiny, rows, held, 
     want = tuple(int(x) for x in static_shape(rows, n, max(held), 6, 64))
     if max(held) + want[1] <= kv.tokens:  # past the buffer the call runs at its own width (not priced padded)
         assert seen[-1] == want
+
+
+def test_a_server_prefill_profile_times_a_fresh_eager_one_row_cache_per_call(tiny, monkeypatch):
+    """``profile --path server-prefill`` times what the server's joiner prefill runs
+    (``Server._prefill``): every call a fresh one-row static cache without CUDA graphs; only batch 1
+    at context 0 (refused otherwise, before anything runs)."""
+    import draftsim.realrun.kvcache as kvcache
+    from draftsim.realrun.profiling import profile_model
+
+    made, make = [], kvcache.make_kv
+
+    def spy(loaded, rows=1, graphs=None):
+        made.append((rows, graphs, loaded.static_tokens))
+        return make(loaded, rows, graphs)
+
+    monkeypatch.setattr(kvcache, "make_kv", spy)
+    prof = profile_model(tiny, [1], [1, 4, 16], [0], repeats=2, warmup=1, path="server-prefill")
+    assert prof.fingerprint["path"] == "server-prefill" and prof.last_row_seconds is not None
+    # one cache per timed call (warm-ups, repeats, the last-row pass), each one row, eager, a static cache
+    assert len(made) >= 2 * 3 * 3 and {(r, g) for r, g, _ in made} == {(1, False)} and all(t for _, _, t in made)
+    assert tiny.static_tokens is None  # the model's setting is restored
+    for batch, context in (([1, 2], [0]), ([1], [0, 64])):
+        with pytest.raises(DraftsimError, match="server-prefill times a joiner's prefill"):
+            profile_model(tiny, batch, [1], context, path="server-prefill")
+
+
+def test_check_serve_prices_the_drafters_prompt_read_from_its_own_prefill_profile(tmp_path, capsys):
+    """A static serving run's prefills priced by the target's ``server-prefill`` profile and, given
+    a second ``--prefill-profile``, the draft model's read of each prompt (the server times it inside
+    the prefill) on top: the predicted TTFT grows; a second profile of another model is refused in
+    one line."""
+    from draftsim.cli import main
+
+    trace = tmp_path / "static"
+    assert main(["serve", "--target", "tiny:1", "--drafter", "tiny:3", "--policy", "fixed:k=3", "--qps", "20", "--requests", "8",
+                 "--max-batch", "4", "--trace", str(trace), "--json", "--static-cache"]) == 0
+    for model, path, batch, context in (("tiny:1", "server-static", "1,2,4", "0,64"), ("tiny:1", "server-prefill", "1", "0"),
+                                        ("tiny:3", "server-prefill", "1", "0")):
+        assert main(["profile", "--model", model, "--path", path, "--batch", batch, "--new-tokens", "1,4,16,64", "--context", context,
+                     "--repeats", "1", "--drafters", "", "--out", str(tmp_path / f"{model}-{path}.json"), "--json"]) == 0
+    capsys.readouterr()
+    step, target, drafter = (str(tmp_path / f) for f in ("tiny:1-server-static.json", "tiny:1-server-prefill.json", "tiny:3-server-prefill.json"))
+    ttft = {}
+    for label, files in (("target", [target]), ("both", [target, drafter])):
+        assert main(["check-serve", str(trace), "--profile", step, *[x for p in files for x in ("--prefill-profile", p)], "--json"]) == 0
+        ttft[label] = next(r["predicted"] for r in json.loads(capsys.readouterr().out) if r["metric"] == "ttft_p50")
+    assert ttft["both"] > ttft["target"]
+    assert main(["check-serve", str(trace), "--profile", step, "--prefill-profile", target, "--prefill-profile", target]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "drafter's prompt read" in err and "tiny:3" in err and len(err.splitlines()) == 1
