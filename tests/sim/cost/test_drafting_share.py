@@ -47,7 +47,10 @@ def test_a_heads_drafting_share_falls_with_batch_as_measured(drafter, figure):
     "(0.47, 0.25, 0.21, 0.16 at batch 1, 64, 128, 512); draftsim's rises (roofline 0.27, 0.40, 0.43, 0.45 at 1,024 cached "
     "tokens). Qwen3-0.6B caches 112 KiB a token against Qwen3-8B's 144 KiB (28 layers x 8 KV heads x 128 against 36), so "
     "at batch x context its three draft calls read almost as much KV as the verification: priced that way the draft "
-    "share must rise. The source states neither the contexts nor k; not tuned"))
+    "share must rise. The bars come from the benchmark's own vLLM fork (branch perf/tb-dm, PR 24322's draft-model "
+    "proposer; vLLM 0.10.x itself ran no separate draft model), k = 3 as stated, as whole-run fractions with prefills and "
+    "overhead in; the contexts are not stated. The draft reads its full context from the target's KV pool, as priced. "
+    "No sourced mechanism found (docs/research/draft-model-share.md); not tuned"))
 def test_a_small_draft_models_share_falls_with_batch_as_measured():
     got = _shares("qwen3-8b", "qwen3-0.6b")
     measured = np.array([FIG4["Qwen3-8B draft-model drafting share"][str(b)] for b in BATCHES])
