@@ -411,18 +411,20 @@ def _costs(meta: dict, steps: list, members: list, requests: list, profile, k_ma
             {"per_step": max(float(a), 0.0), "per_sequence": max(float(b), 0.0)})
 
 
-def _drafter_profile_of(meta: dict, path) -> ProfileCost:
-    """A prefill profile of the run's draft model (a controlled drafter's cost model, a draft
-    model), measured on this run's machine: it prices the drafter's read of each joiner's prompt,
-    which the server times inside the joiner's prefill (``Server._prefill``)."""
+def _drafter_profile_of(meta: dict, path, what: str = "after the target's, a --prefill-profile prices the drafter's prompt "
+                        "read") -> ProfileCost:
+    """A profile of the run's draft model (a controlled drafter's cost model, a draft model),
+    measured on this run's machine: of its prefills, it prices the drafter's read of each joiner's
+    prompt, which the server times inside the joiner's prefill (``Server._prefill``); of the
+    server's path, the drafter's batched calls (``--draft-profile``)."""
     from ..sim.replay import seeded
 
     prof = load_profile(path, extrapolate="clamp", monotone=False)
     spec = str(meta.get("drafter") or "")
-    model = spec.partition("@")[2] if spec.startswith("controlled") else spec
+    model = spec.partition("@")[2] if spec.startswith("controlled") else "" if spec in LOOKUPS else spec
     if not model or seeded(prof.model) != seeded(model):
-        raise DraftsimError(f"the prefill profile {path} is of {prof.model}; after the target's, a --prefill-profile prices the "
-                            f"drafter's prompt read and must be of its model ({model or 'this run drafts with none'})")
+        raise DraftsimError(f"the profile {path} is of {prof.model}; {what} and must be of its model "
+                            f"({model or f'this run drafts with {spec or None}, which has none'})")
     try:
         prof.check_fingerprint(machine={k: meta.get("machine", {}).get(k) for k in ("cpu", "cores", "device")})
     except DraftsimError as exc:
@@ -430,9 +432,35 @@ def _drafter_profile_of(meta: dict, path) -> ProfileCost:
     return prof
 
 
-def _drafter_cost(meta: dict, steps: list) -> CostModel:
+@dataclass(eq=False)
+class DraftStepCost(StepCost):
+    """A neural drafter's batched calls priced by a server-path profile of its model
+    (``check-serve --draft-profile``): each call at its padded shape through a static cache (the
+    window hands a ``step_shape`` drafter its calls' make-up, :func:`draftsim.sim.serving.window.draft_shape`),
+    at its longest context through a ragged one, as :class:`StepCost` prices the target's
+    verification. Its read of each prompt is priced with the target's prefills (a second
+    ``--prefill-profile``), so it takes no prefill chunks (``own_prefill``). On the H200 a
+    0.5B drafter's call cost 3.8 ms at one row and 17 ms at 17-32 rows, where the run's mean per
+    call is 5.6 ms (figures/gpu-h200, third lease)."""
+
+    name: str = "draft call"
+    own_prefill = False  # a class attribute, not a field
+
+
+def _drafter_cost(meta: dict, steps: list, draft_profile=None, k_max: int = 1) -> CostModel:
     """Lookup drafters (maxgram, bigram, ngram, suffix) cost nothing here (their time is in the step overhead); a neural
-    drafter costs its measured seconds per batched call (one call per draft position)."""
+    drafter costs its measured seconds per batched call (one call per draft position), or with ``draft_profile`` each call
+    as the profile of its model prices that call's shape (:class:`DraftStepCost`)."""
+    if draft_profile is not None:
+        prof = _drafter_profile_of(meta, draft_profile, "--draft-profile prices the drafter's batched calls")
+        cache = meta.get("cache") or {}
+        static = cache.get("layout") == "static"
+        want = "server-static" if static else "server"
+        if prof.path != want:
+            raise DraftsimError(f"the draft profile {draft_profile} times the {prof.path!r} path but this run's drafter calls go "
+                                f"through {'the static cache' if static else 'the ragged cache'} (draftsim profile --path {want})")
+        shape = {"static_rows": int(meta["max_batch"]), "static_tokens": cache.get("static_tokens")} if static else {}
+        return DraftStepCost(prof, 0.0, 0.0, k_max, **shape)
     if meta.get("drafter") is None or meta.get("drafter") in LOOKUPS:
         return CallCost(0.0)
     calls = sum(s.k_cap for s in steps if s.k_cap > 0)
@@ -517,13 +545,14 @@ def _metadata(meta: dict, path) -> dict:
     return meta
 
 
-def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None, models=None) -> dict:
+def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_profile=None, models=None, draft_profile=None) -> dict:
     """Replay the serving trace at ``path`` in the serving simulator and compare (module docstring).
     ``models`` = (target, drafters, description): cost models to price the run with instead of
     measurements of it (the catalog rooflines with their engine overheads: what serve-sim
     predicts for the deployment without a profile); nothing is fitted to the run then."""
-    if models is not None and (profile is not None or costs_from is not None):
-        raise DraftsimError("give the catalog deployment (--hardware) or measured costs (--profile, --costs-from), not both")
+    if models is not None and (profile is not None or costs_from is not None or draft_profile is not None):
+        raise DraftsimError("give the catalog deployment (--hardware) or measured costs (--profile, --costs-from, --draft-profile), "
+                            "not both")
     from ..realrun.servetrace import ServeTrace, run_record
 
     trace = ServeTrace(path)
@@ -549,7 +578,9 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
         drafters = list(drafters)[: policy.n_models - 1]
     else:
         target, what, overhead = _costs(meta, steps, members, reqs, profile, policy.max_draft, costs_from, prefill_profile)
-        drafters = [_drafter_cost(meta, steps)] * (policy.n_models - 1)
+        drafters = [_drafter_cost(meta, steps, draft_profile, policy.max_draft)] * (policy.n_models - 1)
+        if draft_profile is not None:
+            what += f"; the drafter's calls from {draft_profile}"
         if isinstance(target.base, ProfileCost):
             what += beyond_grid(members, target.base)
     by_id = sorted(reqs, key=lambda r: r.request)

@@ -93,6 +93,9 @@ class CheckServeConfig:
                                         "server-prefill): the step grid then needs no long calls (default: --profile prices both). "
                                         "Repeat it with the draft model's to price the drafter's read of each prompt, which the "
                                         "server times inside the prefill", append=True, metavar="FILE")
+    draft_profile: str | None = option(help="a profile of the draft model on the server's path (profile --path server-static for "
+                                       "a --static-cache run, else server) that prices the drafter's batched calls at their shapes "
+                                       "(default: the run's mean seconds per call)", metavar="FILE")
     costs_from: str | None = option(help="fit the target's costs to another serving trace of the same model and machine (a "
                                     "calibration run); default, without --profile: fitted to TRACE itself (in-sample)",
                                     metavar="TRACE")
@@ -366,7 +369,7 @@ def check_serve(config: CheckServeConfig) -> CheckServeResult:
     else:
         models = _catalog_models(config) if config.hardware else None
         out = compare(config.trace, config.profile, costs_from=config.costs_from, prefill_profile=config.prefill_profile or None,
-                      models=models)
+                      models=models, draft_profile=config.draft_profile)
     rows = [CheckRow(r["metric"], r["predicted"], r["measured"], r["relative_error"]) for r in out["metrics"]]
     return CheckServeResult(out["path"], out["target"], out["drafter"], out["policy"], out["requests"], out["costs"], rows, out)
 
@@ -419,7 +422,7 @@ def _check_vllm(config: CheckServeConfig) -> dict:
     if not config.target or not config.hardware:
         raise DraftsimError("--vllm-result needs --target MODEL and --hardware HW (the deployment the run served)")
     given = [flag for flag, value in (("--profile", config.profile), ("--prefill-profile", config.prefill_profile or None),
-                                      ("--costs-from", config.costs_from)) if value is not None]
+                                      ("--draft-profile", config.draft_profile), ("--costs-from", config.costs_from)) if value is not None]
     if given:  # they price a serving TRACE's replay; taken silently here, they would change nothing
         raise DraftsimError(f"{'/'.join(given)} prices a serving TRACE's replay; with --vllm-result the costs are the catalog "
                             "deployment's (--target on --hardware, --catalog for a calibrated entry)")

@@ -416,6 +416,8 @@ def price(win: Window, engine, book, layout_state) -> None:
                     uniform.append((T, p))
         if len(uniform) <= m:
             uniform.append(None)
+        if model.step_shape and book.flat[m] and target.padded is not None:
+            stats = draft_shape(stats, target.padded[:, 2], T, 1)
         draft_time = _add_calls(draft_time, model.stats_time(stats), T, W)
     _timed(win, time, draft_time, target)
     win.priced = (*parts, uniform) if parts is not None and None not in uniform else None
@@ -493,6 +495,22 @@ def step_stats(n: np.ndarray, c: np.ndarray, pre: tuple | None = None, shape: bo
     if parts is not None:
         parts += [sums.copy(), most, longest]
     return _shaped_record(sums, pre, rows, most, longest)
+
+
+def draft_shape(stats: BatchStats, longest: np.ndarray, T: int, per_call: int) -> BatchStats:
+    """A drafter's calls (rows (t, w), one new token each: ``per_call``) with their make-up, for a
+    drafter whose cost reads it (``step_shape``, a static cache's profile): call t of step w as
+    the right-padded batch of its sequences over the target's cache width at step w (``longest``,
+    (W,)) plus the t tokens drafted before it — the draft model's cache holds the same rows and is
+    kept alike (rolled back, trimmed and compacted with the target's). Its prefill chunks are
+    none: such a drafter's read of a prompt is priced with the target's prefill
+    (``own_prefill`` False)."""
+    R = len(stats.sequences)
+    padded = np.empty((R, 3))
+    padded[:, 0] = stats.sequences
+    padded[:, 1] = per_call
+    padded[:, 2] = (np.asarray(longest, dtype=np.float64)[None, :] + per_call * _arange_column(T)).reshape(R)
+    return BatchStats(stats.sequences, stats.tokens, stats.cached, stats.pairs, rows=stats.rows, padded=padded, prefill=np.zeros((R, 2)))
 
 
 def _shaped_record(sums: np.ndarray, pre: tuple | None, rows: np.ndarray | None, most, longest) -> BatchStats:
@@ -868,6 +886,8 @@ def _add_lane(engine, scheduler, win: Window, rid: int, k: int, horizon: int) ->
         T, p = uniform[m]
         if p is None:
             stats = uniform_unit_stats(lane5[0, P], lane5[2, P], T, pre if own else None)
+            if model.step_shape and target.padded is not None:
+                stats = draft_shape(stats, target.padded[:, 2], T, 1)
         else:
             stats = uniform_call_stats(lane5[0, P], lane5[2, P], T, p, pre if own else None)
         draft_time = _add_calls(draft_time, model.stats_time(stats), T, w)
@@ -1065,6 +1085,8 @@ def _guess_delays(engine, win: Window, rids: np.ndarray):
         tokens = np.array([n] + [n + p for p in new])
         prefill = 0.0
         for m in models:
+            if not getattr(m, "own_prefill", True):  # a drafter whose prompt read is priced with the target's prefill
+                continue
             t = np.asarray(m.shape_time(1, tokens, 0), dtype=np.float64)
             prefill = prefill + (t[1:] - t[0])
         cache.update(zip((("prefill", n, p) for p in new), np.atleast_1d(prefill).tolist()))

@@ -164,3 +164,46 @@ def test_check_serve_prices_the_h200_traces_and_says_what_the_profile_misses():
     rows = {r["metric"]: r for r in out["metrics"]}
     assert rows["throughput"]["measured"] == pytest.approx(304.27, rel=1e-3)
     assert rows["tpot_p50"]["measured"] == pytest.approx(0.0936, rel=1e-2)
+
+
+def test_a_shaped_drafters_calls_carry_their_padded_make_up_in_the_replay():
+    """The serving replay hands a drafter priced at its padded shapes (DraftStepCost, step_shape) each
+    call's make-up: its sequences, one new token, and the width of its step's verification plus the
+    tokens drafted before it (the draft model's cache holds the same rows); and no prefill chunks
+    (its read of a prompt is priced with the target's prefill)."""
+    from draftsim.analysis.servecheck import DraftStepCost, StepCost
+    from draftsim.sim import acceptance, policies
+    from draftsim.sim.serving import ServingConfig, make_workload, serve
+    from draftsim.sim.serving.workload import Poisson, parse_lengths
+
+    prof, _ = _bucketed_profile()
+    seen = []
+
+    class Target(StepCost):
+        def _time(self, stats):
+            seen.append(("target", stats))
+            return super()._time(stats)
+
+    class Drafter(DraftStepCost):
+        def _time(self, stats):
+            seen.append(("drafter", stats))
+            return super()._time(stats)
+
+    cfg = ServingConfig(policies.FixedK(3), acceptance.Bernoulli(0.7), Target(prof, 0.0, 0.0, 3, static_rows=32),
+                        [Drafter(prof, 0.0, 0.0, 3, static_rows=32)])
+    wl = make_workload(arrivals=Poisson(), qps=30.0, requests=40, duration=None, prompt=parse_lengths("uniform:1,300"),
+                       output=parse_lengths("uniform:2,60"), rng=np.random.default_rng(3))
+    serve(cfg, wl, seed=3)
+    # the window's pricing: a step's verification (its make-up given), then its drafter's calls (the windows' sizing guesses
+    # price plain shapes in between)
+    pairs = [(seen[i - 1][1], s) for i, (who, s) in enumerate(seen)
+             if who == "drafter" and seen[i - 1][0] == "target" and seen[i - 1][1].padded is not None]
+    assert len(pairs) > 10
+    for target, draft in pairs:
+        W = len(target.sequences)
+        T = len(draft.sequences) // W
+        assert T * W == len(draft.sequences) and draft.padded is not None
+        np.testing.assert_array_equal(draft.padded[:, 0], draft.sequences)
+        np.testing.assert_array_equal(draft.padded[:, 1], 1.0)
+        np.testing.assert_array_equal(draft.padded[:, 2].reshape(T, W), target.padded[:, 2][None, :] + np.arange(T)[:, None])
+        assert not np.any(draft.prefill) and np.all(draft.tokens == draft.sequences)  # no prefill chunks: one token a sequence

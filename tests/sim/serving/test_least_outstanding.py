@@ -24,8 +24,29 @@ from tests.sim.serving.test_replica import assert_same_run
 
 _CAT = default_catalog()
 _H100 = _CAT.hardware_spec("h100-sxm")
+
+
+def _shaped_costs():
+    """check-serve's static-cache pricing: the target's verification and the drafter's calls each at
+    their padded shape (StepCost, DraftStepCost: the window hands both their make-up) on profiles
+    whose time is a function of the padded shape."""
+    from draftsim.analysis.servecheck import DraftStepCost, StepCost
+    from draftsim.sim.cost import ProfileCost
+    from draftsim.sim.cost.profile import pow2
+
+    batch, new, context = (1, 2, 4, 8, 16, 32), (1, 2, 4, 8), (0, 8, 24, 56, 120, 248, 504, 1016, 2040)
+    B, N, C = np.meshgrid(batch, new, context, indexing="ij")
+
+    def table(scale):
+        seconds = scale * (1.0 + 0.05 * pow2(B) + 0.02 * pow2(N) + 1e-4 * pow2(B) * np.maximum(pow2(C + pow2(N)), 16))
+        return ProfileCost(model="m", batch=batch, new_tokens=new, context=context, seconds=seconds, extrapolate="clamp")
+
+    return StepCost(table(0.01), 0.0, 0.0, 4, static_rows=32), DraftStepCost(table(0.002), 0.0, 0.0, 4, static_rows=32)
+
+
 COSTS = {"linear": (CallCost(0.02, 1e-4), CallCost(0.002)),
-         "roofline": (RooflineModel(_CAT.model("llama-2-7b"), _H100), RooflineModel(_CAT.model("smollm2-135m"), _H100))}
+         "roofline": (RooflineModel(_CAT.model("llama-2-7b"), _H100), RooflineModel(_CAT.model("smollm2-135m"), _H100)),
+         "shaped": _shaped_costs()}
 
 
 @contextmanager
