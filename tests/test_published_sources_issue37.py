@@ -68,3 +68,22 @@ def test_vllm_pr16035_entry_holds_the_printed_lengths():
     entry = acceptance_entry("eagle-llama-3-8b-mt-bench-vllm-pr16035")
     assert entry.values == {2: 1.89, 4: 2.08}
     assert entry.mean_length(2) == pytest.approx(1.89) and entry.mean_length(4) == pytest.approx(2.08)
+
+
+def test_angelslim_points_hold_the_printed_table():
+    """AngelSlim's vLLM EAGLE-3 table (one H20, batch 1, k = 2): every point names an entry that loads,
+    cites the commit, is of the point's own target and holds the accept length printed beside its
+    throughput; every ratio is that throughput over the same column's vanilla one, both in the quoted
+    table."""
+    d = doc("angelslim_qwen3_h20.json")
+    quote = d["source"]["quote"]
+    assert "dfaf45e87d691a067af421daf247c02ec025ddf3" in d["source"]["locator"] and len(d["points"]) == 16
+    for point in d["points"]:
+        entry = acceptance_entry(point["spec"]["acceptance"])
+        assert "Tencent/AngelSlim" in entry.source and entry.quote.startswith("as printed")
+        assert entry.target == point["run"]["target"] and entry.method == point["spec"]["drafter_model"][0] == "eagle3"
+        assert entry.values == {2: point["published_acceptance_length"]} and point["spec"]["policy"] == "fixed:k=2"
+        base = d["baseline_published_tok_s"][point["label"]]
+        assert f"{point['published_tok_s']:g} {point['published_acceptance_length']:g}" in quote
+        assert f"{base:g}" in quote
+        assert point["published"] == pytest.approx(point["published_tok_s"] / base, abs=1e-4), point["label"]
