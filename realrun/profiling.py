@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..sim.cost.catalog import HardwareSpec, ModelSpec
-from ..sim.cost.profile import ProfileCost
+from ..sim.cost.profile import PATHS, ProfileCost
 from ..sim.errors import DraftsimError, as_count
 from .models import cache_arg, sync
 
@@ -83,19 +83,8 @@ def _check_grid(name: str, values, minimum: int) -> list[int]:
     return [int(v) for v in arr]
 
 
-#: What a profile times: ``model`` — the model's own forward over a ``DynamicCache`` (no
-#: attention mask: the single-stream executors' calls); ``server`` — the batched serving
-#: loop's forward (:meth:`draftsim.realrun.kvcache.BatchKV.forward`: for several rows an
-#: explicit ragged attention mask and position ids per row; one row without stale slots is
-#: the model's plain causal call; the logit rows picked after the decoder), the calls
-#: ``draftsim serve`` makes and ``check-serve`` prices; ``server-static`` — the same loop
-#: through the static cache (:class:`draftsim.realrun.statickv.StaticKV`: fixed shapes, each
-#: shape a CUDA graph on a CUDA device), as ``draftsim serve --static-cache`` runs it;
-#: ``server-prefill`` — a joiner's prefill as that server runs it (``Server._prefill``): a fresh
-#: one-row static cache per call, run eagerly (a cache used once captures no CUDA graph), at
-#: batch 1 and context 0 only. On an H200 the graphed ``server-static`` calls priced the served
-#: prefills 24-28 ms short each (figures/gpu-h200, third lease).
-PATHS = ("model", "server", "server-static", "server-prefill")
+#: What a profile times: :data:`draftsim.sim.cost.profile.PATHS` (defined beside the profile file, whose
+#: fingerprint records it, so that the command line names them without importing this module).
 
 
 class _ModelPath:

@@ -21,7 +21,6 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from draftsim.analysis.table import format_table
-from draftsim.realrun.profiling import PATHS as PROFILE_PATHS
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, KV_DTYPES, Assembly, Deployment, assemble
 from draftsim.sim.cost.callparts import SPLIT_NOTES, split_basis, split_calls
@@ -29,6 +28,7 @@ from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_fr
 from draftsim.sim.cost.methods import OperatorHead
 from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
 from draftsim.sim.cost.overheads import ENGINES
+from draftsim.sim.cost.profile import PATHS as PROFILE_PATHS
 from draftsim.sim.cost.profile import ProfileCost
 from draftsim.sim.errors import DraftsimError, as_count, parse_numbers
 from draftsim.sim.registry import drafter_help, engine_help

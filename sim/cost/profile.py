@@ -49,7 +49,7 @@ from ..errors import DraftsimError, as_count
 from ..files import atomic_write_json, parse_json, read_text
 from .base import BatchStats, CostModel
 
-__all__ = ["PROFILE_SCHEMA", "PROFILE_VERSION", "STATIC_MIN_WIDTH", "ProfileCost", "load_profile", "pow2", "static_shape"]
+__all__ = ["PATHS", "PROFILE_SCHEMA", "PROFILE_VERSION", "STATIC_MIN_WIDTH", "ProfileCost", "load_profile", "pow2", "static_shape"]
 
 PROFILE_SCHEMA = "draftsim.cost-profile"
 PROFILE_VERSION = 1
@@ -363,6 +363,20 @@ class ProfileCost(CostModel):
 
 #: The smallest attention width a static cache's forward uses (slots): :mod:`draftsim.realrun.statickv`
 #: runs at these shapes, the simulator prices them (:func:`static_shape`).
+#: What a profile times: ``model`` — the model's own forward over a ``DynamicCache`` (no
+#: attention mask: the single-stream executors' calls); ``server`` — the batched serving
+#: loop's forward (:meth:`draftsim.realrun.kvcache.BatchKV.forward`: for several rows an
+#: explicit ragged attention mask and position ids per row; one row without stale slots is
+#: the model's plain causal call; the logit rows picked after the decoder), the calls
+#: ``draftsim serve`` makes and ``check-serve`` prices; ``server-static`` — the same loop
+#: through the static cache (:class:`draftsim.realrun.statickv.StaticKV`: fixed shapes, each
+#: shape a CUDA graph on a CUDA device), as ``draftsim serve --static-cache`` runs it;
+#: ``server-prefill`` — a joiner's prefill as that server runs it (``Server._prefill``): a fresh
+#: one-row static cache per call, run eagerly (a cache used once captures no CUDA graph), at
+#: batch 1 and context 0 only. On an H200 the graphed ``server-static`` calls priced the served
+#: prefills 24-28 ms short each (figures/gpu-h200, third lease).
+PATHS = ("model", "server", "server-static", "server-prefill")
+
 STATIC_MIN_WIDTH = 16
 
 
