@@ -22,7 +22,10 @@ A serving trace (:mod:`draftsim.realrun.servetrace`) is replayed in the serving 
   forward calls of another serving run of the same model on the same machine
   (``costs_from``: a calibration run, out of sample), or, without either, to the run's own
   calls (in-sample: says how well the *structure* of the simulator fits, not how well it
-  predicts) — plus the server's **measured per-step
+  predicts) — with a static cache each call at its padded shape, each joiner's prefill at the
+  tokens it computes (and, given a draft model's prefill profile, its read of the prompt); a
+  neural drafter's calls at the run's mean seconds per call, or (``--draft-profile``) each at its
+  shape from a profile of its model (:class:`DraftStepCost`) — plus the server's **measured per-step
   overhead** (its wall time outside model calls, Max-Gram's proposal time, and the loop's
   busy time between steps such as trace commits, :func:`busy_gaps`), fitted as a + b·B over
   the run's steps of B sequences (:class:`StepCost`).
