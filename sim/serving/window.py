@@ -501,8 +501,9 @@ def draft_shape(stats: BatchStats, longest: np.ndarray, T: int, per_call: int) -
     """A drafter's calls (rows (t, w), one new token each: ``per_call``) with their make-up, for a
     drafter whose cost reads it (``step_shape``, a static cache's profile): call t of step w as
     the right-padded batch of its sequences over the target's cache width at step w (``longest``,
-    (W,)) plus the t tokens drafted before it — the draft model's cache holds the same rows and is
-    kept alike (rolled back, trimmed and compacted with the target's). Its prefill chunks are
+    (W,)) plus the t tokens drafted before it — the draft model's cache holds the same rows under
+    the same rules (rolled back, trimmed, compacted at the same stale share), so its width is taken
+    as the target's (an approximation: their stale slots can differ). Its prefill chunks are
     none: such a drafter's read of a prompt is priced with the target's prefill
     (``own_prefill`` False)."""
     R = len(stats.sequences)
