@@ -397,8 +397,9 @@ def _catalog_models(config: CheckServeConfig):
 
     from .servesim import ServeSimConfig
 
-    if config.profile is not None or config.costs_from is not None:
-        raise DraftsimError("give --hardware (the catalog deployment) or --profile/--costs-from (measured costs), not both")
+    if config.profile is not None or config.costs_from is not None or config.draft_profile is not None or config.prefill_profile:
+        raise DraftsimError("give --hardware (the catalog deployment) or --profile/--prefill-profile/--draft-profile/--costs-from "
+                            "(measured costs), not both")
     meta = ServeTrace(config.trace).metadata
     target = config.target or catalog_name(meta.get("target"))
     drafters = config.drafter_model or ([d] if (d := catalog_name(meta.get("drafter"))) else None)

@@ -314,3 +314,17 @@ def test_check_serve_prices_the_drafters_prompt_read_from_its_own_prefill_profil
     assert main(["check-serve", str(trace), "--profile", step, "--prefill-profile", target, "--prefill-profile", target]) == 2
     err = capsys.readouterr().err.strip()
     assert "drafter's prompt read" in err and "tiny:3" in err and len(err.splitlines()) == 1
+    # the drafter's calls from a profile of its model on the static path (--draft-profile); another path, another model or
+    # the catalog deployment beside it refused in one line
+    assert main(["profile", "--model", "tiny:3", "--path", "server-static", "--batch", "1,2,4", "--new-tokens", "1,2", "--context",
+                 "0,64", "--repeats", "1", "--drafters", "", "--out", str(tmp_path / "tiny:3-server-static.json"), "--json"]) == 0
+    capsys.readouterr()
+    calls = str(tmp_path / "tiny:3-server-static.json")
+    assert main(["check-serve", str(trace), "--profile", step, "--draft-profile", calls, "--json"]) == 0
+    assert {r["metric"] for r in json.loads(capsys.readouterr().out)} >= {"tpot_p50", "throughput"}
+    for bad, words in ((["--profile", step, "--draft-profile", drafter], "--path server-static"),
+                       (["--profile", step, "--draft-profile", step], "must be of its model"),
+                       (["--hardware", "h100-sxm", "--draft-profile", calls], "not both")):
+        assert main(["check-serve", str(trace), *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1, err
