@@ -53,7 +53,7 @@ from ..sim.controllers import parse_controller
 from ..sim.cost.base import BatchStats, CostModel
 from ..sim.cost.linear import CallCost
 from ..sim.cost.methods import LOOKUPS
-from ..sim.cost.profile import ProfileCost, load_profile, pow2
+from ..sim.cost.profile import ProfileCost, load_profile, static_new_tokens
 from ..sim.errors import DraftsimError
 from ..sim.policies import parse_policy
 from ..sim.replay import VARIABLE_PROPOSALS, RecordedLengths
@@ -177,13 +177,12 @@ class StepCost(CostModel):
 
     def _prefill_tokens(self, n):
         """The tokens a joiner's prefill of ``n`` prompt tokens computes: through a static cache its
-        padded count, the next power of two, where that fits the cache (:meth:`StaticKV.forward
-        <draftsim.realrun.statickv.StaticKV.forward>` runs a call that would overflow it at its own
-        length), so a prompt of 129 tokens is priced as the 256 it computes; else ``n``."""
+        padded count where that fits the cache (:func:`~draftsim.sim.cost.profile.static_new_tokens`,
+        the rule ``StaticKV.forward`` runs), so a prompt of 129 tokens is priced as the 256 it
+        computes; else ``n``."""
         if not self.static_rows:
             return n
-        padded = pow2(n)
-        return np.where(padded <= (self.static_tokens or np.inf), padded, n)
+        return static_new_tokens(n, 0.0, self.static_tokens or np.inf)
 
     def _call(self, S, n, c, rows_per_sequence=None, base=None):
         """A uniform call of S sequences × n new tokens at context c, priced by the profile

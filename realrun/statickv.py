@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..sim.cost.profile import STATIC_MIN_WIDTH as MIN_WIDTH  # the shape rule's one definition, priced there
+from ..sim.cost.profile import static_new_tokens
 from ..sim.errors import DraftsimError
 from .kvfeeds import feed_lengths, output_head, pack_feeds, shared_prefix, split_rows
 from .models import LoadedModel, cache_arg
@@ -174,13 +175,12 @@ class StaticKV:
         B, lens, N = feed_lengths(feeds, self.rows)
         if N == 0:
             return split_rows(None, None, [0] * B, hidden)
-        Bb, Nb = bucket(B, bucket(self.capacity)), bucket(N)
-        need = max(len(r) + Nb for r in self.ids)
-        if need > self.tokens:
-            if max(len(r) + n for r, n in zip(self.ids, lens)) > self.tokens:
-                raise DraftsimError(f"a sequence outgrows the static cache's {self.tokens} tokens; give it more (tokens=...)")
-            Nb = N  # the padded width would overflow the buffer: run this call at its own width
-            need = max(len(r) + Nb for r in self.ids)
+        if max(len(r) + n for r, n in zip(self.ids, lens)) > self.tokens:
+            raise DraftsimError(f"a sequence outgrows the static cache's {self.tokens} tokens; give it more (tokens=...)")
+        longest = max(len(r) for r in self.ids)
+        # padded to a power of two, or at its own width where that would overflow the buffer
+        Bb, Nb = bucket(B, bucket(self.capacity)), int(static_new_tokens(N, longest, self.tokens))
+        need = longest + Nb
         Tb = min(bucket(need, floor=MIN_WIDTH), self.tokens)
         ids, pos, ar = pack_feeds(feeds, self.ids, Bb, Nb, self.pad)  # scratch rows (beyond B) write their own first slots
         allowed = torch.arange(Tb)[None, None, :] <= pos[:, :, None]  # the ragged causal mask

@@ -49,7 +49,7 @@ from ..errors import DraftsimError, as_count
 from ..files import atomic_write_json, parse_json, read_text
 from .base import BatchStats, CostModel
 
-__all__ = ["PATHS", "PROFILE_SCHEMA", "PROFILE_VERSION", "STATIC_MIN_WIDTH", "ProfileCost", "load_profile", "pow2", "static_shape"]
+__all__ = ["PATHS", "PROFILE_SCHEMA", "PROFILE_VERSION", "STATIC_MIN_WIDTH", "ProfileCost", "load_profile", "pow2", "static_new_tokens", "static_shape"]
 
 PROFILE_SCHEMA = "draftsim.cost-profile"
 PROFILE_VERSION = 1
@@ -383,6 +383,15 @@ STATIC_MIN_WIDTH = 16
 def pow2(x) -> np.ndarray:
     """The next power of two ≥ x (elementwise, at least 1): a static cache's padded sizes."""
     return 2.0 ** np.ceil(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)))
+
+
+def static_new_tokens(new_tokens, longest, max_tokens):
+    """The new tokens per row a static cache computes a call at (:meth:`StaticKV.forward
+    <draftsim.realrun.statickv.StaticKV.forward>`, and check-serve's price of a joiner's prefill, at
+    ``longest`` 0): the next power of two, unless that would take the longest row (``longest``
+    tokens) past the cache's ``max_tokens`` slots, when the call runs at its own length."""
+    padded = pow2(new_tokens)
+    return np.where(np.asarray(longest, dtype=np.float64) + padded <= max_tokens, padded, np.asarray(new_tokens, dtype=np.float64))
 
 
 def static_shape(batch, new_tokens, context, max_rows=None, max_tokens=None):
