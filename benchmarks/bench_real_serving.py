@@ -114,6 +114,15 @@ def serve_args(a, qps: float, drafter: str, policy: str, trace: Path | None, max
     return args
 
 
+def device_here(device: str | None) -> bool:
+    """Whether this machine has ``device`` (a CUDA device, or the CPU)."""
+    if not device or not device.startswith("cuda"):
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def device_args(a) -> list[str]:
     """``--device``/``--dtype`` for every command that runs the model (omitted: the command's default)."""
     return [*(["--device", a.device] if a.device else []), *(["--dtype", a.dtype] if a.dtype else [])]
@@ -309,6 +318,7 @@ def main() -> int:
         # bundled prompts (up to ~880 tokens) pad to, and so is the drafter model's read of each prompt, which the server
         # times inside the prefill (a controlled drafter's cost model)
         a.profile, a.prefill_profile = str(out / "profile.json"), str(out / "profile-prefill.json")
+        a.drafter_prefill_profile = a.draft_profile = None
         batch, new, context = a.profile_batch, "1,2,3,4,6,8", a.profile_context
         prefill_tokens = "1,2,4,8,16,32,48,64,96,128,192,256,384,512"
         step_path = prefill_path = "server"
@@ -329,6 +339,12 @@ def main() -> int:
             grids.append((a.draft_profile, drafter_model, step_path, ["--batch", dbatch, "--new-tokens", dnew, "--context", dcontext,
                                                                       "--repeats", "3"]))
         for path, model, kind, grid in grids:
+            if not Path(path).exists() and path in (a.drafter_prefill_profile, a.draft_profile) and not device_here(a.device):
+                # checking here what a GPU measured before these profiles were taken: priced without them, said
+                print(f"(no {Path(path).name}: it was not measured, and {a.device} is not on this machine; checked without it)")
+                a.drafter_prefill_profile = None if path == a.drafter_prefill_profile else a.drafter_prefill_profile
+                a.draft_profile = None if path == a.draft_profile else a.draft_profile
+                continue
             if not Path(path).exists():
                 args = ["profile", "--model", model, "--path", kind, "--out", path, *grid, "--json"]
                 if a.threads:

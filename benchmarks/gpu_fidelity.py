@@ -179,7 +179,8 @@ def readme(a, out: Path, name: str, results: dict) -> str:
              f"of {a.output_len} tokens, batches up to {a.max_batch}. Catalog hardware for the roofline check: `{a.hardware}`.", "",
              *summary_table(results, serving), "",
              "Files: `results.json` (this study), `serving/results.json` and `log.txt` (every table `bench_real_serving.py` printed), "
-             "`serving/serving_crossover.png` (speculation against load, real and predicted), the profiles and traces.", "",
+             + ("`serving/serving_crossover.png` (speculation against load, real and predicted), "
+                if (out / "serving" / "serving_crossover.png").exists() else "") + "the profiles and traces.", "",
              "## Commands", ""]
     measured = results.get("measured_on")
     if measured and measured.get("commands") is not results["commands"]:
