@@ -54,3 +54,15 @@ def test_solving_the_unknown_acceptance_by_bisection():
     f = lambda a: 1.0 + 2.0 * a ** 2  # noqa: E731  (increasing on [0, 1])
     assert mod.solve_alpha(f, 1.5) == pytest.approx(0.5, abs=1e-6)
     assert mod.solve_alpha(f, 10.0) == 0.99 and mod.solve_alpha(f, 0.5) == 0.02  # beyond the range: its ends
+
+
+def test_each_sources_summary_counts_only_its_own_rows():
+    mod = reproduce()
+    rows = [{"source": "a", "error": 0.02}, {"source": "a", "error": -0.10}, {"source": "a", "error": 0.04},
+            {"source": "b", "low": 1.0, "high": 1.2, "inside": True}, {"source": "b", "held": False}]
+    per = mod.by_source(rows)
+    assert list(per) == ["a", "b"]
+    assert per["a"]["points"] == 3 and per["a"]["median_abs_error"] == pytest.approx(0.04) and per["a"]["worst_abs_error"] == pytest.approx(0.10)
+    assert per["b"]["points"] == 0 and per["b"]["brackets"] == 1 and per["b"]["crossovers"] == 1
+    assert mod.summary_line(per["a"]) == "3 points: median |error| 4.0%, worst 10.0%"
+    assert mod.summary_line(per["b"]) == "no scored error; 1 of 1 brackets hold the published value; 0 of 1 crossovers held"

@@ -283,6 +283,24 @@ def summary(rows: list[dict]) -> dict:
             "crossovers": len(crossings), "crossovers_held": sum(r["held"] for r in crossings)}
 
 
+def by_source(rows: list[dict]) -> dict[str, dict]:
+    """:func:`summary` of each source's rows, keyed by source id in the order the sources ran."""
+    ids = list(dict.fromkeys(r["source"] for r in rows))
+    return {i: summary([r for r in rows if r["source"] == i]) for i in ids}
+
+
+def summary_line(s: dict) -> str:
+    """One line of a :func:`summary`: the scored points' median and worst |error|, then the brackets
+    and crossovers (each only where there are any)."""
+    parts = [f"{s['points']} point{'s' if s['points'] != 1 else ''}: median |error| {s['median_abs_error']:.1%}, "
+             f"worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error"]
+    if s["brackets"]:
+        parts.append(f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value")
+    if s["crossovers"]:
+        parts.append(f"{s['crossovers_held']} of {s['crossovers']} crossovers held")
+    return "; ".join(parts)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true", help="print every row and the summary as JSON")
@@ -318,6 +336,8 @@ def main() -> int:
             print(f"{doc['id']}: {doc['source'].get('locator', '')} — {doc['metric']}")
         got = predict(doc, show, args.cost_model)
         rows += got
+        if not args.json:
+            print(f"  = {summary_line(summary(got))}")
         if not args.json and args.cost_model != "roofline":
             kinds = sorted({r["cost_model"] for r in got})
             why = (f": its hardware has no measured tables (they cover {', '.join(SYSTEMS)})" if doc["common"].get("hardware") not in SYSTEMS
@@ -326,7 +346,7 @@ def main() -> int:
     s = summary(rows)
     path = figure(rows, Path(args.figure))
     if args.json:
-        print(json.dumps({"rows": rows, "summary": s, "figure": str(path)}))
+        print(json.dumps({"rows": rows, "summary": s, "by_source": by_source(rows), "figure": str(path)}))
     else:
         errors = (f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error")
         print(f"{s['points']} points: {errors}; "
