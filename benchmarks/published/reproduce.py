@@ -12,9 +12,12 @@ Metrics: ``throughput_ratio`` (output tokens/s with speculation over without, at
 concurrency; over the whole run, first arrival to last finish, as the sources' benchmarks measure it:
 vLLM's and SGLang's ``bench_serving`` divide the output tokens by the benchmark's duration — serve-sim's
 steady-state window is the answer a deployment plans on, not what these tables measured) and ``tpot_speedup`` (TPOT without over with). A source marked ``bracket`` gives two
-predictions per point (its data cannot tell two readings apart; see its ``unstated``); a bracket
-is reported with whether the published value lies inside it and is left out of the error
-statistics, which are over every other point: median and worst |predicted / published − 1|.
+predictions per point (its data cannot tell two readings apart; see its ``unstated``), and so does
+a point whose ``spec.acceptance`` is ``NAME@range``: a catalog entry published as a range (the
+DeepSeek-V3 report's 85–90% MTP acceptance), run at ``NAME@low`` and ``NAME@high``, both ends
+reported. A bracket is reported with whether the published value lies inside it and, where it does
+not, how far its nearer end misses it (the summary names the farthest miss); brackets are left out of
+the error statistics, which are over every other point: median and worst |predicted / published − 1|.
 A source marked ``crossover`` states a speedup at one load and where speculation stops paying
 but not the acceptance: the one unknown (a per-token acceptance) is solved so that the first
 load's speedup is the published one (that point is not scored), the speedup is predicted over
@@ -177,6 +180,19 @@ def crossover_row(doc: dict, point: dict, cost_model: str = "roofline") -> dict:
             "slowdown_at": at, "predicted_slowdown": 1.0 / float(np.interp(at, grid, curve)), "published_slowdown": point["published_slowdown"]}
 
 
+#: a point's ``spec.acceptance`` ending so names a catalog entry given as a published range: run at both ends, a bracket
+RANGE = "@range"
+
+
+def bracket_row(low: float, high: float, published: float) -> dict:
+    """A bracket's fields: its ends, whether the published value lies inside, and ``miss``: 0 inside,
+    else the nearer end over the published value, less 1 (how far the bracket misses it)."""
+    lo, hi = min(low, high), max(low, high)
+    inside = bool(lo <= published <= hi)
+    nearer = lo if published < lo else hi
+    return {"low": lo, "high": hi, "inside": inside, "miss": 0.0 if inside else nearer / published - 1.0}
+
+
 def predict(doc: dict, progress=None, cost_model: str = "roofline") -> list[dict]:
     rows = []
     if doc.get("crossover"):
@@ -199,7 +215,12 @@ def predict(doc: dict, progress=None, cost_model: str = "roofline") -> list[dict
             low = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a)}, cost_model), base)
             high = value(doc["metric"], run({**shared, **point["spec"], "positional": text(a / a[0]), "match": float(a[0])}, cost_model),
                          base)
-            row.update(low=min(low, high), high=max(low, high), inside=bool(min(low, high) <= point["published"] <= max(low, high)))
+            row.update(bracket_row(low, high, point["published"]))
+        elif str(point["spec"].get("acceptance", "")).endswith(RANGE):
+            name = point["spec"]["acceptance"][: -len(RANGE)]
+            low, high = (value(doc["metric"], run({**shared, **point["spec"], "acceptance": f"{name}@{end}"}, cost_model), base)
+                         for end in ("low", "high"))
+            row.update(bracket_row(low, high, point["published"]), acceptance=name)
         else:
             spec, extra = point_spec(point["spec"], shared)
             row.update(extra)
@@ -276,10 +297,12 @@ def crossover_panel(ax, rows: list[dict]) -> None:
 def summary(rows: list[dict]) -> dict:
     errors = np.array([abs(r["error"]) for r in rows if "error" in r])
     brackets = [r for r in rows if "low" in r]
+    misses = [r["miss"] for r in brackets if not r["inside"]]
     crossings = [r for r in rows if "held" in r]
     return {"points": int(len(errors)), "median_abs_error": float(np.median(errors)) if len(errors) else None,
             "worst_abs_error": float(errors.max()) if len(errors) else None,
             "brackets": len(brackets), "brackets_holding_the_published_value": sum(r["inside"] for r in brackets),
+            "worst_bracket_miss": max(misses, key=abs) if misses else None,
             "crossovers": len(crossings), "crossovers_held": sum(r["held"] for r in crossings)}
 
 
@@ -289,13 +312,19 @@ def by_source(rows: list[dict]) -> dict[str, dict]:
     return {i: summary([r for r in rows if r["source"] == i]) for i in ids}
 
 
+def brackets_text(s: dict) -> str:
+    miss = s.get("worst_bracket_miss")
+    return (f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value"
+            + ("" if miss is None else f" (the farthest misses it by {miss:+.1%})"))
+
+
 def summary_line(s: dict) -> str:
     """One line of a :func:`summary`: the scored points' median and worst |error|, then the brackets
     and crossovers (each only where there are any)."""
     parts = [f"{s['points']} point{'s' if s['points'] != 1 else ''}: median |error| {s['median_abs_error']:.1%}, "
              f"worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error"]
     if s["brackets"]:
-        parts.append(f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value")
+        parts.append(brackets_text(s))
     if s["crossovers"]:
         parts.append(f"{s['crossovers_held']} of {s['crossovers']} crossovers held")
     return "; ".join(parts)
@@ -329,7 +358,7 @@ def main() -> int:
                   flush=True)
         else:
             print(f"  {r['label']:<22} published {r['published']:5.2f}  predicted {r['low']:.2f} .. {r['high']:.2f}  "
-                  f"{'inside' if r['inside'] else 'OUTSIDE'} the bracket", flush=True)
+                  + ("inside the bracket" if r["inside"] else f"OUTSIDE the bracket, its nearer end {r['miss']:+.1%}"), flush=True)
 
     for doc in sources(args.only):
         if not args.json:
@@ -350,7 +379,7 @@ def main() -> int:
     else:
         errors = (f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error")
         print(f"{s['points']} points: {errors}; "
-              f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value; "
+              f"{brackets_text(s)}; "
               f"{s['crossovers_held']} of {s['crossovers']} crossovers held; figure {path}")
     return 0
 
