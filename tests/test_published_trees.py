@@ -61,3 +61,6 @@ def test_operators_price_only_the_tables_dtype(mod):
     assert mod.priced_by({"hardware": "h100-sxm"}, "operators") == "operators"
     assert mod.priced_by({"hardware": "h100-sxm", "dtype": "bfloat16"}, "operators") == "operators"
     assert mod.priced_by({"hardware": "h100-sxm", "dtype": "float16"}, "operators") == "roofline"
+    # the operator model's own rule: float8 for a mixture of experts (block-FP8 expert tables), not for a dense model
+    assert mod.priced_by({"hardware": "h200", "dtype": "float8", "target": "deepseek-v3"}, "operators") == "operators"
+    assert mod.priced_by({"hardware": "h200", "dtype": "float8", "target": "llama-3.1-8b"}, "operators") == "roofline"

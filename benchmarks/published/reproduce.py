@@ -56,7 +56,8 @@ from draftsim.analysis.loadstudy import crossover
 from draftsim.api import ServeSimConfig, serve_sim
 from draftsim.sim.acceptance_catalog import acceptance_entry, check_use
 from draftsim.sim.budget_tree import budget_tree
-from draftsim.sim.cost.operators import COST_MODELS, SYSTEMS
+from draftsim.sim.cost import default_catalog
+from draftsim.sim.cost.operators import COST_MODELS, SYSTEMS, prices_dtype
 from draftsim.sim.policies import parse_policy
 
 HERE = Path(__file__).parent
@@ -74,14 +75,13 @@ def sources(only: str | None = None) -> list[dict]:
     return out
 
 
-#: The dtype the operator tables price a dense model in (draftsim.sim.cost.operators.OperatorModel).
-OPERATOR_DTYPE = "bfloat16"
-
-
 def priced_by(options: dict, cost_model: str = "roofline") -> str:
     """The cost model a run uses: ``operators`` only where its hardware has measured tables and
-    its dtype is the tables' (bfloat16)."""
-    measured = options.get("hardware") in SYSTEMS and options.get("dtype", OPERATOR_DTYPE) == OPERATOR_DTYPE
+    the operator model prices its target in its dtype (bfloat16; float8 for a mixture of experts:
+    :func:`~draftsim.sim.cost.operators.prices_dtype`, the operator model's own rule)."""
+    dtype, target = options.get("dtype", "bfloat16"), options.get("target")
+    priced = dtype == "bfloat16" if target is None else prices_dtype(default_catalog().model(target), dtype)
+    measured = options.get("hardware") in SYSTEMS and priced
     return cost_model if cost_model == "roofline" or measured else "roofline"
 
 
@@ -370,7 +370,7 @@ def main() -> int:
         if not args.json and args.cost_model != "roofline":
             kinds = sorted({r["cost_model"] for r in got})
             why = (f": its hardware has no measured tables (they cover {', '.join(SYSTEMS)})" if doc["common"].get("hardware") not in SYSTEMS
-                   else f": its dtype, {doc['common'].get('dtype')}, is not the tables' ({OPERATOR_DTYPE})")
+                   else f": the operator model does not price {doc['common'].get('target')} in {doc['common'].get('dtype')}")
             print(f"  (priced by {' and '.join(kinds)}" + ("" if kinds == [args.cost_model] else why) + ")")
     s = summary(rows)
     path = figure(rows, Path(args.figure))

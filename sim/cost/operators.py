@@ -124,13 +124,19 @@ from .overheads import pad_tokens
 from .roofline import RooflineModel
 
 __all__ = ["COST_MODELS", "DECODE_QUERIES", "FRAMEWORKS", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "MeasuredGemm", "OperatorModel", "Part",
-           "equal_work_prompt",
+           "equal_work_prompt", "prices_dtype",
            "systems_root"]
 
 #: ``--cost-model`` choices: the catalog roofline (default) or the measured operators.
 COST_MODELS = ("roofline", "operators")
 #: The most new tokens per sequence priced from the generation (decode) table; more: the context table.
 DECODE_QUERIES = 16
+
+
+def prices_dtype(model: ModelSpec, dtype: str) -> bool:
+    """Whether the operator model prices ``model`` in ``dtype``: bfloat16 (its tables' GEMMs and
+    attention), or float8 for a mixture of experts (whose tables measure block-FP8 experts)."""
+    return dtype == "bfloat16" or (dtype == "float8" and bool(model.experts))
 
 
 def equal_work_prompt(B, pairs) -> np.ndarray:
@@ -332,7 +338,7 @@ class OperatorModel(RooflineModel):
         if hardware.name not in SYSTEMS:
             raise DraftsimError(f"--cost-model operators has measured tables for {', '.join(SYSTEMS)}; not for {hardware.name} "
                                 "(use --cost-model roofline)")
-        if dtype != "bfloat16" and not (dtype == "float8" and model.experts):
+        if not prices_dtype(model, dtype):
             raise DraftsimError(f"--cost-model operators prices bfloat16 (its tables' GEMMs and attention in this version; float8 for a "
                                 f"mixture of experts, whose tables measure block-FP8 experts); got --dtype {dtype} for {model.name} "
                                 "(use --cost-model roofline)")
