@@ -210,6 +210,10 @@ class ModelSpec:
         return 2 * self.layers * self.kv_heads * self.head_dim
 
 
+#: the kernel kinds whose fixed time per call a hardware entry may hold (``kernel_fixed_us``)
+KERNEL_KINDS = ("gemm", "attention", "elementwise", "allreduce")
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     """One accelerator (or CPU) and its efficiency factors, in SI units.
@@ -228,6 +232,10 @@ class HardwareSpec:
         activation bytes at the MBU: the roofline's routed experts take it on top of their bytes
         (0: not derived; the routed experts priced at the plain MBU). Derived where the GPU has
         measured fused-MoE tables (benchmarks/derive_fused_moe.py)
+    kernel_fixed : fixed GPU seconds of one kernel call per kernel kind ("gemm", "attention", "elementwise",
+        "allreduce"), on top of its bytes at the MBU: the roofline adds them per kernel its layers run
+        (sim/cost/roofline.py); empty: none. Derived where the GPU has measured operator tables
+        (benchmarks/derive_affine.py)
     """
 
     name: str
@@ -248,6 +256,7 @@ class HardwareSpec:
     measured: dict = field(default_factory=dict)
     sm_count: int = 0
     fused_moe: float = 0.0
+    kernel_fixed: dict = field(default_factory=dict)
 
     @property
     def calibration(self) -> dict | None:
@@ -279,6 +288,10 @@ class HardwareSpec:
             v = getattr(self, key)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise DraftsimError(f"hardware {self.name!r}: {key} must be >= 0 (and finite); got {v!r}")
+        for kind, v in self.kernel_fixed.items():
+            if kind not in KERNEL_KINDS or not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                raise DraftsimError(f"hardware {self.name!r}: kernel_fixed_us maps {', '.join(KERNEL_KINDS)} to seconds >= 0; "
+                                    f"got {kind!r}: {v!r}")
         if not (isinstance(self.sm_count, int) and not isinstance(self.sm_count, bool) and self.sm_count >= 0):
             raise DraftsimError(f"hardware {self.name!r}: sm_count must be a whole number >= 0 (0: not listed); got {self.sm_count!r}")
 
@@ -297,7 +310,8 @@ _MODEL_OPTIONAL = ("kv_heads", "head_dim", "tied_embeddings", "mlp", "max_contex
                    *_MOE_FIELDS)
 _HW_REQUIRED = ("peak_tflops", "memory_bandwidth_gbs", "memory_gb", "source")
 _HW_OPTIONAL = ("interconnect_gbs", "interconnect_latency_us", "mfu", "mbu", "ici_efficiency", "overhead_us", "overhead_per_layer_us",
-                "usable_memory", "kind", "notes", "measured", "aliases", "sm_count", "fused_moe_us")
+                "usable_memory", "kind", "notes", "measured", "aliases", "sm_count", "fused_moe_us",
+                "kernel_fixed_us")
 
 
 def _check_keys(what: str, name: str, entry, required, optional) -> None:
@@ -341,7 +355,15 @@ def hardware_from_entry(name: str, e: dict) -> HardwareSpec:
         overhead=num("overhead_us") * 1e-6, overhead_per_layer=num("overhead_per_layer_us") * 1e-6,
         usable_memory=num("usable_memory", 0.9), kind=e.get("kind", "gpu"), source=e["source"], notes=e.get("notes", ""),
         measured=e.get("measured", {}), sm_count=e.get("sm_count", 0), fused_moe=num("fused_moe_us") * 1e-6,
+        kernel_fixed=_kernel_fixed(name, e.get("kernel_fixed_us", {})),
     )
+
+
+def _kernel_fixed(name, d) -> dict:
+    if not isinstance(d, dict):
+        raise DraftsimError(f"hardware {name!r}: kernel_fixed_us must map kernel kinds ({', '.join(KERNEL_KINDS)}) to microseconds")
+    return {k: (_float(name, f"kernel_fixed_us {k}", v) * 1e-6 if isinstance(v, (int, float)) and not isinstance(v, bool) else v)
+            for k, v in d.items()}
 
 
 def _bad(name, key, value):
@@ -377,6 +399,8 @@ def hardware_to_entry(hw: HardwareSpec) -> dict:
         e["sm_count"] = hw.sm_count
     if hw.fused_moe:
         e["fused_moe_us"] = hw.fused_moe * 1e6
+    if hw.kernel_fixed:
+        e["kernel_fixed_us"] = {k: round(v * 1e6, 9) for k, v in hw.kernel_fixed.items()}  # µs to 1e-9: round-trips exactly
     return e
 
 

@@ -332,6 +332,7 @@ class OperatorModel(RooflineModel):
         self.dp_attention = bool(kwargs.get("expert_parallel")) and int(tp) > 1
         #: latent attention priced part by part from the engine's own tables (SGLang's: sim/cost/moe_tables.py GranularMLA)
         self.granular_mla = _granular_mla(model, hardware, engine, systems)
+        kwargs.setdefault("kernel_fixed", {})  # the measured kernels hold their own fixed times
         super().__init__(model, hardware, dtype, tp, pp, **kwargs)
         #: the QKV projection's input width (None: the hidden size; EAGLE-3's layer: 2 x hidden, sim/cost/methods.py)
         self.qkv_inputs = None if qkv_inputs is None else int(qkv_inputs)

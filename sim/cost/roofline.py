@@ -24,6 +24,13 @@ operators, plus collectives and a fixed overhead:
   launches): what dominates small batches of small models (:func:`fit_overhead` fits it
   from a measured profile); a serving engine's per-step overhead is added to it
   (:mod:`~draftsim.sim.cost.overheads`);
+* a fixed GPU time per kernel where the hardware entry holds one (``kernel_fixed_us``: H100, H200,
+  derived from their measured operator tables by benchmarks/derive_affine.py): each layer's GEMMs
+  (2 attention projections, or a latent-attention model's 5 with a query bottleneck; 2 for a dense
+  MLP; a MoE layer's router and 2 for its shared experts), its attention and its 3 elementwise kernels
+  (norms and residual adds, the MLP activation) each add their kind's fixed time, and at tp > 1 the
+  two all-reduces per layer take the ``allreduce`` fixed time in place of the interconnect latency
+  (unless an engine's measured all-reduce table prices them); the MBU is derived with them in place;
 * with ``graph_tokens`` (an engine's CUDA-graph capture sizes) the dense operators of a call of
   N tokens run at the smallest captured size ≥ N, as a replayed graph computes its padding.
 
@@ -90,6 +97,7 @@ class RooflineModel(CostModel):
     kv_per_query : attention reads each query's whole context (a verification by batch expansion)
     fused_moe : seconds of one fused-MoE call beyond its bytes, per MoE layer (None: the hardware's
         ``fused_moe``, 0 where not derived; unused with a measured ``moe_efficiency`` curve)
+    kernel_fixed : fixed seconds per kernel call by kind (None: the hardware's ``kernel_fixed``; {}: none)
     """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, dtype: str = "bfloat16", tp: int = 1, pp: int = 1, *,
@@ -97,7 +105,7 @@ class RooflineModel(CostModel):
                  overhead: float | None = None, overhead_per_layer: float | None = None, check_memory: bool = True,
                  graph_tokens: tuple[int, ...] | None = None, overlap: float = 1.0, allreduce=None, floor: float = 0.0,
                  expert_parallel: bool = False, kv_per_query: bool = False, kv_dtype: str | None = None, moe_efficiency: bool = False,
-                 fused_moe: float | None = None):
+                 fused_moe: float | None = None, kernel_fixed: dict | None = None):
         self.model, self.hardware, self.dtype = model, hardware, dtype
         self.tp = int(as_count("tp", tp, minimum=1, maximum=1024))
         self.pp = int(as_count("pp", pp, minimum=1, maximum=model.layers))
@@ -122,6 +130,9 @@ class RooflineModel(CostModel):
         #: seconds of one fused-MoE call (one per MoE layer) beyond its bytes at the MBU (0: none)
         self.fused_moe = hardware.fused_moe if fused_moe is None else float(_nonneg("fused_moe", fused_moe))
         self.overhead_per_layer = hardware.overhead_per_layer if overhead_per_layer is None else float(_nonneg("overhead_per_layer", overhead_per_layer))
+        #: fixed GPU seconds per kernel call by kind (module docstring; {}: none)
+        self.kernel_fixed = dict(hardware.kernel_fixed if kernel_fixed is None else
+                                 {k: float(_nonneg(f"kernel_fixed {k}", v)) for k, v in kernel_fixed.items()})
         #: CUDA-graph capture sizes in tokens: the dense operators run at the next size up (None: no padding)
         self.graph_tokens = None if graph_tokens is None else tuple(int(x) for x in graph_tokens)
         #: how far an operator's memory and compute times overlap: its time is max(m, c) + (1 − overlap)·min(m, c)
@@ -196,7 +207,9 @@ class RooflineModel(CostModel):
         self._dense = [(d[:, 0] * (self._head_bytes if i == len(groups) - 1 else self.weight_bytes), d[:, 1], d[:, 2] * w, mult)
                        for i, (d, mult) in enumerate(groups)]
         self._embed_bytes = h * w  # one embedding row per new token
-        self._fixed = self.overhead + self.overhead_per_layer * L
+        #: GPU seconds per call of the kernels' fixed times (``kernel_fixed``), all layers
+        self.kernel_seconds = self._kernel_seconds()
+        self._fixed = self.overhead + self.overhead_per_layer * L + self.kernel_seconds
         bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
         lat = self.hardware.interconnect_latency
         # collectives: per call a constant (latencies) plus seconds per new token
@@ -204,7 +217,8 @@ class RooflineModel(CostModel):
         self._ar = None  # (count per call, bytes per token, sizes, seconds, seconds per byte beyond the largest size)
         if t > 1:
             ring = 2 * (t - 1) / t
-            self._comm_fixed += lat + (0 if self.allreduce is not None else 2 * L * lat)  # the logits' gather; the all-reduces
+            ar_lat = self.kernel_fixed.get("allreduce", lat)  # an all-reduce's fixed time: measured where derived, else the latency
+            self._comm_fixed += lat + (0 if self.allreduce is not None else 2 * L * ar_lat)  # the logits' gather; the all-reduces
             self._comm_per_token += (t - 1) / t * m.vocab * w / bw
             if self.allreduce is None:
                 self._comm_per_token += 2 * L * ring * h * w / bw
@@ -228,6 +242,19 @@ class RooflineModel(CostModel):
         self._kv_per_token = (self._kv_bytes + self._q_bytes) / B
         self._q_per_token = self._q_bytes / B
         self._flops_per_pair = self._pair_flops / P
+
+    def kernel_counts(self) -> dict[str, int]:
+        """Kernels a call runs per kind, all layers (the LM head and embedding left out): each layer's
+        GEMMs, attention and 3 elementwise kernels (the all-reduces are priced with the collectives)."""
+        m, L = self.model, self.model.layers
+        attn = ((2 if m.q_lora_rank else 1) + 2 + 1) if m.kv_lora_rank else 2  # q (a, b), kv (a, b), o; or qkv, o
+        gemms = L * attn + (L - m.moe_layers) * 2 + m.moe_layers * (1 + (2 if m.shared_experts else 0))
+        return {"gemm": gemms, "attention": L, "elementwise": 3 * L}
+
+    def _kernel_seconds(self) -> float:
+        if not self.kernel_fixed:
+            return 0.0
+        return float(sum(n * self.kernel_fixed.get(k, 0.0) for k, n in self.kernel_counts().items()))
 
     def _moe_groups(self, qkv, out, mlp, head) -> list:
         """The dense operator rows of a mixture-of-experts or latent-attention model (the routed
@@ -455,7 +482,7 @@ class RooflineModel(CostModel):
                              ici_efficiency=self.ici_efficiency, overhead=overhead, overhead_per_layer=overhead_per_layer,
                              check_memory=False, graph_tokens=self.graph_tokens, overlap=self.overlap, allreduce=self.allreduce,
                              floor=self.floor, expert_parallel=self.expert_parallel, kv_per_query=self.kv_per_query, kv_dtype=self.kv_dtype,
-                             moe_efficiency=self.moe_efficiency, fused_moe=self.fused_moe)
+                             moe_efficiency=self.moe_efficiency, fused_moe=self.fused_moe, kernel_fixed=self.kernel_fixed)
 
 
 class _DenseCurve:

@@ -1,0 +1,185 @@
+"""The roofline's fixed GPU time per kernel (``kernel_fixed_us`` of sim/data/hardware.json) on the Hopper GPUs
+with measured operator tables, and their MBU re-derived with those fixed times in place.
+
+Trial for issue 37 item 1 (docs/research/affine-roofline.md, "option 1", reduced to the existing roofline).
+Each kernel kind of AIConfigurator's vLLM tables (aiconfigurator-core 0.12.0) is fitted as
+
+    t = f + max(bytes / (eta · BW), FLOPs / (mfu · peak))
+
+by least squares of log(predicted / measured), on the rows of the shapes Llama and Qwen models use at
+tp 1/2/4/8 that no other family uses (``efficiency.family_holdout``'s selection), as the research note's
+prototype did; only f is kept:
+
+* GEMM: ``gemm_perf.parquet`` rows, draftsim's ``gemm_terms``;
+* decode attention: ``generation_attention_perf.parquet`` rows, ``decode_attention_terms`` (plain bytes);
+* all-reduce: ``custom_allreduce_perf.parquet``'s CUDA-graph rows, all GPU counts, ``allreduce_terms``;
+* elementwise: AIConfigurator's memory-op formula's constant (``mem_op_constants``: 3 µs a kernel), the one
+  the operator model already prices these kernels with.
+
+The roofline adds f per kernel its layers run (sim/cost/roofline.py ``kernel_counts``: a dense layer's 4
+GEMMs, 1 attention and 3 elementwise kernels), and at tp > 1 prices each of the 2 all-reduces per layer
+with the all-reduce's f in place of the catalog's assumed interconnect latency. The MBU is then re-derived
+as benchmarks/derive_mbu.py does (Llama-3.1-8B, bfloat16, batch 1, one token, context 512, the tables'
+time, no host time), with the fixed times K in place:
+
+    MBU = (roofline at MBU 1 − K) / (operators − K)
+
+so that the anchor call's roofline time equals the tables' time by construction. Nothing is fitted to a
+published end-to-end number. The A100 and GPUs without tables are left as they are.
+
+    python benchmarks/derive_affine.py [--write] [--json]
+
+``--write`` puts the derived ``kernel_fixed_us`` and ``mbu`` into sim/data/hardware.json (then rerun
+benchmarks/derive_fused_moe.py, whose fused-MoE fixed time is derived at the MBU). Exit status 1 when the
+catalog holds other values than this derivation (f rounded to 0.01 µs, MBU to 3 decimals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+GPUS = ("h100-sxm", "h200")
+FIT = ("llama", "qwen")
+ANCHOR = {"model": "llama-3.1-8b", "dtype": "bfloat16", "batch": 1, "new_tokens": 1, "context": 512}
+HARDWARE_JSON = Path(__file__).resolve().parents[1] / "sim" / "data" / "hardware.json"
+
+
+def fit_affine(t_mem, t_cmp, seconds, compute: bool = True) -> dict:
+    """f (seconds), eta, mfu minimising Σ log(predicted / measured)², f >= 0, 0.02 <= eta, mfu <= 2 (deterministic start)."""
+    from scipy.optimize import least_squares
+
+    t_mem, t_cmp, y = (np.asarray(a, np.float64) for a in (t_mem, t_cmp, seconds))
+    floor = float(y.min())
+
+    def pred(p):
+        return p[0] * floor + np.maximum(t_mem / p[1], t_cmp / p[2] if compute else 0.0)
+
+    p = least_squares(lambda p: np.log(pred(p) / y), x0=[0.5, 0.7, 0.6], bounds=([0, 0.02, 0.02], [1.0, 2.0, 2.0])).x
+    e = np.abs(pred(p) / y - 1)
+    return {"f": float(p[0] * floor), "eta": float(p[1]), "mfu": float(p[2]) if compute else None, "rows": int(len(y)),
+            "fit_median_error": float(np.median(e))}
+
+
+def _family_keys(models, kind, ngrid=None, kgrid=None) -> dict:
+    from draftsim.sim.cost.efficiency import TP_SIZES, _bracket, attention_layouts, family_of, gemm_shapes
+
+    fams = {}
+    for name, m in models.items():
+        fams.setdefault(family_of(name), []).append(m)
+    if kind == "gemm":
+        return {f: {(a, b) for m in ms for tp in TP_SIZES for _, n, k in gemm_shapes(m, tp)
+                    for a in _bracket(n, ngrid) for b in _bracket(k, kgrid)} for f, ms in fams.items()}
+    return {f: {lay for m in ms for tp in TP_SIZES for lay in attention_layouts(m, tp)} for f, ms in fams.items()}
+
+
+def _fit_rows(rowkeys, keys) -> np.ndarray:
+    """efficiency._holdout's selection: the Llama/Qwen shapes that no other family uses."""
+    fit_keys = set().union(*(keys.get(f, set()) for f in FIT))
+    held_keys = set().union(*(v for f, v in keys.items() if f not in FIT))
+    return np.array([k in fit_keys and k not in held_keys for k in rowkeys])
+
+
+def kinds(hardware: str) -> dict:
+    """The fitted kinds of one GPU's vLLM tables, f in µs."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sim.cost.efficiency import Roofs, _tables, allreduce_terms, decode_attention_terms, family_of, gemm_terms
+    from draftsim.sim.cost.kernel_tables import SYSTEMS, systems_root
+    from draftsim.sim.cost.operators import mem_op_constants
+
+    cat = default_catalog()
+    roofs = Roofs.of(cat.hardware_spec(hardware))
+    t = _tables(systems_root(), SYSTEMS[hardware], "vllm")
+    models = {n: cat.model(n) for n in cat.models if family_of(n)}
+    out = {}
+    df = t.frames["gemm"]
+    ngrid, kgrid = np.sort(df.n.unique()).astype(float), np.sort(df.k.unique()).astype(float)
+    sel = _fit_rows(list(zip(df.n.astype(float), df.k.astype(float))), _family_keys(models, "gemm", ngrid, kgrid))
+    tm, tc, _ = gemm_terms(roofs, df.m.to_numpy(), df.n.to_numpy(), df.k.to_numpy())
+    out["gemm"] = fit_affine(tm[sel], tc[sel], df.latency.to_numpy(np.float64)[sel] * 1e-3)
+    df = t.frames["decode attention"]
+    sel = _fit_rows(list(zip(df.num_heads, df.num_key_value_heads, df.head_dim)), _family_keys(models, "attention"))
+    tm, tc, _ = decode_attention_terms(roofs, df.batch_size.to_numpy(), df.step.to_numpy() + 1, df.num_heads.to_numpy(),
+                                       df.num_key_value_heads.to_numpy(), df.head_dim.to_numpy())
+    out["attention"] = fit_affine(tm[sel], tc[sel], df.latency.to_numpy(np.float64)[sel] * 1e-3)
+    ar = t.frames["allreduce"]
+    tm, _, _ = allreduce_terms(roofs, ar.message_size.to_numpy(), ar.num_gpus.to_numpy())
+    out["allreduce"] = fit_affine(tm, 0 * tm, ar.latency.to_numpy(np.float64) * 1e-3, compute=False)
+    _, _, const = mem_op_constants(systems_root(), SYSTEMS[hardware])
+    out["elementwise"] = {"f": float(const), "eta": None, "mfu": None, "rows": 0, "fit_median_error": None}
+    for v in out.values():
+        v["f_us"] = round(v.pop("f") * 1e6, 2)
+    return out
+
+
+def mbu(hardware: str, kernel_fixed_us: dict) -> dict:
+    """The anchor's MBU with the fixed times in place: (roofline at MBU 1 − K) / (operators − K)."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sim.cost.assembly import Deployment, assemble
+    from draftsim.sim.cost.roofline import RooflineModel
+
+    cat = default_catalog()
+    hw, m = cat.hardware_spec(hardware), cat.model(ANCHOR["model"])
+    shape = (ANCHOR["batch"], ANCHOR["new_tokens"], ANCHOR["context"])
+    fixed = {k: v * 1e-6 for k, v in kernel_fixed_us.items()}
+    bare = RooflineModel(m, hw, ANCHOR["dtype"], mbu=1.0, kernel_fixed={}, check_memory=False)
+    K = RooflineModel(m, hw, ANCHOR["dtype"], mbu=1.0, kernel_fixed=fixed, check_memory=False).kernel_seconds
+    ops = assemble(Deployment(ANCHOR["model"], hardware, dtype=ANCHOR["dtype"], overheads="none", cost_model="operators"))
+    t_bytes, t_ops = float(bare.shape_time(*shape)), float(ops.target.shape_time(*shape))
+    value = t_bytes / (t_ops - K)
+    check = float(RooflineModel(m, hw, ANCHOR["dtype"], mbu=round(value, 3), kernel_fixed=fixed, check_memory=False).shape_time(*shape))
+    return {"roofline_at_mbu_1_ms": t_bytes * 1e3, "kernel_fixed_ms": K * 1e3, "operators_ms": t_ops * 1e3, "mbu": value,
+            "old_mbu": hw.mbu, "anchor_with_rounded_mbu_ms": check * 1e3}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--write", action="store_true", help="write kernel_fixed_us and mbu into sim/data/hardware.json")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    from draftsim.sim.cost import default_catalog
+
+    cat = default_catalog()
+    rows = {}
+    for hw in GPUS:
+        k = kinds(hw)
+        fixed = {kind: v["f_us"] for kind, v in k.items()}
+        rows[hw] = {"kinds": k, "kernel_fixed_us": fixed, **mbu(hw, fixed)}
+    same = all(round(r["mbu"], 3) == cat.hardware_spec(hw).mbu
+               and {k: round(v * 1e6, 2) for k, v in cat.hardware_spec(hw).kernel_fixed.items()} == r["kernel_fixed_us"]
+               for hw, r in rows.items())
+    if a.json:
+        print(json.dumps({"anchor": ANCHOR, "rows": rows, "catalog_matches": same}, indent=1))
+    else:
+        print("kinds fitted on AIConfigurator's vLLM tables (Llama/Qwen shapes): f (us), eta, mfu, rows, in-sample median |error|")
+        for hw, r in rows.items():
+            for kind, v in r["kinds"].items():
+                eta = "" if v["eta"] is None else f"eta {v['eta']:.3f}"
+                mfu = "" if v["mfu"] is None else f"mfu {v['mfu']:.3f}"
+                err = "(AIConfigurator's memory-op constant)" if v["rows"] == 0 else f"{v['rows']:5d} rows, median {v['fit_median_error']:.1%}"
+                print(f"  {hw:9} {kind:12} f {v['f_us']:6.2f} us  {eta:10} {mfu:10} {err}")
+        print(f"anchor: {ANCHOR['model']} {ANCHOR['dtype']}, batch {ANCHOR['batch']}, {ANCHOR['new_tokens']} new token, "
+              f"context {ANCHOR['context']}, no host time; MBU = (roofline at MBU 1 - K) / (operators - K)")
+        print(f"{'GPU':9} {'bytes at MBU 1':>15} {'K (fixed)':>10} {'operators':>10} {'MBU':>7} {'was':>6} {'anchor after':>13}")
+        for hw, r in rows.items():
+            print(f"{hw:9} {r['roofline_at_mbu_1_ms']:12.3f} ms {r['kernel_fixed_ms']:7.3f} ms {r['operators_ms']:7.3f} ms "
+                  f"{r['mbu']:7.4f} {r['old_mbu']:6.3f} {r['anchor_with_rounded_mbu_ms']:10.3f} ms")
+        print("catalog matches the derivation" if same else "catalog DIFFERS from the derivation (sim/data/hardware.json)")
+    if a.write:
+        data = json.loads(HARDWARE_JSON.read_text())
+        for hw, r in rows.items():
+            e = data["hardware"][hw]
+            e["mbu"] = round(r["mbu"], 3)
+            e["kernel_fixed_us"] = r["kernel_fixed_us"]
+        HARDWARE_JSON.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote kernel_fixed_us and mbu of {', '.join(rows)} into {HARDWARE_JSON}")
+        return 0
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
