@@ -16,7 +16,7 @@ prototype did; only f is kept:
 * elementwise: AIConfigurator's memory-op formula's constant (``mem_op_constants``: 3 µs a kernel), the one
   the operator model already prices these kernels with.
 
-The roofline adds f per kernel its layers run (sim/cost/roofline.py ``kernel_counts``: a dense layer's 4
+The roofline adds f per kernel a call runs (sim/cost/roofline.py ``kernel_counts``: a dense layer's 4
 GEMMs, 1 attention and 3 elementwise kernels), and at tp > 1 prices each of the 2 all-reduces per layer
 with the all-reduce's f in place of the catalog's assumed interconnect latency. The MBU is then re-derived
 as benchmarks/derive_mbu.py does (Llama-3.1-8B, bfloat16, batch 1, one token, context 512, the tables'

@@ -77,6 +77,9 @@ def test_a_bracket_says_how_far_it_misses():
     low = mod.bracket_row(1.12, 1.15, 1.8)
     assert not low["inside"] and low["miss"] == pytest.approx(1.15 / 1.8 - 1)
     assert mod.bracket_row(1.0, 1.1, 0.5)["miss"] == pytest.approx(1.0 / 0.5 - 1)
+    # a published value stands for the numbers that round to it: 1.12 is held by a bracket ending at 1.1199, not at 1.11
+    assert mod.rounding(1.12) == pytest.approx(0.005) and mod.rounding(1.8) == pytest.approx(0.05) and mod.rounding(2.0) == pytest.approx(0.05)
+    assert mod.bracket_row(0.8, 1.1199, 1.12)["inside"] and not mod.bracket_row(0.8, 1.11, 1.12)["inside"]
     s = mod.summary([{"source": "a", **low}, {"source": "a", **mod.bracket_row(1.0, 1.1, 1.05)}])
     assert s["worst_bracket_miss"] == pytest.approx(low["miss"])
     assert mod.summary_line(s) == f"no scored error; 1 of 2 brackets hold the published value (the farthest misses it by {low['miss']:+.1%})"

@@ -15,7 +15,8 @@ steady-state window is the answer a deployment plans on, not what these tables m
 predictions per point (its data cannot tell two readings apart; see its ``unstated``), and so does
 a point whose ``spec.acceptance`` is ``NAME@range``: a catalog entry published as a range (the
 DeepSeek-V3 report's 85–90% MTP acceptance), run at ``NAME@low`` and ``NAME@high``, both ends
-reported. A bracket is reported with whether the published value lies inside it and, where it does
+reported. A bracket is reported with whether the published value lies inside it (as printed: a
+bracket that reaches a number rounding to it, 1.1199 for a printed 1.12, holds it) and, where it does
 not, how far its nearer end misses it (the summary names the farthest miss); brackets are left out of
 the error statistics, which are over every other point: median and worst |predicted / published − 1|.
 A source marked ``crossover`` states a speedup at one load and where speculation stops paying
@@ -184,11 +185,21 @@ def crossover_row(doc: dict, point: dict, cost_model: str = "roofline") -> dict:
 RANGE = "@range"
 
 
+def rounding(published: float) -> float:
+    """Half a unit of the last decimal the published value is printed with (1.12: 0.005; 1.8: 0.05): the
+    value stands for any number that rounds to it."""
+    text = repr(float(published))
+    decimals = len(text.split(".")[1]) if "." in text and "e" not in text else 0
+    return 0.5 * 10.0 ** -decimals
+
+
 def bracket_row(low: float, high: float, published: float) -> dict:
-    """A bracket's fields: its ends, whether the published value lies inside, and ``miss``: 0 inside,
-    else the nearer end over the published value, less 1 (how far the bracket misses it)."""
+    """A bracket's fields: its ends, whether the published value lies inside (the bracket reaches the
+    numbers that round to it, :func:`rounding`), and ``miss``: 0 inside, else the nearer end over the
+    published value, less 1 (how far the bracket misses it)."""
     lo, hi = min(low, high), max(low, high)
-    inside = bool(lo <= published <= hi)
+    h = rounding(published)
+    inside = bool(lo <= published + h and published - h <= hi)
     nearer = lo if published < lo else hi
     return {"low": lo, "high": hi, "inside": inside, "miss": 0.0 if inside else nearer / published - 1.0}
 

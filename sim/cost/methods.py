@@ -168,10 +168,11 @@ def parse_drafter(text: str) -> DrafterSpec:
 class Matmul(CostModel):
     """One weight matrix (``inputs`` × ``outputs``, columns split over ``tp`` devices) applied to
     every new token: max(bytes / bandwidth, FLOPs / peak), the roofline of one operator (with
-    ``overlap`` o < 1, that max + (1 − o)·min, as :class:`~draftsim.sim.cost.roofline.RooflineModel`)."""
+    ``overlap`` o < 1, that max + (1 − o)·min, as :class:`~draftsim.sim.cost.roofline.RooflineModel`),
+    plus one GEMM kernel's fixed time where the hardware holds one (``kernel_fixed_us``)."""
 
     def __init__(self, name: str, inputs: int, outputs: int, hardware: HardwareSpec, dtype_bytes: float, peak: float, mfu: float,
-                 mbu: float, tp: int = 1, overlap: float = 1.0):
+                 mbu: float, tp: int = 1, overlap: float = 1.0, kernel: bool = True):
         self.name = name
         self.overlap = float(overlap)
         self.inputs, self.outputs = int(inputs), int(outputs) / tp
@@ -179,6 +180,9 @@ class Matmul(CostModel):
         self._bytes = dtype_bytes
         self._P = peak * mfu
         self._B = hardware.memory_bandwidth * mbu
+        #: the fixed GPU time of one GEMM kernel on this hardware (``kernel_fixed_us``; 0 where not derived),
+        #: or 0 for a matrix that widens another's kernel (``kernel`` False: EAGLE-3's second QKV input half)
+        self.fixed = float(hardware.kernel_fixed.get("gemm", 0.0)) if kernel else 0.0
 
     def flops(self, tokens) -> np.ndarray:
         return 2.0 * self.weights * np.asarray(tokens, dtype=np.float64)
@@ -188,7 +192,7 @@ class Matmul(CostModel):
 
     def _time(self, stats: BatchStats) -> np.ndarray:
         m, c = self.bytes(stats.tokens) / self._B, self.flops(stats.tokens) / self._P
-        return overlapped(m, c, self.overlap) if self.overlap < 1.0 else np.maximum(m, c)
+        return self.fixed + (overlapped(m, c, self.overlap) if self.overlap < 1.0 else np.maximum(m, c))
 
     def _bound(self, stats: BatchStats) -> np.ndarray:
         return np.where(self.bytes(stats.tokens) / self._B >= self.flops(stats.tokens) / self._P, 2, 3)
@@ -367,9 +371,9 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
     probe = RooflineModel(layer, hardware, dtype, tp, **kw)
     whole = set(facts.get("replicated", {}).get("layers", ()))  # kept whole on every device (nn.Linear), not split over tp
 
-    def mm(what: str, inputs: int, outputs: int, key: str = "") -> Matmul:
+    def mm(what: str, inputs: int, outputs: int, key: str = "", kernel: bool = True) -> Matmul:
         return Matmul(f"{what} ({inputs}x{outputs})", inputs, outputs, hardware, probe.bytes, probe.peak, probe.mfu, probe.mbu,
-                      1 if key in whole else tp, overlap)
+                      1 if key in whole else tp, overlap, kernel)
 
     h = target.hidden
     act = activation_bytes_per_token(layer, tp, probe.bytes)
@@ -402,7 +406,8 @@ def head_cost(spec: DrafterSpec, target: ModelSpec, hardware: HardwareSpec, dtyp
         block = RooflineModel(dataclasses.replace(layer, vocab=vocab), hardware, dtype, tp, **kw)
         kv_heads = float(np.ceil(target.kv_heads / tp))
         qkv_out = (target.heads / tp + 2 * kv_heads) * target.head_dim
-        parts = [block, mm("QKV's embedding half", (facts["qkv_inputs"] - 1) * h, qkv_out * tp)]
+        # the layer's QKV GEMM takes 2h inputs: one kernel, its second half priced here (no kernel of its own)
+        parts = [block, mm("QKV's embedding half", (facts["qkv_inputs"] - 1) * h, qkv_out * tp, kernel=False)]
     else:  # pragma: no cover - parse_drafter only yields the methods above
         raise DraftsimError(f"no head layout {layout!r} (drafting method {spec.method})")
     # the block's parameters count an embedding table and an LM head (one matrix when tied): the

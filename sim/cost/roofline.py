@@ -28,7 +28,8 @@ operators, plus collectives and a fixed overhead:
   derived from their measured operator tables by benchmarks/derive_affine.py): each layer's GEMMs
   (2 attention projections, or a latent-attention model's 5 with a query bottleneck; 2 for a dense
   MLP; a MoE layer's router and 2 for its shared experts), its attention and its 3 elementwise kernels
-  (norms and residual adds, the MLP activation) each add their kind's fixed time, and at tp > 1 the
+  (norms and residual adds, the MLP activation) each add their kind's fixed time, as does the LM head's
+  GEMM (and a drafting head's own GEMMs, :class:`~draftsim.sim.cost.methods.Matmul`), and at tp > 1 the
   two all-reduces per layer take the ``allreduce`` fixed time in place of the interconnect latency
   (unless an engine's measured all-reduce table prices them); the MBU is derived with them in place;
 * with ``graph_tokens`` (an engine's CUDA-graph capture sizes) the dense operators of a call of
@@ -244,11 +245,11 @@ class RooflineModel(CostModel):
         self._flops_per_pair = self._pair_flops / P
 
     def kernel_counts(self) -> dict[str, int]:
-        """Kernels a call runs per kind, all layers (the LM head and embedding left out): each layer's
-        GEMMs, attention and 3 elementwise kernels (the all-reduces are priced with the collectives)."""
+        """Kernels a call runs per kind: each layer's GEMMs, attention and 3 elementwise kernels, and the
+        LM head's GEMM (the embedding row left out; the all-reduces are priced with the collectives)."""
         m, L = self.model, self.model.layers
         attn = ((2 if m.q_lora_rank else 1) + 2 + 1) if m.kv_lora_rank else 2  # q (a, b), kv (a, b), o; or qkv, o
-        gemms = L * attn + (L - m.moe_layers) * 2 + m.moe_layers * (1 + (2 if m.shared_experts else 0))
+        gemms = L * attn + (L - m.moe_layers) * 2 + m.moe_layers * (1 + (2 if m.shared_experts else 0)) + 1  # + the LM head
         return {"gemm": gemms, "attention": L, "elementwise": 3 * L}
 
     def _kernel_seconds(self) -> float:

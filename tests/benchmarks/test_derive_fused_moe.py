@@ -33,8 +33,9 @@ def test_the_catalog_fused_moe_time_is_derived_from_each_gpus_fused_moe_table_at
 def test_the_fixed_time_holds_out_on_the_other_moe_shapes_and_batch_sizes_the_tables_hold():
     """Held out (Qwen3-235B-A22B, Mixtral-8x7B, DeepSeek-V3 FP8, Qwen3-30B-A3B at tp > 1; vLLM's and SGLang's
     tables; 1-8 tokens) the fixed time at least halves the plain MBU's median error on H100 and H200 at one
-    token (34-35% -> 9-14%) and brings 1-8 tokens under 15% (22% before); at 16-64 tokens, where the bytes
-    dominate, it moves the median by under 3 points (the fixed time is small there)."""
+    token (45-48% -> 7-8%) and brings 1-8 tokens under 15% (30-31% before); at 16-64 tokens, where the bytes
+    weigh more, it still helps (17-22% -> 10-12%: the MBU derived beside the kernels' fixed times, 0.874 and
+    0.809, prices the experts' bytes faster than one MBU for everything did)."""
     mod = _script()
     for hw in ("h100-sxm", "h200"):
         d = mod.derive(hw)
@@ -43,7 +44,7 @@ def test_the_fixed_time_holds_out_on_the_other_moe_shapes_and_batch_sizes_the_ta
         one, small, large = (mod.summary(rows, t) for t in ((1,), mod.SMALL, mod.LARGE))
         assert one["points"] >= 20 and one["fixed_median"] <= 0.5 * one["plain_median"] and one["fixed_median"] < 0.15
         assert small["fixed_median"] < 0.15 < small["plain_median"]
-        assert abs(large["fixed_median"] - large["plain_median"]) < 0.03
+        assert large["fixed_median"] < min(large["plain_median"], 0.15)
         assert abs(one["fixed_bias"]) < 0.05 < abs(one["plain_bias"])  # the plain MBU prices one token ~35% fast
 
 

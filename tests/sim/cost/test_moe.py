@@ -78,23 +78,28 @@ def test_a_one_expert_moe_is_its_dense_twin_plus_a_router_and_dense_models_are_u
     for n in (1, 4, 64, 512):
         a = float(RooflineModel(dense, hw).shape_time(1, n, 512))
         # the identity of the roofline's formula, at the catalog's MBU/MFU for both (the fused-MoE call's fixed
-        # time, hardware.json's fused_moe_us, set apart: 0 here, then on top once per MoE layer)
+        # time, hardware.json's fused_moe_us, set apart: 0 here, then on top once per MoE layer); the kernels'
+        # fixed times (kernel_fixed_us): the MoE layer runs the router's GEMM where the dense MLP runs two
         b = float(RooflineModel(twin, hw, moe_efficiency=False, fused_moe=0.0).shape_time(1, n, 512))
         router = 32 * (4096 * 1 + (4096 + 1) * n) * 2 / B  # its weights and its activations in and out, memory-bound
-        assert b - a == pytest.approx(router, rel=1e-6)
+        gemm = hw.kernel_fixed["gemm"]
+        assert gemm > 0 and b - a == pytest.approx(router - 32 * gemm, rel=1e-6)
         c = float(RooflineModel(twin, hw, moe_efficiency=False).shape_time(1, n, 512))
-        assert hw.fused_moe > 0 and c - a == pytest.approx(router + 32 * hw.fused_moe, rel=1e-6)
+        assert hw.fused_moe > 0 and c - a == pytest.approx(router - 32 * gemm + 32 * hw.fused_moe, rel=1e-6)
     assert RooflineModel(dense, hw).model.architecture == "32x4096/14336 h32/8x128 v128256"
 
 
 def test_verification_wakes_experts_a_dense_model_of_the_same_size_does_not_pay_for():
     """The speculative penalty: verifying 4 tokens costs a MoE target more, relative to decoding
-    one, than it costs a dense model (whose weights are read once whatever the tokens)."""
+    one, than it costs a dense model (whose weights are read once whatever the tokens). The
+    measured H200 tables (--cost-model operators, DeepSeek-V3 float8 on 8 GPUs, batch 1, context
+    512) put it at 1.19x (vLLM's) and 1.33x (SGLang's); the roofline, whose kernels' fixed times
+    are paid once whatever the tokens, at 1.33x."""
     hw = CAT.hardware_spec("h200")
     moe = RooflineModel(CAT.model("deepseek-v3"), hw, "float8", tp=8)
     dense = RooflineModel(CAT.model("llama-3.1-70b"), hw, "float8", tp=8)
     ratio = lambda r: float(r.shape_time(1, 4, 512) / r.shape_time(1, 1, 512))  # noqa: E731
-    assert ratio(moe) > 1.5 > 1.05 > ratio(dense)
+    assert ratio(moe) > 1.25 > 1.05 > ratio(dense)
     # at batch 64 nearly every expert is already awake: verification costs little more
     assert float(moe.shape_time(64, 4, 512) / moe.shape_time(64, 1, 512)) < 1.3
 

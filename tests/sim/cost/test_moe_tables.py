@@ -64,7 +64,9 @@ def test_a_batch1_decode_step_has_every_part_measured_and_costs_more_than_the_ro
     assert {"routed experts", "attention (MLA block)", "all-reduce (2 per layer)"} <= set(step.parts)
     assert all("aiconfigurator_core" in step.sources[k] for k in ("routed experts", "attention (MLA block)"))
     roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
-    assert step.seconds > 2 * float(roof.shape_time(1, 1, 512))  # the roofline's 2.8 ms forward misses the small-M inefficiency
+    # the roofline's forward (5.6 ms with its kernels' fixed times; 2.8 ms before them) still misses the small-M
+    # inefficiency the tables measure (11.2 ms): MLA's parts and the experts at one row each
+    assert step.seconds > 1.8 * float(roof.shape_time(1, 1, 512)) and roof.kernel_seconds > 0
 
 
 def test_tables_are_closer_than_the_roofline_to_the_scored_deepseek_measurements():
