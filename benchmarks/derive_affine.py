@@ -66,14 +66,14 @@ def fit_affine(t_mem, t_cmp, seconds, compute: bool = True) -> dict:
 
 
 def _family_keys(models, kind, ngrid=None, kgrid=None) -> dict:
-    from draftsim.sim.cost.efficiency import TP_SIZES, _bracket, attention_layouts, family_of, gemm_shapes
+    from draftsim.sim.cost.efficiency import TP_SIZES, attention_layouts, family_of, gemm_shapes, grid_bracket
 
     fams = {}
     for name, m in models.items():
         fams.setdefault(family_of(name), []).append(m)
     if kind == "gemm":
         return {f: {(a, b) for m in ms for tp in TP_SIZES for _, n, k in gemm_shapes(m, tp)
-                    for a in _bracket(n, ngrid) for b in _bracket(k, kgrid)} for f, ms in fams.items()}
+                    for a in grid_bracket(n, ngrid) for b in grid_bracket(k, kgrid)} for f, ms in fams.items()}
     return {f: {lay for m in ms for tp in TP_SIZES for lay in attention_layouts(m, tp)} for f, ms in fams.items()}
 
 
@@ -87,13 +87,13 @@ def _fit_rows(rowkeys, keys) -> np.ndarray:
 def kinds(hardware: str) -> dict:
     """The fitted kinds of one GPU's vLLM tables, f in µs."""
     from draftsim.sim.cost import default_catalog
-    from draftsim.sim.cost.efficiency import Roofs, _tables, allreduce_terms, decode_attention_terms, family_of, gemm_terms
+    from draftsim.sim.cost.efficiency import Roofs, allreduce_terms, decode_attention_terms, family_of, gemm_terms, read_tables
     from draftsim.sim.cost.kernel_tables import SYSTEMS, systems_root
     from draftsim.sim.cost.operators import mem_op_constants
 
     cat = default_catalog()
     roofs = Roofs.of(cat.hardware_spec(hardware))
-    t = _tables(systems_root(), SYSTEMS[hardware], "vllm")
+    t = read_tables(systems_root(), SYSTEMS[hardware], "vllm")
     models = {n: cat.model(n) for n in cat.models if family_of(n)}
     out = {}
     df = t.frames["gemm"]

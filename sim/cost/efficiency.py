@@ -70,7 +70,7 @@ from .kernel_tables import allreduce_rows, attention_rows, gemm_rows, newest_tab
 
 __all__ = ["ALLREDUCE_ALGORITHMS", "FIT_FAMILIES", "KINDS", "SPIKE_FACTOR", "SPIKE_NEIGHBOURS", "Cleaned", "CollectiveCurve", "Curve", "Curves",
            "Roofs", "Score", "allreduce_algorithm", "attention_layouts", "family_holdout", "family_of", "fit_collective", "fit_curve",
-           "fit_curves", "gemm_shapes", "gpu_count_holdout", "grid_edge", "monotone_table"]
+           "fit_curves", "gemm_shapes", "gpu_count_holdout", "grid_bracket", "grid_edge", "monotone_table", "read_tables"]
 
 #: The operator kinds with a curve.
 KINDS = ("gemm", "decode attention", "prefill attention", "allreduce")
@@ -529,7 +529,7 @@ class _Tables:
     sources: dict
 
 
-def _tables(root: Path, system: str, framework: str) -> _Tables:
+def read_tables(root: Path, system: str, framework: str) -> _Tables:
     frames, sources = {}, {}
     rel = lambda p: str(p.relative_to(Path(root) / "data"))  # noqa: E731
     path = newest_table(root, system, "gemm", framework, "gemm_perf.parquet")
@@ -686,7 +686,7 @@ def _eager_launch(graph, eager) -> float:
 def fit_curves(root: Path, system: str, framework: str, hardware: Roofs) -> Curves:
     """The curves of every kind fitted on all the rows of one GPU's and engine's tables (cached per
     tables, GPU, engine and peaks: :meth:`Roofs.of` a catalog hardware entry)."""
-    t = _tables(Path(root), system, framework)
+    t = read_tables(Path(root), system, framework)
     fitted = {kind: fit_frame(kind, hardware, t.frames[kind], t.sources[kind]) if kind in t.frames and not t.frames[kind].empty else None
               for kind in KINDS}
     eager = _eager_launch(t.frames.get("allreduce", _EMPTY), t.frames.get("allreduce eager", _EMPTY)) if "allreduce" in t.frames else 0.0
@@ -751,7 +751,7 @@ class Score:
     worst: float
 
 
-def _bracket(v: float, grid: np.ndarray) -> set:
+def grid_bracket(v: float, grid: np.ndarray) -> set:
     """The measured grid values a value lies on or between (none outside the grid)."""
     if v in grid:
         return {float(v)}
@@ -771,7 +771,7 @@ def family_holdout(root: Path, system: str, framework: str, hardware: Roofs, mod
     """Per kind (GEMM, decode and prefill attention): the curve fitted on the rows that the shapes of
     ``fit_families``' models use (at tp 1, 2, 4, 8), none of them a row of another family, and its
     error on each other family's rows and on all of them (held_out ``all``)."""
-    t = _tables(Path(root), system, framework)
+    t = read_tables(Path(root), system, framework)
     fams: dict[str, list[ModelSpec]] = {}
     for name, model in models.items():
         f = family_of(name)
@@ -782,7 +782,7 @@ def family_holdout(root: Path, system: str, framework: str, hardware: Roofs, mod
         df = t.frames["gemm"]
         ngrid, kgrid = np.sort(df.n.unique()).astype(float), np.sort(df.k.unique()).astype(float)
         keys = {f: {(a, b) for m in ms for tp in TP_SIZES for _, n, k in gemm_shapes(m, tp)
-                    for a in _bracket(n, ngrid) for b in _bracket(k, kgrid)} for f, ms in fams.items()}
+                    for a in grid_bracket(n, ngrid) for b in grid_bracket(k, kgrid)} for f, ms in fams.items()}
         pairs = list(zip(df.n.astype(float), df.k.astype(float)))
         out += _holdout("gemm", hardware, df, t.sources["gemm"], [p for p in pairs], keys, fit_families)
     for kind in ("decode attention", "prefill attention"):
@@ -812,7 +812,7 @@ def _holdout(kind, hw, df, source, rowkeys, keys, fit_families) -> list[Score]:
 
 def gpu_count_holdout(root: Path, system: str, framework: str, hardware: Roofs) -> list[Score]:
     """The all-reduce curve fitted on the other GPU counts' rows and scored on each count's."""
-    t = _tables(Path(root), system, framework)
+    t = read_tables(Path(root), system, framework)
     if "allreduce" not in t.frames:
         return []
     df = t.frames["allreduce"]

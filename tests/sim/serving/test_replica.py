@@ -96,9 +96,9 @@ def test_a_window_equals_stepping_on_a_roofline():
     """The reference models (a roofline target and drafter) under load, with a small KV pool:
     windows of many steps, preemptions and KV cuts."""
     cat = default_catalog()
-    # the H100 as it was catalogued then (MBU 0.7; its MBU is now derived from its measured kernels): the numbers pin
-    # the simulator, not the catalog
-    hw = dataclasses.replace(cat.hardware_spec("h100-sxm"), mbu=0.7)
+    # the H100 as it was catalogued then (MBU 0.7, no fixed time per kernel; both are now derived from its measured
+    # kernels): the numbers pin the simulator, not the catalog
+    hw = dataclasses.replace(cat.hardware_spec("h100-sxm"), mbu=0.7, kernel_fixed={})
     cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), RooflineModel(cat.model("llama-2-7b"), hw),
                         [RooflineModel(cat.model("smollm2-135m"), hw)], kv_tokens=5000)
     wl = make_workload(arrivals=Poisson(), qps=30.0, requests=120, duration=None, prompt=parse_lengths("uniform:16,600"),
@@ -164,9 +164,9 @@ def test_the_reference_run_keeps_its_numbers():
     code's before its serving loop was made faster; the times agree to rounding (a change of
     the numbers here is a change of the simulator's results: say why, then update them)."""
     cat = default_catalog()
-    # the H100 as it was catalogued then (MBU 0.7; its MBU is now derived from its measured kernels): the numbers pin
-    # the simulator, not the catalog
-    hw = dataclasses.replace(cat.hardware_spec("h100-sxm"), mbu=0.7)
+    # the H100 as it was catalogued then (MBU 0.7, no fixed time per kernel; both are now derived from its measured
+    # kernels): the numbers pin the simulator, not the catalog
+    hw = dataclasses.replace(cat.hardware_spec("h100-sxm"), mbu=0.7, kernel_fixed={})
     cfg = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), RooflineModel(cat.model("llama-2-7b"), hw),
                         [RooflineModel(cat.model("smollm2-135m"), hw)])
     wl = make_workload(arrivals=Poisson(), qps=10.0, requests=None, duration=120.0, prompt=Fixed(512), output=Fixed(256),

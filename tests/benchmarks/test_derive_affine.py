@@ -1,0 +1,34 @@
+"""The fixed time per kernel of the GPUs with measured Hopper tables, and their MBU derived beside it,
+are benchmarks/derive_affine.py's derivation."""
+
+from __future__ import annotations
+
+import pytest
+from benchscript import load_script
+
+pytest.importorskip("pyarrow")
+
+
+def test_the_catalog_holds_the_derived_kernel_times_and_the_anchor_call_keeps_the_tables_time():
+    """h100-sxm and h200 hold the fixed time per kernel kind fitted on their vLLM tables and the MBU that,
+    with those times in place, gives the anchor call (Llama-3.1-8B, batch 1, context 512) the tables'
+    own time; a kernel's fixed time is a few microseconds (decode attention's the largest), and every
+    other GPU holds none."""
+    from draftsim.sim.cost import default_catalog
+
+    mod = _script()
+    cat = default_catalog()
+    for hw in mod.GPUS:
+        fixed = {k: v["f_us"] for k, v in mod.kinds(hw).items()}
+        assert {k: round(v * 1e6, 2) for k, v in cat.hardware_spec(hw).kernel_fixed.items()} == fixed
+        assert 1.0 < fixed["gemm"] < fixed["attention"] < 20.0 and fixed["elementwise"] == 3.0 and 1.0 < fixed["allreduce"] < 10.0
+        got = mod.mbu(hw, fixed)
+        assert round(got["mbu"], 3) == cat.hardware_spec(hw).mbu
+        assert got["anchor_with_rounded_mbu_ms"] == pytest.approx(got["operators_ms"], rel=2e-3)
+        assert 0.5 < got["kernel_fixed_ms"] < 1.5  # ~30 us a layer over 32 layers
+    assert all(not cat.hardware_spec(h).kernel_fixed for h in cat.hardware if h not in mod.GPUS)
+    assert mod.main([]) == 0
+
+
+def _script():
+    return load_script("benchmarks/derive_affine.py")
