@@ -1,7 +1,7 @@
 """The roofline's fixed GPU time per kernel (``kernel_fixed_us`` of sim/data/hardware.json) on the Hopper GPUs
 with measured operator tables, and their MBU re-derived with those fixed times in place.
 
-Trial for issue 37 item 1 (docs/research/affine-roofline.md, "option 1", reduced to the existing roofline).
+Issue 37 item 1 (docs/research/affine-roofline.md, "option 1", reduced to the existing roofline; adopted after a trial).
 Each kernel kind of AIConfigurator's vLLM tables (aiconfigurator-core 0.12.0) is fitted as
 
     t = f + max(bytes / (eta · BW), FLOPs / (mfu · peak))
