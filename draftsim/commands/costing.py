@@ -384,6 +384,8 @@ def run_cost(args: argparse.Namespace) -> int:
         kv = info["kv_cache"]
         print(f"  KV cache of {config.target}: {kv['dtype']}, {kv['bytes_per_token_per_device']:,.0f} bytes per cached token per device")
     print(f"  {info['engine']}")
+    if any(str(b).startswith("roofline") for b in info["backends"].values()):
+        print(f"  {info['roofline_terms']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))
     print("each call split (ms): the GPU forward, CUDA-graph padding, the engine's host time and the fixed call overhead; "

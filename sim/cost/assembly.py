@@ -222,7 +222,21 @@ def _info(s: _Setting) -> dict:
     d, hw, engine = s.deployment, s.hardware, s.engine
     return {"hardware": hw.name, "dtype": d.dtype, "kv_dtype": d.kv_dtype, "tp": d.tp, "pp": d.pp, "backends": {}, "engine": engine.describe(),
             "engine_name": f"--engine {engine.name}", "engine_label": engine.label,
-            "scheduler": engine.scheduler(hw).describe(), "calibration": hw.calibration}
+            "scheduler": engine.scheduler(hw).describe(), "calibration": hw.calibration, "roofline_terms": roofline_terms(hw)}
+
+
+def roofline_terms(hw: HardwareSpec) -> str:
+    """What the catalog roofline prices a call on ``hw`` with: its efficiencies, and the fixed times
+    per kernel and per fused-MoE call where its measured tables gave them (sim/data/hardware.json)."""
+    parts = [f"MBU {hw.mbu:.3g}", f"MFU {hw.mfu:.3g}"]
+    if hw.kernel_fixed:
+        names = {"gemm": "GEMM", "attention": "decode attention", "elementwise": "elementwise", "allreduce": "all-reduce"}
+        parts.append("a fixed time per kernel (" + ", ".join(f"{names.get(k, k)} {v * 1e6:.2f} us" for k, v in hw.kernel_fixed.items()) + ")")
+    if hw.fused_moe:
+        parts.append(f"{hw.fused_moe * 1e6:.1f} us per fused-MoE call")
+    measured = " (the fixed times derived from its measured kernel tables: benchmarks/derive_affine.py, derive_fused_moe.py)" \
+        if hw.kernel_fixed or hw.fused_moe else ""
+    return f"roofline terms on {hw.name}: " + ", ".join(parts) + measured
 
 
 def _profile_for(s: _Setting, name: str, machine: Callable[[], dict] | None) -> tuple[int, ProfileCost] | None:

@@ -307,3 +307,16 @@ def test_the_serve_sim_report_says_what_was_borrowed(capsys, tmp_path):
     assert status == 0, err
     md = (folder / "report.md").read_text()
     assert "WARNING: acceptance borrowed" in md and "not on llama-3.3-70b" in md
+
+
+def test_the_cost_command_says_the_rooflines_terms_on_its_hardware():
+    """`draftsim cost` names what the roofline prices a call with: the MBU and MFU, and where the GPU's
+    measured tables gave them, its fixed time per kernel and per fused-MoE call; a GPU without tables
+    says only its efficiencies."""
+    from draftsim.sim.cost.assembly import roofline_terms
+
+    h100, h20 = CAT.hardware_spec("h100-sxm"), CAT.hardware_spec("h20")
+    text = roofline_terms(h100)
+    assert f"MBU {h100.mbu:.3g}" in text and "GEMM 2.68 us" in text and "derive_affine.py" in text
+    assert f"{h100.fused_moe * 1e6:.1f} us per fused-MoE call" in text
+    assert roofline_terms(h20) == "roofline terms on h20: MBU 0.7, MFU 0.6"
