@@ -323,19 +323,15 @@ def by_source(rows: list[dict]) -> dict[str, dict]:
     return {i: summary([r for r in rows if r["source"] == i]) for i in ids}
 
 
-def brackets_text(s: dict) -> str:
-    miss = s.get("worst_bracket_miss")
-    return (f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value"
-            + ("" if miss is None else f" (the farthest misses it by {miss:+.1%})"))
-
-
 def summary_line(s: dict) -> str:
     """One line of a :func:`summary`: the scored points' median and worst |error|, then the brackets
     and crossovers (each only where there are any)."""
     parts = [f"{s['points']} point{'s' if s['points'] != 1 else ''}: median |error| {s['median_abs_error']:.1%}, "
              f"worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error"]
     if s["brackets"]:
-        parts.append(brackets_text(s))
+        miss = s["worst_bracket_miss"]
+        parts.append(f"{s['brackets_holding_the_published_value']} of {s['brackets']} brackets hold the published value"
+                     + ("" if miss is None else f" (the farthest misses it by {miss:+.1%})"))
     if s["crossovers"]:
         parts.append(f"{s['crossovers_held']} of {s['crossovers']} crossovers held")
     return "; ".join(parts)
@@ -388,10 +384,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({"rows": rows, "summary": s, "by_source": by_source(rows), "figure": str(path)}))
     else:
-        errors = (f"median |error| {s['median_abs_error']:.1%}, worst {s['worst_abs_error']:.1%}" if s["points"] else "no scored error")
-        print(f"{s['points']} points: {errors}; "
-              f"{brackets_text(s)}; "
-              f"{s['crossovers_held']} of {s['crossovers']} crossovers held; figure {path}")
+        print(f"{summary_line(s)}; figure {path}")
     return 0
 
 
