@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DraftsimError, as_count
+from ..errors import DraftsimError, as_count, shown
 from ..files import atomic_write_json, parse_json, read_text
 from .base import BatchStats, CostModel
 
@@ -420,16 +420,90 @@ def load_profile(path, extrapolate: str = "refuse", monotone: bool = True) -> Pr
     missing = [k for k in ("model", "batch", "new_tokens", "context", "seconds", "fingerprint") if k not in doc]
     if missing:
         raise DraftsimError(f"{path}: profile is missing field(s) {', '.join(missing)}")
+    _check_fields(doc, path)
     try:
         return ProfileCost(
-            model=str(doc["model"]), batch=doc["batch"], new_tokens=doc["new_tokens"], context=doc["context"],
-            seconds=doc["seconds"], spread=doc.get("spread"), repeats=int(doc.get("repeats", 1)), dtype=str(doc.get("dtype", "")),
-            device=str(doc.get("device", "")), fingerprint=doc["fingerprint"] or {}, drafters=doc.get("drafters") or {},
-            created=str(doc.get("created", "")), extrapolate=extrapolate,
+            model=doc["model"], batch=doc["batch"], new_tokens=doc["new_tokens"], context=doc["context"],
+            seconds=doc["seconds"], spread=doc.get("spread"), repeats=doc.get("repeats", 1), dtype=doc.get("dtype", ""),
+            device=doc.get("device", ""), fingerprint=doc["fingerprint"] or {}, drafters=doc.get("drafters") or {},
+            created=doc.get("created", ""), extrapolate=extrapolate,
             last_row_seconds=doc.get("last_row_seconds"), monotone=monotone,
         )
     except (TypeError, ValueError) as exc:
         raise DraftsimError(f"{path}: invalid profile: {exc}") from None
+
+
+#: The bounds of a profile file's values: grid axes (as a step table's), seconds per call (a
+#: forward faster than a nanosecond or slower than a million seconds is no measurement: a
+#: denormal time overflowed the cost coefficients), repeats.
+_AXIS_MAX = 2**24
+_SECONDS = (1e-9, 1e6)
+_REPEATS_MAX = 10**6
+
+
+def _number_array(doc: dict, key: str, path) -> np.ndarray | None:
+    """A profile's nested list of numbers ``key`` as floats (None when absent or null); booleans,
+    strings and integers past float range refused in one line naming the file and the field."""
+    value = doc.get(key)
+    if value is None:
+        return None
+    stack = [value]
+    while stack:  # every leaf a number, never a boolean (JSON's true is no count or time)
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(x)
+        elif isinstance(x, bool) or not isinstance(x, (int, float)) or (isinstance(x, int) and abs(x).bit_length() > 1023):
+            raise DraftsimError(f"{path}: profile field '{key}' holds {shown(x)}; valid: numbers (nested lists of them)")
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except ValueError:  # ragged lists: the shape check names them
+        return None
+
+
+def _check_fields(doc: dict, path) -> None:
+    """Every field a profile file is read for, typed and in range (:func:`load_profile`): one line
+    naming the file, the field, its value and what is valid."""
+    def bad(key, value, valid):
+        return DraftsimError(f"{path}: profile field '{key}' is {shown(value)}; valid: {valid}")
+
+    if isinstance(doc.get("version"), bool):
+        raise bad("version", doc["version"], PROFILE_VERSION)
+    if not isinstance(doc["model"], str) or not doc["model"].strip():
+        raise bad("model", doc["model"], "the model's name (a non-empty string)")
+    for key in ("dtype", "device", "created"):
+        if key in doc and not isinstance(doc[key], str):
+            raise bad(key, doc[key], "a string")
+    repeats = doc.get("repeats", 1)
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= _REPEATS_MAX:
+        raise bad("repeats", repeats, f"a whole number in [1, {_REPEATS_MAX:,}]")
+    for key in _AXES:
+        axis = _number_array(doc, key, path)
+        lo = 0 if key == "context" else 1
+        if axis is not None and axis.ndim == 1 and ((axis < lo) | (axis > _AXIS_MAX)).any():
+            raise bad(key, doc[key], f"whole numbers in [{lo}, {_AXIS_MAX:,}], strictly increasing")
+    for key in ("seconds", "spread", "last_row_seconds"):
+        arr = _number_array(doc, key, path)
+        if arr is None:
+            continue
+        lo, hi = (0.0, _SECONDS[1]) if key == "spread" else _SECONDS
+        out = ~((arr >= lo) & (arr <= hi))
+        if out.any():
+            raise DraftsimError(f"{path}: profile field '{key}' holds {arr[out].flat[0]:g}; valid: seconds in [{lo:g}, {hi:g}]")
+    fingerprint = doc["fingerprint"]
+    if fingerprint is not None and not isinstance(fingerprint, dict):
+        raise bad("fingerprint", fingerprint, "an object (model, machine, path)")
+    for key in ("model", "machine"):
+        if isinstance(fingerprint, dict) and not isinstance(fingerprint.get(key, {}), dict):
+            raise bad(f"fingerprint.{key}", fingerprint[key], "an object")
+    if isinstance(fingerprint, dict) and fingerprint.get("path", "model") not in PATHS:
+        raise bad("fingerprint.path", fingerprint["path"], ", ".join(PATHS))
+    drafters = doc.get("drafters")
+    if drafters is not None and not isinstance(drafters, dict):
+        raise bad("drafters", drafters, "an object: drafter name -> {\"seconds_per_token\": seconds}")
+    for name, entry in (drafters or {}).items():
+        t = entry.get("seconds_per_token") if isinstance(entry, dict) else None
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= _SECONDS[1]:
+            raise bad(f"drafters.{name}", entry, f'{{"seconds_per_token": seconds in [0, {_SECONDS[1]:g}]}}')
 
 
 def _fmt(x) -> str:
