@@ -95,3 +95,22 @@ def test_a_bad_profile_field_is_one_line_naming_the_file_and_the_field(tmp_path,
     path = tmp_path / "p.json"
     path.write_text(json.dumps(profile_doc | change))
     refused(*cost_with_profile(capsys, path), f"{path}: profile field ", *fragments)
+
+
+# -- request traces (--request-trace) ---------------------------------------------------------------
+
+SERVE = ("serve-sim", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter-model", "eagle3", "--hardware", "h100-sxm")
+
+
+@pytest.mark.parametrize("row, fragments", [
+    # a JSON integer past float range was an OverflowError traceback; in the time column numpy read its digits as a year
+    ({"arrival_time": 0, "prompt_tokens": BIG, "output_tokens": 5}, ["column prompt_tokens must hold integers", "about 401 digits"]),
+    ({"arrival_time": BIG, "prompt_tokens": 3, "output_tokens": 5}, ["column arrival_time must hold seconds or dates", "about 401 digits"]),
+    # JSON's true was taken as 1 token, or 1 second
+    ({"arrival_time": 0, "prompt_tokens": True, "output_tokens": 5}, ["column prompt_tokens must hold integers; got True"]),
+    ({"arrival_time": True, "prompt_tokens": 3, "output_tokens": 5}, ["column arrival_time must hold seconds or dates; got True"]),
+])
+def test_a_bad_request_trace_value_is_one_line_naming_the_column(tmp_path, capsys, row, fragments):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    refused(*run(capsys, *SERVE, "--request-trace", str(path)), "trace.jsonl", *fragments)

@@ -530,15 +530,19 @@ def _find(columns: list[str], names: tuple[str, ...]) -> str | None:
 def _times(path: Path, column: str, values: list) -> np.ndarray:
     """Seconds: numbers as they are; dates (Azure's ``2023-11-16 18:15:46.6805900``) relative
     to the first."""
+    # JSON's true is no time, and an integer past float range no date (numpy reads its digits as a year)
+    flag = next((v for v in values if isinstance(v, bool) or (isinstance(v, int) and abs(v).bit_length() > 1023)), None)
+    if flag is not None:
+        raise DraftsimError(f"request trace {str(path)!r}: column {column} must hold seconds or dates; got {shown(flag)}")
     try:
         return np.array([float(v) for v in values], dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer past float range
         pass
     try:
         stamps = np.array([np.datetime64(str(v).strip().replace(" ", "T"), "ns") for v in values])
     except ValueError:
         bad = next(v for v in values if not _is_date(v))
-        raise DraftsimError(f"request trace {str(path)!r}: column {column} must hold seconds or dates; got {bad!r}") from None
+        raise DraftsimError(f"request trace {str(path)!r}: column {column} must hold seconds or dates; got {shown(bad)}") from None
     return (stamps - stamps[0]).astype(np.int64) / 1e9
 
 
@@ -580,10 +584,12 @@ def read_request_trace(path) -> RequestTrace:
     def counts(col: str, minimum: int) -> np.ndarray:
         vals = [r.get(col) for r in rows]
         try:
+            if any(isinstance(v, bool) for v in vals):  # JSON's true is no count
+                raise TypeError
             arr = np.array([float(v) for v in vals])
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer past float range
             bad = next(v for v in vals if not _number(v))
-            raise DraftsimError(f"request trace {str(path)!r}: column {col} must hold integers; got {bad!r}") from None
+            raise DraftsimError(f"request trace {str(path)!r}: column {col} must hold integers; got {shown(bad)}") from None
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(arr) & (arr == np.round(arr)) & (arr >= minimum) & (arr <= MAX_TOKENS)
         if not ok.all():  # the file and the row, as the user sees them (1-based), and the value as written
@@ -613,10 +619,12 @@ def read_request_trace(path) -> RequestTrace:
 
 
 def _number(v) -> bool:
+    if isinstance(v, bool):
+        return False
     try:
         float(v)
         return True
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
 
 
