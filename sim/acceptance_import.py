@@ -45,8 +45,8 @@ import numpy as np
 
 from .acceptance import Positional, TraceDriven
 from .acceptance_rates import conditional_from_cumulative
-from .errors import K_MAX_LIMIT, DraftsimError
-from .files import json_depth, read_text
+from .errors import K_MAX_LIMIT, DraftsimError, shown
+from .files import DuplicateKeyError, json_depth, read_text, unique_keys
 
 __all__ = ["SpecDecodeCounters", "StepLengths", "read_counters", "read_step_lengths", "load_acceptance_file", "MAX_BYTES"]
 
@@ -253,7 +253,9 @@ def read_step_lengths(path, k: int | None = None) -> StepLengths:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as e:  # json keeps the last value silently
+            raise DraftsimError(f"{path}:{number}: gives the key {shown(e.args[0])} twice; give each key once") from None
         except (ValueError, RecursionError) as e:  # JSONDecodeError, an integer over Python's int-string limit
             raise DraftsimError(f"{path}:{number}: not a JSON object ({str(e).split(':')[0][:80]})") from None
         if not isinstance(row, dict):

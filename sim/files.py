@@ -28,9 +28,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import DraftsimError, file_mode
+from .errors import DraftsimError, file_mode, shown
 
-__all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "file_kind", "json_depth", "parse_json",
+__all__ = ["MAX_INPUT_BYTES", "MAX_JSON_DEPTH", "read_bytes", "read_text", "file_kind", "json_depth", "parse_json", "unique_keys", "DuplicateKeyError",
            "atomic_write", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
 
 #: The largest input file read whole (a 256 MiB request trace is ~10 million requests).
@@ -120,15 +120,30 @@ def json_depth(text: str | bytes, chunk: int = 1 << 24, bound: int | None = None
     return _bracket_depth(_JSON_STRING.sub(b'""', data), chunk)
 
 
+class DuplicateKeyError(Exception):
+    """A JSON object naming a key twice (:func:`parse_json`)."""
+
+
+def unique_keys(pairs: list) -> dict:
+    """A JSON object's pairs as a dict, each key given once (``json.loads``' ``object_pairs_hook``)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
+
+
 def parse_json(text: str, source: str, *, max_depth: int = MAX_JSON_DEPTH, error=DraftsimError):
     """``text`` parsed as one JSON document, its nesting bounded by ``max_depth`` before parsing;
     anything else (invalid JSON, an integer of more digits than Python converts, several
-    documents) raises ``error`` with one line naming ``source``."""
+    documents, an object giving a key twice) raises ``error`` with one line naming ``source``."""
     depth = json_depth(text, bound=max_depth)
     if depth > max_depth:
         raise error(f"{source} nests arrays or objects {depth:,} levels deep; draftsim reads at most {max_depth}")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:  # JSON parsers keep the last value silently: a file edited twice, or two pasted together
+        raise error(f"{source} gives the key {shown(exc.args[0])} twice in one object; give each key once") from None
     except json.JSONDecodeError as exc:
         raise error(f"{source} is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
     except (ValueError, RecursionError) as exc:  # an integer over Python's int-string limit

@@ -114,3 +114,31 @@ def test_a_bad_request_trace_value_is_one_line_naming_the_column(tmp_path, capsy
     path = tmp_path / "trace.jsonl"
     path.write_text(json.dumps(row) + "\n")
     refused(*run(capsys, *SERVE, "--request-trace", str(path)), "trace.jsonl", *fragments)
+
+
+# -- a key given twice (every JSON reader: sim/files.py parse_json; the accepted-lengths JSONL) -------
+
+def test_a_key_given_twice_is_refused_not_taken_last(tmp_path, capsys, profile_doc):
+    """JSON parsers keep the last of two values silently (a file edited twice, or two pasted together)."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile_doc)[:-1] + ', "repeats": 7}')
+    refused(*cost_with_profile(capsys, path), "p.json gives the key 'repeats' twice in one object")
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"arrival_time": 0, "prompt_tokens": 3, "prompt_tokens": 7, "output_tokens": 5}\n')
+    refused(*run(capsys, *SERVE, "--request-trace", str(trace)), "trace.jsonl' line 1 gives the key 'prompt_tokens' twice")
+    lengths = tmp_path / "acc.jsonl"
+    lengths.write_text('{"id": 1, "accepted": [1, 2], "accepted": [3, 3], "k": 3}\n')
+    refused(*run(capsys, "simulate", "--policy", "fixed:k=3", "--acceptance-file", str(lengths), "--cost", "0.1"),
+            "acc.jsonl:1: gives the key 'accepted' twice")
+    nested = tmp_path / "nested.json"  # inside a nested object too
+    nested.write_text(json.dumps(profile_doc).replace('"fingerprint": {', '"fingerprint": {"path": "model", "path": "server", ', 1))
+    refused(*cost_with_profile(capsys, nested), "gives the key 'path' twice")
+
+
+def test_parse_json_names_the_repeated_key():
+    from draftsim.sim.errors import DraftsimError
+    from draftsim.sim.files import parse_json
+
+    assert parse_json('{"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}', "x") == {"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}
+    with pytest.raises(DraftsimError, match="x gives the key 'b' twice in one object"):
+        parse_json('{"a": {"b": 1, "b": 2}}', "x")
