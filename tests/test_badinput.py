@@ -313,6 +313,12 @@ CASES = [
     (["cost", "--target", "llama-3.1-70b", "--hardware", "h100-sxm", "--tp", "3"], ["--tp 3 does not divide", "64 attention heads", "valid: 1, 2, 4"]),
     (["cost", "--target", "llama-2-7b", "--drafter-model", "smollm2-135m", "--hardware", "h100-sxm", "--tp", "2", "--drafter-tp", "2"],
      ["--tp 2 does not divide smollm2-135m's 9 attention heads"]),
+    # a drafter without devices of its own: --drafter-tp would change nothing (it was ignored)
+    (["cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--drafter-model", "eagle3", "--drafter-tp", "3"],
+     ["--drafter-tp 3 sizes a draft model's own devices", "eagle3 has none", "leave --drafter-tp out"]),
+    (["cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--drafter-tp", "2"], ["--drafter-tp 2", "no drafter is named"]),
+    (["serve-sim", "--alpha", "0.8", "--target", "llama-3.1-8b", "--drafter-model", "ngram", "--hardware", "h100-sxm", "--drafter-tp", "4",
+      "--qps", "1"], ["--drafter-tp 4", "ngram has none"]),
     (["cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch", ",".join(map(str, range(1, 401))),
       "--new-tokens", ",".join(map(str, range(1, 401))), "--context", ",".join(map(str, range(101)))], ["16,160,000 rows", "at most 100,000"]),
     # --- calibrate

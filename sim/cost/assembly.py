@@ -383,6 +383,11 @@ def assemble(deployment: Deployment, machine: Callable[[], dict] | None = None) 
         raise DraftsimError(f"--expert-parallel prices the catalog roofline's expert placement; {d.target} is priced by "
                             f"{target.backend}, which holds its own: drop --expert-parallel")
     drafters = [_price(s, name, d.tp if d.drafter_tp is None else d.drafter_tp, 1, machine, drafter=True) for name in d.drafters]
+    if d.drafter_tp is not None and not any(isinstance(p.model, RooflineModel) for p in drafters):
+        # a head, a lookup or a profile has no devices of its own: the option would change nothing (refused, not ignored)
+        which = f"{', '.join(d.drafters)} {'has' if len(d.drafters) == 1 else 'have'} none" if d.drafters else "no drafter is named"
+        raise DraftsimError(f"--drafter-tp {d.drafter_tp} sizes a draft model's own devices; {which} (a head runs on the "
+                            "target's devices, a lookup on none, a profiled model as measured): leave --drafter-tp out")
     used = {p.profile for p in (target, *drafters) if p.profile is not None}
     unused = [i for i in range(len(profiles)) if i not in used]
     if unused:
