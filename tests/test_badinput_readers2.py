@@ -142,3 +142,25 @@ def test_parse_json_names_the_repeated_key():
     assert parse_json('{"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}', "x") == {"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}
     with pytest.raises(DraftsimError, match="x gives the key 'b' twice in one object"):
         parse_json('{"a": {"b": 1, "b": 2}}', "x")
+
+
+# -- sweep specs: {start, stop, step} ranges (analysis/sweep/spec.py) --------------------------------
+
+SPEC_HEAD = 'version = 1\nkind = "simulate"\n[base]\ncost = 0.1\npolicy = "fixed:k=2"\n[grid]\n'
+
+
+@pytest.mark.parametrize("axis, fragments", [
+    # a denormal step: the count was inf, an OverflowError traceback
+    ("alpha = { start = 0.1, stop = 0.9, step = 5e-324 }", ["[grid] alpha: the range has inf values", "step 5e-324", "give a larger step"]),
+    # a tiny step: the count was printed with its 300 digits
+    ("alpha = { start = 0.1, stop = 0.9, step = 1e-300 }", ["the range has 8e+299 values", "more than 10,000,000"]),
+    # an integer past float range: the range arithmetic overflowed (a traceback)
+    ("tokens = { start = 1, stop = 1" + "0" * 400 + ", step = 1 }", ["[grid] tokens.stop must be a number within float range",
+                                                                   "about 401 digits"]),
+])
+def test_a_range_too_long_to_count_is_one_line(tmp_path, capsys, axis, fragments):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_HEAD + axis + "\n")
+    out = tmp_path / "out"
+    refused(*run(capsys, "sweep", str(spec), "--out", str(out), "--check"), *fragments)
+    assert not out.exists()

@@ -16,7 +16,7 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ...sim.errors import DraftsimError
+from ...sim.errors import DraftsimError, shown
 from ...sim.files import read_text
 from .rows import LEAD_COLUMNS, STATUS_COLUMNS
 from .tasks import Kind, Task
@@ -144,7 +144,9 @@ def _table(where: str, value) -> dict:
 def _number(where: str, value, integer: bool = False) -> int | float:
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
-        raise DraftsimError(f"{where} must be {'an integer' if integer else 'a finite number'}; got {value!r}")
+        raise DraftsimError(f"{where} must be {'an integer' if integer else 'a finite number'}; got {shown(value)}")
+    if isinstance(value, int) and abs(value).bit_length() > 1023:  # past float range: the range arithmetic overflows
+        raise DraftsimError(f"{where} must be a number within float range (about 1.8e308); got {shown(value)}")
     return value
 
 
@@ -174,7 +176,11 @@ def _range_values(where: str, table: dict) -> list:
     step = _number(f"{where}.step", table["step"])
     if step <= 0:
         raise DraftsimError(f"{where}.step must be > 0; got {step!r}")
-    count = int(math.floor((stop - start) / step + 1e-9)) + 1
+    span = (stop - start) / step + 1e-9  # a float: a denormal step makes it inf, a tiny one hundreds of digits
+    if not span < MAX_AXIS_VALUES:
+        raise DraftsimError(f"{where}: the range has {float(span) + 1:.3g} values (start {start!r}, stop {stop!r}, step {step!r}), "
+                            f"more than {MAX_AXIS_VALUES:,}: give a larger step")
+    count = int(math.floor(span)) + 1
     if count > MAX_AXIS_VALUES:
         raise DraftsimError(f"{where}: the range has {count:,} values, more than {MAX_AXIS_VALUES:,}")
     if all(isinstance(table[k], int) for k in ("start", "stop", "step")):
