@@ -50,6 +50,12 @@ def test_the_suite_predicts_every_point_with_the_same_defaults(tmp_path):
     assert len(eagle3) == 9 and max(abs(r["error"]) for r in eagle3) < 0.10
     path = mod.figure(rows, tmp_path / "f.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+    # the record answers quote (sim/data/evidence.json) is this run's: rerun benchmarks/published/evidence.py when it moves
+    evidence = load_script("benchmarks/published/evidence.py")
+    from draftsim.sim.evidence import EVIDENCE_FILE
+
+    written = json.loads(EVIDENCE_FILE.read_text())["points"]
+    assert evidence.differences(written, evidence.points(mod.sources(), rows)) == [], "run python benchmarks/published/evidence.py"
 
 
 def test_solving_the_unknown_acceptance_by_bisection():
