@@ -351,6 +351,39 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
                           _k(_policy(best)), reps, base_reps, best)
 
 
+def model_error(rec: Recommendation, moe: bool, engine: str | None, hardware: str | None) -> dict | None:
+    """How far draftsim's speedups were from published ones like the recommended configuration's
+    (:func:`draftsim.sim.evidence.evidence_for`: its method, a dense or MoE target, its engine and
+    hardware) and over the whole suite, and what its margin would be were its gain over-predicted
+    by that median and that worst error (None for plain decoding: the suite measures
+    speculation's speedups only)."""
+    from draftsim.sim.evidence import adverse_margin, evidence_for, overall
+
+    if rec.drafter is None:
+        return None
+    like, whole = evidence_for(rec.drafter, moe, engine, hardware), overall()
+    out = {**like.to_dict(), "overall": whole.to_dict()}
+    margin = rec.row.get("load_margin")
+    if margin is not None:
+        out["margin"] = margin
+        out["margin_at_median_error"] = adverse_margin(margin, like.median_abs_error)
+        out["margin_at_worst_error"] = adverse_margin(margin, like.worst_abs_error)
+    return out
+
+
+def model_error_lines(error: dict) -> list[str]:
+    """The model error as the answer prints it: the points like it, the whole suite, the margin under them."""
+    whole = error["overall"]
+    lines = [f"model error: {error['text']}",
+             f"  over all {whole['points']} published runs: median {whole['median_abs_error']:.1%}, worst {whole['worst_abs_error']:.1%}"]
+    if "margin" in error:
+        held = "holds" if error["margin_at_median_error"] >= 0 else "does NOT hold"
+        lines.append(f"  were this gain over-predicted by {error['median_abs_error']:.1%} its margin would be "
+                     f"{error['margin_at_median_error']:+.0%} ({held}), by {error['worst_abs_error']:.1%} "
+                     f"{error['margin_at_worst_error']:+.0%}")
+    return lines
+
+
 def hf_id(name: str) -> str | None:
     """The Hugging Face repo id a catalog model is published under (the first alias with an owner,
     as sim/data/models.json spells it), or None."""

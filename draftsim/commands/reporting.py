@@ -273,6 +273,11 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
         tables.append(Table("Deploy the answer", ["engine", "replicas", "command"],
                             [[result.deployment["engine"], result.deployment["replicas"], result.deployment["command"]]],
                             note=f"the scheduler as simulated: {result.scheduler}; replicas behind a round-robin router"))
+        error = getattr(result, "model_error", None)
+        if error is not None:  # how far speedups like this one were from published ones
+            from .frontdoor import model_error_lines
+
+            subtitle += " " + " ".join(line.strip() for line in model_error_lines(error))
     figures = [Figure("Capacity of each configuration", copy_figure(result.figure, folder, "capacity.png"))] if result.figure else []
     setup = [("spec", str(config.spec) if config.spec is not None else f"the front door's flags ({Path(config.out) / 'spec.toml'})"),
              ("axes", ", ".join(spec.axes) or "none"), ("configurations", f"{spec.n_points:,}"),

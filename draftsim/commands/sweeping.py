@@ -171,6 +171,8 @@ class CapacityResult:
     #: the front door's answer (draftsim.commands.frontdoor.Recommendation) and the engine configuration deploying it
     recommendation: object = None
     deployment: dict | None = None
+    #: how far speedups like the recommended one's were from published ones (frontdoor.model_error)
+    model_error: dict | None = None
     #: the engine and its scheduler defaults the search ran on (front door)
     engine: str | None = None
     scheduler: str | None = None
@@ -188,6 +190,7 @@ class CapacityResult:
         if self.recommendation is not None:
             out["recommendation"] = self.recommendation.sentence
             out["deployment"] = self.deployment
+            out["model_error"] = self.model_error
         if self.engine is not None:
             out["engine"], out["scheduler"] = self.engine, self.scheduler
         out["figure"] = self.figure
@@ -457,7 +460,7 @@ def _answer(config: CapacityConfig, result: CapacityResult) -> None:
     the spec written to OUT/spec.toml (rerun or edit it)."""
     from draftsim.sim.files import atomic_write_text
 
-    from .frontdoor import deploy, recommend, toml_text
+    from .frontdoor import deploy, model_error, recommend, toml_text
     from .servesim import ServeSimConfig
 
     built = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, engine=config.engine).assembly()
@@ -468,6 +471,11 @@ def _answer(config: CapacityConfig, result: CapacityResult) -> None:
     if rec is not None:
         result.recommendation = rec
         result.deployment = deploy(rec, config, built)
+        hw = built.hardware.name if built.hardware is not None else config.hardware
+        from draftsim.sim.cost import default_catalog
+
+        moe = default_catalog().model(config.target).experts > 0
+        result.model_error = model_error(rec, moe, built.engine.name if built.engine is not None else None, hw)
     atomic_write_text(os.path.join(config.out, "spec.toml"), toml_text(result.spec.raw))
 
 
@@ -495,6 +503,10 @@ def run_capacity(args: argparse.Namespace) -> int:
         print(f"answer: {result.recommendation.sentence}")
         print(f"  on {result.engine} ({result.scheduler}); SLOs {', '.join(f'{m} <= {b:g} s' for m, b in settings.slo.items())} "
               f"at {settings.load:g} req/s, steady state, {spec.replications} replications per rate")
+        if result.model_error is not None:
+            from .frontdoor import model_error_lines
+
+            print("\n".join(f"  {line}" for line in model_error_lines(result.model_error)))
         print("")
     headers, rows = cap.table_rows(result.table, spec.axes, settings)
     unit = " s" if spec.kind == "serve" else ""  # the serve kind's SLO metrics are latencies in seconds
