@@ -101,6 +101,9 @@ def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsy
     doc = json.loads(capsys.readouterr().out)
     assert doc["recommendation"] == out[0][len("answer: "):] and doc["deployment"]["command"] == command.strip()
     assert doc["engine"] == "vllm v0.10.1"
+    # a speculative answer says how far speedups like it were off (plain decoding's carries no such record)
+    speculative = out[0].startswith("answer: enable ")
+    assert (doc["model_error"] is not None) == speculative == out[2].startswith("  model error: ")
     dom, shot = render(tmp_path / "report" / "report.html")
     answer = out[0][len("answer: "):]
     assert "Answer: " + answer[:40] in dom and dom.index("Answer: ") < dom.index("<table") and shot.shape[0] > 0
@@ -139,3 +142,23 @@ def test_a_refused_load_or_duration_suggests_bounds_that_pass(log_load, log_dura
             search_range(x if name == "load" else load, x if name == "duration" else duration)
     else:
         assert 0 < minimum <= start <= maximum < math.inf
+
+
+def test_a_speculative_answer_says_its_model_error_and_its_margin_under_it(tmp_path, capsys):
+    """A TPOT bound plain decoding cannot meet on the H100 makes EAGLE-3 the answer; the lines after
+    it say how far speedups like it were from published ones, and --json carries the same record."""
+    from draftsim.sim.evidence import adverse_margin, evidence_for
+
+    args = ["capacity", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--load", "4", "--slo", "ttft:p99=2s",
+            "--slo", "tpot:p90=7ms", "--method", "eagle3:k=2", "--alpha", "0.7", "--workload", "sharegpt", "--duration", "20",
+            "--replications", "2", "--workers", "1", "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    like = evidence_for("eagle3", False, "vllm", "h100-sxm")
+    assert "EAGLE-3" in out[0] and out[2] == f"  model error: {like.text()}"
+    assert out[3].startswith("    over all ") and out[4].startswith("    were this gain over-predicted by ")
+    assert main([*args, "--resume", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    error = doc["model_error"]
+    assert error["matched_on"] == ["method", "moe", "engine", "hardware"] and error["points"] == like.points
+    assert error["margin_at_median_error"] == pytest.approx(adverse_margin(error["margin"], like.median_abs_error))
