@@ -315,6 +315,30 @@ def _expected_requests(config: ServeSimConfig, qps) -> int:
     return DEFAULT_REQUESTS
 
 
+def model_error(config: ServeSimConfig, serving: ServingConfig, built: Assembly) -> dict | None:
+    """How far draftsim's speedups of published runs like this one were off
+    (:func:`draftsim.sim.evidence.evidence_for`: its drafting method, a dense or MoE target, its
+    engine and hardware), beside the whole suite's; None where the suite says nothing: plain
+    decoding, or a run not on a catalog GPU (the published runs are GPUs' speculation)."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sim.evidence import evidence_for, overall
+
+    if serving.policy.n_models < 2 or not config.drafter_model or built.hardware is None or built.hardware.kind != "gpu":
+        return None
+    moe = default_catalog().model(config.target).experts > 0
+    like = evidence_for(config.drafter_model[0], moe, built.engine.name if built.engine is not None else None, built.hardware.name)
+    return {**like.to_dict(), "overall": overall().to_dict()}
+
+
+def model_error_line(error: dict | None) -> str | None:
+    """The model error as serve-sim prints it (None: none to print)."""
+    if error is None:
+        return None
+    whole = error["overall"]
+    return (f"model error: {error['text']}; over all {whole['points']} published runs: median {whole['median_abs_error']:.1%}, "
+            f"worst {whole['worst_abs_error']:.1%}")
+
+
 def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs | None = None) -> ServeSimResult:
     """Serve ``config``'s workload (every replication), or with --sweep-qps each load with and
     without speculation; write the timeline, figures and report ``outputs`` names (None: nothing). ``bar(total, desc)`` is a
@@ -369,6 +393,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs 
     if breakdown is not None:
         data["step_breakdown"] = breakdown.to_dict()
     data["config"] = _describe(serving)
+    data["model_error"] = model_error(config, serving, built)
     data.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
     if folder is not None:
         from draftsim.commands.reporting import serving_report
@@ -392,6 +417,8 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(result.serving, result.data)
     if result.step_breakdown is not None:
         print(f"step time ({result.step_breakdown.window}): {result.step_breakdown.line()}")
+    if model_error_line(result.data.get("model_error")):
+        print(model_error_line(result.data["model_error"]))
     for k in ("timeline", "figure", "load_figure"):
         if f"{k}_path" in result.data:
             print(f"{k} written to {result.data[f'{k}_path']}")
@@ -505,7 +532,8 @@ def _sweep(config: ServeSimConfig, out: ServeSimOutputs, serving: ServingConfig,
                        "steady": r["steady"], "steady_reason": r["steady_reason"],
                        "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode")},
                        "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")}} for r in rows],
-            "crossover_qps": cross, "figure_path": out.figure, "config": _describe(serving)}
+            "crossover_qps": cross, "figure_path": out.figure, "config": _describe(serving),
+            "model_error": model_error(config, serving, built)}
     if folder is not None:
         from draftsim.commands.reporting import sweep_report
 
@@ -534,6 +562,8 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
         print(f"speculation does not pay even at the lowest load tested ({min(qps):g} requests/s)")
     else:
         print(f"crossover: speculation stops paying at about {cross:.3g} requests/s")
+    if model_error_line(result.data.get("model_error")):
+        print(model_error_line(result.data["model_error"]))
     if out.figure:
         print(f"figure written to {out.figure}")
     _print_report(result.data)

@@ -166,3 +166,26 @@ def test_simulate_speaks_seconds_when_hardware_prices_the_calls(capsys):
     assert 1.0 < ms < 6.431 and "tokens/s per sequence" in line  # faster than one 6.431 ms target call per token
     status, out, err = run(capsys, "simulate", "--policy", "fixed:k=4", "--markov", "0.9,0.3", "--cost", "0.1", "--tokens", "2000")
     assert status == 0 and "transition=[[0.95, 0.05], [0.05, 0.95]]" in out
+
+
+def test_a_speculative_run_on_a_gpu_says_how_far_speedups_like_it_were_off(capsys):
+    """serve-sim's model error: the published points like the run (sim/evidence.py) printed and in
+    --json, for a single load and a sweep; none for plain decoding or on this CPU."""
+    from draftsim.sim.evidence import evidence_for, overall
+
+    like = evidence_for("eagle3", False, "vllm", "h100-sxm")
+    args = ("serve-sim", "--target", "llama-3.1-8b", "--drafter-model", "eagle3", "--hardware", "h100-sxm", "--alpha", "0.7",
+            "--requests", "20", "--output-len", "fixed:32")
+    status, out, err = run(capsys, *args, "--qps", "2", "--json")
+    assert status == 0, err
+    error = json.loads(out)["model_error"]
+    assert error["text"] == like.text() and error["overall"]["points"] == overall().points
+    status, out, err = run(capsys, *args, "--qps", "2")
+    assert status == 0 and f"model error: {like.text()}; over all {overall().points} published runs" in out
+    status, out, err = run(capsys, *args, "--sweep-qps", "1,2")
+    assert status == 0 and f"model error: {like.text()}" in out
+    status, out, err = run(capsys, *args, "--qps", "2", "--policy", "ar", "--json")
+    assert status == 0 and json.loads(out)["model_error"] is None
+    status, out, err = run(capsys, "serve-sim", "--target", "llama-3.2-1b", "--drafter-model", "maxgram", "--hardware", "local-cpu",
+                           "--dtype", "float32", "--alpha", "0.7", "--requests", "10", "--output-len", "fixed:8", "--qps", "2", "--json")
+    assert status == 0 and json.loads(out)["model_error"] is None, err
