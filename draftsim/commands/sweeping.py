@@ -400,11 +400,13 @@ def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
     sw.check_size(spec, config.force)
     points = sw.validate_points(spec, kind, {kind.rate_option: settings.start})
     cap.check_search(spec, kind, settings, points)  # every run the search may make: before anything is written
-    if config.check:
-        return CapacityResult(spec, settings, warnings=warnings)
     figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
     if config.figure is not None:
         a.output_file("--figure", config.figure, suffix=".png")
+    if config.check:  # the outputs checked as a run checks them, nothing made
+        if config.report is not None:
+            a.output_folder("--report", config.report)
+        return CapacityResult(spec, settings, warnings=warnings)
     folder = _report_folder(config)
     labels = None
     if config.front_door:
