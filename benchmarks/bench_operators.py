@@ -25,7 +25,7 @@ check: <= 10% median per operator kind): the efficiency curves of sim/cost/effic
 the table rows that Llama and Qwen shapes use (at tp 1-8; a GEMM shape between measured widths
 brings the widths around it) and scored on the rows of Gemma, SmolLM2, Mistral/Mixtral, DeepSeek,
 GPT-OSS and GLM (no row in both), per kind and family, median and worst |predicted / measured - 1|,
-for the vLLM tables of H100 SXM, H200 and A100; the all-reduce (no model axis) held out by GPU count.
+for the vLLM tables of every GPU in SYSTEMS (H100 SXM, H200, A100, B200, GB200); the all-reduce (no model axis) held out by GPU count.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ constant conditional rate is solved from its mean length; the speedup is what is
     python benchmarks/published/reproduce.py [--json] [--figure PATH] [--only ID] [--cost-model {roofline,operators}]
 
 ``--cost-model operators`` prices every point whose hardware has measured operator tables
-(:data:`draftsim.sim.cost.operators.SYSTEMS`: h100-sxm, h200, a100-80g) and whose dtype is theirs
+(:data:`draftsim.sim.cost.operators.SYSTEMS`: h100-sxm, h200, a100-80g, b200, gb200) and whose dtype is theirs
 (bfloat16) from them, its drafting heads included; the other points stay on the roofline, and the
 output says which did.
 

@@ -26,7 +26,7 @@ from draftsim.sim.cost.assembly import CHEAP_DRAFTERS, KV_DTYPES, Assembly, Depl
 from draftsim.sim.cost.callparts import SPLIT_NOTES, split_basis, split_calls
 from draftsim.sim.cost.catalog import DTYPE_BYTES, hardware_from_entry, model_from_entry, write_catalog
 from draftsim.sim.cost.methods import OperatorHead
-from draftsim.sim.cost.operators import COST_MODELS, OperatorModel
+from draftsim.sim.cost.operators import COST_MODELS, SYSTEMS, OperatorModel
 from draftsim.sim.cost.overheads import ENGINES
 from draftsim.sim.cost.profile import PATHS as PROFILE_PATHS
 from draftsim.sim.cost.profile import ProfileCost
@@ -88,7 +88,7 @@ class HardwareOptions:
                                    flag=True, group=HARDWARE)
     cost_model: str = option("roofline", "how a model's forward is priced: roofline (the catalog's peak and utilisations, default) or "
                              "operators (kernel times measured on real GPUs by NVIDIA AIConfigurator, aiconfigurator-core 0.12.0: "
-                             "pip install 'draftsim[operators]'; dense bfloat16 models on h100-sxm, h200, a100-80g; the engine's "
+                             f"pip install 'draftsim[operators]'; dense bfloat16 models (and MoE in float8) on {', '.join(SYSTEMS)}; the engine's "
                              "host costs on top; draftsim.sim.cost.operators says what is measured and what estimated)",
                              choices=COST_MODELS, group=HARDWARE)
 

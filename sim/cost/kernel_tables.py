@@ -27,7 +27,7 @@ __all__ = ["FRAMEWORKS", "PACKAGE", "PINNED_VERSION", "SYSTEMS", "allreduce_rows
 PACKAGE = "aiconfigurator-core"
 PINNED_VERSION = "0.12.0"
 #: Catalog hardware → AIConfigurator's system folder (systems/<name>.yaml, systems/data/<name>/).
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80g": "a100_sxm"}
+SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80g": "a100_sxm", "b200": "b200_sxm", "gb200": "gb200"}
 #: draftsim engine → AIConfigurator framework folder (``none``: vLLM's kernels, no engine overheads).
 FRAMEWORKS = {"vllm": "vllm", "vllm-v0.6": "vllm", "sglang": "sglang", "none": "vllm"}
 
@@ -103,8 +103,14 @@ def gemm_rows(path: Path):
 def attention_rows(path: Path, kv: str = "bfloat16"):
     """(kernel, rows) of an attention table: full attention (no window) over a KV cache of the table's
     ``kv_cache_dtype`` ``kv`` ("bfloat16" or "fp8"), of FlashAttention-3 where measured (Hopper's default:
-    AIConfigurator's attention_lane_defaults.yaml), else the first kernel; columns batch_size, isl, step,
-    num_heads, num_key_value_heads, head_dim, latency (ms)."""
+    AIConfigurator's attention_lane_defaults.yaml), else of the kernel the table measures most (ties: by
+    name), its engine's default lane on the other GPUs' tables (aiconfigurator-core 0.12.0): vLLM 0.24.0's
+    FlashInfer TRT-LLM kernels on Blackwell (``vllm_flashinfer_trtllmdecode`` in the decode table,
+    ``vllm_flashinfer_trtllmprefill`` in the prefill one, whose few ``trtllmdecode`` rows are one-token
+    "prompts"), FlashAttention-2 on Ada (L40S) and Ampere; SGLang 0.5.14's ``trtllm_mha`` on Blackwell
+    (sgl-project/sglang python/sglang/srt/server_args.py ``_get_default_attn_backend``: ``trtllm_mha`` for an
+    MHA model on SM100) and ``flashinfer`` on Ada (its default off Hopper and Blackwell). Columns batch_size,
+    isl, step, num_heads, num_key_value_heads, head_dim, latency (ms)."""
     df = read_columns(str(path), ("kernel_source", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
                                   "window_size", "step", "latency"))
     df = df[df.kv_cache_dtype == kv]
@@ -112,8 +118,8 @@ def attention_rows(path: Path, kv: str = "bfloat16"):
         df = df[df.window_size == 0]
     if df.empty:
         return "", df
-    kernels = sorted(df.kernel_source.unique())
-    kernel = next((k for k in kernels if "fa3" in k), kernels[0])
+    counts = df.kernel_source.value_counts()
+    kernel = next((k for k in sorted(counts.index) if "fa3" in k), None) or min(counts.index, key=lambda k: (-counts[k], k))
     return kernel, df[df.kernel_source == kernel]
 
 

@@ -572,3 +572,19 @@ def test_an_fp8_kv_cache_is_priced_from_the_tables_fp8_rows_and_holds_half_the_b
     assert a.target.kv_dtype == "float8"
     status, out, err = run(capsys, "cost", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--cost-model", "operators", "--kv-dtype", "int8")
     assert status == 2 and "valid: auto, bfloat16, float16, float8" in err and "Traceback" not in err
+
+
+@tables
+def test_an_attention_table_without_fa3_is_read_at_its_engines_default_kernel():
+    # Blackwell's tables hold no FA3: the kernel the table measures most, each engine's default lane there (vLLM 0.24.0's
+    # FlashInfer TRT-LLM decode and prefill kernels; SGLang 0.5.14's trtllm_mha on SM100); Hopper keeps FA3
+    from draftsim.sim.cost.kernel_tables import attention_rows, newest_table
+
+    def kernel(system, framework, filename):
+        return attention_rows(newest_table(systems_root(), system, "attention", framework, filename))[0]
+
+    assert kernel("b200_sxm", "vllm", "generation_attention_perf.parquet") == "vllm_flashinfer_trtllmdecode"
+    assert kernel("b200_sxm", "vllm", "context_attention_perf.parquet") == "vllm_flashinfer_trtllmprefill"
+    assert kernel("gb200", "sglang", "generation_attention_perf.parquet") == "trtllm_mha"
+    assert kernel("h200_sxm", "vllm", "generation_attention_perf.parquet") == "vllm_flash_attn_fa3"
+    assert kernel("h100_sxm", "sglang", "context_attention_perf.parquet") == "fa3"
