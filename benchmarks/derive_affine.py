@@ -1,5 +1,5 @@
-"""The roofline's fixed GPU time per kernel (``kernel_fixed_us`` of sim/data/hardware.json) on the Hopper GPUs
-with measured operator tables, and their MBU re-derived with those fixed times in place.
+"""The roofline's fixed GPU time per kernel (``kernel_fixed_us`` of sim/data/hardware.json) on the Hopper and Blackwell
+GPUs with measured operator tables, and their MBU re-derived with those fixed times in place.
 
 Issue 37 item 1 (docs/research/affine-roofline.md, "option 1", reduced to the existing roofline; adopted after a trial).
 Each kernel kind of AIConfigurator's vLLM tables (aiconfigurator-core 0.12.0) is fitted as
@@ -27,7 +27,16 @@ time, no host time), with the fixed times K in place:
 so that the anchor call's roofline time equals the tables' time by construction. Nothing is fitted to a
 published end-to-end number. The A100 and GPUs without tables are left as they are.
 
-    python benchmarks/derive_affine.py [--write] [--json]
+The Blackwell GPUs with tables (b200, gb200: vLLM 0.24.0's tables, FlashInfer's TRT-LLM attention kernels) are
+derived the same way and were adopted on the research note's held-out check (``--check``): a decode step's GPU
+time (no host) of every catalog model the tables price, tp 1/2/4/8, batch 1 and 32, context 512, against the
+tables' own step (``--cost-model operators``), split into the families the fit used (Llama, Qwen) and the others
+(SmolLM2, Gemma-2, Mistral/Mixtral, DeepSeek-V3 in float8), the roofline with the derived terms (fixed times, MBU and
+benchmarks/derive_fused_moe.py's fused-MoE time at that MBU, as the catalog holds them) beside the one efficiency it
+had before (:data:`CONSTANT_MBU`: MBU and fused-MoE time, no fixed times). B200 held out at batch 1: 37.7% -> 10.0%
+median |error| (worst 94.3% -> 45.6%); GB200: 36.7% -> 11.5% (94.7% -> 60.6%).
+
+    python benchmarks/derive_affine.py [--write] [--json] [--check]
 
 ``--write`` puts the derived ``kernel_fixed_us`` and ``mbu`` into sim/data/hardware.json (then rerun
 benchmarks/derive_fused_moe.py, whose fused-MoE fixed time is derived at the MBU). Exit status 1 when the
@@ -43,8 +52,16 @@ from pathlib import Path
 
 import numpy as np
 
-GPUS = ("h100-sxm", "h200")
+GPUS = ("h100-sxm", "h200", "b200", "gb200")
 FIT = ("llama", "qwen")
+#: Each GPU's roofline before its derivation was adopted: one efficiency (MBU) and the fused-MoE time at it, no fixed times
+#: (sim/data/hardware.json after commits cc6b7ba (MBU) and 0b17c42 (fused-MoE time) for the Hopper GPUs; b200 and gb200 held gpt-fast's A100 figure, 0.7,
+#: and no fused-MoE time). ``--check`` scores it beside the derived terms.
+CONSTANT_MBU = {"h100-sxm": (0.737, 18.5), "h200": (0.650, 16.0), "b200": (0.7, 0.0), "gb200": (0.7, 0.0)}
+#: ``--check``'s models: the fit's families and the held-out ones (docs/research/affine-roofline.md, part (a)); DeepSeek-V3 in float8
+CHECK_MODELS = ("llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "qwen3-0.6b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "smollm2-135m",
+                "smollm2-1.7b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "mistral-7b", "mixtral-8x7b", "deepseek-v3")
+CHECK_DTYPE = {"deepseek-v3": "float8"}
 ANCHOR = {"model": "llama-3.1-8b", "dtype": "bfloat16", "batch": 1, "new_tokens": 1, "context": 512}
 HARDWARE_JSON = Path(__file__).resolve().parents[1] / "sim" / "data" / "hardware.json"
 
@@ -136,14 +153,66 @@ def mbu(hardware: str, kernel_fixed_us: dict) -> dict:
             "old_mbu": hw.mbu, "anchor_with_rounded_mbu_ms": check * 1e3}
 
 
+def check(hardware: str, batches=(1, 32), context: int = 512, tps=(1, 2, 4, 8)) -> dict:
+    """The held-out check: each decode step's error against the tables' step, under the catalog roofline as it stands
+    (``derived``) and under the one efficiency it had before (``constant``: :data:`CONSTANT_MBU`, no fixed times);
+    median / worst |error| by held-out or fit families and batch."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sim.cost.assembly import Deployment, assemble
+    from draftsim.sim.cost.efficiency import family_of
+    from draftsim.sim.cost.roofline import RooflineModel
+    from draftsim.sim.errors import DraftsimError
+
+    cat = default_catalog()
+    hw = cat.hardware_spec(hardware)
+    mbu0, fused0 = CONSTANT_MBU[hardware]
+    rows = []
+    for name in CHECK_MODELS:
+        dt, m = CHECK_DTYPE.get(name, "bfloat16"), cat.model(name)
+        for tp in tps:
+            try:
+                ops = assemble(Deployment(name, hardware, dtype=dt, tp=tp, overheads="none", cost_model="operators")).target
+                derived = RooflineModel(m, hw, dt, tp)
+            except DraftsimError:  # does not fit on tp devices, or heads that do not split over them
+                continue
+            constant = RooflineModel(m, hw, dt, tp, mbu=mbu0, kernel_fixed={}, fused_moe=fused0 * 1e-6)
+            for b in batches:
+                ref = float(ops.shape_time(b, 1, context))
+                rows.append({"model": name, "tp": tp, "batch": b, "held_out": family_of(name) not in FIT, "tables_ms": ref * 1e3,
+                             "constant": float(constant.shape_time(b, 1, context)) / ref - 1,
+                             "derived": float(derived.shape_time(b, 1, context)) / ref - 1})
+    summary = {}
+    for label, held in (("held out", True), ("fit families", False)):
+        for b in batches:
+            sel = [r for r in rows if r["held_out"] == held and r["batch"] == b]
+            c, d = (np.abs([r[k] for r in sel]) for k in ("constant", "derived"))
+            summary[f"{label}, batch {b}"] = {"steps": len(sel), "constant_median": float(np.median(c)), "constant_worst": float(c.max()),
+                                              "derived_median": float(np.median(d)), "derived_worst": float(d.max())}
+    return {"hardware": hardware, "constant_mbu": mbu0, "constant_fused_moe_us": fused0, "rows": rows, "summary": summary}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write", action="store_true", help="write kernel_fixed_us and mbu into sim/data/hardware.json")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true", help="the held-out check: whole decode steps against the tables' (slow: ~10 s a GPU)")
     a = p.parse_args(argv)
     from draftsim.sim.cost import default_catalog
 
     cat = default_catalog()
+    if a.check:
+        checks = [check(hw) for hw in GPUS]
+        if a.json:
+            print(json.dumps(checks, indent=1))
+            return 0
+        print("held-out check: decode steps (context 512, GPU time, no host) against the tables' step; median / worst |error|")
+        for c in checks:
+            print(f"{c['hardware']}: one efficiency before (MBU {c['constant_mbu']}, fused-MoE {c['constant_fused_moe_us']} us, no fixed times) "
+                  "against the catalog's derived terms")
+            for label, s in c["summary"].items():
+                print(f"  {label:22} {s['steps']:3d} steps: before {s['constant_median']:6.1%} / {s['constant_worst']:6.1%}; "
+                      f"derived {s['derived_median']:6.1%} / {s['derived_worst']:6.1%}")
+        return 0
     rows = {}
     for hw in GPUS:
         k = kinds(hw)

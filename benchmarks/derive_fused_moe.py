@@ -40,7 +40,7 @@ import numpy as np
 
 ANCHOR = {"model": "qwen3-30b-a3b", "dtype": "bfloat16", "tp": 1, "tokens": 1, "engine": "vllm"}
 #: every GPU with measured fused-MoE tables (sim/cost/kernel_tables.py SYSTEMS)
-GPUS = ("h100-sxm", "h200", "a100-80g")
+GPUS = ("h100-sxm", "h200", "a100-80g", "b200", "gb200")
 #: the held-out shapes: catalog model, dtype
 HELD_OUT = (("qwen3-30b-a3b", "bfloat16"), ("qwen3-235b-a22b", "bfloat16"), ("mixtral-8x7b", "bfloat16"), ("deepseek-v3", "float8"))
 TPS = (1, 2, 4, 8)

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 ANCHOR = {"model": "llama-3.1-8b", "dtype": "bfloat16", "batch": 1, "new_tokens": 1, "context": 512}
-GPUS = ("h100-sxm", "h200", "a100-80g")
+GPUS = ("h100-sxm", "h200", "a100-80g", "b200", "gb200")
 #: GPUs whose catalog MBU is an end-to-end measurement on the GPU itself, kept (the derivation checks it).
 MEASURED = ("a100-80g",)
 #: gpt-fast's Llama-2-7B batch-1 measurement on an A100-80GB: 1,397 of 2,039 GB/s (github.com/pytorch-labs/gpt-fast README).
