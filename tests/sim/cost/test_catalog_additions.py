@@ -25,6 +25,7 @@ from draftsim.sim.acceptance_catalog import acceptance_entry, check_use
 from draftsim.sim.cost import RooflineModel, default_catalog
 from draftsim.sim.cost.assembly import Deployment, assemble
 from draftsim.sim.cost.catalog import model_from_hf_config
+from draftsim.sim.cost.kernel_tables import SYSTEMS
 from draftsim.sim.cost.methods import EAGLE3_DRAFT_VOCAB_BY_TARGET, FACTS, eagle3_draft_vocab, head_cost, parse_drafter
 from draftsim.sim.errors import DraftsimError
 
@@ -98,7 +99,10 @@ def test_new_hardware_is_cited_and_follows_the_conventions(name):
     hw = CAT.hardware_spec(name)
     assert any(w in hw.source.lower() for w in ("datasheet", "data sheet", "aiconfigurator"))
     assert "assumption" in hw.source  # the efficiency defaults are the convention, not a measurement
-    assert (hw.mfu, hw.mbu) == (0.6, 0.7)
+    if name in SYSTEMS:  # measured operator tables: the MBU derived from them (tests/benchmarks/test_derive_mbu.py), said so
+        assert hw.mfu == 0.6 and 0.5 < hw.mbu < 1 and "derive_mbu.py" in hw.source and "aiconfigurator-core 0.12.0" in hw.source
+    else:
+        assert (hw.mfu, hw.mbu) == (0.6, 0.7)
     assert hw.peak("float8") == pytest.approx(2 * hw.peak("bfloat16"), rel=0.02)  # FP8 tensor cores: twice BF16's rate
 
 
@@ -109,14 +113,14 @@ def test_dense_peaks_are_half_the_with_sparsity_figures(name, bf16_sparse):
 
 def test_batch_one_decoding_scales_with_memory_bandwidth():
     """A memory-bound step: on B200 (7.7 TB/s) against H100 SXM (3.35 TB/s), its bytes by the ratio
-    of the bandwidths each reaches (datasheet × the catalog's MBU: the H100's derived from its
-    measured kernels, the B200's the convention's 0.7); the H100's kernels' fixed times, derived from
-    the same tables, come on top (the B200 has none)."""
+    of the bandwidths each reaches (datasheet × the catalog's MBU, each derived from the GPU's measured
+    kernels); each GPU's kernels' fixed times, derived from the same tables, come on top (the B200's
+    smaller: 2.13 µs a GEMM against 2.68)."""
     m = CAT.model("llama-3.1-8b")
     hw = {h: CAT.hardware_spec(h) for h in ("h100-sxm", "b200")}
     h100, b200 = (RooflineModel(m, hw[h]) for h in ("h100-sxm", "b200"))
-    assert h100.kernel_seconds > 0 and b200.kernel_seconds == 0
-    ratio = (float(h100.shape_time(1, 1, 512)) - h100.kernel_seconds) / float(b200.shape_time(1, 1, 512))
+    assert h100.kernel_seconds > b200.kernel_seconds > 0
+    ratio = (float(h100.shape_time(1, 1, 512)) - h100.kernel_seconds) / (float(b200.shape_time(1, 1, 512)) - b200.kernel_seconds)
     assert ratio == pytest.approx(7700 * hw["b200"].mbu / (3350 * hw["h100-sxm"].mbu), rel=0.02)
 
 
