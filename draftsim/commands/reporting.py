@@ -277,7 +277,8 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
         if error is not None:  # how far speedups like this one were from published ones
             from .frontdoor import model_error_lines
 
-            subtitle += " " + " ".join(line.strip() for line in model_error_lines(error))
+            text = "; ".join(line.strip() for line in model_error_lines(error))
+            subtitle += ". " + text[0].upper() + text[1:]
     figures = [Figure("Capacity of each configuration", copy_figure(result.figure, folder, "capacity.png"))] if result.figure else []
     setup = [("spec", str(config.spec) if config.spec is not None else f"the front door's flags ({Path(config.out) / 'spec.toml'})"),
              ("axes", ", ".join(spec.axes) or "none"), ("configurations", f"{spec.n_points:,}"),

@@ -152,9 +152,10 @@ def test_a_speculative_answer_says_its_model_error_and_its_margin_under_it(tmp_p
     args = ["capacity", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--load", "4", "--slo", "ttft:p99=2s",
             "--slo", "tpot:p90=7ms", "--method", "eagle3:k=2", "--alpha", "0.7", "--workload", "sharegpt", "--duration", "20",
             "--replications", "2", "--workers", "1", "--out", str(tmp_path / "out")]
-    assert main(args) == 0
+    assert main([*args, "--report", str(tmp_path / "report")]) == 0
     out = capsys.readouterr().out.splitlines()
     like = evidence_for("eagle3", False, "vllm", "h100-sxm")
+    assert f"Model error: {like.text()}; over all " in (tmp_path / "report" / "report.md").read_text()
     assert "EAGLE-3" in out[0] and out[2] == f"  model error: {like.text()}"
     assert out[3].startswith("    over all ") and out[4].startswith("    were this gain over-predicted by ")
     assert main([*args, "--resume", "--json"]) == 0
