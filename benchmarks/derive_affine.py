@@ -133,6 +133,32 @@ def kinds(hardware: str) -> dict:
     return out
 
 
+def fp8_gemm(hardware: str, models=None) -> dict:
+    """The FP8 GEMM's fit (f in seconds) on the same vLLM table's ``fp8`` rows: vLLM's per-tensor CUTLASS kernel
+    (``CutlassFP8ScaledMMLinearKernel``), the one FP8 kernel the table measures on the whole grid the bfloat16 rows
+    use (m from 1) and the one the operator model prices a block-FP8 GEMM with below DeepGEMM's and CUTLASS's
+    block-scaled rows (none under 16 tokens: sim/cost/moe_tables.py ``_gemm_grid``); the same Llama/Qwen shapes
+    and the same form, its weights and input activations at 1 byte, its output in bfloat16, FLOPs at the float8 peak."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sim.cost.efficiency import family_of, newest_table
+    from draftsim.sim.cost.kernel_tables import SYSTEMS, read_columns, systems_root
+
+    cat = default_catalog()
+    hw = cat.hardware_spec(hardware)
+    models = models or {n: cat.model(n) for n in cat.models if family_of(n)}
+    path = newest_table(systems_root(), SYSTEMS[hardware], "gemm", "vllm", "gemm_perf.parquet")
+    df = read_columns(str(path), ("kernel_source", "gemm_dtype", "m", "n", "k", "latency"))
+    df = df[df.gemm_dtype == "fp8"]
+    ngrid, kgrid = np.sort(df.n.unique()).astype(float), np.sort(df.k.unique()).astype(float)
+    sel = _fit_rows(list(zip(df.n.astype(float), df.k.astype(float))), _family_keys(models, "gemm", ngrid, kgrid))
+    m, n, k = (df[c].to_numpy(np.float64) for c in ("m", "n", "k"))
+    t_mem = (n * k + m * k + 2 * m * n) / hw.memory_bandwidth
+    t_cmp = 2 * m * n * k / hw.peak("float8")
+    out = fit_affine(t_mem[sel], t_cmp[sel], df.latency.to_numpy(np.float64)[sel] * 1e-3)
+    out["kernel"] = ", ".join(sorted(df.kernel_source.unique()))
+    return out
+
+
 def mbu(hardware: str, kernel_fixed_us: dict) -> dict:
     """The anchor's MBU with the fixed times in place: (roofline at MBU 1 − K) / (operators − K)."""
     from draftsim.sim.cost import default_catalog
@@ -153,7 +179,7 @@ def mbu(hardware: str, kernel_fixed_us: dict) -> dict:
             "old_mbu": hw.mbu, "anchor_with_rounded_mbu_ms": check * 1e3}
 
 
-def check(hardware: str, batches=(1, 32), context: int = 512, tps=(1, 2, 4, 8)) -> dict:
+def check(hardware: str, batches=(1, 32), context: int = 512, tps=(1, 2, 4, 8), kernel_fixed_us: dict | None = None) -> dict:
     """The held-out check: each decode step's error against the tables' step, under the catalog roofline as it stands
     (``derived``) and under the one efficiency it had before (``constant``: :data:`CONSTANT_MBU`, no fixed times);
     median / worst |error| by held-out or fit families and batch."""
@@ -172,7 +198,8 @@ def check(hardware: str, batches=(1, 32), context: int = 512, tps=(1, 2, 4, 8)) 
         for tp in tps:
             try:
                 ops = assemble(Deployment(name, hardware, dtype=dt, tp=tp, overheads="none", cost_model="operators")).target
-                derived = RooflineModel(m, hw, dt, tp)
+                derived = RooflineModel(m, hw, dt, tp, kernel_fixed=None if kernel_fixed_us is None else
+                                        {k: v * 1e-6 for k, v in kernel_fixed_us.items()})
             except DraftsimError:  # does not fit on tp devices, or heads that do not split over them
                 continue
             constant = RooflineModel(m, hw, dt, tp, mbu=mbu0, kernel_fixed={}, fused_moe=fused0 * 1e-6)
@@ -196,18 +223,42 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="write kernel_fixed_us and mbu into sim/data/hardware.json")
     p.add_argument("--json", action="store_true")
     p.add_argument("--check", action="store_true", help="the held-out check: whole decode steps against the tables' (slow: ~10 s a GPU)")
+    p.add_argument("--fp8", action="store_true", help="the FP8 GEMM's fixed time (fp8_gemm, not adopted); with --check: "
+                   "score the catalog's terms with it added (derived) against the catalog's terms (before)")
     a = p.parse_args(argv)
     from draftsim.sim.cost import default_catalog
 
     cat = default_catalog()
+    if a.fp8 and not a.check:
+        fits = {hw: fp8_gemm(hw) for hw in GPUS}
+        if a.json:
+            print(json.dumps(fits, indent=1))
+            return 0
+        print("FP8 GEMM fitted on AIConfigurator's vLLM tables' fp8 rows (Llama/Qwen shapes; derived, not adopted): "
+              "f (us), eta, mfu, rows, in-sample median |error|, beside the bfloat16 GEMM's f")
+        for hw, v in fits.items():
+            print(f"  {hw:9} {v['kernel']}: f {v['f'] * 1e6:6.2f} us  eta {v['eta']:.3f} mfu {v['mfu']:.3f} {v['rows']:5d} rows, "
+                  f"median {v['fit_median_error']:.1%}; bfloat16 GEMM {cat.hardware_spec(hw).kernel_fixed['gemm'] * 1e6:.2f} us")
+        return 0
     if a.check:
         checks = [check(hw) for hw in GPUS]
+        if a.fp8:  # the catalog's terms (before) against them with the FP8 GEMM's fixed time (derived)
+            for c, hw in zip(checks, GPUS):
+                kf = {k: v * 1e6 for k, v in cat.hardware_spec(hw).kernel_fixed.items()}
+                cand = check(hw, kernel_fixed_us=dict(kf, gemm_float8=round(fp8_gemm(hw)["f"] * 1e6, 2)))
+                for r, rc in zip(c["rows"], cand["rows"]):
+                    r["constant"], r["derived"] = r["derived"], rc["derived"]
+                c["summary"] = {k: dict(v, constant_median=v["derived_median"], constant_worst=v["derived_worst"],
+                                        derived_median=cand["summary"][k]["derived_median"],
+                                        derived_worst=cand["summary"][k]["derived_worst"]) for k, v in c["summary"].items()}
+                c["constant_mbu"], c["constant_fused_moe_us"] = "catalog", "catalog"
         if a.json:
             print(json.dumps(checks, indent=1))
             return 0
         print("held-out check: decode steps (context 512, GPU time, no host) against the tables' step; median / worst |error|")
         for c in checks:
-            print(f"{c['hardware']}: one efficiency before (MBU {c['constant_mbu']}, fused-MoE {c['constant_fused_moe_us']} us, no fixed times) "
+            print(f"{c['hardware']}: the catalog's terms before, with the FP8 GEMM's fixed time after" if a.fp8 else
+                  f"{c['hardware']}: one efficiency before (MBU {c['constant_mbu']}, fused-MoE {c['constant_fused_moe_us']} us, no fixed times) "
                   "against the catalog's derived terms")
             for label, s in c["summary"].items():
                 print(f"  {label:22} {s['steps']:3d} steps: before {s['constant_median']:6.1%} / {s['constant_worst']:6.1%}; "

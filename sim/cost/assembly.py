@@ -230,7 +230,7 @@ def roofline_terms(hw: HardwareSpec) -> str:
     per kernel and per fused-MoE call where its measured tables gave them (sim/data/hardware.json)."""
     parts = [f"MBU {hw.mbu:.3g}", f"MFU {hw.mfu:.3g}"]
     if hw.kernel_fixed:
-        names = {"gemm": "GEMM", "attention": "decode attention", "elementwise": "elementwise", "allreduce": "all-reduce"}
+        names = {"gemm": "GEMM", "gemm_float8": "FP8 GEMM", "attention": "decode attention", "elementwise": "elementwise", "allreduce": "all-reduce"}
         parts.append("a fixed time per kernel (" + ", ".join(f"{names.get(k, k)} {v * 1e6:.2f} us" for k, v in hw.kernel_fixed.items()) + ")")
     if hw.fused_moe:
         parts.append(f"{hw.fused_moe * 1e6:.1f} us per fused-MoE call")

@@ -211,7 +211,7 @@ class ModelSpec:
 
 
 #: the kernel kinds whose fixed time per call a hardware entry may hold (``kernel_fixed_us``)
-KERNEL_KINDS = ("gemm", "attention", "elementwise", "allreduce")
+KERNEL_KINDS = ("gemm", "gemm_float8", "attention", "elementwise", "allreduce")
 
 
 @dataclass(frozen=True)
@@ -232,8 +232,8 @@ class HardwareSpec:
         activation bytes at the MBU: the roofline's routed experts take it on top of their bytes
         (0: not derived; the routed experts priced at the plain MBU). Derived where the GPU has
         measured fused-MoE tables (benchmarks/derive_fused_moe.py)
-    kernel_fixed : fixed GPU seconds of one kernel call per kernel kind ("gemm", "attention", "elementwise",
-        "allreduce"), on top of its bytes at the MBU: the roofline adds them per kernel its layers run
+    kernel_fixed : fixed GPU seconds of one kernel call per kernel kind ("gemm", "gemm_float8": an FP8 GEMM where
+        derived, "attention", "elementwise", "allreduce"), on top of its bytes at the MBU: the roofline adds them per kernel its layers run
         (sim/cost/roofline.py); empty: none. Derived where the GPU has measured operator tables
         (benchmarks/derive_affine.py)
     """
