@@ -36,7 +36,15 @@ benchmarks/derive_fused_moe.py's fused-MoE time at that MBU, as the catalog hold
 had before (:data:`CONSTANT_MBU`: MBU and fused-MoE time, no fixed times). B200 held out at batch 1: 37.7% -> 10.0%
 median |error| (worst 94.3% -> 45.6%); GB200: 36.7% -> 11.5% (94.7% -> 60.6%).
 
-    python benchmarks/derive_affine.py [--write] [--json] [--check]
+FP8 GEMMs (issue 37 item 1; derived, not adopted): ``--fp8`` fits the same form on the same vLLM tables' ``fp8`` rows
+(:func:`fp8_gemm`: vLLM's per-tensor CUTLASS kernel, the Llama/Qwen shapes), f 4.94 / 4.66 / 5.58 / 5.58 µs on
+h100-sxm / h200 / b200 / gb200 against the bfloat16 GEMM's 2.68 / 2.70 / 2.13 / 2.13 µs (and eta 0.43-0.53 against
+0.63-0.76). ``--check --fp8`` scores it as ``kernel_fixed_us.gemm_float8`` (sim/cost/roofline.py picks a GEMM's fixed time by
+the call's dtype): only DeepSeek-V3's float8 rows move, the held-out and fit-family medians stay where they were on every
+GPU (the worst held-out row at batch 1: h200 50.6% -> 43.3%, b200 45.6% -> 27.8%, gb200 60.6% -> 46.2%), so the catalog
+holds no ``gemm_float8``.
+
+    python benchmarks/derive_affine.py [--write] [--json] [--check] [--fp8]
 
 ``--write`` puts the derived ``kernel_fixed_us`` and ``mbu`` into sim/data/hardware.json (then rerun
 benchmarks/derive_fused_moe.py, whose fused-MoE fixed time is derived at the MBU). Exit status 1 when the
