@@ -64,9 +64,10 @@ def test_a_batch1_decode_step_has_every_part_measured_and_costs_more_than_the_ro
     assert {"routed experts", "attention (MLA block)", "all-reduce (2 per layer)"} <= set(step.parts)
     assert all("aiconfigurator_core" in step.sources[k] for k in ("routed experts", "attention (MLA block)"))
     roof = RooflineModel(m, CAT.hardware_spec("h200"), "float8", tp=8)
-    # the roofline's forward (5.6 ms with its kernels' fixed times; 2.8 ms before them) still misses the small-M
-    # inefficiency the tables measure (11.2 ms): MLA's parts and the experts at one row each
-    assert step.seconds > 1.8 * float(roof.shape_time(1, 1, 512)) and roof.kernel_seconds > 0
+    # the roofline's forward (6.5 ms with its kernels' fixed times, the FP8 GEMMs' their own; 5.6 ms with one GEMM fixed
+    # time; 2.8 ms before them) still prices under 60% of the small-M inefficiency the tables measure (11.2 ms): MLA's
+    # parts and the experts at one row each
+    assert float(roof.shape_time(1, 1, 512)) < 0.6 * step.seconds and roof.kernel_seconds > 0
 
 
 def test_tables_are_closer_than_the_roofline_to_the_scored_deepseek_measurements():
