@@ -584,6 +584,15 @@ def fixed_k_rates(alpha, k):
     return (k_arr - (tokens - 1.0)) / tokens, 1.0 / tokens
 
 
+def _one_minus_power(p, k) -> np.ndarray:
+    """1 − p^k for p in [0, 1], k ≥ 0, accurate as p → 1 (−expm1(k·log p): nothing cancels, as
+    :func:`_geometric_sum`'s numerator); 0 at k = 0, 1 at p = 0."""
+    p, k = np.broadcast_arrays(np.asarray(p, dtype=np.float64), np.asarray(k))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = -np.expm1(k * np.log(p))
+    return np.where(k == 0, 0.0, np.where(p == 0.0, 1.0, out))
+
+
 def kmatrix_model(K: np.ndarray, A: np.ndarray, c: np.ndarray):
     """Closed-form statistics of the cascade a K matrix describes, vectorised over a leading
     batch axis of K (see :func:`ewif_kmatrix`). Returns (step_cost, mean_L, pgf_L) functions
@@ -601,9 +610,10 @@ def kmatrix_model(K: np.ndarray, A: np.ndarray, c: np.ndarray):
         for l in range(j + 1, m):
             a = A[l, j]
             aw = a * w
-            phi_T = pgf_L(l, aw) ** K[..., j, l]
+            phi = pgf_L(l, aw)
+            phi_T = phi ** K[..., j, l]
             with np.errstate(divide="ignore", invalid="ignore"):
-                term = np.where(aw < 1.0, (1.0 - a) * (1.0 - phi_T) / np.where(aw < 1.0, 1.0 - aw, 1.0), 0.0)
+                term = np.where(aw < 1.0, (1.0 - a) * _one_minus_power(phi, K[..., j, l]) / np.where(aw < 1.0, 1.0 - aw, 1.0), 0.0)
             total = total + reach * term
             reach = reach * phi_T
         return w * (total + reach)
@@ -614,8 +624,9 @@ def kmatrix_model(K: np.ndarray, A: np.ndarray, c: np.ndarray):
         for l in range(j + 1, m):
             a = A[l, j]
             k = K[..., j, l]
-            phi_T = pgf_L(l, a) ** k
-            block = k * mean_L(l) if a >= 1.0 else a * (1.0 - phi_T) / (1.0 - a)
+            phi = pgf_L(l, a)
+            phi_T = phi ** k
+            block = k * mean_L(l) if a >= 1.0 else a * _one_minus_power(phi, k) / (1.0 - a)
             total = total + reach * block
             reach = reach * phi_T
         return 1.0 + total

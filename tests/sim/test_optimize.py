@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from clirun import run
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from draftsim.sim import acceptance as A
@@ -80,6 +80,7 @@ def test_exact_search_three_drafters_and_grid_baseline():
 
 
 @given(st.floats(0.0, 1.0), st.floats(0.0, 2.0), st.integers(0, optimize.EXACT_ENTRY_MAX))
+@example(0.99999, 0.0, 4)  # found by hypothesis: the K matrix's 1 - a^k cancelled near a = 1 (1.2e-12 apart)
 def test_one_drafter_kmatrix_is_the_best_fixed_k(alpha, c, k_max):
     """With one drafter the K matrix is [[0, k], [0, 0]] ([CSD]'s 1x1 [[k]]): the exact search
     finds the closed form's best fixed k and its EWIF (a different k only at an exact tie)."""
