@@ -29,7 +29,7 @@ import numpy as np
 from .errors import DraftsimError
 
 __all__ = ["SCHEMA", "VERSION", "EVIDENCE_FILE", "MIN_POINTS", "EvidencePoint", "Evidence", "method_family", "read_evidence",
-           "evidence_for", "overall", "adverse_margin"]
+           "evidence_for", "overall", "record", "overall_text", "adverse_margin"]
 
 SCHEMA = "draftsim.evidence"
 VERSION = 1
@@ -176,6 +176,18 @@ def evidence_for(method: str, moe: bool, engine: str | None = None, hardware: st
 def overall(points: tuple[EvidencePoint, ...] | None = None) -> Evidence:
     """Every point of the suite: the whole record, beside the points most like a deployment."""
     return _summary((), {}, _catalog_points() if points is None else points)
+
+
+def record(method: str, moe: bool, engine: str | None = None, hardware: str | None = None) -> dict:
+    """What an answer carries (``--json`` ``model_error``): :func:`evidence_for`'s points as a dict, with the
+    whole suite's (:func:`overall`) under ``overall``."""
+    return {**evidence_for(method, moe, engine, hardware).to_dict(), "overall": overall().to_dict()}
+
+
+def overall_text(error: dict) -> str:
+    """A :func:`record`'s whole-suite figures in words: 'over all 78 published runs: median 7.2%, worst 38.2%'."""
+    whole = error["overall"]
+    return f"over all {whole['points']} published runs: median {whole['median_abs_error']:.1%}, worst {whole['worst_abs_error']:.1%}"
 
 
 def _summary(level: tuple[str, ...], like: dict, chosen) -> Evidence:

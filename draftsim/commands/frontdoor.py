@@ -357,25 +357,24 @@ def model_error(rec: Recommendation, moe: bool, engine: str | None, hardware: st
     hardware) and over the whole suite, and what its margin would be were its gain over-predicted
     by that median and that worst error (None for plain decoding: the suite measures
     speculation's speedups only)."""
-    from draftsim.sim.evidence import adverse_margin, evidence_for, overall
+    from draftsim.sim.evidence import adverse_margin, record
 
     if rec.drafter is None:
         return None
-    like, whole = evidence_for(rec.drafter, moe, engine, hardware), overall()
-    out = {**like.to_dict(), "overall": whole.to_dict()}
+    out = record(rec.drafter, moe, engine, hardware)
     margin = rec.row.get("load_margin")
     if margin is not None:
         out["margin"] = margin
-        out["margin_at_median_error"] = adverse_margin(margin, like.median_abs_error)
-        out["margin_at_worst_error"] = adverse_margin(margin, like.worst_abs_error)
+        out["margin_at_median_error"] = adverse_margin(margin, out["median_abs_error"])
+        out["margin_at_worst_error"] = adverse_margin(margin, out["worst_abs_error"])
     return out
 
 
 def model_error_lines(error: dict) -> list[str]:
     """The model error as the answer prints it: the points like it, the whole suite, the margin under them."""
-    whole = error["overall"]
-    lines = [f"model error: {error['text']}",
-             f"  over all {whole['points']} published runs: median {whole['median_abs_error']:.1%}, worst {whole['worst_abs_error']:.1%}"]
+    from draftsim.sim.evidence import overall_text
+
+    lines = [f"model error: {error['text']}", f"  {overall_text(error)}"]
     if "margin" in error:
         held = "holds" if error["margin_at_median_error"] >= 0 else "does NOT hold"
         lines.append(f"  were this gain over-predicted by {error['median_abs_error']:.1%} its margin would be "

@@ -321,22 +321,19 @@ def model_error(config: ServeSimConfig, serving: ServingConfig, built: Assembly)
     engine and hardware), beside the whole suite's; None where the suite says nothing: plain
     decoding, or a run not on a catalog GPU (the published runs are GPUs' speculation)."""
     from draftsim.sim.cost import default_catalog
-    from draftsim.sim.evidence import evidence_for, overall
+    from draftsim.sim.evidence import record
 
     if serving.policy.n_models < 2 or not config.drafter_model or built.hardware is None or built.hardware.kind != "gpu":
         return None
     moe = default_catalog().model(config.target).experts > 0
-    like = evidence_for(config.drafter_model[0], moe, built.engine.name if built.engine is not None else None, built.hardware.name)
-    return {**like.to_dict(), "overall": overall().to_dict()}
+    return record(config.drafter_model[0], moe, built.engine.name if built.engine is not None else None, built.hardware.name)
 
 
 def model_error_line(error: dict | None) -> str | None:
     """The model error as serve-sim prints it (None: none to print)."""
-    if error is None:
-        return None
-    whole = error["overall"]
-    return (f"model error: {error['text']}; over all {whole['points']} published runs: median {whole['median_abs_error']:.1%}, "
-            f"worst {whole['worst_abs_error']:.1%}")
+    from draftsim.sim.evidence import overall_text
+
+    return None if error is None else f"model error: {error['text']}; {overall_text(error)}"
 
 
 def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs | None = None) -> ServeSimResult:
