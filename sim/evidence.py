@@ -87,13 +87,15 @@ class Evidence:
     sources: tuple[str, ...]
 
     def describe(self) -> str:
-        """'18 published runs of EAGLE-3 on dense targets with vllm on h100-sxm'."""
+        """'18 published runs of EAGLE-3 on dense targets with vllm on h100-sxm (3 sources)'."""
         from .registry import METHODS
 
         title = lambda v: METHODS[v].title if v in METHODS else v  # noqa: E731
         what = {"method": lambda v: f" of {title(v)}" if v != "draft_model" else " of draft models", "moe": lambda v: " on MoE targets" if v else " on dense targets",
                 "engine": lambda v: f" with {v}", "hardware": lambda v: f" on {v}"}
-        return f"{self.points} published run{'s' if self.points != 1 else ''}" + "".join(what[f](self.like[f]) for f in self.matched)
+        n = len(self.sources)
+        return (f"{self.points} published run{'s' if self.points != 1 else ''}" + "".join(what[f](self.like[f]) for f in self.matched)
+                + f" ({n} source{'s' if n != 1 else ''})")
 
     def text(self) -> str:
         """One line: what the points are and how far their predicted speedups were off."""

@@ -64,7 +64,8 @@ def test_without_hardware_the_evidence_never_matches_on_it():
     points = tuple(_point(i, "eagle3", False, "vllm", "h100-sxm", 0.1) for i in range(6))
     ev = evidence_for("eagle3", False, "vllm", None, points=points)
     assert ev.matched == ("method", "moe", "engine") and ev.points == 6
-    assert ev.text().startswith("draftsim's speedups of 6 published runs of EAGLE-3 on dense targets with vllm were off by a median 10.0%")
+    assert ev.text().startswith("draftsim's speedups of 6 published runs of EAGLE-3 on dense targets with vllm (3 sources) were off by a "
+                                "median 10.0%")
 
 
 @given(st.floats(-0.9, 5.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0))
