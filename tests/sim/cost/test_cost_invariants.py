@@ -70,6 +70,9 @@ MODELS = {
 #: GB200 (SGLang tables, data-parallel attention) it falls from 8 to 9 new tokens a sequence at batch 256 x 70K cached tokens
 #: (328 -> 314 ms: the decode rows' edge scaled by the roofline against the prefill kernel's).
 OPERATOR_GPUS = ("h100-sxm", "h200", "a100-80g")
+#: The Blackwell GPUs with tables, in the tests of their fallback curves and all-reduce (their whole calls share the
+#: anchoring edge case of every GPU's decode table, found at 507 -> 513 sequences on the H100: see the xfail below).
+BLACKWELL = ("b200", "gb200")
 
 
 def _drafters(model: str, cost_model: str) -> tuple[str, ...]:
@@ -338,7 +341,7 @@ def test_operator_attention_does_not_fall_from_decode_to_prefill(config, engine,
 
 @tables
 @settings(max_examples=40, deadline=None)
-@given(gpu=st.sampled_from(OPERATOR_GPUS), engine=st.sampled_from(("vllm", "sglang")),
+@given(gpu=st.sampled_from(OPERATOR_GPUS + BLACKWELL), engine=st.sampled_from(("vllm", "sglang")),
        kind=st.sampled_from(("decode", "prefill", "gemm", "allreduce")), x=st.integers(0, 16), y=st.integers(0, 11),
        dx=st.integers(0, 4), dy=st.integers(0, 4))
 @example(gpu="h100-sxm", engine="vllm", kind="decode", x=0, y=9, dx=1, dy=0)
@@ -385,7 +388,7 @@ def test_operator_routed_experts_never_get_cheaper_with_more_tokens(config, engi
 
 @tables
 @settings(max_examples=30, deadline=None)
-@given(gpu=st.sampled_from(OPERATOR_GPUS), engine=st.sampled_from(ENGINES), m=st.one_of(st.integers(1, 64), st.integers(1, 8192)),
+@given(gpu=st.sampled_from(OPERATOR_GPUS + BLACKWELL), engine=st.sampled_from(ENGINES), m=st.one_of(st.integers(1, 64), st.integers(1, 8192)),
        dm=more)
 @example(gpu="a100-80g", engine="none", m=1, dm=1)
 def test_operator_allreduce_never_gets_cheaper_with_more_tokens(gpu, engine, m, dm):
@@ -419,3 +422,16 @@ def test_the_all_to_all_never_gets_cheaper_with_more_tokens(hardware, engine):
         n = np.arange(1, 40)
         t = a.target.shape_time(np.full(n.shape, b), n, np.zeros(n.shape))
         assert np.all(np.diff(t) >= -REL * t[:-1]), (hardware, engine, b, n[np.argmin(np.diff(t))])
+
+
+@tables
+@pytest.mark.xfail(strict=True, reason=(
+    "found by the invariant test above (hypothesis seed 36): Llama-3.1-8B on the H100 (vLLM tables) is 22.8698 ms at 507 "
+    "sequences of 1 token over 464 cached and 22.8661 ms at 513. Both leave the decode-attention table, and the two are "
+    "anchored at different edges (grid_edge: the context clamped into the columns measured in both rows around the batch, "
+    "256 and 512 below 512, row 512 alone at it and beyond), so the anchored price steps down by 0.02% across batch 512. "
+    "Not yet mended"))
+def test_a_call_leaving_the_decode_table_never_gets_cheaper_across_its_last_batch_row():
+    m = _operators("llama-3.1-8b", "h100-sxm", "none")
+    t = m.shape_time(np.array([507, 513]), np.array([1, 1]), np.array([464, 464]))
+    assert t[1] >= t[0]
