@@ -34,8 +34,8 @@ def reproduce():
 
 
 def batch_of(shared: dict) -> int | None:
-    """The batch a point held: its closed loop's clients (``closed:clients=N``), else its
-    ``max_num_seqs`` cap where an open loop's load was light enough to hold one (None: not held)."""
+    """The batch a point held: its closed loop's clients (``closed:clients=N``); None for an open loop
+    (its batch was not held)."""
     arrivals = str(shared.get("arrivals", ""))
     if arrivals.startswith("closed:"):
         fields = dict(kv.split("=", 1) for kv in arrivals.split(":", 1)[1].split(","))

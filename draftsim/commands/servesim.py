@@ -414,8 +414,9 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(result.serving, result.data)
     if result.step_breakdown is not None:
         print(f"step time ({result.step_breakdown.window}): {result.step_breakdown.line()}")
-    if model_error_line(result.data.get("model_error")):
-        print(model_error_line(result.data["model_error"]))
+    line = model_error_line(result.data.get("model_error"))
+    if line:
+        print(line)
     for k in ("timeline", "figure", "load_figure"):
         if f"{k}_path" in result.data:
             print(f"{k} written to {result.data[f'{k}_path']}")
@@ -559,8 +560,9 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
         print(f"speculation does not pay even at the lowest load tested ({min(qps):g} requests/s)")
     else:
         print(f"crossover: speculation stops paying at about {cross:.3g} requests/s")
-    if model_error_line(result.data.get("model_error")):
-        print(model_error_line(result.data["model_error"]))
+    line = model_error_line(result.data.get("model_error"))
+    if line:
+        print(line)
     if out.figure:
         print(f"figure written to {out.figure}")
     _print_report(result.data)
