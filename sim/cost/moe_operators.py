@@ -37,9 +37,10 @@ tables beyond a dense model's GEMMs, attention and all-reduces:
 * **all-to-all** (``comm/vllm/<version>/moe_a2a_perf.parquet``, DeepEP): with data-parallel
   attention (below) the dispatch and combine of each MoE layer at the tokens on a device — the
   low-latency kernels up to their largest measured count (256 tokens a device), the normal ones
-  above — linear between measured counts; the table measures 8 devices and DeepSeek-class widths;
-  elsewhere the roofline's interconnect, 2 × (latency + tokens·k·hidden·bytes·(D − 1)/D / bandwidth)
-  per layer (said).
+  above — linear between measured counts, beyond a kernel's last (first) count its edge scaled by the
+  roofline's interconnect (the ratio held ≥ 1 beyond, ≤ 1 below, as every table); the table measures 8
+  devices and DeepSeek-class widths; elsewhere the roofline's interconnect, 2 × (latency +
+  tokens·k·hidden·bytes·(D − 1)/D / bandwidth) per layer (said).
 
 **Data-parallel attention with expert parallelism** (``expert_parallel`` at tp = D > 1; how SGLang
 ``--enable-dp-attention --moe-a2a-backend deepep`` and vLLM ``--data-parallel-size D
