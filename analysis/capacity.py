@@ -80,7 +80,9 @@ interval; None with one replication), ``evaluations``, ``lengthening`` (the run-
 capacity), ``throughput_at_capacity`` (steady-state output tokens/s), ``devices``,
 ``cost_per_million_tokens``; with a load ``replicas_for_load``, ``devices_for_load``,
 ``load_margin`` and its ``load_margin_low``/``load_margin_high``, ``margin_within_noise``
-(1/0; None without intervals), ``latency_at_load``; ``<metric>_at_capacity`` per SLO metric;
+(1/0; None without intervals), ``latency_at_load``, ``mean_batch_at_load`` (the mean batch a replica
+runs there, where the kind reports ``mean_batch``: the published evidence an answer carries is matched
+on it, sim/evidence.py); ``<metric>_at_capacity`` per SLO metric;
 text: ``latency_curve`` and ``notes`` (JSON lists).
 
 Each configuration (point) is one task of the sweep machinery — run in parallel across
@@ -108,7 +110,7 @@ CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput"
 CAPACITY_COLUMNS = ("capacity_qps", "bracket_low", "bracket_high", "capacity_ci_low", "capacity_ci_high", "evaluations",
                     "lengthening", "throughput_at_capacity", "devices", "cost_per_million_tokens", "replicas_for_load",
                     "devices_for_load", "load_margin", "load_margin_low", "load_margin_high", "margin_within_noise",
-                    "latency_at_load")
+                    "latency_at_load", "mean_batch_at_load")
 #: Text columns of a capacity result: the latency at every rate simulated, JSON [[rate, latency], ...]; the runs
 #: lengthened or found overloaded, JSON ["...", ...].
 CAPACITY_TEXT_COLUMNS = ("latency_curve", "notes")
@@ -719,7 +721,7 @@ def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Call
     told each count tried (phase "replicas", its bracket (fails, meets])."""
     base = config.get("replicas", 1)
     none = {"replicas_for_load": None, "devices_for_load": None, "load_margin": None, "load_margin_low": None,
-            "load_margin_high": None, "margin_within_noise": None, "latency_at_load": None}
+            "load_margin_high": None, "margin_within_noise": None, "latency_at_load": None, "mean_batch_at_load": None}
     if capacity <= 0:
         return none
     top = MAX_REPLICAS // base
@@ -762,7 +764,7 @@ def replicas_for_load(config: dict, capacity: float, s: Settings, evaluate: Call
         meets((fails + meets_at) // 2)
     r = int(meets_at)
     out = {**none, "replicas_for_load": float(r * base), "devices_for_load": float(r * devices), "load_margin": r * capacity / s.load - 1.0,
-           "latency_at_load": seen[r].get(s.latency) if s.latency else None}
+           "latency_at_load": seen[r].get(s.latency) if s.latency else None, "mean_batch_at_load": seen[r].get("mean_batch")}
     if interval is not None:
         low, high = r * interval[0] / s.load - 1.0, r * interval[1] / s.load - 1.0
         out.update({"load_margin_low": low, "load_margin_high": high if math.isfinite(high) else None,
@@ -790,7 +792,7 @@ def run_capacity(spec: Spec, kind: Kind, out, workers: int = 1, ray: bool = Fals
     check_search(spec, kind, s, points)
     tasks = [Task(p.index, p.index, 0, derive_seed(spec.seed, p.index, 0), p.config) for p in points]
     names = list(dict.fromkeys([*s.slo, *([s.throughput] if s.throughput else []), *([s.latency] if s.latency else []),
-                                *[f for f in STEADY_METRICS if f in kind.metrics]]))
+                                *[f for f in (*STEADY_METRICS, "mean_batch") if f in kind.metrics]]))
     labels = {p.index: f"[{i + 1}/{len(points)}] {(labels or {}).get(p.index) or point_label(p.values)}" for i, p in enumerate(points)}
     worker = partial(search_task, kind.run, kind.rate_option, {m: kind.metrics[m] for m in names}, s, spec.seed, spec.replications,
                      say=say, labels=labels)

@@ -10,10 +10,15 @@ published − 1). It is written by ``python benchmarks/published/evidence.py`` f
 own run, never by hand, and a test reruns the suite and refuses a file that no longer matches it.
 
 :func:`evidence_for` answers "how far off were speedups like this one?": the points that share a
-deployment's drafting method, whether its target is a mixture of experts, its engine and its
-hardware, relaxing the most specific of these first (hardware, then engine, then the method)
-until at least :data:`MIN_POINTS` points remain; what it matched on is said with the numbers.
-Brackets and crossovers carry no error and are not in the file.
+deployment's drafting method, whether its target is a mixture of experts, its engine, its
+hardware and, where the deployment's batch is known (the mean batch a replica runs at the answer's
+load), a batch within :data:`BATCH_FACTOR` of it; relaxing the most specific of these first
+(hardware, then engine, then the batch; then, without the batch, hardware, engine and the method)
+until at least :data:`MIN_POINTS` points remain; what it matched on is said with the numbers. The
+batch is kept before the hardware and the engine are dropped entirely: a speedup's error moves
+with the batch more than between like GPUs (the EAGLE-3 paper's Table 5, one GPU: EAGLE +11% … +19% at
+batch 2-24, +17% … +38% at 32-56). A point whose batch the source did not hold (an open loop) never matches a
+batch. Brackets and crossovers carry no error and are not in the file.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 
 from .errors import DraftsimError
 
-__all__ = ["SCHEMA", "VERSION", "EVIDENCE_FILE", "MIN_POINTS", "EvidencePoint", "Evidence", "method_family", "read_evidence",
+__all__ = ["SCHEMA", "VERSION", "EVIDENCE_FILE", "MIN_POINTS", "BATCH_FACTOR", "EvidencePoint", "Evidence", "method_family", "read_evidence",
            "evidence_for", "overall", "record", "overall_text", "adverse_margin"]
 
 SCHEMA = "draftsim.evidence"
@@ -36,8 +41,11 @@ VERSION = 1
 EVIDENCE_FILE = Path(__file__).parent / "data" / "evidence.json"
 #: Fewest points a statement rests on; fewer and :func:`evidence_for` matches on less.
 MIN_POINTS = 4
+#: A point "at the deployment's batch" held a batch within this factor of it (either way).
+BATCH_FACTOR = 2.0
 #: The relaxations :func:`evidence_for` tries, most specific first: the fields a point must share.
-LEVELS = (("method", "moe", "engine", "hardware"), ("method", "moe", "engine"), ("method", "moe"), ("moe",), ())
+LEVELS = (("method", "moe", "engine", "hardware", "batch"), ("method", "moe", "engine", "batch"), ("method", "moe", "batch"),
+          ("method", "moe", "engine", "hardware"), ("method", "moe", "engine"), ("method", "moe"), ("moe",), ())
 
 #: Each point's fields and their kinds.
 _FIELDS = {"source": "text", "label": "text", "metric": "text", "engine": "text", "hardware": "text", "target": "text", "moe": "flag",
@@ -92,7 +100,8 @@ class Evidence:
 
         title = lambda v: METHODS[v].title if v in METHODS else v  # noqa: E731
         what = {"method": lambda v: f" of {title(v)}" if v != "draft_model" else " of draft models", "moe": lambda v: " on MoE targets" if v else " on dense targets",
-                "engine": lambda v: f" with {v}", "hardware": lambda v: f" on {v}"}
+                "engine": lambda v: f" with {v}", "hardware": lambda v: f" on {v}",
+                "batch": lambda v: f" at batch {_batch_range(v)}"}
         n = len(self.sources)
         return (f"{self.points} published run{'s' if self.points != 1 else ''}" + "".join(what[f](self.like[f]) for f in self.matched)
                 + f" ({n} source{'s' if n != 1 else ''})")
@@ -152,24 +161,41 @@ def read_evidence(path: Path | str = EVIDENCE_FILE) -> tuple[EvidencePoint, ...]
     return tuple(_point(p, f"{path}: points[{i}]") for i, p in enumerate(points))
 
 
+def _batch_range(batch: float) -> str:
+    """The batches within :data:`BATCH_FACTOR` of ``batch``, as the text says them: '15-61 (within 2x of 30.6)'."""
+    lo, hi = max(1.0, batch / BATCH_FACTOR), batch * BATCH_FACTOR
+    return f"{lo:.0f}-{hi:.0f} (within {BATCH_FACTOR:g}x of {batch:.3g})"
+
+
+def _shares(p: EvidencePoint, field: str, value) -> bool:
+    """Whether point ``p`` shares a deployment's ``value`` of ``field`` (a batch: within :data:`BATCH_FACTOR`)."""
+    if field != "batch":
+        return getattr(p, field) == value
+    return p.batch is not None and max(p.batch, value) <= BATCH_FACTOR * min(p.batch, value)
+
+
 @lru_cache(maxsize=1)
 def _catalog_points() -> tuple[EvidencePoint, ...]:
     return read_evidence()
 
 
-def evidence_for(method: str, moe: bool, engine: str | None = None, hardware: str | None = None,
+def evidence_for(method: str, moe: bool, engine: str | None = None, hardware: str | None = None, batch: float | None = None,
                  points: tuple[EvidencePoint, ...] | None = None) -> Evidence:
     """The published points most like a deployment (module docstring): ``method`` a drafter or a
     method name (:func:`method_family`), ``moe`` whether the target is a mixture of experts,
-    ``engine`` and ``hardware`` catalog names (None: not matched on)."""
+    ``engine`` and ``hardware`` catalog names, ``batch`` the mean batch a replica runs (None: not
+    matched on)."""
     pool = _catalog_points() if points is None else points
     if not pool:
         raise DraftsimError("no published points to compare with")
-    like = {"method": method_family(method), "moe": bool(moe), "engine": engine or "none", "hardware": hardware}
+    if batch is not None and not (math.isfinite(batch) and batch > 0):
+        batch = None  # an idle run's mean batch (NaN) says nothing of the batch
+    like = {"method": method_family(method), "moe": bool(moe), "engine": engine or "none", "hardware": hardware,
+            "batch": None if batch is None else float(batch)}
     for level in LEVELS:
         if any(like[f] is None for f in level):
             continue
-        chosen = [p for p in pool if all(getattr(p, f) == like[f] for f in level)]
+        chosen = [p for p in pool if all(_shares(p, f, like[f]) for f in level)]
         if len(chosen) >= MIN_POINTS or not level:
             return _summary(level, {f: like[f] for f in level}, chosen)
     raise AssertionError("the last level matches every point")  # pragma: no cover
@@ -180,10 +206,10 @@ def overall(points: tuple[EvidencePoint, ...] | None = None) -> Evidence:
     return _summary((), {}, _catalog_points() if points is None else points)
 
 
-def record(method: str, moe: bool, engine: str | None = None, hardware: str | None = None) -> dict:
+def record(method: str, moe: bool, engine: str | None = None, hardware: str | None = None, batch: float | None = None) -> dict:
     """What an answer carries (``--json`` ``model_error``): :func:`evidence_for`'s points as a dict, with the
     whole suite's (:func:`overall`) under ``overall``."""
-    return {**evidence_for(method, moe, engine, hardware).to_dict(), "overall": overall().to_dict()}
+    return {**evidence_for(method, moe, engine, hardware, batch).to_dict(), "overall": overall().to_dict()}
 
 
 def overall_text(error: dict) -> str:

@@ -354,14 +354,14 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
 def model_error(rec: Recommendation, moe: bool, engine: str | None, hardware: str | None) -> dict | None:
     """How far draftsim's speedups were from published ones like the recommended configuration's
     (:func:`draftsim.sim.evidence.evidence_for`: its method, a dense or MoE target, its engine and
-    hardware) and over the whole suite, and what its margin would be were its gain over-predicted
-    by that median and that worst error (None for plain decoding: the suite measures
-    speculation's speedups only)."""
+    hardware, and the mean batch a replica runs at the load) and over the whole suite, and what its
+    margin would be were its gain over-predicted by that median and that worst error (None for
+    plain decoding: the suite measures speculation's speedups only)."""
     from draftsim.sim.evidence import adverse_margin, record
 
     if rec.drafter is None:
         return None
-    out = record(rec.drafter, moe, engine, hardware)
+    out = record(rec.drafter, moe, engine, hardware, rec.row.get("mean_batch_at_load"))
     margin = rec.row.get("load_margin")
     if margin is not None:
         out["margin"] = margin

@@ -315,18 +315,19 @@ def _expected_requests(config: ServeSimConfig, qps) -> int:
     return DEFAULT_REQUESTS
 
 
-def model_error(config: ServeSimConfig, serving: ServingConfig, built: Assembly) -> dict | None:
+def model_error(config: ServeSimConfig, serving: ServingConfig, built: Assembly, batch: float | None = None) -> dict | None:
     """How far draftsim's speedups of published runs like this one were off
     (:func:`draftsim.sim.evidence.evidence_for`: its drafting method, a dense or MoE target, its
-    engine and hardware), beside the whole suite's; None where the suite says nothing: plain
-    decoding, or a run not on a catalog GPU (the published runs are GPUs' speculation)."""
+    engine and hardware, and ``batch``, the run's mean batch, where one load was served), beside the
+    whole suite's; None where the suite says nothing: plain decoding, or a run not on a catalog GPU
+    (the published runs are GPUs' speculation)."""
     from draftsim.sim.cost import default_catalog
     from draftsim.sim.evidence import record
 
     if serving.policy.n_models < 2 or not config.drafter_model or built.hardware is None or built.hardware.kind != "gpu":
         return None
     moe = default_catalog().model(config.target).experts > 0
-    return record(config.drafter_model[0], moe, built.engine.name if built.engine is not None else None, built.hardware.name)
+    return record(config.drafter_model[0], moe, built.engine.name if built.engine is not None else None, built.hardware.name, batch)
 
 
 def model_error_line(error: dict | None) -> str | None:
@@ -390,7 +391,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs 
     if breakdown is not None:
         data["step_breakdown"] = breakdown.to_dict()
     data["config"] = _describe(serving)
-    data["model_error"] = model_error(config, serving, built)
+    data["model_error"] = model_error(config, serving, built, summary.get("mean_batch"))
     data.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
     if folder is not None:
         from draftsim.commands.reporting import serving_report

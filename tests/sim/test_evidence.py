@@ -12,7 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from draftsim.sim.errors import DraftsimError
-from draftsim.sim.evidence import LEVELS, MIN_POINTS, EvidencePoint, adverse_margin, evidence_for, method_family, overall, read_evidence
+from draftsim.sim.evidence import (
+    BATCH_FACTOR,
+    LEVELS,
+    MIN_POINTS,
+    EvidencePoint,
+    adverse_margin,
+    evidence_for,
+    method_family,
+    overall,
+    read_evidence,
+)
 from draftsim.sim.registry import METHODS
 
 
@@ -32,28 +42,40 @@ def test_a_drafters_method_is_its_registry_name_or_a_draft_model():
     assert method_family("qwen3-0.6b") == "draft_model" and method_family(None) == "none"
 
 
-def _point(i: int, method: str, moe: bool, engine: str, hardware: str, error: float) -> EvidencePoint:
-    return EvidencePoint(f"s{i % 3}", f"p{i}", "throughput_ratio", engine, hardware, "t", moe, 1, method, None, 1.0, 1.0 + error, error)
+def _point(i: int, method: str, moe: bool, engine: str, hardware: str, error: float, batch: int | None = None) -> EvidencePoint:
+    return EvidencePoint(f"s{i % 3}", f"p{i}", "throughput_ratio", engine, hardware, "t", moe, 1, method, batch, 1.0, 1.0 + error, error)
 
 
 POOL = st.lists(st.tuples(st.sampled_from(["eagle", "eagle3", "mtp"]), st.booleans(), st.sampled_from(["vllm", "sglang"]),
-                          st.sampled_from(["h100-sxm", "h200"]), st.floats(-0.5, 0.5)), min_size=1, max_size=40)
+                          st.sampled_from(["h100-sxm", "h200"]), st.floats(-0.5, 0.5), st.sampled_from([None, 1, 2, 4, 16, 64])),
+                min_size=1, max_size=40)
+
+
+def _shares(p: EvidencePoint, field: str, value) -> bool:
+    """The rule said in words: the same value, or a batch held within BATCH_FACTOR of the deployment's."""
+    if field == "batch":
+        return p.batch is not None and value / BATCH_FACTOR <= p.batch <= value * BATCH_FACTOR
+    return getattr(p, field) == value
 
 
 @settings(max_examples=200, deadline=None)
 @given(POOL, st.sampled_from(["eagle", "eagle3", "mtp"]), st.booleans(), st.sampled_from(["vllm", "sglang"]),
-       st.sampled_from(["h100-sxm", "h200"]))
-def test_the_evidence_is_the_most_specific_level_with_enough_points(pool, method, moe, engine, hardware):
-    """Every point chosen shares the matched fields with the deployment; the level is the first of
-    LEVELS with MIN_POINTS points (the whole pool where none has); the statistics are the chosen points'."""
+       st.sampled_from(["h100-sxm", "h200"]), st.one_of(st.none(), st.floats(0.5, 100.0)))
+def test_the_evidence_is_the_most_specific_level_with_enough_points(pool, method, moe, engine, hardware, batch):
+    """Every point chosen shares the matched fields with the deployment (a batch: within BATCH_FACTOR); the level
+    is the first of LEVELS with MIN_POINTS points (the whole pool where none has), never one matching a batch the
+    deployment did not give; the statistics are the chosen points'."""
     points = tuple(_point(i, *row) for i, row in enumerate(pool))
-    ev = evidence_for(method, moe, engine, hardware, points=points)
-    like = {"method": method, "moe": moe, "engine": engine, "hardware": hardware}
-    chosen = [p for p in points if all(getattr(p, f) == like[f] for f in ev.matched)]
+    ev = evidence_for(method, moe, engine, hardware, batch, points=points)
+    like = {"method": method, "moe": moe, "engine": engine, "hardware": hardware, "batch": batch}
+    chosen = [p for p in points if all(_shares(p, f, like[f]) for f in ev.matched)]
     assert ev.points == len(chosen) and ev.like == {f: like[f] for f in ev.matched}
+    assert batch is not None or "batch" not in ev.matched
     level = LEVELS.index(ev.matched)
     for earlier in LEVELS[:level]:
-        assert sum(all(getattr(p, f) == like[f] for f in earlier) for p in points) < MIN_POINTS
+        if batch is None and "batch" in earlier:
+            continue
+        assert sum(all(_shares(p, f, like[f]) for f in earlier) for p in points) < MIN_POINTS
     assert ev.points >= MIN_POINTS or ev.matched == ()
     errors = sorted(abs(p.error) for p in chosen)
     assert ev.worst_abs_error == errors[-1] and errors[0] <= ev.median_abs_error <= errors[-1]
@@ -118,3 +140,16 @@ def test_the_answer_says_how_far_speedups_like_it_were_off_and_its_margin_under_
     assert math.isfinite(json.loads(json.dumps(error))["margin"])
     plain = Recommendation("do not enable speculation: ...", "ar", None, 0, 6, 6, row)
     assert model_error(plain, False, "vllm", "h100-sxm") is None
+
+
+def test_the_evidence_at_a_batch_says_the_batches_it_matched_and_leaves_out_unheld_ones():
+    """Points within 2x of the deployment's batch first (an open loop's point, batch unheld, never among them); too few
+    there and the match drops the batch, saying so by not naming it."""
+    points = tuple(_point(i, "eagle3", False, "vllm", "h100-sxm", e, b) for i, (e, b) in
+                   enumerate([(0.1, 32), (0.1, 40), (0.2, 16), (0.3, 64), (0.5, 1), (0.5, 1), (0.5, None), (0.5, None)]))
+    ev = evidence_for("eagle3", False, "vllm", "h100-sxm", 32.0, points=points)
+    assert ev.matched == ("method", "moe", "engine", "hardware", "batch") and ev.points == 4
+    assert " at batch 16-64 (within 2x of 32) (3 sources)" in ev.text() and ev.worst_abs_error == pytest.approx(0.3)
+    ev = evidence_for("eagle3", False, "vllm", "h100-sxm", 1.0, points=points)
+    assert ev.matched == ("method", "moe", "engine", "hardware") and ev.points == 8 and " at batch" not in ev.text()
+    assert evidence_for("eagle3", False, "vllm", "h100-sxm", float("nan"), points=points).matched == ("method", "moe", "engine", "hardware")

@@ -154,12 +154,14 @@ def test_a_speculative_answer_says_its_model_error_and_its_margin_under_it(tmp_p
             "--replications", "2", "--workers", "1", "--out", str(tmp_path / "out")]
     assert main([*args, "--report", str(tmp_path / "report")]) == 0
     out = capsys.readouterr().out.splitlines()
-    like = evidence_for("eagle3", False, "vllm", "h100-sxm")
+    assert main([*args, "--resume", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = next(r for r in doc["configurations"] if r["policy"] != "ar")
+    assert 1.0 <= row["mean_batch_at_load"] <= row["replicas_for_load"] * 1024  # the mean batch a replica ran at the load
+    like = evidence_for("eagle3", False, "vllm", "h100-sxm", row["mean_batch_at_load"])  # matched on it where 4 points are near it
     assert f"Model error: {like.text()}; over all " in (tmp_path / "report" / "report.md").read_text()
     assert "EAGLE-3" in out[0] and out[2] == f"  model error: {like.text()}"
     assert out[3].startswith("    over all ") and out[4].startswith("    were this gain over-predicted by ")
-    assert main([*args, "--resume", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
     error = doc["model_error"]
-    assert error["matched_on"] == ["method", "moe", "engine", "hardware"] and error["points"] == like.points
+    assert error["matched_on"] == list(like.matched) and error["points"] == like.points
     assert error["margin_at_median_error"] == pytest.approx(adverse_margin(error["margin"], like.median_abs_error))

@@ -173,17 +173,19 @@ def test_a_speculative_run_on_a_gpu_says_how_far_speedups_like_it_were_off(capsy
     --json, for a single load and a sweep; none for plain decoding or on this CPU."""
     from draftsim.sim.evidence import evidence_for, overall
 
-    like = evidence_for("eagle3", False, "vllm", "h100-sxm")
     args = ("serve-sim", "--target", "llama-3.1-8b", "--drafter-model", "eagle3", "--hardware", "h100-sxm", "--alpha", "0.7",
             "--requests", "20", "--output-len", "fixed:32")
     status, out, err = run(capsys, *args, "--qps", "2", "--json")
     assert status == 0, err
-    error = json.loads(out)["model_error"]
+    doc = json.loads(out)
+    like = evidence_for("eagle3", False, "vllm", "h100-sxm", doc["mean_batch"])  # one load: matched at the run's mean batch too
+    assert "batch" in like.matched and doc["mean_batch"] < 2.5  # 2 req/s of 32 tokens: near batch 1, where 7 published runs are
+    error = doc["model_error"]
     assert error["text"] == like.text() and error["overall"]["points"] == overall().points
     status, out, err = run(capsys, *args, "--qps", "2")
     assert status == 0 and f"model error: {like.text()}; over all {overall().points} published runs" in out
-    status, out, err = run(capsys, *args, "--sweep-qps", "1,2")
-    assert status == 0 and f"model error: {like.text()}" in out
+    status, out, err = run(capsys, *args, "--sweep-qps", "1,2")  # a sweep's loads run at several batches: not matched on one
+    assert status == 0 and f"model error: {evidence_for('eagle3', False, 'vllm', 'h100-sxm').text()}" in out
     status, out, err = run(capsys, *args, "--qps", "2", "--policy", "ar", "--json")
     assert status == 0 and json.loads(out)["model_error"] is None
     status, out, err = run(capsys, "serve-sim", "--target", "llama-3.2-1b", "--drafter-model", "maxgram", "--hardware", "local-cpu",
