@@ -635,8 +635,10 @@ def _monotone(curve: Curve, roofs: Roofs, sizes: tuple, fixed: tuple) -> np.ndar
     fixed = [np.broadcast_to(x, shape).reshape(-1) for x in fixed]
     out = np.empty(sizes[0].shape)
     keys = np.stack(fixed, axis=1) if fixed else np.zeros((len(out), 0))
-    for key in np.unique(keys, axis=0):
-        sel = np.all(keys == key, axis=1)
+    # one curve per distinct value of the other arguments (usually one: a model's widths; no sort then)
+    one = len(keys) == 0 or bool(np.all(keys == keys[0]))
+    for key in (keys[:1] if one else np.unique(keys, axis=0)):
+        sel = np.ones(len(out), dtype=bool) if one else np.all(keys == key, axis=1)
         fx = tuple(float(v) for v in key)
         axes, grid = _monotone_grid(curve, roofs, fx)
         u = [np.log2(np.maximum(x[sel], 1e-300)) for x in sizes]

@@ -238,27 +238,27 @@ def _held(ratio, above, below) -> np.ndarray:
 
 
 def _row_anchored(grid, x, y, curve) -> np.ndarray:
-    """:func:`_anchored`'s price of shapes (1-D) outside the measured table."""
+    """:func:`_anchored`'s price of shapes (1-D) outside the measured table: every row up to the highest
+    one a shape needs, all at once ((rows, shapes) arrays: one call of the curve for them all)."""
     rows = grid.rows
     xc = np.clip(x, rows[0], rows[-1])
     i = np.clip(np.searchsorted(rows, xc, side="right") - 1, 0, len(rows) - 1)
     i1 = np.minimum(i + 1, len(rows) - 1)
     span = rows[i1] - rows[i]
     fx = np.where(span > 0, (xc - rows[i]) / np.where(span > 0, span, 1.0), 0.0)
-    run = np.full(x.shape, -np.inf)
-    lo, hi = np.full(x.shape, np.nan), np.full(x.shape, np.nan)
-    for r in range(int(i1.max()) + 1):
-        xr = np.full(x.shape, rows[r])
-        xe, ye = grid.edge(xr, y)
-        te, oke = grid(xe, ye)
-        ratio = np.asarray(curve(xr, y), np.float64) / np.asarray(curve(xe, ye), np.float64)
-        row = np.where(oke, te * _held(ratio, y >= ye, y <= ye), np.nan)
-        run = np.fmax(run, row)  # a row with no measured edge passes the smaller rows' price on
-        lo, hi = np.where(i == r, run, lo), np.where(i1 == r, run, hi)
-    lo, hi = (np.where(np.isinf(v), np.nan, v) for v in (lo, hi))
+    xr, yr = np.broadcast_arrays(rows[: int(i1.max()) + 1, None], y[None, :])
+    xe, ye = grid.edge(xr, yr)
+    te, oke = grid(xe, ye)
+    ratio = np.asarray(curve(xr, yr), np.float64) / np.asarray(curve(xe, ye), np.float64)
+    # each row at its own edge, then never below a smaller row (a row with no measured edge passes the smaller rows' price on)
+    run = np.fmax.accumulate(np.where(oke, te * _held(ratio, yr >= ye, yr <= ye), np.nan), axis=0)
+    at = np.arange(len(x))
+    lo, hi = run[i, at], run[i1, at]
     out = np.where(fx > 0, (1 - fx) * lo + fx * hi, lo)
-    ratio = np.asarray(curve(x, y), np.float64) / np.asarray(curve(xc, y), np.float64)
-    return out * _held(ratio, x >= xc, x <= xc)
+    if np.any(x != xc):  # before the first row or after the last: scaled along x too
+        ratio = np.asarray(curve(x, y), np.float64) / np.asarray(curve(xc, y), np.float64)
+        out = out * _held(ratio, x >= xc, x <= xc)
+    return out
 
 
 class _PartsAt:
