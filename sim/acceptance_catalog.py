@@ -528,6 +528,11 @@ def check_use(entry: AcceptanceEntry | str, target: str | None = None, method: s
             raise DraftsimError(f"acceptance entry {entry.name!r} was measured with drafting method {entry.method}, the drafter here "
                                 f"is {method}; pick an entry of {method} (draftsim acceptance --method {method}) or add --borrow")
         warnings.append(f"acceptance borrowed: entry {entry.name!r} was measured with {entry.method}, the drafter here is {method}")
+    if borrow and not warnings:  # asked to borrow, nothing borrowed: say what the entry was measured on, unchecked or matching
+        unchecked = [w for w, given in (("no target", target), ("no drafter", method)) if not given]
+        warnings.append(f"--borrow borrowed nothing: entry {entry.name!r} was measured on {entry.target or 'a target its source does not name'} "
+                        f"with {entry.method}; " + (f"this run names {' and '.join(unchecked)} to compare with"
+                                                    if unchecked else "this run's target and drafter are the same"))
     if "@" in entry.name:
         warnings.append(f"acceptance bracket: {entry.assumptions[-1]}")
     return warnings

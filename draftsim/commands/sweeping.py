@@ -439,10 +439,12 @@ def _acceptance_warnings(config: CapacityConfig) -> list[str]:
     from .simulation import drafter_method
 
     entry = acceptance_entry(config.acceptance)
-    lines = check_use(entry, config.target, None, borrow=config.borrow)
-    for m in config.method:
-        method = drafter_method(argparse.Namespace(drafter_model=[parse_method(m).drafter]))
-        lines += [w for w in check_use(entry, None, method, borrow=config.borrow) if w not in lines]
+    lines: list[str] = []
+    for m in config.method or [None]:
+        method = None if m is None else drafter_method(argparse.Namespace(drafter_model=[parse_method(m).drafter]))
+        lines += [w for w in check_use(entry, config.target, method, borrow=config.borrow) if w not in lines]
+    if any(w.startswith("acceptance borrowed") for w in lines):  # one method borrowed: "borrowed nothing" was another's
+        lines = [w for w in lines if not w.startswith("--borrow borrowed nothing")]
     return lines
 
 

@@ -83,6 +83,21 @@ def test_an_entry_for_another_target_is_refused(capsys):
     assert "measured on 'glm-4.5-air', not on the target 'llama-3.1-8b'" in err and "eagle3-llama-3.1-8b" in err
 
 
+@pytest.mark.parametrize("argv,words", [
+    (("simulate", "--cost", "0.05", "--tokens", "200"), "this run names no target and no drafter to compare with"),
+    (("serve-sim", "--target", "llama-3.1-8b", "--drafter-model", "eagle3", "--hardware", "h100-sxm", "--requests", "10", "--qps", "2",
+      "--output-len", "fixed:16"), "this run's target and drafter are the same"),
+])
+def test_borrow_with_nothing_to_borrow_says_so_and_what_the_entry_was_measured_on(capsys, argv, words):
+    """--borrow where the run names no target or drafter to differ from the entry, or the entry's own: the run goes on,
+    and stderr and --json say what the entry was measured on (it once said nothing)."""
+    status, out, err = run(capsys, argv[0], "--json", "--policy", "fixed:k=2", "--acceptance", "eagle3-llama-3.1-8b-vllm-issue20780",
+                           "--borrow", *argv[1:])
+    assert status == 0, err
+    line = "--borrow borrowed nothing: entry 'eagle3-llama-3.1-8b-vllm-issue20780' was measured on llama-3.1-8b with eagle3; "
+    assert f"warning: {line}{words}" in err and json.loads(out)["warnings"] == [line + words]
+
+
 def test_serving_with_a_catalog_entry_reproduces_its_published_mean_length(capsys):
     """vLLM issue 20780: EAGLE-3 on Llama-3.1-8B, k=3, mean acceptance length 2.79."""
     # the entry is EAGLE-3's, the drafter priced here a draft model: borrowed knowingly (--borrow), and said so
