@@ -1055,8 +1055,7 @@ class OperatorModel(RooflineModel):
                     continue
                 tokens, seconds = tab
                 edge = np.clip(Nd, tokens[0], tokens[-1])
-                ratio = roof(Nd) / roof(edge)
-                ratio = np.where(Nd > edge, np.maximum(ratio, 1.0), np.where(Nd < edge, np.minimum(ratio, 1.0), 1.0))
+                ratio = _held(roof(Nd) / roof(edge), Nd >= edge, Nd <= edge)
                 out[sel] = (np.interp(edge, tokens, seconds) * ratio)[sel]
                 if np.any(sel & (Nd != edge)):
                     self._note("all-to-all", f"tokens a device outside the measured {kind.replace('_', '-')} all-to-all: the table at its "
