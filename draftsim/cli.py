@@ -28,19 +28,19 @@ class _Parser(argparse.ArgumentParser):
         message = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
-    def _check_value(self, action, value):  # argparse API: an unknown (sub)command names the closest ones
+    def _check_value(self, action, value):  # argparse API: an unknown (sub)command or choice names the closest ones
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as exc:
-            if not isinstance(action, argparse._SubParsersAction):
+            if action.choices is None:
                 raise
-            from draftsim.sim.errors import close_names
+            from draftsim.config import did_you_mean
 
-            close = close_names(value, list(action.choices))
-            if not close:
+            hint = did_you_mean(value, list(action.choices))
+            if not hint:
                 raise
             head, paren, tail = exc.message.partition(" (choose from")
-            raise argparse.ArgumentError(action, f"{head}; did you mean {' or '.join(close)}?{paren}{tail}") from None
+            raise argparse.ArgumentError(action, f"{head}{hint}{paren}{tail}") from None
 
 
 class _Version(argparse.Action):

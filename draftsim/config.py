@@ -185,8 +185,23 @@ def _read(name: str, opt: Option, value):
     else:
         out = text
     if opt.choices is not None and out not in opt.choices:
-        raise DraftsimError(f"argument {flag}: invalid choice: {out!r} (choose from {', '.join(repr(c) for c in opt.choices)})")
+        raise DraftsimError(f"argument {flag}: invalid choice: {out!r}{did_you_mean(out, opt.choices)} "
+                            f"(choose from {', '.join(repr(c) for c in opt.choices)})")
     return out
+
+
+def did_you_mean(value, choices) -> str:
+    """``"; did you mean A or B?"`` for a value that is none of ``choices`` (an engine, a dtype, a
+    router, a command, ...): a choice spelled the same but for case first, then the close ones
+    (:func:`draftsim.sim.errors.close_names`); ``""`` where none is close or the value is blank."""
+    from draftsim.sim.errors import close_names
+
+    text = str(value).strip()
+    if not text:
+        return ""
+    names = [str(c) for c in choices]
+    close = list(dict.fromkeys([n for n in names if n.lower() == text.lower()] + close_names(text, names)))[:3]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def canonical(cls, key: str) -> str | None:
@@ -261,7 +276,7 @@ def check(config) -> None:
             if checker is not None:
                 checker(v)
             if opt.choices is not None and v not in opt.choices:
-                raise DraftsimError(f"{flag} must be one of {', '.join(map(str, opt.choices))}; got {v!r}")
+                raise DraftsimError(f"{flag} must be one of {', '.join(map(str, opt.choices))}; got {v!r}{did_you_mean(v, opt.choices)}")
 
 
 def as_dict(value) -> Any:

@@ -88,11 +88,10 @@ def _ks(text: str, where: str) -> tuple[int, ...]:
     for part in text.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("..")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise DraftsimError(f"{where}: k={text!r} is not a list or range of integers (k=2, k=1..4, k=2,4)") from None
+        # ASCII digits only, as every number the command line takes: int() also reads '１' and '٣' (and '+2', '2_0')
+        if not all(re.fullmatch(r"[0-9]+", x.strip()) for x in ((lo, hi) if sep else (lo,))):
+            raise DraftsimError(f"{where}: k={text!r} is not a list or range of integers in ASCII digits (k=2, k=1..4, k=2,4)")
+        a, b = (int(x) if len(x.strip()) <= 6 else 10**6 for x in (lo, hi if sep else lo))  # past 6 digits: out of range below
         if not (1 <= a <= b <= 64):
             raise DraftsimError(f"{where}: draft lengths must lie in 1..64 with low <= high; got {part!r}")
         out += range(a, b + 1)
@@ -158,6 +157,13 @@ def build_spec(config) -> dict:
     twice = next((m for i, m in enumerate(methods) if m.drafter in drafters[:i]), None)
     if twice is not None:
         raise DraftsimError(f"--method {twice.name} is given twice; give it once with all its draft lengths (e.g. {twice.name}:k=1..4)")
+    if config.request_trace and config.workload:  # taken silently, one of them would change nothing
+        raise DraftsimError(f"--workload {config.workload} and --request-trace {config.request_trace!r} both name the requests; give one")
+    if config.request_trace and config.duration is not None:
+        raise DraftsimError(f"--duration {config.duration:g} applies to a --workload preset's arrivals; --request-trace "
+                            f"{config.request_trace!r} runs its own requests at every rate: drop --duration")
+    if getattr(config, "borrow", False) and config.acceptance is None:
+        raise DraftsimError("--borrow applies to --acceptance NAME (an entry measured on another target or method)")
     duration = None if config.request_trace else (config.duration or DEFAULT_DURATION)
     minimum, start, maximum = search_range(config.load, duration)
     if methods and config.alpha is None and config.acceptance is None:

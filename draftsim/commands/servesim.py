@@ -97,6 +97,12 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
                                    group="output")
 
     def __post_init__(self):
+        if self.request_trace is not None:  # the trace's columns give every request's lengths: these would change nothing
+            given = next((flag for flag, value in (("--workload", self.workload), ("--prompt-len", self.prompt_len),
+                                                    ("--output-len", self.output_len)) if value is not None), None)
+            if given is not None:
+                raise DraftsimError(f"{given} sets request lengths, but --request-trace {self.request_trace!r} gives every request's "
+                                    f"own (its prompt and output token columns); drop {given} or --request-trace")
         # the lengths run: as given, else the --workload preset's, else fixed:512 / fixed:256
         self.prompt_len, self.output_len = workload_lengths(self.workload, self.prompt_len, self.output_len)
 

@@ -133,7 +133,7 @@ def parse_drafter(text: str) -> DrafterSpec:
     method of the registry (:data:`draftsim.sim.registry.METHODS`) with the options it takes, each
     in its range."""
     raw = str(text).strip()
-    head, _, rest = raw.partition(":")
+    head, sep, rest = raw.partition(":")
     entry = METHODS.get(head.lower())
     if entry is not None and entry.pricing == "draft_model":
         if not rest:
@@ -143,12 +143,19 @@ def parse_drafter(text: str) -> DrafterSpec:
         return DrafterSpec(METHODS["draft_model"].name, (), raw)  # a catalog name or a config.json path: checked by the catalog
     method = entry.name
     if entry.pricing == "lookup":
-        if rest:
-            raise DraftsimError(f"drafter {raw!r}: {method} takes no options")
+        if rest or sep:  # 'ngram:' was priced as a model named None
+            raise DraftsimError(f"drafter {raw!r}: {method} takes no options; write {method}")
         return DrafterSpec(method)
     opts = {}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
+    parts = [p.strip() for p in rest.split(",")]
+    if sep and not all(parts):  # 'eagle3:' or 'eagle3:draft_vocab=N,': an option left out is a typo, not the default
+        valid = ", ".join(f"{o.key}={o.placeholder}" for o in entry.options) or "none"
+        raise DraftsimError(f"drafter {raw!r}: an empty option after {method}: write {method} alone or {method}:KEY=VALUE,... "
+                            f"(options: {valid})")
+    for part in filter(None, parts):
         key, eq, value = part.partition("=")
+        if eq and key in opts:  # the first value would be dropped silently
+            raise DraftsimError(f"drafter {raw!r}: {key} is given twice; give it once")
         option = entry.option(key) if eq else None
         if option is None:
             valid = ", ".join(sorted(o.key for o in entry.options)) or "none"

@@ -515,11 +515,32 @@ def _read_rows(path: Path) -> tuple[list[str], list[dict]]:
                 raise DraftsimError(f"request trace {str(path)!r} line {i}: each line must be a JSON object")
             rows.append(row)
         columns = list(dict.fromkeys(k for r in rows for k in r))
+        _distinct_columns(path, columns)
         return columns, rows
     reader = csv.DictReader(text.splitlines())
     if reader.fieldnames is None:
         raise DraftsimError(f"request trace {str(path)!r} is empty")
-    return [c.strip() for c in reader.fieldnames], [{(k or "").strip(): v for k, v in r.items()} for r in reader]
+    columns = [c.strip() for c in reader.fieldnames]
+    _distinct_columns(path, columns)
+    rows = []
+    for r in reader:  # a row with more or fewer fields than the header: a cut or shifted line, not values to drop or guess
+        if None in r or any(v is None for v in r.values()):
+            fields = sum(v is not None for k, v in r.items() if k is not None) + len(r.get(None) or ())
+            raise DraftsimError(f"request trace {str(path)!r} line {reader.line_num} has {fields} field(s); the header has "
+                                f"{len(columns)} ({', '.join(columns)})")
+        rows.append({k.strip(): v for k, v in r.items()})
+    return columns, rows
+
+
+def _distinct_columns(path: Path, columns: list[str]) -> None:
+    """Refuse a trace that names one column twice (letter case aside): a reader would keep one
+    of the two silently (the CSV header's last, the first alias found)."""
+    seen: dict[str, str] = {}
+    for c in columns:
+        if c and c.lower() in seen:
+            twice = f"twice ({seen[c.lower()]!r} and {c!r})" if seen[c.lower()] != c else f"{c!r} twice"
+            raise DraftsimError(f"request trace {str(path)!r} names the column {twice}; give each column once")
+        seen[c.lower()] = c
 
 
 def _find(columns: list[str], names: tuple[str, ...]) -> str | None:
