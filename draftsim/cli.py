@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
         except argparse.ArgumentError as exc:
             if action.choices is None:
                 raise
-            from draftsim.config import did_you_mean
+            from draftsim.sim.errors import did_you_mean
 
             hint = did_you_mean(value, list(action.choices))
             if not hint:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from draftsim.sim.errors import DraftsimError
+from draftsim.sim.errors import DraftsimError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -188,20 +188,6 @@ def _read(name: str, opt: Option, value):
         raise DraftsimError(f"argument {flag}: invalid choice: {out!r}{did_you_mean(out, opt.choices)} "
                             f"(choose from {', '.join(repr(c) for c in opt.choices)})")
     return out
-
-
-def did_you_mean(value, choices) -> str:
-    """``"; did you mean A or B?"`` for a value that is none of ``choices`` (an engine, a dtype, a
-    router, a command, ...): a choice spelled the same but for case first, then the close ones
-    (:func:`draftsim.sim.errors.close_names`); ``""`` where none is close or the value is blank."""
-    from draftsim.sim.errors import close_names
-
-    text = str(value).strip()
-    if not text:
-        return ""
-    names = [str(c) for c in choices]
-    close = list(dict.fromkeys([n for n in names if n.lower() == text.lower()] + close_names(text, names)))[:3]
-    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def canonical(cls, key: str) -> str | None:

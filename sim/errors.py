@@ -38,17 +38,28 @@ def close_names(name, valid, n: int = 3) -> list[str]:
     return list(dict.fromkeys(names[k] for k in out if k != text and names[k].lower() != text))[:n]
 
 
+def did_you_mean(name, valid) -> str:
+    """``"; did you mean A or B?"`` for a name that is none of ``valid`` (an engine, a dtype, a model, a
+    command, ...): a valid name spelled the same but for letter case first (where the names are matched
+    exactly), then :func:`close_names`; ``""`` where none is close or the name is blank. ``valid`` may
+    map spellings (aliases) to the name to suggest for each."""
+    text = str(name).strip()
+    if not text:
+        return ""
+    names = [str(v) for v in (valid.values() if isinstance(valid, dict) else valid)]
+    case = [n for n in names if n.lower() == text.lower() and n != text]
+    close = list(dict.fromkeys(case + close_names(text, valid)))[:3]
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 def unknown(kind: str, name, valid, *, known: str | None = None) -> DraftsimError:
     """The one-line error for a name that is none of ``valid`` (raise it): ``unknown KIND 'NAME';
-    did you mean A or B? known: …`` — the suggestions from :func:`close_names` (``valid`` may
+    did you mean A or B? known: …`` — the suggestions of :func:`did_you_mean` (``valid`` may
     map spellings to names), then the valid names (or ``known``, a sentence standing for a list
     too long to print)."""
-    close = close_names(name, valid)
+    hint = did_you_mean(name, valid)
     listed = ", ".join(dict.fromkeys(str(v) for v in (valid.values() if isinstance(valid, dict) else valid))) or "none"
-    message = f"unknown {kind} {name!r}"
-    if close:
-        message += f"; did you mean {' or '.join(close)}?"
-    return DraftsimError(f"{message}{' ' if close else '; '}{known if known is not None else 'known: ' + listed}")
+    return DraftsimError(f"unknown {kind} {name!r}{hint}{' ' if hint else '; '}{known if known is not None else 'known: ' + listed}")
 
 
 def _number(value) -> str:
