@@ -386,9 +386,9 @@ CASES = [
     (["sweep", "{W}/afile.txt", "--out", "sw"], ["afile.txt' is not valid TOML"]),
     (["capacity", "{W}/nothing.toml", "--out", "cap"], ["nothing.toml' is not a file"]),
     # --check checks the outputs a run would write (it returned before them): a figure in a missing folder, a report over a file
-    (["capacity", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--slo", "ttft:p99=2s", "--alpha", "0.7", "--out", "cap",
+    (["capacity", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--slo", "ttft:p99=2s", "--out", "cap",
       "--figure", "{W}/missing/x.png", "--check"], ["--figure", "missing' does not exist; create it first"]),
-    (["capacity", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--slo", "ttft:p99=2s", "--alpha", "0.7", "--out", "cap",
+    (["capacity", "--target", "llama-3.1-8b", "--hardware", "h100-sxm", "--slo", "ttft:p99=2s", "--out", "cap",
       "--report", "{W}/afile.txt", "--check"], ["--report", "afile.txt' is a file, not a folder"]),
     (["check-serve", "{W}/nothing"], ["no trace at", "nothing (not a folder)"]),
     (["check-serve", "{E}"], ["not a draftsim.serve trace", "use draftsim replay"]),

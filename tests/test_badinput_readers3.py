@@ -164,6 +164,9 @@ def test_serve_sim_lengths_beside_a_request_trace_are_refused(tmp_path, monkeypa
     # the front door kept the trace and dropped the preset, and the duration
     (("--request-trace", "{trace}", "--workload", "sharegpt"), ["--workload sharegpt and --request-trace", "give one"]),
     (("--request-trace", "{trace}", "--duration", "30"), ["--duration 30 applies to a --workload preset's arrivals", "drop --duration"]),
+    # an acceptance with no --method to draft: the search is plain decoding only, and the rate was taken silently
+    (("--alpha", "0.7"), ["--alpha 0.7 says how often drafts are accepted, but no --method drafts", "add --method NAME:k=K"]),
+    (("--acceptance", "eagle3-llama-3.1-8b-vllm-issue20780"), ["--acceptance eagle3-llama-3.1-8b-vllm-issue20780 says how often"]),
 ])
 def test_front_door_options_that_would_change_nothing_are_refused(tmp_path, monkeypatch, capsys, trace, extra, fragments):
     out = tmp_path / "cap"

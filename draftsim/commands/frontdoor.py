@@ -168,6 +168,10 @@ def build_spec(config) -> dict:
     minimum, start, maximum = search_range(config.load, duration)
     if methods and config.alpha is None and config.acceptance is None:
         raise DraftsimError("say how often drafts are accepted: --alpha A (per token) or --acceptance NAME (draftsim acceptance lists them)")
+    if not methods and (config.alpha is not None or config.acceptance is not None):  # it would change nothing
+        given = f"--alpha {config.alpha:g}" if config.alpha is not None else f"--acceptance {config.acceptance}"
+        raise DraftsimError(f"{given} says how often drafts are accepted, but no --method drafts: without one the front door "
+                            "searches plain decoding only; add --method NAME:k=K (e.g. eagle3:k=1..4) or drop it")
     base: dict = {"target": config.target, "hardware": config.hardware, "tp": config.tp, "replications": 1,
                   "duration": duration}
     if config.engine is not None:
