@@ -63,12 +63,13 @@ roofline with **efficiency curves fitted on the same GPU's and engine's tables**
 (:mod:`~draftsim.sim.cost.efficiency`: GEMM efficiency against m, n and k, decode attention against
 batch × context, prefill attention against batch × tokens, the all-reduce against message size, each
 with a fixed cost per kernel) — for a GEMM scaled at the nearest measured shape
-(t_table(clamped) · curve(shape) / curve(clamped)), attention likewise where its table ends (the batch
-clamped into the grid, then the context or prompt into the columns measured there; the ratio held ≥ 1
-beyond the table and ≤ 1 below it: :func:`_anchored`), the curve itself for a head layout or
-collective no table holds (the constant-efficiency catalog roofline only where a GPU has no table of
-that kind), latent attention at the MLA tables' edge scaled by the catalog roofline's latent attention
-(vLLM's module tables; SGLang's parts each clamped into its table, the sum scaled) — and the model records it
+(t_table(clamped) · curve(shape) / curve(clamped)), attention likewise where its table ends, row by row
+(each measured batch row at its own last measured context scaled by the curve, non-decreasing over the
+rows, linear in the batch between them; the ratio held ≥ 1 beyond the table and ≤ 1 below it:
+:func:`_anchored`), the curve itself for a head layout or collective no table holds (the
+constant-efficiency catalog roofline only where a GPU has no table of that kind), latent attention at
+the MLA tables' edge scaled by the catalog roofline's latent attention by the same row rule (vLLM's
+module tables; SGLang's parts with the tokens clamped into their tables) — and the model records it
 (:attr:`OperatorModel.fallbacks`, :meth:`~OperatorModel.breakdown`). Nothing is extrapolated
 silently. A mixture of experts or latent attention (DeepSeek-V3/R1, Qwen3-MoE, Mixtral, GPT-OSS,
 GLM-4.5) adds its routed experts from the fused-MoE tables, its latent attention as the engine runs it
@@ -217,9 +218,11 @@ def _anchored(grid, x, y, curve) -> tuple[np.ndarray, np.ndarray]:
     columns it measured, :meth:`~_Grid2D.edge`) × curve(x_r, y) / curve(edge), made non-decreasing over the rows
     (a row never below a smaller one's price), then linear in x between the two rows around x (bilinear
     interpolation wherever both rows measured y: the table's own value) and beyond the first or last row scaled by
-    curve(x, y) / curve(row, y). Every ratio is held ≥ 1 beyond the edge and ≤ 1 below it (so a call outside never
-    costs less than a smaller measured one, nor more than a bigger one, whatever the fitted curve does between the
-    two). Anchoring each row at its own edge keeps the price continuous where a row's measured columns end: a
+    curve(x, y_ref) / curve(row, y_ref), y_ref that row's longest measured column (one y, so the price keeps the row's
+    rise with y). Every ratio is held ≥ 1 beyond the edge and ≤ 1 below it (so a call outside never costs less than a
+    smaller measured one, nor more than a bigger one, whatever the fitted curve does between the two). A table
+    whose later row measures more columns than an earlier one would need its measured cells held up too: none of
+    the tables read has that shape. Anchoring each row at its own edge keeps the price continuous where a row's measured columns end: a
     shape anchored at the edge of the rows around it jumped where x crossed a row measuring a longer context
     (Llama-3.1-8B on the H100: 22.8698 ms at 507 sequences over 464 cached tokens, 22.8661 ms at 513).
     Returns the seconds (NaN where no row's edge is measured) and where the table measured the shape."""
@@ -250,13 +253,17 @@ def _row_anchored(grid, x, y, curve) -> np.ndarray:
     xe, ye = grid.edge(xr, yr)
     te, oke = grid(xe, ye)
     ratio = np.asarray(curve(xr, yr), np.float64) / np.asarray(curve(xe, ye), np.float64)
-    # each row at its own edge, then never below a smaller row (a row with no measured edge passes the smaller rows' price on)
-    run = np.fmax.accumulate(np.where(oke, te * _held(ratio, yr >= ye, yr <= ye), np.nan), axis=0)
+    # each row at its own edge (x too where a blend's other grid clamps it), then never below a smaller row (a row with
+    # no measured edge passes the smaller rows' price on)
+    held = _held(ratio, (xr >= xe) & (yr >= ye), (xr <= xe) & (yr <= ye))
+    run = np.fmax.accumulate(np.where(oke, te * held, np.nan), axis=0)
     at = np.arange(len(x))
     lo, hi = run[i, at], run[i1, at]
     out = np.where(fx > 0, (1 - fx) * lo + fx * hi, lo)
-    if np.any(x != xc):  # before the first row or after the last: scaled along x too
-        ratio = np.asarray(curve(x, y), np.float64) / np.asarray(curve(xc, y), np.float64)
+    if np.any(x != xc):  # before the first row or after the last: scaled along x by the curve at that row's longest
+        # measured column, one y for every shape (a ratio taken at each shape's own y could shrink faster than the row rises)
+        _, yref = grid.edge(xc, np.full(xc.shape, np.inf))
+        ratio = np.asarray(curve(x, yref), np.float64) / np.asarray(curve(xc, yref), np.float64)
         out = out * _held(ratio, x >= xc, x <= xc)
     return out
 
@@ -767,11 +774,15 @@ class OperatorModel(RooflineModel):
         msg = np.asarray(Np, np.float64) * m.hidden
         ring = 2 * (self.tp - 1) / self.tp
         bw = self.hardware.interconnect_bandwidth * self.ici_efficiency
-        roof = self.hardware.interconnect_latency + ring * msg * self.bytes / bw
         graphed = np.asarray(Np) <= (self.graph_tokens[-1] if self.graph_tokens else np.inf)
         curve = self.curves.allreduce
-        if curve is not None:  # the roofline with the efficiency curve fitted on the all-reduce table (eager: + a launch)
-            roof = np.where(graphed, self.curves.allreduce_seconds(msg, self.tp), self.curves.allreduce_seconds(msg, self.tp, eager=True))
+
+        def roof_at(elements):
+            if curve is None:
+                return self.hardware.interconnect_latency + ring * elements * self.bytes / bw
+            # the roofline with the efficiency curve fitted on the all-reduce table (eager: + a launch)
+            return np.where(graphed, self.curves.allreduce_seconds(elements, self.tp), self.curves.allreduce_seconds(elements, self.tp, eager=True))
+        roof = roof_at(msg)
         how = "roofline with the efficiency curve fitted on the all-reduce table" if curve is not None else "catalog roofline"
         if self._ar_tables is None:
             self._note("allreduce", f"no measured all-reduce at {self.tp} GPUs: {how}")
@@ -783,11 +794,12 @@ class OperatorModel(RooflineModel):
             if not np.any(sel):
                 continue
             sizes, secs = self._ar_tables.get(kind) or next(iter(self._ar_tables.values()))
-            t = np.interp(msg, sizes, secs)
-            outside = sel & ((msg < sizes[0]) | (msg > sizes[-1]))
-            if np.any(outside):
-                self._note("allreduce", f"message outside {sizes[0]:.0f}..{sizes[-1]:.0f} elements: {how}")
-                t = np.where(outside, roof, t)
+            edge = np.clip(msg, sizes[0], sizes[-1])
+            t = np.interp(edge, sizes, secs)
+            outside = sel & (msg != edge)
+            if np.any(outside):  # the table at its edge scaled by the curve, never below the largest measured message (as every table)
+                self._note("allreduce", f"message outside {sizes[0]:.0f}..{sizes[-1]:.0f} elements: the table at its edge scaled by the {how}")
+                t = np.where(outside, t * _held(roof / roof_at(edge), msg >= edge, msg <= edge), t)
             out = np.where(sel, t, out)
         return count * out
 
@@ -1062,7 +1074,8 @@ class OperatorModel(RooflineModel):
                                              "edge scaled by the roofline interconnect")
         miss = np.isnan(out)
         if np.any(miss):
-            self._note("all-to-all", "widths or devices outside the measured all-to-all: roofline interconnect")
+            self._note("all-to-all", "widths or devices outside the measured all-to-all: roofline interconnect" if not self._a2a else
+                       "a DeepEP kernel the all-to-all table does not measure at these widths and devices: roofline interconnect")
             out[miss] = roof(Nd[miss])
         return m.moe_layers * out
 

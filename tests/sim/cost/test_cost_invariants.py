@@ -436,6 +436,29 @@ def test_a_call_leaving_the_decode_table_never_gets_cheaper_across_its_last_batc
 
 
 @tables
+@pytest.mark.parametrize("model,hardware,engine,tp,axis", [
+    # beyond the decode table's last batch row (2048) the row's price was scaled by the curve's batch ratio at each
+    # shape's own context, which shrank faster than the row rose: 171.534 ms at context 9, 171.523 ms at 12 (A100)
+    ("llama-3.1-8b", "a100-80g", "none", 1, "context"),
+    ("llama-3.1-8b", "b200", "vllm", 1, "context"),
+    # the all-reduce beyond its largest measured message fell to the bare fitted curve: 4.4144 s at 1,024 sequences of
+    # 64 tokens, 4.4070 s at 1,025 (70B, tp 4, SGLang's tables on the H100)
+    ("llama-3.1-70b", "h100-sxm", "sglang", 4, "batch"),
+])
+def test_a_call_beyond_a_tables_last_row_or_message_never_gets_cheaper(model, hardware, engine, tp, axis):
+    """Found by a review's sweep (every batch 1..3,000 at 15 contexts and every context at 9 batches, 1-64 new tokens)."""
+    m = assemble(Deployment(target=model, hardware=hardware, overheads=engine, cost_model="operators", tp=tp)).target
+    for n in (1, 17, 64):
+        if axis == "context":
+            c = np.arange(0, 400)
+            t = m.shape_time(np.full(c.shape, 2500), np.full(c.shape, n), c)
+        else:
+            b = np.arange(1000, 1100)
+            t = m.shape_time(b, np.full(b.shape, n), np.zeros(b.shape))
+        assert np.all(np.diff(t) >= -REL * t[:-1]), (n, int(np.argmin(np.diff(t))))
+
+
+@tables
 @pytest.mark.parametrize("hardware,engine,batch,new,context", [
     # SGLang's MLA kernel rows on the GB200, data-parallel attention: 32 sequences a rank of 8 -> 9 tokens over 70K cached
     # (rows 256 -> 288 of the kernel, between two rows measuring different contexts) fell 328.2 -> 314.0 ms
