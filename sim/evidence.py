@@ -162,9 +162,9 @@ def read_evidence(path: Path | str = EVIDENCE_FILE) -> tuple[EvidencePoint, ...]
 
 
 def _batch_range(batch: float) -> str:
-    """The batches within :data:`BATCH_FACTOR` of ``batch``, as the text says them: '15-61 (within 2x of 30.6)'."""
-    lo, hi = max(1.0, batch / BATCH_FACTOR), batch * BATCH_FACTOR
-    return f"{lo:.0f}-{hi:.0f} (within {BATCH_FACTOR:g}x of {batch:.3g})"
+    """The whole batches within :data:`BATCH_FACTOR` of ``batch``, as the text says them: '16-61 (within 2x of 30.5)'."""
+    lo, hi = math.ceil(max(1.0, batch / BATCH_FACTOR) - 1e-9), math.floor(batch * BATCH_FACTOR + 1e-9)
+    return f"{lo}-{hi} (within {BATCH_FACTOR:g}x of {batch:.3g})"
 
 
 def _shares(p: EvidencePoint, field: str, value) -> bool:

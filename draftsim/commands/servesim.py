@@ -574,8 +574,10 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
     line = model_error_line(result.data.get("model_error"))
     if line:
         print(line)
-        print("  the column: the published runs like each load's, within 2x of its mean batch where 4 are, else as above "
-              "(--json sweep[].model_error says what each matched on)")
+        from draftsim.sim.evidence import BATCH_FACTOR, MIN_POINTS
+
+        print(f"  the column: the published runs like each load's, within {BATCH_FACTOR:g}x of its mean batch where {MIN_POINTS} are, "
+              "else as above (--json sweep[].model_error says what each matched on)")
     if out.figure:
         print(f"figure written to {out.figure}")
     _print_report(result.data)
