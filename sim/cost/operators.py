@@ -240,6 +240,19 @@ def _held(ratio, above, below) -> np.ndarray:
     return np.where(above, np.maximum(ratio, 1.0), np.where(below, np.minimum(ratio, 1.0), ratio))
 
 
+def _table_at(sizes, seconds, x, roof) -> tuple[np.ndarray, np.ndarray]:
+    """A one-dimensional measured table (``seconds`` at ``sizes``) at ``x``: linear between measured sizes, beyond
+    either end that end's value scaled by roof(x) / roof(end), the ratio held ≥ 1 beyond and ≤ 1 below
+    (:func:`_anchored`'s rule on one axis). Returns the seconds and where ``x`` lay outside the table."""
+    x = np.asarray(x, np.float64)
+    edge = np.clip(x, sizes[0], sizes[-1])
+    t = np.interp(edge, sizes, seconds)
+    outside = x != edge
+    if np.any(outside):
+        t = np.where(outside, t * _held(np.asarray(roof(x), np.float64) / np.asarray(roof(edge), np.float64), x >= edge, x <= edge), t)
+    return t, outside
+
+
 def _row_anchored(grid, x, y, curve) -> np.ndarray:
     """:func:`_anchored`'s price of shapes (1-D) outside the measured table: every row up to the highest
     one a shape needs, all at once ((rows, shapes) arrays: one call of the curve for them all)."""
@@ -782,11 +795,10 @@ class OperatorModel(RooflineModel):
                 return self.hardware.interconnect_latency + ring * elements * self.bytes / bw
             # the roofline with the efficiency curve fitted on the all-reduce table (eager: + a launch)
             return np.where(graphed, self.curves.allreduce_seconds(elements, self.tp), self.curves.allreduce_seconds(elements, self.tp, eager=True))
-        roof = roof_at(msg)
         how = "roofline with the efficiency curve fitted on the all-reduce table" if curve is not None else "catalog roofline"
         if self._ar_tables is None:
             self._note("allreduce", f"no measured all-reduce at {self.tp} GPUs: {how}")
-            return count * roof
+            return count * roof_at(msg)
         # kernel time alone (the graph rows) unless the engine runs this step eagerly: beyond its largest
         # captured size; without captured sizes (engine none, or graphs not modelled) the kernels alone
         out = np.zeros(np.shape(msg))
@@ -794,12 +806,9 @@ class OperatorModel(RooflineModel):
             if not np.any(sel):
                 continue
             sizes, secs = self._ar_tables.get(kind) or next(iter(self._ar_tables.values()))
-            edge = np.clip(msg, sizes[0], sizes[-1])
-            t = np.interp(edge, sizes, secs)
-            outside = sel & (msg != edge)
-            if np.any(outside):  # the table at its edge scaled by the curve, never below the largest measured message (as every table)
+            t, outside = _table_at(sizes, secs, msg, roof_at)  # never below the largest measured message (as every table)
+            if np.any(sel & outside):
                 self._note("allreduce", f"message outside {sizes[0]:.0f}..{sizes[-1]:.0f} elements: the table at its edge scaled by the {how}")
-                t = np.where(outside, t * _held(roof / roof_at(edge), msg >= edge, msg <= edge), t)
             out = np.where(sel, t, out)
         return count * out
 
@@ -1041,14 +1050,10 @@ class OperatorModel(RooflineModel):
         if r is None:
             self._note("routed experts", "no measured fused MoE of this shape: roofline")
             return np.asarray(roof(Np), np.float64) * np.ones_like(Np)
-        L = self.model.moe_layers
-        inside = Np <= r.tokens[-1]
-        out = L * np.interp(np.clip(Np, r.tokens[0], r.tokens[-1]), r.tokens, r.seconds)
-        if not np.all(inside):
-            self._note("routed experts", f"more than {int(r.tokens[-1])} tokens: the table at {int(r.tokens[-1])} scaled by the roofline")
-            top = float(L * r.seconds[-1])
-            out = np.where(inside, out, top * np.asarray(roof(Np), np.float64) / float(roof(np.array([r.tokens[-1]]))[0]))
-        return out
+        t, outside = _table_at(r.tokens, r.seconds, Np, roof)
+        if np.any(outside):
+            self._note("routed experts", f"outside {int(r.tokens[0])}..{int(r.tokens[-1])} tokens: the table at its edge scaled by the roofline")
+        return self.model.moe_layers * t
 
     def _a2a_seconds(self, Nd) -> np.ndarray:
         """Dispatch and combine per MoE layer at the tokens on a device (module docstring of sim/cost/moe_operators.py);
@@ -1065,11 +1070,9 @@ class OperatorModel(RooflineModel):
                 tab = self._a2a.get(kind)
                 if tab is None or not np.any(sel):
                     continue
-                tokens, seconds = tab
-                edge = np.clip(Nd, tokens[0], tokens[-1])
-                ratio = _held(roof(Nd) / roof(edge), Nd >= edge, Nd <= edge)
-                out[sel] = (np.interp(edge, tokens, seconds) * ratio)[sel]
-                if np.any(sel & (Nd != edge)):
+                t, outside = _table_at(*tab, Nd, roof)
+                out[sel] = t[sel]
+                if np.any(sel & outside):
                     self._note("all-to-all", f"tokens a device outside the measured {kind.replace('_', '-')} all-to-all: the table at its "
                                              "edge scaled by the roofline interconnect")
         miss = np.isnan(out)
