@@ -320,6 +320,44 @@ def _same_run_setup(meta: dict, other: dict, path) -> None:
                                 f"{meta.get(key)!r}); calibrate with a run of the same model on the same machine")
 
 
+def _tokens(name: str) -> list[str]:
+    return ["".join(ch for ch in part if ch.isalnum()) for part in name.lower().replace("-", " ").replace("_", " ").split()]
+
+
+def _same_gpu_family(gpu: str, hardware: str) -> bool:
+    """Whether the device name the run recorded (``NVIDIA H100 80GB HBM3``) is of the catalog
+    entry's family (``h100-sxm``: its first term, with a number after it where there is one,
+    ``rtx-3090``); variants of one family (SXM, PCIe, 40 or 80 GB) are not told apart."""
+    words, terms = set(_tokens(gpu)), _tokens(hardware)
+    family = terms[:2] if len(terms) > 1 and terms[1].isdigit() else terms[:1]
+    return bool(family) and all(t in words for t in family)
+
+
+def machine_mismatch(meta: dict, hardware, path) -> str | None:
+    """One line when the trace at ``path`` was measured on another machine than ``hardware`` (the
+    catalog entry the replay prices it on: a CPU trace on a GPU, a GPU of another family), else
+    None: the errors then compare two machines, not the simulator with the run."""
+    if hardware is None:
+        return None
+    machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
+    device = str(meta.get("device") or machine.get("device") or "").split(":")[0].lower()
+    kind, name = getattr(hardware, "kind", "gpu"), getattr(hardware, "name", str(hardware))
+    if not device:
+        return None
+    if device == "cpu":
+        if kind == "cpu":
+            return None
+        measured = f"a CPU ({machine['cpu']})" if machine.get("cpu") else "a CPU"
+    else:
+        gpu = machine.get("gpu")
+        if kind == "gpu" and (not gpu or _same_gpu_family(str(gpu), name)):
+            return None
+        measured = f"{gpu} ({device})" if gpu else device
+    return (f"serving trace {path} was measured on {measured}, not on the {name} ({kind}) it is priced on: the errors compare two "
+            "machines, not the simulator with its run (price it with --profile/--costs-from measured on the run's machine, or "
+            f"record the trace on {name})")
+
+
 def busy_gaps(steps: list, requests: list) -> np.ndarray:
     """Per step, the server's time between its end and the next step's start that was not
     idle: the loop's own work between steps (a trace commit, the progress bar). The server
@@ -571,9 +609,13 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     controller = parse_controller(meta.get("controller") or "none")
     width = max([m.drafted for m in members] + [policy.max_draft, 1])
     process = realised_process(reqs, members, width)
+    warnings = []
     if models is not None:
         target, drafters, what = models
         overhead = None
+        mismatch = machine_mismatch(meta, getattr(target, "hardware", None), path)
+        if mismatch:
+            warnings.append(mismatch)
         if len(drafters) < policy.n_models - 1:
             raise DraftsimError(f"serving trace {path} drafts with {meta.get('drafter')}: give --drafter-model, the catalog model that "
                                 "prices its forwards")
@@ -600,11 +642,15 @@ def check_serve(path, profile=None, seed: int = 0, costs_from=None, prefill_prof
     for name, key, stat in CHECKED:
         p = predicted[key] if stat is None else predicted[key][stat]
         m = measured[key] if stat is None else measured[key][stat]
-        rows.append({"metric": name, "predicted": float(p), "measured": float(m), "relative_error": _rel(p, m)})
+        rows.append({"metric": name, "predicted": float(p), "measured": float(m), "relative_error": _rel(p, m),
+                     **({"warning": warnings[0]} if warnings else {})})  # --json prints the rows alone: each carries it
+    if warnings:  # the text output's header is the costs line: the warning a line of its own under it
+        what += "".join(f"\nwarning: {line}" for line in warnings)
     return {"path": str(Path(path)), "target": meta.get("target"), "drafter": meta.get("drafter"), "policy": meta.get("policy"),
             "controller": meta.get("controller"), "requests": len(reqs), "costs": what, "overhead": overhead, "metrics": rows,
             "predicted": predicted, "measured": measured,
-            "preemptions": {"predicted": predicted_run.preemptions.tolist(), "measured": measured_run.preemptions.tolist()}}
+            "preemptions": {"predicted": predicted_run.preemptions.tolist(), "measured": measured_run.preemptions.tolist()},
+            **({"warnings": warnings} if warnings else {})}
 
 
 #: The metrics a ``vllm bench serve`` result and the simulator's summary share: (row, the
