@@ -137,7 +137,7 @@ class PricedOptions(HardwareOptions):
         if n_drafters is not None and len(built.drafters) != n_drafters:
             raise DraftsimError(f"give one --drafter-model per drafter ({n_drafters}); got {len(built.drafters)}")
         t0, cs = built.coefficients(self.cost_batch, self.cost_context)
-        info = {**built.info, "batch": self.cost_batch, "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
+        info = {**built.info, "drafter_tp": self.drafter_tp or self.tp, "batch": self.cost_batch, "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
         return built, info
 
     def refuse_unused_pricing(self, typed: str) -> None:
@@ -181,8 +181,23 @@ def _ints(name: str, minimum: int):
     return parse
 
 
+def deployment_terms(info: dict) -> list[str]:
+    """What a priced deployment ran as its text output names it (its JSON holds the same): the
+    engine (the default one too), the target's tp and pp beyond 1 and the drafters' tp where it
+    is not the target's."""
+    terms = [f"engine {info['engine_label']}"] if info.get("engine_label") else []
+    if info.get("tp", 1) > 1:
+        terms.append(f"target on tp {info['tp']}" + (f" x pp {info['pp']}" if info.get("pp", 1) > 1 else ""))
+    elif info.get("pp", 1) > 1:
+        terms.append(f"target on pp {info['pp']}")
+    if info.get("drafter_tp") is not None and info["drafter_tp"] != info.get("tp", 1):
+        terms.append(f"drafters on tp {info['drafter_tp']}")
+    return terms
+
+
 def describe_coefficients(info: dict) -> str:
-    text = (f"costs from {info['hardware']} ({info['dtype']}, batch {info['batch']}, context {info['context']}): target call "
+    shape = ", ".join([*deployment_terms(info), info["dtype"], f"batch {info['batch']}", f"context {info['context']}"])
+    text = (f"costs from {info['hardware']} ({shape}): target call "
             f"{info['target_seconds'] * 1e3:.3f} ms, c = " + ", ".join(f"{c:.4g}" for c in info["coefficients"]))
     if info.get("verify"):
         v = info["verify"]
