@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..sim import mdp, optimize
+from ..sim.cost.assembly import Deployment, assemble
 from ..sim.plan import PlannedDrafter, Strategy, plan, simulation_setting
 from ..sim.predict import predicted_ewif
 from ..sim.simulate import simulate
@@ -318,6 +319,53 @@ def serving_rows(serving: dict) -> list[dict]:
     return rows
 
 
+#: The serving study's deployment: Llama-2-70B on four H100 SXM (tensor parallel) drafted by
+#: Llama-2-7B on one device, priced by the bare roofline (engine none: no engine overheads), the
+#: scheduler's limits those of :class:`draftsim.sim.serving.SchedulerConfig` (vLLM's names) and the
+#: KV cache the devices' memory holds. Its outputs name each of these.
+SERVING_DEPLOYMENT = Deployment("llama-2-70b", "h100-sxm", ("llama-2-7b",), tp=4, drafter_tp=1, overheads="none")
+SERVING_QPS = (0.5, 1, 2, 4, 8, 16, 32)
+
+
+def serving_study(out_dir=None, *, requests: int = 200, deployment: Deployment = SERVING_DEPLOYMENT, qps=SERVING_QPS,
+                  seed: int = 0) -> dict:
+    """The demo's serving study on ``deployment``: fixed k = 4 at Bernoulli α = 0.8, 512-token
+    prompts and 256-token outputs, Poisson arrivals; a QPS sweep against no speculation, its
+    crossover and one figure (``out_dir/serving_speedup.png`` when ``out_dir`` is given), each
+    naming the engine, both models' tp and the scheduler's limits."""
+    from ..sim import acceptance, policies
+    from ..sim.serving import ServingConfig, make_workload
+    from ..sim.serving.workload import Fixed, Poisson
+    from .loadstudy import crossover, speedup_vs_load, sweep_qps
+
+    built = assemble(deployment)
+    config = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), built.target, list(built.drafters))
+
+    def make(rng, q):
+        return make_workload(arrivals=Poisson(), qps=q, requests=requests, duration=None, prompt=Fixed(512), output=Fixed(256), rng=rng)
+
+    rows = sweep_qps(config, make, qps, seed=seed)
+    cross = crossover(rows)
+    d, engine = deployment, built.info["engine_label"]
+    drafter_tp = d.drafter_tp or d.tp
+    sched = config.scheduler
+    out = {"pair": f"{d.target} (tp {d.tp}) / {d.drafters[0]} (tp {drafter_tp}) on {d.hardware}, engine {engine}",
+           "target": d.target, "drafter": d.drafters[0], "hardware": d.hardware, "tp": d.tp, "drafter_tp": drafter_tp,
+           "engine": engine, "scheduler": f"max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens {sched.max_num_batched_tokens:,}, "
+                                          f"chunked prefill {'on' if sched.chunked_prefill else 'off'}, block {sched.block_size}",
+           "policy": "fixed:k=4", "alpha": 0.8,
+           "rows": [{**{k: r[k] for k in ("qps", "speedup", "tpot_speedup", "throughput_ratio", "steady", "steady_reason")},
+                     # each server's own steady-state verdict (draftsim.sim.serving.steady)
+                     **{f"{side}_{flag}": bool(r[side][flag]) for side in ("spec", "ar") for flag in ("steady", "overloaded")}}
+                    for r in rows], "crossover_qps": cross}
+    if out_dir is not None:
+        path = Path(out_dir) / "serving_speedup.png"
+        speedup_vs_load(path, rows, f"{d.target} (tp {d.tp}) / {d.drafters[0]} (tp {drafter_tp}) on {d.hardware}\n"
+                                    f"engine {engine}: speculation against load", cross)
+        out["figure"] = str(path)
+    return out
+
+
 def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = SIM_TOKENS, real: bool = True, *, log=None, bar=None,
              serving_requests: int = SERVING_REQUESTS) -> dict:
     """Plan every reference setting, confirm the two best strategies of each by simulation,
@@ -358,8 +406,6 @@ def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = SIM_TOKENS, real:
     with clock.stage("replay of the embedded SmolLM2 trace"):
         replay = replay_step()
     written.append(optimisation["figure"])
-    from .loadstudy import serving_study
-
     with clock.stage(f"serving study: 7 loads x {serving_requests} requests, with and without speculation"):
         serving = serving_study(out_dir, requests=serving_requests)
     written.append(Path(serving["figure"]))

@@ -89,6 +89,27 @@ def demo(config: DemoConfig, log=None, bar=None) -> DemoResult:
     return DemoResult(**run_demo(out, real=not config.no_real, log=log, bar=bar))
 
 
+def serving_lines(sv: dict) -> list[str]:
+    """The serving study as the demo prints it: its deployment (the engine, both models' tp, the
+    scheduler's limits), a row per load and the crossover."""
+    rows = serving_rows(sv)
+    lines = [f"Serving study ({sv['pair']}, {sv['policy']}, alpha {sv['alpha']:g}, 512-token prompts, 256-token outputs, Poisson; "
+             f"scheduler {sv['scheduler']}, the KV cache the devices' memory holds):",
+             format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio", "steady state"],
+                          [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"], r["status"] or "both"] for r in rows])]
+    if any(r["status"] for r in rows):
+        lines.append("steady state: warm-up and drain cut (MSER-5); an overloaded server's queue grows, so its row's latency is this "
+                     "run's and grows with the run's length; not settled: the run was too short to tell")
+    cross = sv["crossover_qps"]
+    if cross is None:
+        lines.append("speculation pays at every load swept")
+    elif cross != cross:  # nan: below 1 already at the lightest load
+        lines.append("speculation does not pay even at the lightest load swept")
+    else:
+        lines.append(f"speculation stops paying near {cross:.1f} requests/s")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     result = demo(from_namespace(DemoConfig, args), log=lambda message: print(message, file=sys.stderr, flush=True), bar=count_bar)
     if args.json:
@@ -134,21 +155,7 @@ def run(args: argparse.Namespace) -> int:
     if any(r["oracle_speedup"] is None for r in rp["rows"]):
         print("* the oracle ([SD++] Theorem 4.1) knows one drafter's acceptance; a cascade has no such bound")
     print()
-    sv = result.serving
-    print(f"Serving study ({sv['pair']}, {sv['policy']}, alpha {sv['alpha']:g}, 512-token prompts, 256-token outputs, Poisson):")
-    rows = serving_rows(sv)
-    print(format_table(["QPS", "E2E speedup", "TPOT speedup", "throughput ratio", "steady state"],
-                       [[r["qps"], r["speedup"], r["tpot_speedup"], r["throughput_ratio"], r["status"] or "both"] for r in rows]))
-    if any(r["status"] for r in rows):
-        print("steady state: warm-up and drain cut (MSER-5); an overloaded server's queue grows, so its row's latency is this run's "
-              "and grows with the run's length; not settled: the run was too short to tell")
-    cross = sv["crossover_qps"]
-    if cross is None:
-        print("speculation pays at every load swept")
-    elif cross != cross:  # nan: below 1 already at the lightest load
-        print("speculation does not pay even at the lightest load swept")
-    else:
-        print(f"speculation stops paying near {cross:.1f} requests/s")
+    print("\n".join(serving_lines(result.serving)))
     print()
     rr = result.real
     if "skipped" in rr:
