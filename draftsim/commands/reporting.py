@@ -188,7 +188,7 @@ def serving_report(config, assembly: Assembly, serving, result, baseline, folder
     if speedup:
         b_e2e, s_e2e = baseline.summary["e2e"]["mean"], result.summary["e2e"]["mean"]
         ci = (result.summary.get("ci95") or {}).get("e2e", {}).get("mean")
-        pm = f" ± {ci:.2f} s" if isinstance(ci, float) and np.isfinite(ci) else ""
+        pm = f" ± {ci:.2f}" if isinstance(ci, float) and np.isfinite(ci) else ""
         verdict = (f"speculation cuts mean E2E latency {speedup:.2f}x" if speedup >= 1
                    else f"speculation makes mean E2E latency {1 / speedup:.2f}x longer")
         subtitle += f": {verdict} ({b_e2e:.2f} s without, {s_e2e:.2f}{pm} s with)"
