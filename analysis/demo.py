@@ -351,7 +351,7 @@ def serving_study(out_dir=None, *, requests: int = 200, deployment: Deployment =
     sched = config.scheduler
     out = {"pair": f"{d.target} (tp {d.tp}) / {d.drafters[0]} (tp {drafter_tp}) on {d.hardware}, engine {engine}",
            "target": d.target, "drafter": d.drafters[0], "hardware": d.hardware, "tp": d.tp, "drafter_tp": drafter_tp,
-           "engine": engine, "scheduler": f"max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens {sched.max_num_batched_tokens:,}, "
+           "engine": built.engine.name, "engine_label": engine, "scheduler": f"max_num_seqs {sched.max_num_seqs}, max_num_batched_tokens {sched.max_num_batched_tokens:,}, "
                                           f"chunked prefill {'on' if sched.chunked_prefill else 'off'}, block {sched.block_size}",
            "policy": "fixed:k=4", "alpha": 0.8,
            "rows": [{**{k: r[k] for k in ("qps", "speedup", "tpot_speedup", "throughput_ratio", "steady", "steady_reason")},

@@ -137,7 +137,7 @@ class PricedOptions(HardwareOptions):
         if n_drafters is not None and len(built.drafters) != n_drafters:
             raise DraftsimError(f"give one --drafter-model per drafter ({n_drafters}); got {len(built.drafters)}")
         t0, cs = built.coefficients(self.cost_batch, self.cost_context)
-        info = {**built.info, "drafter_tp": self.drafter_tp or self.tp, "batch": self.cost_batch, "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
+        info = {**public_info(built.info, built.engine), "drafter_tp": self.drafter_tp or self.tp, "batch": self.cost_batch, "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
         return built, info
 
     def refuse_unused_pricing(self, typed: str) -> None:
@@ -179,6 +179,19 @@ def _ints(name: str, minimum: int):
     parse.__name__ = name
     parse.check = check
     return parse
+
+
+def public_info(info: dict, engine) -> dict:
+    """An assembly's description as the JSON outputs give it: ``engine`` the engine's name (``vllm``,
+    ``none``), ``engine_description`` what it adds to a price, ``engine_label`` the name with its
+    version (``vllm v0.10.1``), as outputs name it."""
+    out = {}
+    for key, value in info.items():
+        if key == "engine":
+            out.update(engine=engine.name if engine is not None else "none", engine_description=str(value).removeprefix("engine: "))
+        elif key != "engine_name":
+            out[key] = value
+    return out
 
 
 def deployment_terms(info: dict) -> list[str]:
@@ -283,7 +296,9 @@ def cost(config: CostConfig) -> CostResult:
         for i, (b, n, c, s, bd, u) in enumerate(zip(B, N, C, secs, bounds, unit)):
             part = {k: None if v is None else float(v[i]) for k, v in parts.items()}
             records.append(CostRecord(name, role, int(b), int(n), int(c), float(s), str(bd), float(s / u), **part))
-    info = dict(built.info)
+    info = public_info(built.info, engine)
+    # the device each model's calls ran on (a measured profile's own, else the hardware's kind)
+    info["devices"] = {name: _device_of(model, built.hardware) for name, model in models}
     info["split"] = splits
     footprint = built.target.memory()
     if footprint is not None and isinstance(built.target, RooflineModel):  # what --kv-dtype changes: the cache per token
@@ -294,6 +309,14 @@ def cost(config: CostConfig) -> CostResult:
     if breakdown:  # --cost-model operators: each call part by part, measured or estimated
         info["breakdown"] = breakdown
     return CostResult(info, records)
+
+
+def _device_of(model, hardware) -> str:
+    """``cpu`` or ``gpu``: where a model's calls are priced as running (a profile's measured device)."""
+    device = getattr(model, "device", None) if isinstance(model, ProfileCost) else None
+    if device is None:
+        device = getattr(hardware, "kind", "gpu")
+    return "cpu" if str(device).split(":")[0] == "cpu" else "gpu"
 
 
 #: Most shapes per model whose operator breakdown ``cost`` reports.
@@ -398,13 +421,14 @@ def run_cost(args: argparse.Namespace) -> int:
     if "kv_cache" in info:
         kv = info["kv_cache"]
         print(f"  KV cache of {config.target}: {kv['dtype']}, {kv['bytes_per_token_per_device']:,.0f} bytes per cached token per device")
-    print(f"  {info['engine']}")
+    print(f"  engine: {info['engine_description']}")
     if any(str(b).startswith("roofline") for b in info["backends"].values()):
         print(f"  {info['roofline_terms']}")
     rows = [[r.model, r.batch, r.new_tokens, r.context, f"{r.seconds * 1e3:.4g}", r.bound, f"{r.c:.4g}"] for r in result.records]
     print(format_table(["model", "batch", "new tokens", "context", "ms", "bound", "c (vs target 1-token call)"], rows))
-    print("each call split (ms): the GPU forward, CUDA-graph padding, the engine's host time and the fixed call overhead; "
-          "they add up to the call")
+    devices = sorted({d.upper() for d in info["devices"].values()})
+    print(f"each call split (ms): the {' or '.join(devices)} forward, CUDA-graph padding, the engine's host time and the fixed call "
+          "overhead; they add up to the call")
     print(format_table(["model", "batch", "new tokens", "context", "forward", "padding", "engine host", "fixed overhead"],
                        [[r.model, r.batch, r.new_tokens, r.context] + ["inside forward" if v is None else f"{v * 1e3:.4g}"
                                                                     for v in (r.forward, r.padding, r.host, r.overhead)]

@@ -317,7 +317,7 @@ def _model(s: _Setting, name: str, tp: int, pp: int, drafter: bool, machine: Cal
     d, engine = s.deployment, s.engine
     found = _profile_for(s, name, machine)
     if found is not None:
-        return _Priced(name, found[1], f"profile {found[1].name}", profile=found[0])
+        return _Priced(name, found[1], found[1].name, profile=found[0])
     spec_m = s.catalog.model(name, alternatives=tuple(m.spelled for m in METHODS.values() if m.pricing != "draft_model") if drafter else ())
     note = ""
     if drafter and d.drafter_tp is None and spec_m.heads % tp:  # vLLM's one other choice: draft_tensor_parallel_size 1
