@@ -55,9 +55,15 @@ class CalibrateResult:
     calibration: Calibration
     out: str
     sources: list[str] = field(default_factory=list)
+    #: what the fit priced: the target, its dtype and tp, and the engine (none: the roofline alone,
+    #: its fitted overhead holding the measured engine's costs)
+    target: str = ""
+    dtype: str = ""
+    tp: int = 1
 
     def to_dict(self) -> dict:
-        return {**self.calibration.to_dict(), "catalog": self.out, "sources": self.sources}
+        return {**self.calibration.to_dict(), "target": self.target, "dtype": self.dtype, "tp": self.tp, "engine": "none",
+                "catalog": self.out, "sources": self.sources}
 
 
 def _table(path: str):
@@ -90,7 +96,8 @@ def calibrate_hardware(config: CalibrateConfig) -> CalibrateResult:
         points = points_from_vllm([read_vllm_bench(p) for p in config.vllm_result])
     fit = calibrate(model, hw, points, dtype=config.dtype, tp=config.tp, holdout=config.holdout, name=config.name)
     write_catalog(config.out, hardware={fit.hardware.name: fit.hardware})
-    return CalibrateResult(fit, config.out, [config.profile or config.step_table or ", ".join(config.vllm_result)])
+    return CalibrateResult(fit, config.out, [config.profile or config.step_table or ", ".join(config.vllm_result)], config.target,
+                           config.dtype, config.tp)
 
 
 def register(sub, common) -> None:
@@ -110,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     c = result.calibration
     print(f"{c.hardware.name}: mfu {c.mfu:.3g}, mbu {c.mbu:.3g}, overhead {c.overhead * 1e6:.1f} us per call "
-          f"(fitted to {c.fitted} calls, {c.held_out} held out)")
+          f"(fitted to {c.fitted} calls, {c.held_out} held out; the roofline of {result.target} ({result.dtype}"
+          + (f", tp {result.tp}" if result.tp > 1 else "") + "), engine none: the fitted overhead holds the measured engine's costs)")
     pct = lambda e: "-" if e["median_abs"] is None else f"{e['median_abs']:.1%} / {e['worst_abs']:.1%}"  # noqa: E731
     e = c.errors
     print(format_table(["relative error (median / worst)", "fitted points", "held-out points"],

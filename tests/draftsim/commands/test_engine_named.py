@@ -37,3 +37,16 @@ def test_the_bare_roofline_and_a_drafter_tp_of_its_own_are_named(capsys):
     status, out, err = run(capsys, "ewif", "--alpha", "0.8", "--k", "3", "--target", "llama-2-7b", "--drafter-model", "llama-2-7b",
                            "--hardware", "h100-sxm")
     assert status == 0 and "engine vllm v0.10.1" in out and "tp" not in out.splitlines()[0]
+
+
+def test_calibrate_names_what_it_fitted_in_text_and_json(capsys, tmp_path):
+    from tests.sim.cost.test_calibrate import PROFILE
+
+    argv = ["calibrate", "--target", "smollm2", "--hardware", "h100-sxm", "--profile", str(PROFILE), "--dtype", "float32", "--tp", "3",
+            "--out", str(tmp_path / "c.json")]
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    assert "the roofline of smollm2 (float32, tp 3), engine none" in out.splitlines()[0]
+    status, out, err = run(capsys, *argv, "--json")
+    data = json.loads(out)
+    assert (data["target"], data["dtype"], data["tp"], data["engine"]) == ("smollm2", "float32", 3, "none")
