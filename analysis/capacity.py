@@ -515,14 +515,15 @@ def search_evaluations(s: Settings) -> int:
     return 1 + math.ceil(doublings - 1e-9) + (bisections_left(1.0, 2.0, s.tolerance) or 0)
 
 
-def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence) -> None:
+def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence, labels: Mapping[int, str] | None = None) -> None:
     """Every run the search of ``spec`` may make, checked before any runs (one line naming the
     field and what is valid): the bisection fits ``max_evaluations``; a load needs no more than
     :data:`MAX_REPLICAS` replicas of ``maximum`` each; per configuration, a run at ``minimum``
     (and at the load) expects at least :data:`MIN_RUN_REQUESTS` requests, and the longest run
     — ``maximum`` (or the load) at ``max_lengthening`` times the length — at most
     :data:`MAX_RUN_REQUESTS`; and ``kind.validate`` accepts the configuration at those rates and
-    lengths (with the load, at that many replicas)."""
+    lengths (with the load, at that many replicas). A refusal names the configuration by its
+    ``labels[point]`` (default "point N (axis=value, ...)")."""
     need = search_evaluations(s)
     if need > s.max_evaluations:
         brackets = need - (bisections_left(1.0, 2.0, s.tolerance) or 0)
@@ -538,7 +539,7 @@ def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence) -> None:
     for p in points:
         option = next((o for o in LENGTH_OPTIONS if p.config.get(o) is not None), None)
         base = p.config.get(option) if option else None
-        where = f"point {p.index} ({', '.join(f'{k}={v!r}' for k, v in p.values.items()) or 'the base configuration'})"
+        where = (labels or {}).get(p.index) or f"point {p.index} ({', '.join(f'{k}={v!r}' for k, v in p.values.items()) or 'the base configuration'})"
         if option == "duration" and isinstance(base, (int, float)):
             for name, rate in (("minimum", s.minimum), ("load", s.load)):
                 if rate is not None and rate * base < MIN_RUN_REQUESTS * (1 - 1e-9):  # (the defaults sit on the bounds)
@@ -961,60 +962,103 @@ def lengthening_notes(table, axes: Sequence[str]) -> list[str]:
     return out
 
 
+#: The serve kind's latencies (in seconds): their SLO bounds are shown with a unit (:func:`slo_text`).
+LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue")
+#: The latencies bounded per token: a bound of a second or more on them is almost surely milliseconds.
+PER_TOKEN = ("tpot", "itl")
+
+
+def is_latency(metric: str, kind: str | None) -> bool:
+    """Whether ``metric`` of ``kind`` is a latency in seconds (the serve kind's ttft_p99, tpot_p50, ...)."""
+    return kind == "serve" and metric.split("_")[0] in LATENCIES
+
+
+def seconds_text(value: float) -> str:
+    """Seconds in the unit that reads best: "2 s", "60 ms", "500 us"."""
+    if value >= 1.0:
+        return f"{value:g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:g} ms"
+    return f"{value * 1e6:g} us"
+
+
+def slo_text(slo: Mapping[str, float], kind: str | None, le: str = "<=") -> str:
+    """The SLO bounds as every capacity output echoes them, each latency with its unit:
+    "ttft_p99 <= 2 s, tpot_p90 <= 60 ms" (another kind's metrics: their own numbers)."""
+    return ", ".join(f"{m} {le} {seconds_text(b) if is_latency(m, kind) else f'{b:g}'}" for m, b in slo.items())
+
+
+def slo_warnings(slo: Mapping[str, float], kind: str | None) -> list[str]:
+    """A warning per per-token latency (TPOT, ITL) a spec bounds by 1 s or more: the spec's
+    latencies are seconds, and 60 s a token is almost surely 60 ms meant."""
+    return [f"[capacity] slo {m} = {b:g} bounds it by {b:g} s per token (a spec's latencies are in seconds); for {b:g} ms write "
+            f"{m} = {b / 1e3:g}" for m, b in slo.items() if is_latency(m, kind) and m.split("_")[0] in PER_TOKEN and b >= 1.0]
+
+
 def _fmt(value) -> str:
     return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.4g}"
 
 
-def figure(path, table, spec_axes: Sequence[str], s: Settings) -> Path:
-    """Capacity per configuration as grouped horizontal bars (one colour per value of
-    ``compare``, e.g. with and without speculation) with their 95% intervals as error bars, and
-    cost per million tokens when a price is given. Written atomically."""
+def figure(path, table, spec_axes: Sequence[str], s: Settings, kind: str | None = None,
+           labels: Mapping[int, str] | None = None) -> Path:
+    """Capacity per configuration as horizontal bars, one per configuration (named by
+    ``labels[point]``, else by its axes' values), coloured by its value of ``compare`` (e.g.
+    with and without speculation; the legend beside the plot, hiding nothing), with their 95%
+    intervals as error bars and each value written past its interval; and cost per million
+    tokens when a price is given. The title gives the SLOs with their units (``kind``'s latencies
+    in seconds, :func:`slo_text`). Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     data = {c: table.column(c).to_pylist() for c in table.column_names}
+    n = table.num_rows
     ok = [st == "ok" for st in data["status"]]
-    others = [a for a in spec_axes if a != s.compare]
-    label = lambda i: " / ".join(str(data[a][i]) for a in others) or "all"  # noqa: E731
-    groups = list(dict.fromkeys(label(i) for i in range(table.num_rows)))
-    series = list(dict.fromkeys(data[s.compare][i] for i in range(table.num_rows))) if s.compare else [None]
-    panels = [("capacity_qps", "capacity (requests/s)")]
+    shown = lambda v: ("+".join(map(str, v)) or "none") if isinstance(v, (list, tuple)) else str(v)  # noqa: E731
+    points = data.get("point", list(range(n)))
+    names = [(labels or {}).get(points[i]) or " / ".join(shown(data[a][i]) for a in spec_axes) or "the configuration"
+             for i in range(n)]
+    series = list(dict.fromkeys(shown(data[s.compare][i]) for i in range(n))) if s.compare else []
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = [colours[series.index(shown(data[s.compare][i])) % len(colours)] if s.compare else colours[0] for i in range(n)]
+    panels = [("capacity_qps", "capacity per replica (requests/s)")]
     if s.price_per_hour is not None:
-        panels.append(("cost_per_million_tokens", f"cost per 1M output tokens (at {s.price_per_hour:g} per device-hour)"))
-    height = max(2.6, 0.35 * len(groups) * len(series) + 1.6)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 2.0, height), sharey=True)
-    axes = np.atleast_1d(axes)
-    width = 0.8 / len(series)
+        panels.append(("cost_per_million_tokens", f"$ per 1M output tokens (at ${s.price_per_hour:g} per device-hour)"))
+    widest = max((len(x) for x in names), default=10)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels) + 0.07 * widest + (2.2 if series else 0.6),
+                                                       max(2.4, 0.4 * n + 1.5)), sharey=True, squeeze=False)
+    axes = axes[0]
+    pos = np.arange(n)
     for ax, (column, title) in zip(axes, panels):
-        for j, value in enumerate(series):
-            lengths, err = [], []
-            for g in groups:
-                hits = [i for i in range(table.num_rows)
-                        if ok[i] and label(i) == g and (s.compare is None or data[s.compare][i] == value)]
-                v = data[column][hits[0]] if hits else None
-                lengths.append(v if v is not None and math.isfinite(v) else 0.0)
-                lo = data.get("capacity_ci_low", [None] * table.num_rows)[hits[0]] if hits and column == "capacity_qps" else None
-                hi = data["capacity_ci_high"][hits[0]] if lo is not None else None
-                err.append((lengths[-1] - lo, (hi if hi is not None and math.isfinite(hi) else lengths[-1]) - lengths[-1])
-                           if lo is not None else (0.0, 0.0))
-            pos = np.arange(len(groups)) + (j - (len(series) - 1) / 2) * width
-            xerr = np.array(err).T if any(e != (0.0, 0.0) for e in err) else None  # the 95% interval of each capacity
-            bars = ax.barh(pos, lengths, width, xerr=xerr, capsize=3, label=f"{s.compare} = {value}" if s.compare else None)
-            ax.bar_label(bars, labels=[f"{v:.3g}" if v else "" for v in lengths], fontsize=7, padding=2)
-        ax.set_yticks(np.arange(len(groups)))
-        ax.set_yticklabels(groups, fontsize=8)
+        lengths, lows, highs = [], [], []
+        for i in range(n):
+            v = data[column][i] if ok[i] else None
+            v = v if v is not None and math.isfinite(v) else 0.0
+            lo = data.get("capacity_ci_low", [None] * n)[i] if ok[i] and column == "capacity_qps" else None
+            hi = data["capacity_ci_high"][i] if lo is not None else None
+            lengths.append(v)
+            lows.append(v - lo if lo is not None else 0.0)
+            highs.append((hi if hi is not None and math.isfinite(hi) else v) - v if lo is not None else 0.0)
+        xerr = np.array([lows, highs]) if any(lows) or any(highs) else None  # the 95% interval of each capacity
+        ax.barh(pos, lengths, 0.7, xerr=xerr, capsize=3, color=colour)
+        top = max([v + h for v, h in zip(lengths, highs)] + [0.0]) or 1.0
+        for i, (v, h) in enumerate(zip(lengths, highs)):  # each value past the end of its interval
+            ax.text(v + h + 0.01 * top, i, f"{v:.3g}" if ok[i] else "failed", va="center", fontsize=7)
+        ax.set_xlim(0, top * 1.15)
         ax.set_xlabel(title, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
-        ax.margins(x=0.15)
+    axes[0].set_yticks(pos)
+    axes[0].set_yticklabels(names, fontsize=8)
     axes[0].invert_yaxis()
-    if others:
-        axes[0].set_ylabel(" / ".join(others), fontsize=8)
-    if s.compare:
-        axes[-1].legend(fontsize=8, loc="lower right")
-    slo = ", ".join(f"{m} <= {b:g}" for m, b in s.slo.items())
-    fig.suptitle(f"largest request rate meeting {slo}", fontsize=10)
+    if series:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=colours[j % len(colours)], label=v) for j, v in enumerate(series)]
+        axes[-1].legend(handles=handles, title=s.compare, fontsize=8, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                        borderaxespad=0.0, frameon=False)
+    fig.suptitle(f"largest request rate per replica meeting {slo_text(s.slo, kind, '≤')}"
+                 + (" (bars: mean over replications; whiskers: 95% interval)" if "capacity_ci_low" in data else ""), fontsize=9)
     from .figures import save_figure
 
     return save_figure(fig, path)

@@ -256,7 +256,7 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
 
     spec, settings = result.spec, result.settings
     headers, rows = cap.table_rows(result.table, spec.axes, settings)
-    slo = ", ".join(f"{m} ≤ {b:g}" for m, b in settings.slo.items())
+    slo = cap.slo_text(settings.slo, spec.kind, "≤")  # each latency bound with its unit
     tables = [Table("Capacity of each configuration", headers, rows,
                     note=f"SLOs: {slo}; mean over {spec.replications} replication(s); tolerance {settings.tolerance:.0%}.")]
     subtitle = f"{spec.kind} capacity at {slo}"
