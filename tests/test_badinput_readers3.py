@@ -53,7 +53,7 @@ def run_in(tmp_path, monkeypatch, capsys, *argv):
     ((*COST, "--dtype", "bf16"), ["invalid choice: 'bf16'; did you mean bfloat16?"]),
     ((*SERVE, "--drafter-model", "eagle3", "--qps", "2", "--router", "round_robin"), ["did you mean round-robin?"]),
     # a spec's (the front door's) values are read by draftsim.config, not argparse: the same hint
-    ((*FRONT, "--engine", "sglng", "--check"), ["argument --engine: invalid choice: 'sglng'; did you mean sglang?", "'vllm-v0.6'"]),
+    ((*FRONT, "--engine", "sglng", "--check"), ["argument --engine/--overheads: invalid choice: 'sglng'; did you mean sglang?", "'vllm-v0.6'"]),
 ])
 def test_an_unknown_choice_names_the_close_ones(tmp_path, monkeypatch, capsys, argv, fragments):
     argv = (*argv, "--out", str(tmp_path / "cap")) if argv[0] == "capacity" else argv

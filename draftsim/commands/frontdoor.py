@@ -11,27 +11,63 @@ margin and its interval (:func:`recommend`), and the engine configuration that d
 ``launch_server`` flags). Plain decoding is always searched beside the methods: it is what the
 answer is measured against.
 
-Grammar of the flags:
+The answer is computed from the spec, not from the flags (:func:`answer`): rerunning OUT/spec.toml
+gives the same answer, and a hand-written serve spec gets one too where it names one deployment
+and a load (else one line says what it lacks).
 
-* ``--slo NAME:STAT=VALUE[UNIT]``: NAME one of ttft, tpot, itl, e2e, queue; STAT one of mean,
-  p50, p90, p99; UNIT s (default), ms or us (``ttft:p99=2s``, ``tpot:p90=60ms``);
-* ``--method NAME[:k=K]``: NAME a drafting method serving engines deploy (the ``served`` ones of
-  :data:`draftsim.sim.registry.METHODS`: eagle, eagle3, …) or a catalog draft model (``qwen2.5-0.5b``); K a list or range of draft lengths (``k=2``,
-  ``k=1..4``, ``k=2,4,6``; default 1..4).
+Grammar of the flags: :data:`HELP`.
 """
-
 from __future__ import annotations
 
 import json
 import math
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from draftsim.sim.errors import DraftsimError, suggest
 
-__all__ = ["SLO_NAMES", "SLO_STATS", "parse_slo", "parse_method", "Method", "build_spec", "Recommendation", "recommend", "deploy",
-           "hf_id", "toml_text", "configuration_name", "search_range"]
+__all__ = ["SLO_NAMES", "SLO_STATS", "HELP", "parse_slo", "slo_warnings", "parse_method", "Method", "build_spec", "Recommendation",
+           "recommend", "deploy", "hf_id", "toml_text", "configuration_name", "search_range", "Answer", "answer", "point_names",
+           "check_points"]
+
+#: ``draftsim capacity --help``'s text after the options.
+HELP = """\
+The front door (no SPEC): the flags build the search, and the output ends in the answer.
+
+  draftsim capacity --target llama-3.1-70b --hardware h100-sxm --tp 4 --load 12 \\
+      --slo ttft:p99=2s --slo tpot:p90=60ms --method eagle3:k=1..4 --workload sharegpt --alpha 0.7
+
+  --slo NAME:STAT=VALUE[UNIT]  NAME ttft, tpot, itl, e2e or queue; STAT mean, p50, p90 or p99;
+                               UNIT s, ms or us (no unit: seconds; ttft:p99=2s, tpot:p90=60ms)
+  --method NAME[:k=K]          a drafting method serving engines deploy (eagle, eagle3, ...) or a
+                               catalog draft model (qwen2.5-0.5b); K a list or range of draft
+                               lengths (k=2, k=1..4, k=2,4,6; default 1..4). Plain decoding is
+                               always searched beside them.
+
+It prints the answer (which method and k, or none; how many replicas; the margin over the load
+and its 95% interval), the engine and its scheduler settings as simulated, how far draftsim's
+speedups like the answer's were from published ones (the model error), the table of every
+configuration, and the command that deploys the answer (vllm serve or SGLang's launch_server).
+It writes OUT/spec.toml: `draftsim capacity OUT/spec.toml --out OUT` reruns the same search and
+prints the same answer.
+
+A SPEC is a sweep spec (draftsim sweep --help) of kind serve with a [capacity] table:
+
+  [capacity]
+  slo = { ttft_p99 = 1.0, tpot_p50 = 0.05 }  # metric = upper bound (latencies in seconds)
+  load = 40.0          # requests/s: the fewest replicas per configuration meeting the SLOs at it
+  devices = ["replicas", "tp"]   # options whose product is the devices a configuration takes
+  price_per_hour = 2.5 # price of one device-hour: the cost per 1M output tokens
+  compare = "policy"   # the axis drawn side by side in the figure
+  start, minimum, maximum, tolerance, max_evaluations, max_lengthening, throughput, latency:
+                       # the search itself (defaults fit the spec's duration)
+
+Each configuration's capacity is the largest request rate whose steady-state simulation meets
+every SLO (mean over the replications); runs that have not settled are rerun longer. With a
+load, each configuration's fewest replicas are simulated at the load itself. Results:
+OUT/results/*.parquet, OUT/manifest.json and the figure OUT/capacity.png.
+"""
 
 SLO_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
 SLO_STATS = ("mean", "p50", "p90", "p99")
@@ -65,6 +101,26 @@ def parse_slo(text: str) -> tuple[str, float]:
     if not (math.isfinite(v) and v > 0):
         raise DraftsimError(f"--slo {text!r}: the bound must be a finite number > 0")
     return f"{name}_{stat}", v
+
+
+#: Latencies bounded per token: a bound of a second or more on them is almost surely milliseconds written bare.
+PER_TOKEN = ("tpot", "itl")
+
+
+def slo_warnings(texts) -> list[str]:
+    """A warning per ``--slo`` that bounds a per-token latency (TPOT, ITL) by 1 s or more with
+    no unit (read as seconds: ``tpot:p90=60`` is 60 s a token), saying how to write ms."""
+    out = []
+    for text in texts:
+        m = re.fullmatch(r"\s*([a-z0-9]+)\s*:\s*([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*", str(text).lower())
+        if m is None or m.group(1) not in PER_TOKEN:
+            continue
+        metric, bound = parse_slo(text)
+        if bound >= 1.0:
+            value = m.group(3)
+            out.append(f"--slo {text}: no unit, so {metric} <= {bound:g} s per token; for milliseconds write "
+                       f"{m.group(1)}:{m.group(2)}={value}ms")
+    return out
 
 
 @dataclass(frozen=True)
@@ -157,6 +213,13 @@ def build_spec(config) -> dict:
     twice = next((m for i, m in enumerate(methods) if m.drafter in drafters[:i]), None)
     if twice is not None:
         raise DraftsimError(f"--method {twice.name} is given twice; give it once with all its draft lengths (e.g. {twice.name}:k=1..4)")
+    if config.workload is not None:  # refused naming its flag (its run would say "unknown workload preset" alone)
+        from draftsim.sim.serving.workload import workload_preset
+
+        try:
+            workload_preset(config.workload)
+        except DraftsimError as exc:
+            raise DraftsimError(f"--workload {config.workload}: {exc}") from None
     if config.request_trace and config.workload:  # taken silently, one of them would change nothing
         raise DraftsimError(f"--workload {config.workload} and --request-trace {config.request_trace!r} both name the requests; give one")
     if config.request_trace and config.duration is not None:
@@ -295,37 +358,72 @@ def _policy(values) -> str:
     return str(values.get("policy", "ar"))
 
 
-def configuration_name(values, methods=()) -> str:
-    """A front-door configuration (its ``policy`` and ``drafter_model``) as the answer and the
-    progress lines name it: "plain decoding", "EAGLE-3 with k = 2" (``methods``: the --method
-    texts, for their titles); without a ``policy`` (no --method: every run is the spec's base
-    policy, plain decoding) it is plain decoding."""
+def _title(drafter: str) -> str:
+    """A drafter as the answer names it: a served method's title (EAGLE-3), else a draft model."""
+    from draftsim.sim.registry import METHODS
+
+    entry = METHODS.get(drafter)
+    return entry.title if entry is not None and entry.served and entry.pricing != "draft_model" else f"draft model {drafter}"
+
+
+def configuration_name(values) -> str:
+    """A configuration (its ``policy``, ``drafter_model`` and ``controller``) as the answer, the
+    progress lines and the refusals name it: "plain decoding", "EAGLE-3 with k = 2"; without a
+    ``policy`` (no --method: every run is the spec's base policy, plain decoding) it is plain
+    decoding."""
     if _policy(values) == "ar":
         return "plain decoding"
-    titles = {m.drafter: m.title for m in (parse_method(x) for x in methods)}
     d = _drafter(values)
-    return f"{titles.get(d, d)} with k = {_k(values['policy'])}"
+    name = f"{_title(d) if d else 'no drafter'} with k = {_k(values['policy'])}"
+    controller = values.get("controller")
+    return name + (f" (controller {controller})" if controller and controller != "none" else "")
 
 
-def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Recommendation | None:
+def point_names(points) -> dict[int, str]:
+    """Each serve-kind point's configuration name (:func:`configuration_name`) where the names
+    tell the points apart (the front door's spec: only the policy, the drafter and the
+    controller vary); else {} (the points are named by their axes)."""
+    from draftsim.sweepkinds import COMMANDS
+
+    names = {}
+    for p in points:
+        try:
+            c = COMMANDS["serve"].config(p.config)
+        except DraftsimError:
+            return {}
+        names[p.index] = configuration_name({"policy": c.policy, "drafter_model": c.drafter_model or [], "controller": c.controller})
+    return names if len(set(names.values())) == len(names) else {}
+
+
+def recommend(table, load: float | None, devices_per_replica: int, hardware_name: str,
+              configurations: dict | None = None) -> Recommendation | None:
     """The answer in one sentence, from :func:`draftsim.analysis.capacity.recommend` (the fewest
-    devices meeting the SLOs at ``--load`` among the clear wins; ties on the steady-state cost,
+    devices meeting the SLOs at ``load`` among the clear wins; ties on the steady-state cost,
     then the latency): a method that needs no fewer replicas than plain decoding is not
     recommended, and where no margin clears its interval's noise the sentence says so instead of
-    naming a winner."""
+    naming a winner. ``configurations``: per point, its policy, drafter_model and controller
+    where the table's columns do not hold them (options of the spec's base)."""
     from draftsim.analysis import capacity as cap
 
-    if config.load is None:
+    if load is None:
         return None
     rows = [r for r in table.to_pylist() if r["status"] == "ok"]
     if not rows:
         return None
     axes = [a for a in ("policy", "drafter_model") if a in table.column_names]
     best, noisy = cap.recommend(table, axes)
-    drafter_of = _drafter
+
+    def values(r) -> dict:
+        return {**(configurations or {}).get(r.get("point"), {}), **{k: v for k, v in r.items() if k in ("policy", "drafter_model")}}
+
+    def drafter_of(r) -> str | None:
+        return _drafter(values(r))
+
+    def policy(r) -> str:
+        return _policy(values(r))
 
     def name(r) -> str:
-        return configuration_name(r, config.method)
+        return configuration_name(values(r))
 
     def fleet(r) -> str:
         n = int(r["replicas_for_load"])
@@ -334,21 +432,21 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
     def margin(r) -> str:
         return f"margin {cap.margin_text(r)}"
 
-    base = next((r for r in rows if _policy(r) == "ar" and r.get("replicas_for_load") is not None), None)
+    base = next((r for r in rows if policy(r) == "ar" and r.get("replicas_for_load") is not None), None)
     if best is None:
         seen = [r for r in rows if r.get("replicas_for_load") is not None]
         if not seen:
-            return Recommendation(f"no configuration met the SLOs at {config.load:g} req/s within the search", "ar", None, 0, None,
+            return Recommendation(f"no configuration met the SLOs at {load:g} req/s within the search", "ar", None, 0, None,
                                   None, rows[0])
         fewest = min(seen, key=lambda r: (r["devices_for_load"], -(r.get("load_margin") or 0.0)))  # then the widest margin
-        sentence = (f"no clear answer at {config.load:g} req/s: every margin lies within its 95% interval's noise; the fewest "
+        sentence = (f"no clear answer at {load:g} req/s: every margin lies within its 95% interval's noise; the fewest "
                     f"replicas seen are {name(fewest)}'s {fleet(fewest)}, {margin(fewest)}: add a replica to be sure, or more "
                     "--replications")
-        return Recommendation(sentence, _policy(fewest), drafter_of(fewest), _k(_policy(fewest)),
+        return Recommendation(sentence, policy(fewest), drafter_of(fewest), _k(policy(fewest)),
                               int(fewest["replicas_for_load"]) + 1, None if base is None else int(base["replicas_for_load"]), fewest)
     base_reps = None if base is None else int(base["replicas_for_load"])
     reps = int(best["replicas_for_load"])
-    if _policy(best) != "ar" and (base_reps is None or reps < base_reps):
+    if policy(best) != "ar" and (base_reps is None or reps < base_reps):
         versus = f"{fleet(base)} for plain decoding" if base is not None else "more than plain decoding reached in the search"
         sentence = f"enable {name(best)}: {fleet(best)} instead of {versus}, {margin(best)}"
     else:
@@ -357,8 +455,8 @@ def recommend(table, config, devices_per_replica: int, hardware_name: str) -> Re
         best, reps = chosen, int(chosen["replicas_for_load"])
     if noisy:
         sentence += f" ({', '.join(name(r) for r in noisy[:3])} might need fewer, within the noise)"
-    return Recommendation(sentence, _policy(best), drafter_of(best) if _policy(best) != "ar" else None,
-                          _k(_policy(best)), reps, base_reps, best)
+    return Recommendation(sentence, policy(best), drafter_of(best) if policy(best) != "ar" else None,
+                          _k(policy(best)), reps, base_reps, best)
 
 
 def model_error(rec: Recommendation, moe: bool, engine: str | None, hardware: str | None) -> dict | None:
@@ -393,6 +491,129 @@ def model_error_lines(error: dict) -> list[str]:
     return lines
 
 
+@dataclass
+class Answer:
+    """What a serve-kind capacity search says beside its table, the same from the front door's
+    flags and from its spec (:func:`answer`): the engine and its scheduler settings as simulated
+    (``engines``: each distinct one with the configurations that ran on it, where they differ),
+    the recommendation at the load, the engine configuration deploying it, and the model error of
+    the configuration named (the answer's, else the cheapest's); ``missing``: why there is no
+    recommendation, in one line."""
+
+    engine: str | None = None
+    scheduler: str | None = None
+    engines: list = field(default_factory=list)
+    recommendation: Recommendation | None = None
+    deployment: dict | None = None
+    model_error: dict | None = None
+    missing: str | None = None
+    named: str | None = None  #: the configuration the model error is of (the answer's, else the cheapest)
+
+
+def _simulated(config):
+    """(label of the engine, scheduler as simulated, assembly) of a serve-sim configuration: the
+    engine's defaults on the device with the scheduler options the configuration sets."""
+    from .servesim import scheduler_config
+
+    built = config.assembly([])
+    used = scheduler_config(config, built)
+    sched = replace(built.scheduler_defaults(), max_num_seqs=used.max_num_seqs, max_num_batched_tokens=used.max_num_batched_tokens,
+                    chunked_prefill=used.chunked_prefill, block_size=used.block_size)
+    label = built.engine.label if built.engine is not None else "no engine (the roofline alone)"
+    return label, sched, built
+
+
+def answer(spec, points, table, load: float | None) -> Answer:
+    """The answer of a serve-kind capacity search from its spec (``points``: its configurations,
+    ``table``: their results, ``load``: requests/s or None); what it cannot give is said in
+    ``missing``: no load, configurations on different deployments (targets, hardware, tp or
+    engines), or no search that succeeded."""
+    from draftsim.sim.cost import default_catalog
+    from draftsim.sweepkinds import COMMANDS
+
+    out = Answer()
+    configs = {p.index: COMMANDS["serve"].config(p.config) for p in points}
+    deployments: dict = {}  # one per deployment (the target without its drafters) and scheduler options
+    of_point: dict = {}
+    for i, c in configs.items():
+        key = repr((c.deployment([]), c.max_num_seqs, c.max_num_batched_tokens, c.block_size, c.no_chunked_prefill))
+        if key not in deployments:
+            deployments[key] = (c, *_simulated(c))
+        of_point[i] = deployments[key]
+    values = {i: {"policy": c.policy, "drafter_model": c.drafter_model or [], "controller": c.controller} for i, c in configs.items()}
+    names = {i: configuration_name(v) for i, v in values.items()}
+    engines: dict = {}
+    for c, label, sched, _ in of_point.values():
+        where = engines.setdefault((label, sched.describe()), [])
+        if f"{c.target} on {c.tp}x {c.hardware}" not in where:
+            where.append(f"{c.target} on {c.tp}x {c.hardware}")
+    if len(engines) == 1:
+        (out.engine, out.scheduler), = engines
+    else:
+        out.engines = [{"engine": e, "scheduler": s, "deployments": where} for (e, s), where in engines.items()]
+    catalog = default_catalog()
+
+    def error_of(drafter: str | None, row: dict):
+        c, _, _, built = of_point[row["point"]]
+        if drafter is None or built.hardware is None or built.hardware.kind != "gpu":
+            return None  # the published runs are GPUs' speculation
+        rec = Recommendation("", _policy(values[row["point"]]), drafter, 0, None, None, row)
+        error = model_error(rec, catalog.model(c.target).experts > 0, built.engine.name if built.engine is not None else None,
+                            built.hardware.name)
+        return {**error, "configuration": names[row["point"]]}
+
+    targets = {(c.target, c.hardware, c.tp, label) for c, label, _, _ in deployments.values()}
+    rows = [r for r in table.to_pylist() if r["status"] == "ok"]
+    missing = []
+    if not rows:
+        missing.append("no configuration's search succeeded")
+    if len(targets) > 1:
+        differ = [f for f, k in (("target", 0), ("hardware", 1), ("tp", 2), ("engine", 3)) if len({t[k] for t in targets}) > 1]
+        missing.append(f"the configurations run on different deployments ({', '.join(differ) or 'scheduler'} differ), which the "
+                       "table compares: an answer needs one target, hardware, tp and engine")
+    if load is None:
+        missing.append("the spec gives no load: add --load REQ/S (or load = REQ/S under [capacity]) for the fewest replicas "
+                       "meeting the SLOs and the command that deploys them")
+    out.missing = "; ".join(missing) or None
+    if out.missing is None:
+        c, _, sched, built = next(iter(deployments.values()))
+        hw = built.hardware.name if built.hardware is not None else str(c.hardware)
+        rec = recommend(table, load, c.tp, hw, values)
+        out.recommendation = rec
+        out.deployment = deploy(rec, c, built, sched)
+        out.model_error = error_of(rec.drafter, rec.row)
+        out.named = names[rec.row["point"]]
+    else:  # the configuration the output names instead: the cheapest per token
+        priced = [r for r in rows if r.get("cost_per_million_tokens") is not None]
+        if priced:
+            r = min(priced, key=lambda r: r["cost_per_million_tokens"])
+            out.model_error = error_of(_drafter(values[r["point"]]) if _policy(values[r["point"]]) != "ar" else None, r)
+            out.named = names[r["point"]]
+    return out
+
+
+def check_points(spec, kind, extra: dict, names: dict) -> list:
+    """Every point of the front door's spec checked with ``kind.validate`` at ``extra`` (the
+    search's start rate), a refusal in one line naming what the user wrote: a refusal of plain
+    decoding is one of the flags every configuration shares, told as it is (it names its flag or
+    file); another configuration's is led by its name ("EAGLE-3 with k = 2: ...")."""
+    points = list(spec.points())
+    checked: set = set()
+    for p in points:
+        config = {**p.config, **extra}
+        key = json.dumps(config, sort_keys=True, default=str)
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            kind.validate(config)
+        except DraftsimError as exc:
+            text = " ".join(str(exc).split())
+            name = names.get(p.index, "plain decoding")
+            raise DraftsimError(text if name == "plain decoding" else f"{name}: {text}") from None
+    return points
+
+
 def hf_id(name: str) -> str | None:
     """The Hugging Face repo id a catalog model is published under (the first alias with an owner,
     as sim/data/models.json spells it), or None."""
@@ -402,9 +623,10 @@ def hf_id(name: str) -> str | None:
     return next((a for a in entry.get("aliases", ()) if "/" in a), None)
 
 
-def deploy(rec: Recommendation, config, assembly) -> dict:
-    """The engine configuration that deploys ``rec``: the command line of the engine the
-    deployment runs (vLLM's ``vllm serve`` with ``--speculative-config``; SGLang's
+def deploy(rec: Recommendation, config, assembly, sched=None) -> dict:
+    """The engine configuration that deploys ``rec`` (``config``: its target and tp; ``sched``: the
+    scheduler as simulated, default the engine's on the device): the command line of the engine
+    the deployment runs (vLLM's ``vllm serve`` with ``--speculative-config``; SGLang's
     ``launch_server``), its scheduler settings as simulated, and the replicas behind a router."""
     from draftsim.sim.cost import default_catalog
     from draftsim.sim.registry import METHODS
@@ -414,7 +636,7 @@ def deploy(rec: Recommendation, config, assembly) -> dict:
     given = str(config.target).strip()
     model = given if "/" in given else hf_id(spec.name) or f"<the Hugging Face id or path of {spec.name}>"  # the user's id first
     engine = assembly.engine.name if assembly.engine is not None else "vllm"
-    sched = assembly.scheduler_defaults()
+    sched = sched if sched is not None else assembly.scheduler_defaults()
     out: dict = {"engine": assembly.engine.label if assembly.engine is not None else engine, "replicas": rec.replicas,
                  "router": "round-robin over the replicas (as simulated)"}
     method = None if rec.drafter is None else METHODS.get(rec.drafter, METHODS["draft_model"])  # a catalog model: a draft model

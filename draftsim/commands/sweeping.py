@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from draftsim.analysis import capacity as cap
 from draftsim.analysis import sweep as sw
 from draftsim.analysis.table import format_table
+from draftsim.sim.cost.overheads import ENGINES
 from draftsim.sim.errors import DraftsimError
 from draftsim.sim.registry import engine_help, served_method_help
 
 from .. import args as a
 from ..config import add_options, check, from_namespace, option
 from ..sweepkinds import KINDS
+from .frontdoor import HELP as CAPACITY_HELP
 from .table import summary
 
 SPEC_HELP = """\
@@ -95,7 +97,7 @@ class CapacityConfig(RunnerOptions):
     hardware: str | None = option(help="catalog hardware", metavar="HW", group=FRONT)
     tp: int = option(1, "tensor-parallel devices per replica (default 1)", type=a.count("tp", 1, 1024), group=FRONT)
     engine: str | None = option(help=f"serving engine (default: vllm on catalog GPUs): its overheads and scheduler defaults; {engine_help()}",
-                                group=FRONT)
+                                choices=tuple(ENGINES), group=FRONT, aliases=("--overheads",))
     slo: list[str] = option([], "a percentile SLO, NAME:STAT=VALUE[UNIT] (repeat): ttft:p99=2s, tpot:p90=60ms", append=True,
                             metavar="SLO", group=FRONT)
     method: list[str] = option([], f"a drafting method and its draft lengths to try (repeat), NAME[:k=K]: NAME {served_method_help()}; "
@@ -173,28 +175,38 @@ class CapacityResult:
     deployment: dict | None = None
     #: how far speedups like the recommended one's were from published ones (frontdoor.model_error)
     model_error: dict | None = None
-    #: the engine and its scheduler defaults the search ran on (front door)
+    #: the engine and its scheduler settings the search ran on (serve kind; None where the configurations
+    #: differ: then ``engines`` lists each with its deployments)
     engine: str | None = None
     scheduler: str | None = None
+    engines: list = field(default_factory=list)
+    #: why there is no recommendation (a serve spec without a load, or of several deployments), one line
+    no_answer: str | None = None
+    named: str | None = None  #: the configuration whose model error the output carries (the answer's, else the cheapest)
     #: what the front door's --acceptance entry borrowed or bracketed (stderr and --json)
     warnings: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         spec, table = self.spec, self.table
+        slo_text = cap.slo_text(self.settings.slo, spec.kind)
         if self.summary is None:
             return {"kind": spec.kind, "configurations": spec.n_points, "replications": spec.replications, "axes": spec.axes,
-                    "slo": self.settings.slo, "valid": True, **({"warnings": list(self.warnings)} if self.warnings else {})}
+                    "slo": self.settings.slo, "slo_text": slo_text, "load": self.settings.load, "valid": True,
+                    **({"warnings": list(self.warnings)} if self.warnings else {})}
         out = _summary_dict(self.summary, spec)
         if self.warnings:
             out["warnings"] = list(self.warnings)
-        if self.recommendation is not None:
-            out["recommendation"] = self.recommendation.sentence
+        if spec.kind == "serve":  # every serve output names its engine and carries its answer, or says why it has none
+            out["recommendation"] = None if self.recommendation is None else self.recommendation.sentence
+            out["no_answer"] = self.no_answer
             out["deployment"] = self.deployment
             out["model_error"] = self.model_error
-        if self.engine is not None:
             out["engine"], out["scheduler"] = self.engine, self.scheduler
+            if self.engines:
+                out["engines"] = self.engines
         out["figure"] = self.figure
         out["slo"] = self.settings.slo
+        out["slo_text"] = slo_text
         if self.report:
             out["report"] = self.report
         data = {c: table.column(c).to_pylist() for c in table.column_names}
@@ -239,10 +251,11 @@ def register(sub, common) -> None:
     s.set_defaults(run=run_sweep)
 
     c = sub.add_parser("capacity", parents=[common], help=summary("capacity"),
-                       description="For each configuration of a spec, bracket and bisect the largest request rate whose "
-                       "simulation meets the [capacity] SLOs (mean over replications); a table and a figure.",
-                       epilog=cap.__doc__.split("::", 1)[1].split("Each configuration")[0] if cap.__doc__ else None,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description="How many replicas, with which speculative decoding method and draft length (or none), "
+                       "serve a load within latency SLOs: the largest request rate each configuration's serving simulation "
+                       "sustains within the SLOs, the fewest replicas for the load, and the engine command that deploys the "
+                       "answer. Give the front door's flags (--target, --hardware, --load, --slo, --method), or a capacity SPEC.",
+                       epilog=CAPACITY_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(c, CapacityConfig)
     c.set_defaults(run=run_capacity)
 
@@ -397,9 +410,22 @@ def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
             spec.capacity = {**spec.capacity, key: value}
             spec.raw = {**spec.raw, "capacity": spec.capacity}
     settings = cap.settings(spec, kind)
+    if config.front_door:
+        from .frontdoor import slo_warnings
+
+        warnings = slo_warnings(config.slo) + warnings
+    else:
+        warnings = cap.slo_warnings(settings.slo, spec.kind) + warnings
     sw.check_size(spec, config.force)
-    points = sw.validate_points(spec, kind, {kind.rate_option: settings.start})
-    cap.check_search(spec, kind, settings, points)  # every run the search may make: before anything is written
+    labels = None
+    if config.front_door:  # named as the answer names them; a refusal names what the user typed, not "point 0"
+        from .frontdoor import check_points, point_names
+
+        labels = point_names(spec.points()) or None
+        points = check_points(spec, kind, {kind.rate_option: settings.start}, labels or {})
+    else:
+        points = sw.validate_points(spec, kind, {kind.rate_option: settings.start})
+    cap.check_search(spec, kind, settings, points, labels)  # every run the search may make: before anything is written
     figure = config.figure if config.figure is not None else os.path.join(config.out, "capacity.png")
     if config.figure is not None:
         a.output_file("--figure", config.figure, suffix=".png")
@@ -408,19 +434,20 @@ def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
             a.output_folder("--report", config.report)
         return CapacityResult(spec, settings, warnings=warnings)
     folder = _report_folder(config)
-    labels = None
-    if config.front_door:
-        from .frontdoor import configuration_name
-
-        labels = {p.index: configuration_name(p.values, config.method) for p in points}
     summary, settings = cap.run_capacity(spec, kind, config.out, workers=workers, ray=config.ray is not None,
                                          ray_address=config.ray or None, resume=config.resume, force=config.force, progress=progress,
                                          say=say, labels=labels)
     table = sw.load(config.out)
-    cap.figure(figure, table, spec.axes, settings)
+    cap.figure(figure, table, spec.axes, settings, spec.kind, labels)
     result = CapacityResult(spec, settings, summary, table, figure, warnings=warnings)
+    if spec.kind == "serve":
+        _answer(result, points)
     if config.front_door:
-        _answer(config, result)
+        from draftsim.sim.files import atomic_write_text
+
+        from .frontdoor import toml_text
+
+        atomic_write_text(os.path.join(config.out, "spec.toml"), toml_text(result.spec.raw))
     if folder is not None:
         from .reporting import capacity_report
 
@@ -459,28 +486,16 @@ def _serve_config(options: dict):
     return (config, *serving_setup(config))
 
 
-def _answer(config: CapacityConfig, result: CapacityResult) -> None:
-    """The front door's answer: the recommendation, the engine configuration deploying it, and
-    the spec written to OUT/spec.toml (rerun or edit it)."""
-    from draftsim.sim.files import atomic_write_text
+def _answer(result: CapacityResult, points) -> None:
+    """The answer of a serve spec, the same from the front door's flags and from its spec.toml
+    (:func:`draftsim.commands.frontdoor.answer`): the engine and its scheduler, the recommendation
+    at the load, the engine configuration deploying it and its model error; else why none."""
+    from .frontdoor import answer
 
-    from .frontdoor import deploy, model_error, recommend, toml_text
-    from .servesim import ServeSimConfig
-
-    built = ServeSimConfig(target=config.target, hardware=config.hardware, tp=config.tp, engine=config.engine).assembly()
-    result.engine = built.engine.label if built.engine is not None else None
-    sched = built.scheduler_defaults()
-    result.scheduler = sched.describe() if sched is not None else None
-    rec = recommend(result.table, config, config.tp, built.hardware.name if built.hardware is not None else config.hardware)
-    if rec is not None:
-        result.recommendation = rec
-        result.deployment = deploy(rec, config, built)
-        hw = built.hardware.name if built.hardware is not None else config.hardware
-        from draftsim.sim.cost import default_catalog
-
-        moe = default_catalog().model(config.target).experts > 0
-        result.model_error = model_error(rec, moe, built.engine.name if built.engine is not None else None, hw)
-    atomic_write_text(os.path.join(config.out, "spec.toml"), toml_text(result.spec.raw))
+    found = answer(result.spec, points, result.table, result.settings.load)
+    result.engine, result.scheduler, result.engines = found.engine, found.scheduler, found.engines
+    result.recommendation, result.deployment, result.model_error = found.recommendation, found.deployment, found.model_error
+    result.no_answer, result.named = found.missing, found.named
 
 
 def run_capacity(args: argparse.Namespace) -> int:
@@ -499,22 +514,16 @@ def run_capacity(args: argparse.Namespace) -> int:
     if args.json:
         a.emit_json(result.to_dict())
         return _all_failed(result)
+    slo = cap.slo_text(settings.slo, spec.kind)  # each latency bound with its unit
+    at = f" at {settings.load:g} req/s" if settings.load is not None else ""
     if summary is None:
         print(f"{spec.kind} capacity search: {spec.n_points:,} configuration(s) over {', '.join(spec.axes) or 'no axis'}, "
-              f"{spec.replications} replication(s) per rate; every configuration is valid")
+              f"{spec.replications} replication(s) per rate; SLOs {slo}{at}; every configuration is valid")
         return 0
-    if result.recommendation is not None:
-        print(f"answer: {result.recommendation.sentence}")
-        print(f"  on {result.engine} ({result.scheduler}); SLOs {', '.join(f'{m} <= {b:g} s' for m, b in settings.slo.items())} "
-              f"at {settings.load:g} req/s, steady state, {spec.replications} replications per rate")
-        if result.model_error is not None:
-            from .frontdoor import model_error_lines
-
-            print("\n".join(f"  {line}" for line in model_error_lines(result.model_error)))
+    if spec.kind == "serve":
+        print("\n".join(_answer_lines(result)))
         print("")
     headers, rows = cap.table_rows(result.table, spec.axes, settings)
-    unit = " s" if spec.kind == "serve" else ""  # the serve kind's SLO metrics are latencies in seconds
-    slo = ", ".join(f"{m} <= {b:g}{unit}" for m, b in settings.slo.items())
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
     notes = cap.lengthening_notes(result.table, spec.axes)
@@ -539,6 +548,36 @@ def run_capacity(args: argparse.Namespace) -> int:
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
     return _all_failed(result)
+
+
+def _answer_lines(result: CapacityResult) -> list[str]:
+    """What a serve search prints before its table, the same from the front door and from its
+    spec: the answer (or why there is none), the engine and its scheduler settings with the SLOs,
+    and the model error of the configuration named."""
+    from .frontdoor import model_error_lines
+
+    spec, settings, rec = result.spec, result.settings, result.recommendation
+    slo = cap.slo_text(settings.slo, spec.kind)
+    at = f" at {settings.load:g} req/s" if settings.load is not None else ""
+    lines = [f"answer: {rec.sentence}" if rec is not None else f"no answer: {result.no_answer}"]
+    tail = f"SLOs {slo}{at}, steady state, {spec.replications} replications per rate"
+    if result.engine is not None:
+        lines.append(f"  on {result.engine} ({result.scheduler}); {tail}")
+    else:
+        lines += [f"  on {e['engine']} ({e['scheduler']}) for {', '.join(e['deployments'])}" for e in result.engines]
+        lines.append(f"  {tail}")
+    error, named = result.model_error, result.named
+    which = "" if rec is not None else f" of {named}, the cheapest per output token"  # the configuration named instead of an answer
+    if error is not None:
+        shown = model_error_lines(error)
+        shown[0] = shown[0].replace("model error:", f"model error{which}:", 1)
+        lines += [f"  {line}" for line in shown]
+    elif named == "plain decoding":
+        lines.append(f"  model error{which}: none to carry: the published runs measure speculation's speedups over plain "
+                     "decoding")
+    elif named is not None:
+        lines.append(f"  model error{which}: none to carry: no published runs like it to compare with (they are GPUs' speculation)")
+    return lines
 
 
 def _all_failed(result: CapacityResult) -> int:

@@ -103,7 +103,8 @@ def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsy
     assert doc["engine"] == "vllm v0.10.1"
     # a speculative answer says how far speedups like it were off (plain decoding's carries no such record)
     speculative = out[0].startswith("answer: enable ")
-    assert (doc["model_error"] is not None) == speculative == out[2].startswith("  model error: ")
+    assert (doc["model_error"] is not None) == speculative and out[2].startswith("  model error: ")  # plain decoding: "none to carry"
+    assert speculative or "none to carry" in out[2]
     dom, shot = render(tmp_path / "report" / "report.html")
     answer = out[0][len("answer: "):]
     assert "Answer: " + answer[:40] in dom and dom.index("Answer: ") < dom.index("<table") and shot.shape[0] > 0
