@@ -35,7 +35,7 @@ class ServeConfig:
     qps: float | None = option(help="mean arrival rate, requests/s", type=a.positive("qps"))
     arrivals: str = option("poisson", "arrival process: poisson (default), gamma:cv=C, fixed")
     request_trace: str | None = option(help="CSV/JSONL request trace (arrival time, prompt and output tokens)")
-    duration: float | None = option(help="seconds of arrivals", type=a.positive("duration"))
+    duration: float | None = option(help="how long arrivals come: seconds, or with a unit (90, 500ms, 2m, 1h)", type=a.duration("duration"))
     requests: int | None = option(help="number of requests", type=a.count("requests", 1, 1_000_000))
     prompt_len: str = option("bundled", "prompt lengths: bundled (the prompts as they are) or a distribution "
                              "(fixed:N, uniform:LO,HI, lognormal:..., zipf:...)")

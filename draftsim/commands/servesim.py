@@ -65,7 +65,8 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     trace_drafter: list[str] | None = option(help="the trace's drafter(s) playing models 1, 2, ...", append=True, metavar="NAME",
                                              group=ACCEPTANCE)
     qps: float | None = option(help="mean arrival rate, requests/s (open-loop arrivals)", type=a.positive("qps"), group="workload")
-    duration: float | None = option(help="seconds of arrivals", type=a.positive("duration"), group="workload")
+    duration: float | None = option(help="how long arrivals come: seconds, or with a unit (90, 500ms, 2m, 1h)", type=a.duration("duration"),
+                                    group="workload")
     requests: int | None = option(help=f"number of requests (default {DEFAULT_REQUESTS} when neither --duration nor a --request-trace "
                                        "bounds the workload)", type=a.count("requests", 1, 1 << 24), group="workload")
     arrivals: str = option("poisson", "arrival process (default poisson; see below)", group="workload")
@@ -89,8 +90,10 @@ class ServeSimConfig(HardwareOptions, AcceptanceOptions):
     separate_drafter: bool = option(False, "drafters on a device of their own (not in the target's memory)", flag=True, group="scheduler")
     replicas: int = option(1, "replicas behind the router (default 1)", type=a.count("replicas", 1, 1024), group="scheduler")
     router: str = option("round-robin", "routing policy (default round-robin)", choices=tuple(ROUTERS), group="scheduler")
-    slo_ttft: float | None = option(help="TTFT objective for goodput, seconds", type=a.positive("slo_ttft"), group="output")
-    slo_tpot: float | None = option(help="TPOT objective for goodput, seconds", type=a.positive("slo_tpot"), group="output")
+    slo_ttft: float | None = option(help="TTFT objective for goodput: seconds, or with a unit (0.5, 500ms)", type=a.duration("slo_ttft"),
+                                    group="output")
+    slo_tpot: float | None = option(help="TPOT objective for goodput: seconds, or with a unit (0.05, 50ms)", type=a.duration("slo_tpot"),
+                                    group="output")
     seed: int = option(0, type=a.count("seed"), group="output")
     replications: int = option(3, "independent replications (default 3)", type=a.count("replications", 1, 1000), group="output")
     sweep_qps: str | None = option(help="serve at each rate with and without speculation; mark the crossover", metavar="Q1,Q2,...",

@@ -108,8 +108,8 @@ class CapacityConfig(RunnerOptions):
                           "stderr and in --json", flag=True, group=FRONT)
     workload: str | None = option(help="a cited workload preset (serve-sim --help lists them)", metavar="PRESET", group=FRONT)
     request_trace: str | None = option(help="a request trace (CSV/JSONL) instead of a preset", metavar="FILE", group=FRONT)
-    duration: float | None = option(help="seconds of arrivals per simulation to start from (default 120; runs that do not settle "
-                                    "are lengthened)", type=a.positive("duration"), group=FRONT)
+    duration: float | None = option(help="seconds of arrivals per simulation to start from, or with a unit (90, 2m; default 120; "
+                                    "runs that do not settle are lengthened)", type=a.duration("duration"), group=FRONT)
     replications: int = option(3, "replications per rate: the intervals (default 3)", type=a.count("replications", 2, 100), group=FRONT)
     seed: int = option(0, "seed of the search", type=a.count("seed"), group=FRONT)
 

@@ -1,0 +1,73 @@
+"""Review mends (helper-61): one reader of times with units for every time-valued option; the
+sweep's and serve-sim's load tables honest about runs not at steady state; labels that say what
+a number is; text and --json agreeing; output folders created like the other commands'."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from clirun import run
+
+from draftsim import args as a
+from draftsim.sim.errors import DraftsimError
+
+BASE = ("serve-sim", "--target", "llama-2-7b", "--drafter", "smollm2-135m", "--hardware", "h100-sxm", "--alpha", "0.8")
+
+
+# ------------------------------------------------------------------ 1. times with units
+
+
+@pytest.mark.parametrize("text, seconds", [("30", 30.0), ("0.5", 0.5), ("500ms", 0.5), ("500 ms", 0.5), ("2s", 2.0), ("2m", 120.0),
+                                           ("2min", 120.0), ("1.5h", 5400.0), ("250us", 250e-6), ("1e3ms", 1.0), ("2M", 120.0)])
+def test_a_time_is_seconds_or_a_number_with_a_unit(text, seconds):
+    assert a.parse_seconds("duration", text) == pytest.approx(seconds)
+    assert a.duration("duration")(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text, message", [("5xs", "unknown unit 'xs'; valid: us, µs, ms, s, m, min, h"),
+                                           ("ms", "must be a time, a number of seconds, or a number with a unit"),
+                                           ("１s", "must be a time"), ("", "must be a time"), ("0", "must be finite and > 0; got 0"),
+                                           ("-2m", "must be finite and > 0; got -2m"), ("inf", "must be finite and > 0")])
+def test_a_bad_time_names_the_value_and_what_is_valid(text, message):
+    with pytest.raises(Exception) as info:
+        a.duration("duration")(text)
+    assert message in str(info.value)
+    if not message.startswith("must be finite"):
+        with pytest.raises(DraftsimError):
+            a.parse_seconds("duration", text)
+
+
+def test_serve_sim_takes_units_for_every_time_option(capsys):
+    """--duration 0.25m and --slo-ttft 500ms --slo-tpot 50ms read as 15 s, 0.5 s and 0.05 s: the
+    same run as the bare seconds (before: '500ms' and '2m' were refused, seconds only)."""
+    common = (*BASE, "--qps", "4", "--output-len", "fixed:32", "--prompt-len", "fixed:64", "--replications", "1", "--json")
+    status, out, err = run(capsys, *common, "--duration", "0.25m", "--slo-ttft", "500ms", "--slo-tpot", "50ms")
+    assert status == 0, err
+    units = json.loads(out)
+    status, out, err = run(capsys, *common, "--duration", "15", "--slo-ttft", "0.5", "--slo-tpot", "0.05")
+    assert status == 0, err
+    bare = json.loads(out)
+    assert units["requests"] == bare["requests"] and units["goodput"] == bare["goodput"] and units["ttft"] == bare["ttft"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ((*BASE, "--qps", "2", "--slo-ttft", "5xs"), "argument --slo-ttft: slo_ttft '5xs': unknown unit 'xs'"),
+    ((*BASE, "--qps", "2", "--duration", "-1s"), "argument --duration: duration must be finite and > 0; got -1s"),
+    (("serve", "--duration", "2q"), "argument --duration: duration '2q': unknown unit 'q'"),
+    (("capacity", "--duration", "soon"), "argument --duration: duration must be a time"),
+])
+def test_a_bad_time_on_the_command_line_is_one_line_exit_2(capsys, argv, message):
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_and_capacity_read_times_with_units(capsys):
+    """draftsim serve and capacity's front door take the same reader (their --duration)."""
+    from draftsim.commands.serve import ServeConfig
+    from draftsim.commands.sweeping import CapacityConfig
+    from draftsim.config import options
+
+    for cls in (ServeConfig, CapacityConfig):
+        assert options(cls)["duration"][1].type("2m") == 120.0
