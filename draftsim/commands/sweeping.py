@@ -386,11 +386,14 @@ def run_sweep(args: argparse.Namespace) -> int:
           f"on {summary.backend} with {summary.workers} worker(s)")
     for e in result.errors:
         print(f"  failed: {e}")
-    headers, rows, more = result_table(sw.load(config.out), spec)
+    table = sw.load(config.out)
+    headers, rows, more = result_table(table, spec)
     if rows:
         print(format_table(headers, rows, floatfmt="g"))
     if more:
         print(f"  ... {more:,} more point(s): draftsim sweep-plot {config.out} --x AXIS --metric METRIC, or the Parquet files")
+    for line in steady_notes(table, spec):
+        print(line)
     print(f"results: {summary.folder / 'results'}  (pyarrow.parquet.read_table({str(summary.folder / 'results')!r}))")
     if result.report:
         print(f"report written to {result.report['html']} (and {result.report['markdown']})")
@@ -612,9 +615,55 @@ def result_table(table, spec: sw.Spec, limit: int = TABLE_ROWS) -> tuple[list[st
             return "-"
         return f"{mean:.4g}" + (f" ± {se:.2g}" if math.isfinite(se) and se > 0 else "")
 
-    rows = [[*key, *(cell(*stats[m][key][:2]) for m in metrics), stats[metrics[0]][key][2]] for key in points[:limit]]
-    runs = ["runs"] if metrics else []
-    return [*axes, *metrics, *runs], rows, max(len(points) - limit, 0)
+    marks = steady_marks(table, spec)
+    if marks is not None:  # the flags said in words in their own column, not as shares
+        metrics = [m for m in metrics if m not in STEADY_FLAGS]
+    rows = [[*key, *(cell(*stats[m][key][:2]) for m in metrics), stats[next(iter(stats))][key][2]] + ([marks.get(key, "")] if marks else [])
+            for key in points[:limit]]
+    runs = ["runs"] if stats else []
+    return [*axes, *metrics, *runs] + (["steady state"] if marks else []), rows, max(len(points) - limit, 0)
+
+
+#: A serve sweep's metrics that say whether its runs reached a steady state (draftsim.sim.serving.steady).
+STEADY_FLAGS = ("steady", "overloaded")
+
+
+def steady_marks(table, spec: sw.Spec) -> dict | None:
+    """Each point's steady state in words, as serve-sim --sweep-qps marks its rows: '' when every
+    run of the point settled, else 'overloaded' (its waiting queue grows: no SLO holds at that
+    load) or 'not steady' (run longer), with 'k of n runs' when only some; None when the sweep
+    did not record ``steady`` (a point whose runs all failed: '')."""
+    if "steady" not in table.column_names:
+        return None
+    axes = [x for x in spec.axes if x in table.column_names]
+    steady = sw.aggregate(table, axes, "steady")
+    over = sw.aggregate(table, axes, "overloaded") if "overloaded" in table.column_names else {}
+    marks = {}
+    for key, (share, _, n) in steady.items():
+        bad = round((1 - share) * n) if n else 0
+        word = "overloaded" if over.get(key, (0.0,))[0] > 0 else "not steady"
+        marks[key] = "" if not bad else word + (f" ({bad} of {n} runs)" if bad < n else "")
+    return marks
+
+
+def steady_notes(table, spec: sw.Spec) -> list[str]:
+    """What the sweep's printout says under its table about the steady state: how many points did
+    not reach it (marked in the table), or, for a serve sweep that did not record ``steady``, that
+    nothing was checked."""
+    marks = steady_marks(table, spec)
+    if marks is None:
+        if spec.kind != "serve":
+            return []
+        return ['note: steady state not checked: add "steady" and "overloaded" to the spec\'s metrics to mark the runs that did not '
+                "reach it (an overloaded server's queue grows; a run too short has not settled)"]
+    marked = [m for m in marks.values() if m]
+    if not marked:
+        return []
+    over = sum(m.startswith("overloaded") for m in marked)
+    why = ([f"{over} overloaded (the waiting queue grows: no SLO holds at that load)"] if over else []) + \
+        ([f"{len(marked) - over} not settled (run longer: a longer duration or more requests)"] if len(marked) > over else [])
+    return [f"WARNING: {len(marked)} of {len(marks)} points not at steady state (marked in the table; their rates and latencies are "
+            f"not a steady server's): {', '.join(why)}"]
 
 
 def sweep_plot(config: SweepPlotConfig) -> SweepPlotResult:

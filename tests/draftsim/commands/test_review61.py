@@ -71,3 +71,63 @@ def test_serve_and_capacity_read_times_with_units(capsys):
 
     for cls in (ServeConfig, CapacityConfig):
         assert options(cls)["duration"][1].type("2m") == 120.0
+
+
+# ------------------------------------------------------------------ 2. the sweep's table and steady state
+
+SERVE_SPEC = """version = 1
+kind = "serve"
+seed = 3
+replications = 1
+metrics = [{metrics}]
+[base]
+target = "llama-3.1-8b"
+hardware = "h100-sxm"
+policy = "ar"
+duration = 10.0
+prompt-len = "fixed:256"
+output-len = "fixed:256"
+replications = 1
+[grid]
+qps = [2.0, 200.0]
+"""
+
+
+def _sweep(capsys, tmp_path, metrics: str):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SERVE_SPEC.format(metrics=metrics))
+    status, out, err = run(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1")
+    assert status == 0, err
+    lines = out.splitlines()
+    return lines, {line.split()[0]: line for line in lines if line[:1] == " " or line[:1].isdigit()}
+
+
+def test_a_serve_sweep_marks_the_points_not_at_steady_state(capsys, tmp_path):
+    """200 req/s on one H100 is far past capacity: its row says 'overloaded' in a 'steady state'
+    column and a warning follows the table; 2 req/s is steady and unmarked (before: the two rows
+    printed alike, shares 0 and 1 under 'steady' at best)."""
+    lines, rows = _sweep(capsys, tmp_path, '"ttft_p50", "throughput", "steady", "overloaded"')
+    header = next(line for line in lines if line.startswith("qps"))
+    assert header.split()[-2:] == ["steady", "state"] and "overloaded" not in header
+    assert rows["200"].rstrip().endswith("overloaded") and not rows["2"].rstrip().endswith(("overloaded", "steady"))
+    warning = [line for line in lines if line.startswith("WARNING:")]
+    assert len(warning) == 1 and "1 of 2 points not at steady state" in warning[0] and "1 overloaded" in warning[0]
+
+
+def test_a_serve_sweep_that_records_no_steady_state_says_so(capsys, tmp_path):
+    lines, _ = _sweep(capsys, tmp_path, '"ttft_p50", "throughput"')
+    assert any(line.startswith('note: steady state not checked: add "steady"') for line in lines)
+
+
+def test_the_serving_example_asks_for_the_steady_state_and_runs_long_enough():
+    """examples/serving_study.toml records steady and overloaded, and its lowest rate gets at least
+    200 arrivals per run (15 s at 2 req/s was 30: throughput 212-355 tok/s against 320 offered)."""
+    from pathlib import Path
+
+    from draftsim.analysis import sweep as sw
+    from draftsim.sweepkinds import KINDS
+
+    spec = sw.load_spec(Path(__file__).parents[3] / "examples" / "serving_study.toml", KINDS)
+    assert {"steady", "overloaded"} <= set(spec.metrics)
+    points = [p.config for p in spec.points()]
+    assert min(p["duration"] * p["qps"] for p in points) >= 200
