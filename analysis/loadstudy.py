@@ -11,6 +11,7 @@ around it). :func:`serving_study` is the demo's short study on a Llama-2 70B/7B 
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -92,13 +93,22 @@ def _plain_log_ticks(ax) -> None:
     ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
 
 
+#: Characters per line of a load figure's title (wrapped: at 10 pt about this many fit a 6.4-inch figure).
+TITLE_WIDTH = 70
+
+
 def speedup_vs_load(path, rows: list[dict], title: str = "", cross: float | None = None) -> Path:
     """Speedup of speculation over none against load; the crossover marked (its label in the
-    upper corner, clear of the lines)."""
+    upper corner, clear of the lines), the loads not at steady state ringed, the title wrapped
+    to the figure's width (a long target name was clipped)."""
     q = [r["qps"] for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot(q, [r["speedup"] for r in rows], marker="o", label="E2E latency speedup")
     ax.plot(q, [r["tpot_speedup"] for r in rows], marker="s", ls="--", label="TPOT speedup")
+    unsteady = [r for r in rows if not r.get("steady", True)]
+    if unsteady:
+        ax.scatter([r["qps"] for r in unsteady], [r["speedup"] for r in unsteady], s=160, facecolors="none", edgecolors="crimson",
+                   linewidths=1.2, zorder=3, label="not at steady state")
     ax.axhline(1.0, color="grey", lw=0.8, ls=":")
     if cross is not None and np.isfinite(cross):
         ax.axvline(cross, color="crimson", lw=1.0, label=f"crossover ≈ {cross:.3g} req/s")
@@ -106,7 +116,7 @@ def speedup_vs_load(path, rows: list[dict], title: str = "", cross: float | None
     _plain_log_ticks(ax)
     ax.set_xlabel("load (requests/s)")
     ax.set_ylabel("speedup over no speculation")
-    ax.set_title(title or "Speculative decoding under load")
+    ax.set_title("\n".join(textwrap.wrap(title or "Speculative decoding under load", TITLE_WIDTH)), fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="best", framealpha=0.9)
     return save_figure(fig, path)

@@ -399,7 +399,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs 
     breakdown = step_breakdown(result.runs[0], serving, "the first replication")
     if breakdown is not None:
         data["step_breakdown"] = breakdown.to_dict()
-    data["config"] = _describe(serving)
+    data["config"] = _describe(serving, config)
     data["model_error"] = model_error(config, serving, built, summary.get("mean_batch"))
     data.update({f"{k}_path": v if isinstance(v, str) else v["path"] for k, v in written.items()})
     if folder is not None:
@@ -421,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
     if result.load_sweep is not None:
         _print_sweep(config, outputs, result)
         return 0
-    _print_summary(result.serving, result.data)
+    _print_summary(result.serving, result.data, config)
     if result.step_breakdown is not None:
         print(f"step time ({result.step_breakdown.window}): {result.step_breakdown.line()}")
     line = model_error_line(result.data.get("model_error"))
@@ -439,9 +439,10 @@ def _print_report(data: dict) -> None:
         print(f"report written to {data['report']['html']} (and {data['report']['markdown']})")
 
 
-def _describe(config: ServingConfig) -> dict:
+def _describe(config: ServingConfig, options: ServeSimConfig) -> dict:
+    """--json's ``config``: the policy and controller as the user writes them (fixed:k=4, not a Python repr), the rest as run."""
     kv, plan = config.kv_cache()
-    return {"policy": repr(config.policy), "process": repr(config.process), "controller": repr(config.controller),
+    return {"policy": options.policy.strip(), "process": repr(config.process), "controller": options.controller.strip(),
             "target": getattr(config.target, "name", repr(config.target)),
             "drafters": [getattr(d, "name", repr(d)) for d in config.drafters],
             "kv_tokens": kv.tokens if kv else None, "memory": plan.to_dict() if plan else None,
@@ -462,9 +463,9 @@ def steady_line(s: dict) -> str:
     return describe(s)
 
 
-def _print_summary(config: ServingConfig, s: dict) -> None:
+def _print_summary(config: ServingConfig, s: dict, options: ServeSimConfig) -> None:
     kv, plan = config.kv_cache()
-    print(f"{config.policy!r} under {config.process!r}; controller {config.controller!r}")
+    print(f"{options.policy.strip()} under {config.process!r}; controller {options.controller.strip()}")
     print(f"target {getattr(config.target, 'name', config.target)}; drafters " +
           ", ".join(getattr(d, "name", repr(d)) for d in config.drafters[: config.policy.n_models - 1]) or "none")
     sched = config.scheduler
@@ -542,7 +543,7 @@ def _sweep(config: ServeSimConfig, out: ServeSimOutputs, serving: ServingConfig,
                        "ar": {k: r["ar"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput")},
                        # the published runs like this load's: matched at its mean batch too (sim/evidence.py)
                        "model_error": model_error(config, serving, built, r["spec"]["mean_batch"])} for r in rows],
-            "crossover_qps": cross, "figure_path": out.figure, "config": _describe(serving),
+            "crossover_qps": cross, "figure_path": out.figure, "config": _describe(serving, config),
             "model_error": model_error(config, serving, built)}
     if folder is not None:
         from draftsim.commands.reporting import sweep_report
@@ -555,44 +556,78 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
     rows, cross, serving = result.load_sweep, result.crossover_qps, result.serving
     qps = [r["qps"] for r in rows]
     errors = [row.get("model_error") for row in result.data["sweep"]]
+    at_batch = any(_error_cell(e) for e in errors)
+    below = _crossover_row(rows, cross)
     table = []
-    for r, error in zip(rows, errors):
-        mark = " <- crossover" if cross is not None and np.isfinite(cross) and r["speedup"] < 1 <= _prev(rows, r) else ""
+    for i, (r, error) in enumerate(zip(rows, errors)):
+        notes = (["<- crossover"] if i == below else []) + ([] if r["steady"] else [_steady_mark(r)])
         table.append([f"{r['qps']:g}", _ms(r["ar"]["e2e"]["mean"]), _ms(r["spec"]["e2e"]["mean"]), f"{r['speedup']:.3f}",
                       f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}", f"{r['spec']['mean_batch']:.1f}"]
-                     + ([_error_cell(error)] if any(errors) else []) + [mark.strip() + ("" if r["steady"] else " (not steady)")])
-    print(f"{serving.policy!r} under {serving.process!r} vs autoregressive; controller {serving.controller!r}")
+                     + ([_error_cell(error) or "-"] if at_batch else []) + ["; ".join(notes)])
+    print(f"{config.policy.strip()} under {serving.process!r} vs autoregressive; controller {config.controller.strip()}")
     print(format_table(["qps", "E2E AR (ms)", "E2E spec (ms)", "speedup", "TPOT speedup", "throughput ratio", "mean batch"]
-                       + (["model error (median / worst, runs)"] if any(errors) else []) + [""], table))
+                       + (["model error at its batch (median / worst, runs)"] if at_batch else []) + ["note"], table))
     unsteady = [r for r in rows if not r["steady"]]
     if unsteady:
         rates = ", ".join(f"{r['qps']:g}" for r in unsteady)
-        print(f"WARNING: not at steady state at {rates} req/s: {unsteady[0]['steady_reason']}")
+        print(f"WARNING: not at steady state at {rates} req/s (marked): those rows' rates "
+              "and latencies are not a steady server's")
+        for r in unsteady:
+            print(f"  {r['qps']:g} req/s: " + "; ".join(_steady_detail(name, r[side]) for side, name in
+                                                        (("spec", "speculation"), ("ar", "no speculation")) if not r[side]["steady"]))
     if cross is None:
         print(f"speculation pays at every load tested (up to {max(qps):g} requests/s)")
     elif not np.isfinite(cross):
         print(f"speculation does not pay even at the lowest load tested ({min(qps):g} requests/s)")
     else:
-        print(f"crossover: speculation stops paying at about {cross:.3g} requests/s")
+        bracket = [rows[below - 1], rows[below]]
+        shaky = [f"{r['qps']:g} req/s {_steady_mark(r)}" for r in bracket if not r["steady"]]
+        caveat = ""
+        if shaky:
+            caveat = (f"; but from rows not at steady state ({', '.join(shaky)}): rerun longer (more --requests or a longer "
+                      "--duration), or with rates between them, before relying on it")
+        print(f"crossover: speculation stops paying at about {cross:.3g} requests/s (between {bracket[0]['qps']:g} and "
+              f"{bracket[1]['qps']:g}){caveat}")
     line = model_error_line(result.data.get("model_error"))
     if line:
         print(line)
         from draftsim.sim.evidence import BATCH_FACTOR, MIN_POINTS
 
-        print(f"  the column: the published runs like each load's, within {BATCH_FACTOR:g}x of its mean batch where {MIN_POINTS} are, "
-              "else as above (--json sweep[].model_error says what each matched on)")
+        if at_batch:
+            print(f"  the column: the published runs within {BATCH_FACTOR:g}x of each load's mean batch, where {MIN_POINTS} are; "
+                  "'-': fewer are, the line above is all there is (--json sweep[].model_error says what each matched on)")
+        else:
+            print(f"  no load's mean batch has {MIN_POINTS} published runs within {BATCH_FACTOR:g}x of it: the line above, matched "
+                  "without a batch, is all there is for every row")
     if out.figure:
         print(f"figure written to {out.figure}")
     _print_report(result.data)
 
 
+def _crossover_row(rows: list[dict], cross) -> int | None:
+    """The index of the first row past the crossover (speedup below 1 after a row at or above it)."""
+    if cross is None or not np.isfinite(cross):
+        return None
+    return next((i for i in range(1, len(rows)) if rows[i]["speedup"] < 1 <= rows[i - 1]["speedup"]), None)
+
+
+def _steady_mark(r: dict) -> str:
+    """A sweep row's mark when a run did not reach its steady state: overloaded (its queue grows) or not steady."""
+    return "overloaded" if r["spec"].get("overloaded") or r["ar"].get("overloaded") else "not steady"
+
+
+def _steady_detail(name: str, s: dict) -> str:
+    """Which server of a row did not settle, in how many replications, and the test that said so."""
+    reps = s.get("replications", 1)
+    which = f" ({reps - s.get('steady_replications', 0)} of {reps} replications)" if reps > 1 else ""
+    return f"{name}{which}: {s['steady_reason']}"
+
+
 def _error_cell(error: dict | None) -> str:
-    """A sweep row's model error as its table cell: median / worst over N published runs ('' for none)."""
-    if not error:
+    """A sweep row's model error as its table cell: median / worst over N published runs near its
+    mean batch ('' where fewer are: the sweep's own line, matched without a batch, is all there is)."""
+    if not error or "batch" not in error["matched_on"]:
         return ""
-    return f"{error['median_abs_error']:.1%} / {error['worst_abs_error']:.1%}, {error['points']}" + (" at its batch" if "batch" in error["matched_on"] else "")
+    return f"{error['median_abs_error']:.1%} / {error['worst_abs_error']:.1%}, {error['points']}"
 
 
-def _prev(rows, r) -> float:
-    i = rows.index(r)
-    return rows[i - 1]["speedup"] if i else float("inf")

@@ -186,7 +186,7 @@ def test_a_speculative_run_on_a_gpu_says_how_far_speedups_like_it_were_off(capsy
     assert status == 0 and f"model error: {like.text()}; over all {overall().points} published runs" in out
     status, out, err = run(capsys, *args, "--sweep-qps", "1,2")  # a sweep's loads run at several batches: not matched on one
     assert status == 0 and f"model error: {evidence_for('eagle3', False, 'vllm', 'h100-sxm').text()}" in out
-    assert "model error (median / worst, runs)" in out  # ... and each load's row at its own mean batch
+    assert "model error at its batch (median / worst, runs)" in out  # ... and each load's row at its own mean batch
     status, out, err = run(capsys, *args, "--sweep-qps", "1,2", "--json")
     assert status == 0, err
     for row in json.loads(out)["sweep"]:
