@@ -170,12 +170,13 @@ def _probe_folder(option: str, path, folder: Path) -> None:
     os.unlink(probe)
 
 
-def output_file(option: str, path, suffix: str | None = None) -> Path:
+def output_file(option: str, path, suffix: str | None = None, *, new_folders: bool = False) -> Path:
     """Check that ``path`` can be written as a file (by an atomic temp + rename in its folder).
 
-    The folder must exist (nothing is created), be a folder and be writable; ``path`` itself
-    must not be a folder or anything but a regular file; with ``suffix``, the file name must
-    end with it. Returns ``path`` as a :class:`Path`. Writes nothing.
+    The folder must exist, be a folder and be writable — or, with ``new_folders``, be creatable
+    under a writable existing folder (made later by :func:`make_parents`, once every input is
+    checked); ``path`` itself must not be a folder or anything but a regular file; with
+    ``suffix``, the file name must end with it. Returns ``path`` as a :class:`Path`. Writes nothing.
     """
     if path is None or str(path).strip() == "":
         raise DraftsimError(f"{option} needs a file path; got {'' if path is None else str(path)!r}")
@@ -191,9 +192,20 @@ def output_file(option: str, path, suffix: str | None = None) -> Path:
         found = _nearest_existing(folder)
         if found.exists() and not found.is_dir():
             raise DraftsimError(f"{option} {str(path)!r}: {str(found)!r} is a file, not a folder")
-        raise DraftsimError(f"{option} {str(path)!r}: folder {str(folder)!r} does not exist; create it first")
+        if not new_folders:
+            raise DraftsimError(f"{option} {str(path)!r}: folder {str(folder)!r} does not exist; create it first")
+        folder = found  # the folders below it are made by make_parents
     _probe_folder(option, path, folder)
     return p
+
+
+def make_parents(*paths) -> None:
+    """Make the missing folders above each output file (None: skipped), as --out folders are made:
+    call it once every input is checked, just before the long work (:func:`output_file` with
+    ``new_folders`` checked that they can be)."""
+    for path in paths:
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def output_folder(option: str, path) -> Path:

@@ -325,7 +325,8 @@ def serve(config: ServeConfig, bar=null_bar, models: dict | None = None) -> Serv
         writer.close(log, seconds=log.seconds, load_average_end=m["load_average_end"])
     data = {"target": target.name, "drafter": drafter_name, "policy": policy_spec, "controller": config.controller,
             "max_batch": config.max_batch, "qps": config.qps, "requests_planned": len(requests), "planned_tokens": total,
-            "trace": str(config.trace) if config.trace else None, **m}
+            "trace": str(config.trace) if config.trace else None, **m,
+            "max_batch_setting": config.max_batch}  # (m's max_batch: the largest batch the run reached, as serve-sim's)
     return ServeResult(target.name, drafter_name, policy_spec, config.controller, config.max_batch, config.qps, len(requests), total,
                        data["trace"], log.seconds, m["overhead_per_step"], typed(ServeSummary, {**m, "replications": 1}), data)
 
@@ -335,9 +336,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         a.emit_json(out)
         return 0
-    print(f"{out['target']} + {out['drafter'] or 'no drafter'} ({out['policy']}, controller {out['controller']}), max batch "
-          f"{out['max_batch']}: {out['requests']} requests, {out['output_tokens']} tokens in {out['seconds']:.2f} s, mean batch "
-          f"{out['mean_batch']:.2f}")
+    print(f"{out['target']} + {out['drafter'] or 'no drafter'} ({out['policy']}, controller {out['controller']}), --max-batch "
+          f"{out['max_batch_setting']}: {out['requests']} requests, {out['output_tokens']} tokens in {out['seconds']:.2f} s, mean batch "
+          f"{out['mean_batch']:.2f}, largest batch seen {out['max_batch']} of at most {out['max_batch_setting']}")
     _print_metrics(out)
     if out["trace"]:
         print(f"serving trace: {out['trace']}")

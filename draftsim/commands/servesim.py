@@ -351,12 +351,13 @@ def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs 
     without speculation; write the timeline, figures and report ``outputs`` names (None: nothing). ``bar(total, desc)`` is a
     progress-bar context (:func:`draftsim.progress.count_bar`). Everything is checked first."""
     out = outputs or ServeSimOutputs()
+    # missing folders above them are made once everything is checked, as --report's and other commands' --out are
     if out.timeline is not None:
-        a.output_file("--timeline", out.timeline, suffix=".json")
+        a.output_file("--timeline", out.timeline, suffix=".json", new_folders=True)
     if out.figure is not None:
-        a.output_file("--figure", out.figure, suffix=".png")
+        a.output_file("--figure", out.figure, suffix=".png", new_folders=True)
     if out.load_figure is not None:
-        a.output_file("--load-figure", out.load_figure, suffix=".png")
+        a.output_file("--load-figure", out.load_figure, suffix=".png", new_folders=True)
     a.distinct_outputs(("--timeline", out.timeline), ("--figure", out.figure), ("--load-figure", out.load_figure))
     serving, built = serving_setup(config)
     if config.sweep_qps is not None:
@@ -371,6 +372,7 @@ def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs 
     # validate the workload (lengths vs memory, trace columns) before the long part
     serving.check(make(np.random.default_rng(config.seed)))
     folder = _report_folder(out)  # everything checked: made before the long work
+    a.make_parents(out.timeline, out.figure, out.load_figure)
     baseline = None
     speculates = serving.policy.n_models > 1
     with bar(total * config.replications * (2 if folder is not None and speculates else 1), "serving") as b:
@@ -396,6 +398,8 @@ def serve_sim(config: ServeSimConfig, bar=null_bar, *, outputs: ServeSimOutputs 
         load_over_time(out.load_figure, result.runs[0])
         written["load_figure"] = out.load_figure
     data = dict(summary)
+    # the largest batch any replication reached (the summary's max_batch: the mean of their maxima)
+    data["max_batch_seen"] = max(int(s["max_batch"]) for s in result.summaries)
     breakdown = step_breakdown(result.runs[0], serving, "the first replication")
     if breakdown is not None:
         data["step_breakdown"] = breakdown.to_dict()
@@ -439,13 +443,18 @@ def _print_report(data: dict) -> None:
         print(f"report written to {data['report']['html']} (and {data['report']['markdown']})")
 
 
+def _written(value) -> str:
+    """A policy or controller as the user wrote it (fixed:k=4); one given as an object in Python, its repr."""
+    return value.strip() if isinstance(value, str) else repr(value)
+
+
 def _describe(config: ServingConfig, options: ServeSimConfig) -> dict:
     """--json's ``config``: the policy and controller as the user writes them (fixed:k=4, not a Python repr), the rest as run."""
     kv, plan = config.kv_cache()
-    return {"policy": options.policy.strip(), "process": repr(config.process), "controller": options.controller.strip(),
+    return {"policy": _written(options.policy), "process": repr(config.process), "controller": _written(options.controller),
             "target": getattr(config.target, "name", repr(config.target)),
             "drafters": [getattr(d, "name", repr(d)) for d in config.drafters],
-            "kv_tokens": kv.tokens if kv else None, "memory": plan.to_dict() if plan else None,
+            "kv_tokens": kv.tokens if kv else None, "kv_blocks": kv.blocks if kv else None, "memory": plan.to_dict() if plan else None,
             "scheduler": vars(config.scheduler) if hasattr(config.scheduler, "__dict__") else str(config.scheduler),
             "replicas": config.replicas, "router": config.router,
             "engine": config.engine.label if config.engine is not None else "none (the roofline alone)"}
@@ -465,7 +474,7 @@ def steady_line(s: dict) -> str:
 
 def _print_summary(config: ServingConfig, s: dict, options: ServeSimConfig) -> None:
     kv, plan = config.kv_cache()
-    print(f"{options.policy.strip()} under {config.process!r}; controller {options.controller.strip()}")
+    print(f"{_written(options.policy)} under {config.process!r}; controller {_written(options.controller)}")
     print(f"target {getattr(config.target, 'name', config.target)}; drafters " +
           ", ".join(getattr(d, "name", repr(d)) for d in config.drafters[: config.policy.n_models - 1]) or "none")
     sched = config.scheduler
@@ -474,8 +483,9 @@ def _print_summary(config: ServingConfig, s: dict, options: ServeSimConfig) -> N
           f"{sched.max_num_batched_tokens:,}, chunked prefill {'on' if sched.chunked_prefill else 'off'}, block {sched.block_size}")
     if plan is not None:
         print(f"memory per device: {plan.describe()}")
-    elif kv is not None:
-        print(f"KV cache: {kv.tokens:,} tokens")
+    if kv is not None:  # what the cache holds: whole blocks (the plan's tokens rounded down), as --json config.kv_tokens
+        rounded = f", the plan's {plan.tokens:,} rounded down to whole blocks" if plan is not None and plan.tokens != kv.tokens else ""
+        print(f"KV cache: {kv.tokens:,} tokens ({kv.blocks:,} blocks of {kv.block_size}{rounded})")
     ci = s["ci95"]
     reps = s["replications"]
     rows = []
@@ -489,7 +499,9 @@ def _print_summary(config: ServingConfig, s: dict, options: ServeSimConfig) -> N
           + (f"; goodput {s['goodput']:.3g} requests/s{pm('goodput')} ({s['slo_attainment']:.1%} within the SLOs)" if slo else ""))
     print(steady_line(s))
     extra = f"; KV use {s['kv_utilisation']:.1%} (max {s['kv_utilisation_max']:.1%})" if "kv_utilisation" in s else ""
-    print(f"mean batch {s['mean_batch']:.1f} (max {s['max_batch']:.3g}){extra}; preemptions {s['preemptions']:.0f}; "
+    largest = s.get("max_batch_seen", s["max_batch"])
+    print(f"mean batch {s['mean_batch']:.1f}, largest batch seen {largest:.0f} of max_num_seqs {sched.max_num_seqs}{extra}; "
+          f"preemptions {s['preemptions']:.0f}; "
           f"busy {s['busy']:.1%}; {reps} replication(s), {s['requests']:.0f} requests each")
     sd = s["spec_decode"]
     if sd["num_drafts"]:
@@ -532,11 +544,12 @@ def _sweep(config: ServeSimConfig, out: ServeSimOutputs, serving: ServingConfig,
                    biggest * (BYTES_PER_REQUEST + BYTES_PER_TOKEN * mean_output), "give fewer rates, --requests or --replications")
     serving.check(make(np.random.default_rng(config.seed), max(qps)))
     folder = _report_folder(out)
+    a.make_parents(out.figure)
     with bar(total, "sweeping") as b:
         rows = sweep_qps(serving, lambda rng, q: make(rng, q), qps, seed=config.seed, replications=config.replications, progress=b.update)
     cross = crossover(rows)
     if out.figure:
-        speedup_vs_load(out.figure, rows, f"{config.policy} on {getattr(serving.target, 'name', '')}", cross)
+        speedup_vs_load(out.figure, rows, f"{_written(config.policy)} on {getattr(serving.target, 'name', '')}", cross)
     data = {"sweep": [{"qps": r["qps"], "speedup": r["speedup"], "tpot_speedup": r["tpot_speedup"], "throughput_ratio": r["throughput_ratio"],
                        "steady": r["steady"], "steady_reason": r["steady_reason"],
                        "spec": {k: r["spec"][k] for k in ("ttft", "tpot", "itl", "e2e", "throughput", "goodput", "spec_decode", "mean_batch")},
@@ -564,7 +577,7 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
         table.append([f"{r['qps']:g}", _ms(r["ar"]["e2e"]["mean"]), _ms(r["spec"]["e2e"]["mean"]), f"{r['speedup']:.3f}",
                       f"{r['tpot_speedup']:.3f}", f"{r['throughput_ratio']:.3f}", f"{r['spec']['mean_batch']:.1f}"]
                      + ([_error_cell(error) or "-"] if at_batch else []) + ["; ".join(notes)])
-    print(f"{config.policy.strip()} under {serving.process!r} vs autoregressive; controller {config.controller.strip()}")
+    print(f"{_written(config.policy)} under {serving.process!r} vs autoregressive; controller {_written(config.controller)}")
     print(format_table(["qps", "E2E AR (ms)", "E2E spec (ms)", "speedup", "TPOT speedup", "throughput ratio", "mean batch"]
                        + (["model error at its batch (median / worst, runs)"] if at_batch else []) + ["note"], table))
     unsteady = [r for r in rows if not r["steady"]]

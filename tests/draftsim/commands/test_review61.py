@@ -178,3 +178,66 @@ def test_a_run_not_settled_by_mser_alone_is_not_called_overloaded(capsys):
     assert reason.startswith("not settled: the requests in the system still moved half-way through the run, run longer (MSER-5")
     assert "span 18 mean E2E latencies" in reason and "the waiting queue showed no significant growth" in reason
     assert "queue still growing" not in reason
+
+
+# ------------------------------------------------------------------ 4, 6. labels; text and --json agreeing
+
+ONE = (*BASE, "--qps", "8", "--requests", "60", "--prompt-len", "fixed:64", "--output-len", "fixed:32", "--replications", "3")
+
+
+def test_serve_sim_says_the_largest_batch_seen_against_the_setting_and_the_kv_tokens_json_gives(capsys):
+    """'mean batch 4.4 (max 12.3)' was a mean of the replications' maxima beside no setting: now
+    the largest batch any replication reached (an integer, --json max_batch_seen) of max_num_seqs;
+    the text's KV tokens are --json config.kv_tokens (whole blocks; the plan's count is said as
+    rounded down), and the policy is written as given (fixed:k=4, not FixedK(k=4))."""
+    status, out, err = run(capsys, *ONE, "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    seen, kv = data["max_batch_seen"], data["config"]["kv_tokens"]
+    assert isinstance(seen, int) and seen >= data["max_batch"] and kv == data["config"]["kv_blocks"] * 16
+    assert data["config"]["policy"] == "fixed:k=4" and data["config"]["controller"] == "none"
+    assert data["config"]["memory"]["tokens"] != kv  # the case the text used to print (the plan's tokens, not the cache's)
+    status, out, err = run(capsys, *ONE)
+    assert status == 0, err
+    max_num_seqs = data["config"]["scheduler"]["max_num_seqs"]
+    assert f", largest batch seen {seen} of max_num_seqs {max_num_seqs};" in out and "(max " not in out.split("mean batch")[1].split(";")[0]
+    assert f"KV cache: {kv:,} tokens ({kv // 16:,} blocks of 16, the plan's {data['config']['memory']['tokens']:,} rounded down" in out
+    assert out.startswith("fixed:k=4 under Bernoulli(alpha=0.8); controller none")
+
+
+def test_serve_says_the_largest_batch_seen_and_keeps_the_setting(capsys):
+    """draftsim serve printed 'max batch 6', the largest batch seen, where --max-batch was 16 (and
+    --json's max_batch lost the setting under the run's metric of the same name)."""
+    pytest.importorskip("torch")
+    argv = ("serve", "--target", "tiny:1", "--qps", "50", "--requests", "4", "--output-len", "fixed:4", "--max-batch", "16")
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 0, err
+    data = json.loads(out)
+    assert data["max_batch_setting"] == 16 and 1 <= data["max_batch"] <= 4
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    first = out.splitlines()[0]
+    assert "--max-batch 16:" in first and "largest batch seen" in first and "of at most 16" in first and "max batch " not in first
+
+
+# ------------------------------------------------------------------ 7. output folders
+
+
+def test_serve_sim_makes_missing_folders_for_its_outputs_once_everything_is_checked(capsys, tmp_path):
+    """--timeline, --figure and --load-figure in folders that do not exist yet are written there
+    (as profile --out and --report make theirs); a bad input leaves no folder behind."""
+    tl, fig, load = tmp_path / "a" / "tl.json", tmp_path / "b" / "c" / "cdf.png", tmp_path / "a" / "load.png"
+    argv = (*BASE, "--qps", "4", "--requests", "20", "--prompt-len", "fixed:64", "--output-len", "fixed:16", "--replications", "1")
+    status, out, err = run(capsys, *argv, "--output-len", "uniform:50,10", "--timeline", str(tl), "--figure", str(fig))
+    assert status == 2 and not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    status, out, err = run(capsys, *argv, "--timeline", str(tl), "--figure", str(fig), "--load-figure", str(load))
+    assert status == 0, err
+    assert tl.stat().st_size > 0 and fig.stat().st_size > 1000 and load.stat().st_size > 1000
+    sweep_fig = tmp_path / "d" / "sweep.png"
+    status, out, err = run(capsys, *BASE, "--requests", "20", "--output-len", "fixed:16", "--sweep-qps", "1,2", "--replications", "1",
+                           "--figure", str(sweep_fig))
+    assert status == 0, err
+    assert sweep_fig.stat().st_size > 1000
+    (tmp_path / "file").write_text("x")
+    status, out, err = run(capsys, *argv, "--timeline", str(tmp_path / "file" / "tl.json"))
+    assert status == 2 and "is a file, not a folder" in err and len(err.strip().splitlines()) == 1
