@@ -6,7 +6,8 @@ requests and rounds at every load, arrivals at the asked rates) with the draftin
 with plain autoregressive decoding (no drafter loaded: its memory goes to the KV cache), and
 reports speedup = mean E2E latency without speculation / with it; :func:`crossover` finds the
 load where the speedup falls through 1 (linear in log QPS between the two sweep points
-around it). :func:`serving_study` is the demo's short study on a Llama-2 70B/7B pair on H100s.
+around it).
+(:func:`draftsim.analysis.demo.serving_study` is the demo's short study built on these.)
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..sim.errors import DraftsimError  # noqa: E402
 from ..sim.serving import ServingConfig, run_replications  # noqa: E402
 from .figures import save_figure  # noqa: E402
 
-__all__ = ["autoregressive", "sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load", "serving_study"]
+__all__ = ["autoregressive", "sweep_qps", "crossover", "latency_cdfs", "load_over_time", "speedup_vs_load"]
 
 
 def autoregressive(config: ServingConfig) -> ServingConfig:
@@ -180,36 +181,3 @@ def load_over_time(path, run, kv_blocks: int | None = None, title: str = "") -> 
     ax.grid(alpha=0.3)
     ax.set_title(title or "Batch size, waiting requests and KV use over time (replica 0)")
     return save_figure(fig, path)
-
-
-def serving_study(out_dir=None, *, qps=(0.5, 1, 2, 4, 8, 16, 32), requests: int = 200, seed: int = 0) -> dict:
-    """The demo's serving study: Llama-2-70B (4x H100 SXM, tensor parallel) drafted by
-    Llama-2-7B on the target's first device, fixed k = 4 at Bernoulli α = 0.8, 512-token
-    prompts and 256-token outputs, Poisson arrivals; a QPS sweep, its crossover and one
-    figure (``out_dir/serving_speedup.png`` when ``out_dir`` is given)."""
-    from ..sim import acceptance
-    from ..sim.cost import RooflineModel, default_catalog
-    from ..sim.serving import make_workload
-    from ..sim.serving.workload import Fixed, Poisson
-
-    cat = default_catalog()
-    hw = cat.hardware_spec("h100-sxm")
-    target = RooflineModel(cat.model("llama-2-70b"), hw, tp=4)
-    drafter = RooflineModel(cat.model("llama-2-7b"), hw, tp=1)
-    config = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), target, [drafter])
-
-    def make(rng, q):
-        return make_workload(arrivals=Poisson(), qps=q, requests=requests, duration=None, prompt=Fixed(512), output=Fixed(256), rng=rng)
-
-    rows = sweep_qps(config, make, qps, seed=seed)
-    cross = crossover(rows)
-    out = {"pair": "llama-2-70b (tp 4) / llama-2-7b on h100-sxm", "policy": "fixed:k=4", "alpha": 0.8,
-           "rows": [{**{k: r[k] for k in ("qps", "speedup", "tpot_speedup", "throughput_ratio", "steady", "steady_reason")},
-                     # each server's own steady-state verdict (draftsim.sim.serving.steady)
-                     **{f"{side}_{flag}": bool(r[side][flag]) for side in ("spec", "ar") for flag in ("steady", "overloaded")}}
-                    for r in rows], "crossover_qps": cross}
-    if out_dir is not None:
-        path = Path(out_dir) / "serving_speedup.png"
-        speedup_vs_load(path, rows, "Llama-2-70B / 7B on 4x H100: speculation against load", cross)
-        out["figure"] = str(path)
-    return out
