@@ -948,17 +948,23 @@ def margin_text(row: Mapping) -> str:
     return text
 
 
-def lengthening_notes(table, axes: Sequence[str]) -> list[str]:
+def where(row: Mapping, axes: Sequence[str], labels: Mapping[int, str] | None = None) -> str:
+    """A result row's configuration as the output names it: ``labels[point]`` where given (the
+    front door's "EAGLE-3 with k = 3", also on a rerun of its spec), else its axes' values."""
+    label = (labels or {}).get(row.get("point"))
+    return label or ", ".join(f"{a}={row[a]}" for a in axes) or "the configuration"
+
+
+def lengthening_notes(table, axes: Sequence[str], labels: Mapping[int, str] | None = None) -> list[str]:
     """Per configuration, every run lengthened because it had not settled, and every rate found
-    overloaded (the ``notes`` column), as lines "where: note"."""
+    overloaded (the ``notes`` column), as lines "where: note" (:func:`where`)."""
     if "notes" not in table.column_names:
         return []
     out = []
     for r in table.to_pylist():
         if r.get("status") != "ok" or not r.get("notes"):
             continue
-        where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
-        out += [f"{where}: {n}" for n in json.loads(r["notes"])]
+        out += [f"{where(r, axes, labels)}: {n}" for n in json.loads(r["notes"])]
     return out
 
 
@@ -1064,18 +1070,18 @@ def figure(path, table, spec_axes: Sequence[str], s: Settings, kind: str | None 
     return save_figure(fig, path)
 
 
-def cheapest(table, axes) -> str | None:
+def cheapest(table, axes, labels: Mapping[int, str] | None = None) -> str | None:
     """The configuration with the lowest cost per million output tokens at capacity (None without a price)."""
     rows = [r for r in table.to_pylist() if r["status"] == "ok" and r.get("cost_per_million_tokens") is not None]
     if not rows:
         return None
     r = min(rows, key=lambda r: r["cost_per_million_tokens"])
-    where = ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"
+    name = where(r, axes, labels)
     lo, hi = _cost_interval(r)
     band = f" (95% {lo:.4g} to {hi:.4g})" if (lo, hi) != (r["cost_per_million_tokens"],) * 2 and math.isfinite(hi) else ""
     others = [x for x in rows if x is not r and _cost_interval(x)[0] <= hi]
     tie = f"; within the noise of {len(others)} other configuration(s)" if others and band else ""
-    return f"{where}: {r['cost_per_million_tokens']:.4g} per 1M tokens{band} at {r['capacity_qps']:.4g} req/s per replica{tie}"
+    return f"{name}: {r['cost_per_million_tokens']:.4g} per 1M tokens{band} at {r['capacity_qps']:.4g} req/s per replica{tie}"
 
 
 def _cost_interval(r: Mapping) -> tuple[float, float]:
@@ -1113,17 +1119,16 @@ def recommend(table, axes: Sequence[str]) -> tuple[dict | None, list[dict]]:
     return best, noisy
 
 
-def fewest_devices(table, axes) -> str | None:
+def fewest_devices(table, axes, labels: Mapping[int, str] | None = None) -> str | None:
     """The configuration that meets the load on the fewest devices (:func:`recommend`), with
     its replicas and margin's interval; the configurations that might need fewer but whose
     margin is within the noise are named as such."""
     best, noisy = recommend(table, axes)
-    where = lambda r: ", ".join(f"{a}={r[a]}" for a in axes) or "the configuration"  # noqa: E731
     parts = []
     if best is not None:
-        parts.append(f"{where(best)}: {best['replicas_for_load']:.0f} replica(s), {best['devices_for_load']:.0f} device(s), "
+        parts.append(f"{where(best, axes, labels)}: {best['replicas_for_load']:.0f} replica(s), {best['devices_for_load']:.0f} device(s), "
                      f"margin {margin_text(best)}")
     for r in noisy:
-        parts.append(f"not a clear win: {where(r)} on {r['devices_for_load']:.0f} device(s), margin {margin_text(r)} "
+        parts.append(f"not a clear win: {where(r, axes, labels)} on {r['devices_for_load']:.0f} device(s), margin {margin_text(r)} "
                      "(within the noise: more replications or a longer run may settle it)")
     return "; ".join(parts) or None

@@ -261,10 +261,10 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
                     note=f"SLOs: {slo}; mean over {spec.replications} replication(s); tolerance {settings.tolerance:.0%}.")]
     subtitle = f"{spec.kind} capacity at {slo}"
     if settings.load is not None:
-        best = cap.fewest_devices(result.table, spec.axes)
+        best = cap.fewest_devices(result.table, spec.axes, result.labels)
         if best is not None:
             subtitle += f"; fewest devices for {settings.load:g} req/s: {best}"
-    cheapest = cap.cheapest(result.table, spec.axes)
+    cheapest = cap.cheapest(result.table, spec.axes, result.labels)
     if cheapest is not None:
         subtitle += f"; cheapest per output token: {cheapest}"
     rec = getattr(result, "recommendation", None)
@@ -293,7 +293,7 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
              "Every figure is a steady-state one: warm-up (MSER-5) and drain are cut; a rate whose runs had not settled is rerun "
              "longer, an overloaded one fails. The bracket is where the bisection stopped; the 95% interval comes from the "
              "replications; a margin marked (noise) reaches 0 within it and is not counted as a win.",
-             *cap.lengthening_notes(result.table, spec.axes)]
+             *cap.lengthening_notes(result.table, spec.axes, result.labels)]
     report = Report("draftsim capacity report", subtitle, setup, spec_assumptions(spec, configure), tables, figures, notes)
     return report.write(folder)
 

@@ -185,6 +185,8 @@ class CapacityResult:
     named: str | None = None  #: the configuration whose model error the output carries (the answer's, else the cheapest)
     #: what the front door's --acceptance entry borrowed or bracketed (stderr and --json)
     warnings: list = field(default_factory=list)
+    #: each configuration's name by its point (frontdoor.point_names: "EAGLE-3 with k = 3"), where the names tell them apart
+    labels: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         spec, table = self.spec, self.table
@@ -421,10 +423,13 @@ def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
         warnings = cap.slo_warnings(settings.slo, spec.kind) + warnings
     sw.check_size(spec, config.force)
     labels = None
-    if config.front_door:  # named as the answer names them; a refusal names what the user typed, not "point 0"
-        from .frontdoor import check_points, point_names
+    if spec.kind == "serve":  # named as the answer names them, from the front door and from a rerun of its spec alike
+        from .frontdoor import point_names
 
         labels = point_names(spec.points()) or None
+    if config.front_door:  # a refusal names what the user typed, not "point 0"
+        from .frontdoor import check_points
+
         points = check_points(spec, kind, {kind.rate_option: settings.start}, labels or {})
     else:
         points = sw.validate_points(spec, kind, {kind.rate_option: settings.start})
@@ -442,7 +447,7 @@ def capacity(config: CapacityConfig, progress=None, say=None) -> CapacityResult:
                                          say=say, labels=labels)
     table = sw.load(config.out)
     cap.figure(figure, table, spec.axes, settings, spec.kind, labels)
-    result = CapacityResult(spec, settings, summary, table, figure, warnings=warnings)
+    result = CapacityResult(spec, settings, summary, table, figure, warnings=warnings, labels=labels or {})
     if spec.kind == "serve":
         _answer(result, points)
     if config.front_door:
@@ -529,15 +534,15 @@ def run_capacity(args: argparse.Namespace) -> int:
     headers, rows = cap.table_rows(result.table, spec.axes, settings)
     print(f"capacity ({slo}; mean over {spec.replications} replication(s), tolerance {settings.tolerance:.0%}):")
     print(format_table(headers, rows))
-    notes = cap.lengthening_notes(result.table, spec.axes)
+    notes = cap.lengthening_notes(result.table, spec.axes, result.labels)
     if notes:
         print("steady state (runs that had not settled are rerun longer; overloaded rates fail):")
         print("\n".join(f"  {n}" for n in notes))
     if settings.load is not None:
-        best = cap.fewest_devices(result.table, spec.axes)
+        best = cap.fewest_devices(result.table, spec.axes, result.labels)
         if best is not None:
             print(f"fewest devices for {settings.load:g} requests/s: {best}")
-    cheapest = cap.cheapest(result.table, spec.axes)
+    cheapest = cap.cheapest(result.table, spec.axes, result.labels)
     if cheapest is not None:
         print(f"cheapest per output token at capacity: {cheapest}")
     if result.deployment is not None:

@@ -204,6 +204,9 @@ devices = ["tp"]
 price_per_hour = 2.0
 """
 
+#: SERVE_SPEC's configurations as every capacity output names them (frontdoor.point_names: the answer's names,
+#: from a hand-written spec as from the front door's)
+SERVE_NAMES = {"ar": "plain decoding", "fixed:k=4": "draft model qwen2.5-0.5b with k = 4"}
 
 @pytest.mark.slow  # 11.1 s measured (pytest --durations, 2-core machine)
 def test_capacity_with_the_serving_simulator(tmp_path, capsys):
@@ -332,7 +335,7 @@ def test_replica_and_lengthening_steps_are_told(tmp_path, capsys):
     json.loads(captured.out)
     notes = []
     for i, r in enumerate(sw.load(tmp_path / "out").to_pylist()):
-        own = [line for line in captured.err.splitlines() if line.startswith(f"[{i + 1}/2] policy={r['policy']}: ")]
+        own = [line for line in captured.err.splitlines() if line.startswith(f"[{i + 1}/2] {SERVE_NAMES[r['policy']]}: ")]
         counts = [line for line in own if ": replicas: " in line]
         assert counts and f"fewest in ({r['replicas_for_load'] - 1:g}, {r['replicas_for_load']:g}]" in counts[-1], counts
         notes += json.loads(r["notes"])

@@ -26,7 +26,8 @@ def test_rerunning_the_front_doors_spec_gives_the_same_answer(tmp_path, capsys):
     word and key for key, from `draftsim capacity OUT/spec.toml --out OUT --resume` (once printed
     by the front door alone); --overheads is --engine's old name, as in cost and serve-sim."""
     out = str(tmp_path / "out")
-    args = [*FRONT, "--overheads", "sglang", "--duration", "5", "--replications", "2", "--workers", "1", "--out", out]
+    args = [*FRONT, "--method", "eagle3:k=2", "--alpha", "0.7", "--overheads", "sglang", "--duration", "5", "--replications", "2", "--workers", "1",
+            "--out", out]
     assert main(args) == 0
     front = capsys.readouterr().out.splitlines()
     assert main(["capacity", f"{out}/spec.toml", "--out", out, "--resume"]) == 0
@@ -35,6 +36,10 @@ def test_rerunning_the_front_doors_spec_gives_the_same_answer(tmp_path, capsys):
     assert front[2].startswith("  model error: ")
     head = front[:front.index("")]
     assert rerun[:len(head)] == head
+    # every line names a configuration as the answer does ("plain decoding"), on the rerun too
+    assert not [line for line in front + rerun if "policy=" in line or "drafter_model=" in line]
+    fewest = [line for line in front if line.startswith("fewest devices")]
+    assert fewest and fewest == [line for line in rerun if line.startswith("fewest devices")]
     deploy = [line for line in front if "sglang.launch_server" in line]
     assert deploy and deploy == [line for line in rerun if "sglang.launch_server" in line]
     assert main([*args, "--resume", "--json"]) == 0
