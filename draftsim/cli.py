@@ -140,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     if nul is not None:  # no path, name or number holds one (os calls raise ValueError on it)
         shown = nul.replace(chr(0), "\\0")
         parser.error(f"argument {shown!r} contains a NUL byte; no option takes one")
-    args = parser.parse_args(_join_dash_values(parser, argv))
+    joined = _join_dash_values(parser, argv)
+    args, extra = parser.parse_known_args(joined)
+    if extra:  # refused by the command that was given them, not by draftsim itself, with the nearest option
+        _refuse_unrecognized(parser, joined, extra)
     from draftsim.sim.errors import DraftsimError
 
     try:
@@ -163,6 +166,23 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("draftsim: interrupted", file=sys.stderr)
         return 130
+
+
+def _refuse_unrecognized(parser: argparse.ArgumentParser, argv: list[str], extra: list[str]) -> None:
+    """``draftsim capacity: error: unrecognized arguments: --overhead; did you mean --overheads or
+    --overhead-...?``: the deepest (sub)command the words name refuses what it does not know (argparse
+    leaves that to the top parser, which names no command), suggesting the nearest of its options."""
+    from draftsim.sim.errors import did_you_mean
+
+    current = parser
+    for token in argv:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and not token.startswith("-") and token in subs[0].choices:
+            current = subs[0].choices[token]
+    options = [s for a in current._actions for s in a.option_strings if s.startswith("--")]
+    first = next((x.partition("=")[0] for x in extra if x.startswith("--")), None)
+    hint = did_you_mean(first, options) if first else ""
+    current.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 def _long_number(argv: list[str]) -> str | None:

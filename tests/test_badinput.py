@@ -126,7 +126,11 @@ CASES = [
     (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k-max", "100000"], ["k_max must be an integer in [0, 1024]; got 100000"]),
     (["ewif", "--alpha", "0.5", "--cost", "0.1", "--k", "3", "--k-max", "4"], ["--k-max", "not allowed with argument --k"]),
     (["ewif", "--cost", "0.1"], ["required: --alpha"]),
-    (["ewif", "--alpha", "0.5", "--cost", "0.1", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["ewif", "--alpha", "0.5", "--cost", "0.1", "--bogus"], ["draftsim ewif: error: unrecognized arguments: --bogus"]),
+    # a misspelt option is refused by its command, naming it, with the nearest options
+    (["cost", "--target", "llama-3.1-8b", "--overhed", "vllm"], ["draftsim cost: error: unrecognized arguments: --overhed vllm",
+                                                                "did you mean --overhead or --overheads"]),
+    (["optimize", "tree", "--rank-alphas", "0.5", "--budgt", "8"], ["draftsim optimize tree: error:", "--budgt", "did you mean --budget"]),
     # --- plan
     (["plan", "--drafter", "small:0.7"], ["NAME:ALPHA:COST", "'small:0.7'"]),
     (["plan", "--drafter", "small:x:0.1"], ["'small:x:0.1'", "ALPHA and COST must be numbers"]),
