@@ -376,7 +376,7 @@ def run_demo(out_dir: Path, k_max: int = 32, sim_tokens: int = SIM_TOKENS, real:
     ``bar(total, desc)`` is a context manager whose ``update(n)`` counts the Monte Carlo checks.
     Sizes: ``sim_tokens`` tokens per Monte Carlo check (100,000 puts its standard error near
     0.4% of the EWIF it checks); ``serving_requests`` requests per load of the serving study
-    (the crossover reads 4.19 req/s with 200, 4.10 with 400, 4.04 with 600 and 4.06 with 2,000;
+    (the crossover reads 4.25 req/s with 200, 4.15 with 400, 4.08 with 600 and 4.09 with 2,000;
     with 600 every load up to 4 req/s reaches its steady state for both servers).
 
     Returns ``{"settings": [(Setting, [Strategy, ...]), ...], "simulations": [...],
