@@ -88,10 +88,10 @@ class KMatrixReport:
     exact: KMatrixSearch
     grid: KMatrixSearch
     best_single_drafter: SingleDrafter
-    cost_from: dict | None = None  #: hardware-priced costs (not in the JSON document)
+    cost_from: dict | None = None  #: hardware-priced costs: what priced them (the engine, the hardware), in the JSON too
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in as_dict(self).items() if k != "cost_from"}
+        return {k: v for k, v in as_dict(self).items() if k != "cost_from" or v is not None}
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,10 @@ class ThresholdReport:
     cost_from: dict | None = None
 
     def to_dict(self) -> dict:
-        return {"comparison": as_dict(self.comparison), "h_star": self.h_star, "noisy_predictor": self.noisy_predictor}
+        out = {"comparison": as_dict(self.comparison), "h_star": self.h_star, "noisy_predictor": self.noisy_predictor}
+        if self.cost_from is not None:  # what priced the times (the engine, the hardware), as the text's first line says
+            out["cost_from"] = self.cost_from
+        return out
 
 
 @dataclass(frozen=True)

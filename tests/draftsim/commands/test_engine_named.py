@@ -15,6 +15,7 @@ HW = ["--target", "llama-2-70b", "--drafter-model", "llama-2-7b", "--hardware", 
     ["ewif", "--alpha", "0.8", "--k", "3", *HW],
     ["simulate", "--policy", "fixed:k=3", "--alpha", "0.8", "--tokens", "500", *HW],
     ["optimize", "kmatrix", "--alpha", "0.7", "--k-max", "3", *HW],
+    ["optimize", "threshold", "--alpha", "0.8", "--k-max", "4", *HW],
     ["plan", "--drafter", "big:0.8:llama-2-7b", "--target", "llama-2-70b", "--hardware", "h100-sxm", "--tp", "4"],
 ])
 def test_the_priced_planners_name_the_default_engine_and_tp_in_text(capsys, argv):
@@ -22,8 +23,6 @@ def test_the_priced_planners_name_the_default_engine_and_tp_in_text(capsys, argv
     assert status == 0, err
     line = next(x for x in out.splitlines() if x.startswith("costs from "))
     assert "engine vllm v0.10.1" in line and "target on tp 4" in line, line
-    if argv[0] == "optimize":  # (its JSON holds the costs alone)
-        return
     status, out, err = run(capsys, *argv, "--json")
     info = json.loads(out)["cost_from"]
     assert info["engine_label"] == "vllm v0.10.1" and info["tp"] == 4 and info["drafter_tp"] == 4
