@@ -218,6 +218,17 @@ def overall_text(error: dict) -> str:
     return f"over all {whole['points']} published runs: median {whole['median_abs_error']:.1%}, worst {whole['worst_abs_error']:.1%}"
 
 
+def model_error_lines(error: dict) -> list[str]:
+    """The model error as the answer prints it: the points like it, the whole suite, the margin under them."""
+    lines = [f"model error: {error['text']}", f"  {overall_text(error)}"]
+    if "margin" in error:
+        held = "holds" if error["margin_at_median_error"] >= 0 else "does NOT hold"
+        lines.append(f"  were this gain over-predicted by {error['median_abs_error']:.1%} its margin would be "
+                     f"{error['margin_at_median_error']:+.0%} ({held}), by {error['worst_abs_error']:.1%} "
+                     f"{error['margin_at_worst_error']:+.0%}")
+    return lines
+
+
 def _summary(level: tuple[str, ...], like: dict, chosen) -> Evidence:
     errors = np.array([p.error for p in chosen])
     return Evidence(level, like, len(chosen), float(np.median(np.abs(errors))), float(np.max(np.abs(errors))), float(np.mean(errors)),

@@ -478,19 +478,6 @@ def model_error(rec: Recommendation, moe: bool, engine: str | None, hardware: st
     return out
 
 
-def model_error_lines(error: dict) -> list[str]:
-    """The model error as the answer prints it: the points like it, the whole suite, the margin under them."""
-    from draftsim.sim.evidence import overall_text
-
-    lines = [f"model error: {error['text']}", f"  {overall_text(error)}"]
-    if "margin" in error:
-        held = "holds" if error["margin_at_median_error"] >= 0 else "does NOT hold"
-        lines.append(f"  were this gain over-predicted by {error['median_abs_error']:.1%} its margin would be "
-                     f"{error['margin_at_median_error']:+.0%} ({held}), by {error['worst_abs_error']:.1%} "
-                     f"{error['margin_at_worst_error']:+.0%}")
-    return lines
-
-
 @dataclass
 class Answer:
     """What a serve-kind capacity search says beside its table, the same from the front door's

@@ -275,7 +275,7 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
                             note=f"the scheduler as simulated: {result.scheduler}; replicas behind a round-robin router"))
         error = getattr(result, "model_error", None)
         if error is not None:  # how far speedups like this one were from published ones
-            from .frontdoor import model_error_lines
+            from draftsim.sim.evidence import model_error_lines
 
             text = "; ".join(line.strip() for line in model_error_lines(error))
             subtitle += ". " + text[0].upper() + text[1:]

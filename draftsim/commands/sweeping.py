@@ -562,7 +562,7 @@ def _answer_lines(result: CapacityResult) -> list[str]:
     """What a serve search prints before its table, the same from the front door and from its
     spec: the answer (or why there is none), the engine and its scheduler settings with the SLOs,
     and the model error of the configuration named."""
-    from .frontdoor import model_error_lines
+    from draftsim.sim.evidence import model_error_lines
 
     spec, settings, rec = result.spec, result.settings, result.recommendation
     slo = cap.slo_text(settings.slo, spec.kind)

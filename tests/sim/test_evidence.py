@@ -124,7 +124,8 @@ def test_a_bad_evidence_file_is_refused_in_one_line_naming_the_field(tmp_path, d
 
 
 def test_the_answer_says_how_far_speedups_like_it_were_off_and_its_margin_under_that():
-    from draftsim.commands.frontdoor import Recommendation, model_error, model_error_lines
+    from draftsim.commands.frontdoor import Recommendation, model_error
+    from draftsim.sim.evidence import model_error_lines
 
     row = {"load_margin": 0.20}
     rec = Recommendation("enable EAGLE-3 with k = 3: ...", "fixed:k=3", "eagle3", 3, 5, 6, row)
