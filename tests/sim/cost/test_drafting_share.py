@@ -44,7 +44,7 @@ def test_a_heads_drafting_share_falls_with_batch_as_measured(drafter, figure):
 
 @pytest.mark.xfail(strict=True, reason=(
     "misses: SpecDecode-Bench's Figure 4c measures the draft model's share of Qwen3-8B's steps falling with batch "
-    "(0.47, 0.25, 0.21, 0.16 at batch 1, 64, 128, 512); draftsim's rises (roofline 0.27, 0.40, 0.43, 0.45 at 1,024 cached "
+    "(0.47, 0.25, 0.21, 0.16 at batch 1, 64, 128, 512); draftsim's rises (roofline 0.40, 0.42, 0.43, 0.44 at 1,024 cached "
     "tokens). Qwen3-0.6B caches 112 KiB a token against Qwen3-8B's 144 KiB (28 layers x 8 KV heads x 128 against 36), so "
     "at batch x context its three draft calls read almost as much KV as the verification: priced that way the draft "
     "share must rise. The bars come from the benchmark's own vLLM fork (branch perf/tb-dm, PR 24322's draft-model "
