@@ -60,3 +60,15 @@ def test_readme_commands_parse(command, error):
         assert status == 0, (command, err.getvalue())
     else:
         assert status == 2 and error.split(": error: ")[1].split(" (see")[0] in err.getvalue()
+
+
+def test_the_tours_layout_names_every_module():
+    """docs/tour.md's Layout block names every module of the four layers (it once missed twenty:
+    the operator model's, the steady state's, the static cache's, ...)."""
+    text = (ROOT / "docs" / "tour.md").read_text()
+    start = text.index("## Layout")
+    block = text[text.index("```", start):text.index("```", text.index("```", start) + 3)]
+    modules = {p.name for layer in ("sim", "realrun", "analysis", "draftsim") for p in (ROOT / layer).rglob("*.py")
+               if p.name != "__init__.py" and "commands" not in p.parts and ".venv" not in p.parts}
+    missing = sorted(m for m in modules if m not in block)
+    assert not missing, f"docs/tour.md's Layout does not name: {', '.join(missing)}"
