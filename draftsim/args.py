@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from draftsim.sim.errors import DraftsimError, as_cost, as_count, as_positive, as_probability, parse_number, shown
+from draftsim.sim.errors import DraftsimError, as_cost, as_count, as_positive, as_probability, parse_number, parse_seconds
 
 
 def _checked(check: Callable, name: str, **kwargs) -> Callable[[str], object]:
@@ -75,29 +75,8 @@ def count(name: str, minimum: int = 0, maximum: int | None = None) -> Callable[[
 
 # --- times ----------------------------------------------------------------------------------
 
-#: The units a time takes after its number, in seconds (a bare number is seconds).
-TIME_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-#: What a time may be written as, for messages.
-TIME_FORMS = "a number of seconds, or a number with a unit: us, ms, s, m or min, h (e.g. 500ms, 30, 2m, 1.5h)"
-_TIME = re.compile(r"\s*([+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|infinity|inf)|nan)\s*([a-zµ]*)\s*",
-                   re.IGNORECASE)
-
-
-def parse_seconds(name: str, text) -> float:
-    """A time as the command line writes it, in seconds: a bare number is seconds; a unit may
-    follow (``500ms`` → 0.5, ``2m`` and ``2min`` → 120.0, ``1.5h`` → 5400.0, ``250us``;
-    :data:`TIME_UNITS`), blanks allowed between, ASCII digits only. The one reader of every
-    time-valued option (``--duration``, ``--slo-ttft``, ...); an SLO's ``VALUE[UNIT]`` can be read
-    with it too. Only the form is checked here; the range (> 0, finite) is the caller's."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)
-    m = _TIME.fullmatch(text) if isinstance(text, str) else None
-    if m is None:
-        raise DraftsimError(f"{name} must be a time, {TIME_FORMS}; got {shown(text)}")
-    number, unit = m.group(1), m.group(2).lower()
-    if unit and unit not in TIME_UNITS:
-        raise DraftsimError(f"{name} {text.strip()!r}: unknown unit {unit!r}; valid: {', '.join(TIME_UNITS)} (a bare number is seconds)")
-    return float(number) * TIME_UNITS[unit or "s"]
+# Times are read by sim.errors.parse_seconds (with the other number readers: the sim layer's specs,
+# closed:clients=N,think=S, read times too); duration() is the command line's type for it.
 
 
 def duration(name: str, maximum: float | None = None) -> Callable[[str], float]:

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DraftsimError, as_count, as_positive, shown, unknown
+from ..errors import DraftsimError, as_count, as_positive, parse_seconds, shown, unknown
 from ..files import parse_json, read_text
 from ..params import Entry, Param, Parametrised, Registry, ascii_float, ascii_int
 
@@ -477,14 +477,20 @@ class ClosedLoop(Arrivals):
 
 
 #: Arrival processes on the command line (``--arrivals``).
+def _think(text: str) -> float:
+    """A closed loop's mean think time, read as every time is (:func:`~draftsim.sim.errors.parse_seconds`):
+    ``think=1.5`` is seconds, ``think=500ms`` half a second."""
+    return parse_seconds("think", text)
+
+
 ARRIVALS = Registry("arrival process", plural="arrival processes", entries=[
     Entry("poisson", Poisson, (), (("poisson", "exponential gaps at rate --qps (default)"),)),
     Entry("gamma", GammaArrivals, (Param("cv", ascii_float, required=True),),
           (("gamma:cv=2", "gamma gaps at rate --qps, coefficient of variation cv (>1: bursty)"),)),
     Entry("fixed", EvenArrivals, (), (("fixed", "evenly spaced at rate --qps"),)),
-    Entry("closed", ClosedLoop, (Param("clients", ascii_int, required=True), Param("think", ascii_float)),
+    Entry("closed", ClosedLoop, (Param("clients", ascii_int, required=True), Param("think", _think)),
           (("closed:clients=32[,think=1.0]", "closed loop: each client sends its next request an exponential\n"
-            "think time (mean, s) after its previous one ends"),)),
+            "think time (mean; seconds, or with a unit: think=500ms) after its previous one ends"),)),
 ])
 
 ARRIVAL_HELP = ARRIVALS.help

@@ -199,3 +199,14 @@ def test_trace_driven_requests_replay_their_recorded_sequences():
     run = serve(serving_config(policies.FixedK(5), process), wl, seed=0)
     assert run.output.tolist() == [31, 13, 31, 13]  # recorded lengths + the prefill's token
     assert run.rounds[1] == 12 and run.rounds[0] == 5  # all rejected: one token a round; all accepted: 6
+
+
+@pytest.mark.parametrize("text, seconds", [("0.5", 0.5), ("500ms", 0.5), ("2m", 120.0), ("1.5 s", 1.5)])
+def test_a_closed_loops_think_time_is_read_as_every_time_is(text, seconds):
+    """think= takes a unit as --duration and --slo-ttft do (sim.errors.parse_seconds); a bare number is seconds."""
+    assert parse_arrivals(f"closed:clients=2,think={text}").think == pytest.approx(seconds)
+
+
+def test_a_think_time_with_an_unknown_unit_names_it():
+    with pytest.raises(DraftsimError, match="unknown unit 'xs'"):
+        parse_arrivals("closed:clients=2,think=5xs")
