@@ -377,7 +377,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         result = sweep(config, bar)
     spec, summary = result.spec, result.summary
     if args.json:
-        a.emit_json(result.to_dict())
+        out = result.to_dict()
+        if summary is not None:  # the steady-state verdict the text prints under its table (marked points in the Parquet rows)
+            out["steady_state"] = steady_notes(sw.load(config.out), spec)
+        a.emit_json(out)
         return _failures(result)
     if summary is None:
         print(f"{spec.kind} sweep: {spec.n_points:,} points x {spec.replications} replication(s) = {spec.n_tasks:,} runs over "

@@ -112,6 +112,11 @@ def test_a_serve_sweep_marks_the_points_not_at_steady_state(capsys, tmp_path):
     assert rows["200"].rstrip().endswith("overloaded") and not rows["2"].rstrip().endswith(("overloaded", "steady"))
     warning = [line for line in lines if line.startswith("WARNING:")]
     assert len(warning) == 1 and "1 of 2 points not at steady state" in warning[0] and "1 overloaded" in warning[0]
+    # --json says the same (on the stored runs: nothing reruns)
+    status, out, err = run(capsys, "sweep", str(tmp_path / "spec.toml"), "--out", str(tmp_path / "out"), "--resume", "--workers", "1",
+                           "--json")
+    assert status == 0, err
+    assert json.loads(out)["steady_state"] == warning
 
 
 def test_a_serve_sweep_that_records_no_steady_state_says_so(capsys, tmp_path):
