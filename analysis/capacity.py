@@ -101,7 +101,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..sim.errors import DraftsimError, suggest
+from ..sim.errors import DraftsimError, parse_number, parse_seconds, suggest
 from .sweep import Kind, Outcome, Spec, Summary, Task, as_metric, check_size, derive_seed, lookup, one_line, run_tasks, validate_points
 
 CAPACITY_KEYS = ("slo", "start", "minimum", "maximum", "tolerance", "throughput", "price_per_hour", "devices", "compare",
@@ -452,8 +452,8 @@ def settings(spec: Spec, kind: Kind) -> Settings:
     longest = table.get("max_lengthening", 8)
     if isinstance(longest, bool) or longest not in (1, 2, 4, 8, 16, 32, 64):
         raise DraftsimError(f"[capacity] max_lengthening must be one of 1, 2, 4, 8, 16, 32, 64 (runs are doubled); got {longest!r}")
-    durations = [d for d in (p.config.get("duration") for p in spec.points())  # bad ones: refused with their point
-                 if isinstance(d, (int, float)) and not isinstance(d, bool) and math.isfinite(d) and d > 0]
+    durations = [d for d in (_seconds_or_none(p.config.get("duration")) for p in spec.points())  # bad ones: refused with their point
+                 if d is not None and math.isfinite(d) and d > 0]
     why = {"minimum": "", "maximum": ""}
     if durations:  # defaults every run can hold: MIN_RUN_REQUESTS at the lowest rate, MAX_RUN_REQUESTS at the longest
         if "minimum" not in out:
@@ -537,8 +537,7 @@ def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence, labels: 
                             f"{s.maximum:g} req/s each: give load {suggest(s.maximum * MAX_REPLICAS, '<=', 4)}, or raise maximum")
     checked: set = set()
     for p in points:
-        option = next((o for o in LENGTH_OPTIONS if p.config.get(o) is not None), None)
-        base = p.config.get(option) if option else None
+        option, base = run_length(p.config)
         where = (labels or {}).get(p.index) or f"point {p.index} ({', '.join(f'{k}={v!r}' for k, v in p.values.items()) or 'the base configuration'})"
         if option == "duration" and isinstance(base, (int, float)):
             for name, rate in (("minimum", s.minimum), ("load", s.load)):
@@ -629,6 +628,29 @@ def _length(option: str | None, base, factor: int) -> str:
     return f"{base * factor:g}{unit}" + (f" ({factor}x)" if factor > 1 else "")
 
 
+def _seconds_or_none(value) -> float | None:
+    """A spec's duration in seconds (``60``, ``"1m"``), or None where it is no time (refused later, with its point)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return parse_seconds("duration", value) if isinstance(value, str) else None
+    except DraftsimError:
+        return None
+
+
+def run_length(config: Mapping) -> tuple[str | None, float | int | None]:
+    """Which option sets a run's length (``duration`` or ``requests``) and its value as a number: a
+    spec's ``duration = "2m"`` is read as every time is (:func:`~draftsim.sim.errors.parse_seconds`), so
+    the search can check and lengthen it (it was multiplied as text)."""
+    option = next((o for o in LENGTH_OPTIONS if config.get(o) is not None), None)
+    base = config.get(option) if option else None
+    if isinstance(base, str):
+        base = parse_seconds("duration", base) if option == "duration" else parse_number(option, base)
+    return option, base
+
+
 def _scaled(config: dict, option: str | None, base, factor: int) -> dict:
     if option is None or factor == 1:
         return config
@@ -645,8 +667,7 @@ def search_task(run: Callable, rate_option: str, metric_paths: dict, s: Settings
     progress = Progress(say, (labels or {}).get(task.point, f"configuration {task.point}"), s.slo)
     try:
         seeds = [derive_seed(spec_seed, task.point, r) for r in range(replications)]
-        option = next((o for o in LENGTH_OPTIONS if task.config.get(o) is not None), None)
-        base = task.config.get(option) if option else None
+        option, base = run_length(task.config)
         notes: list = []
 
         def at(qps: float, factor: int) -> tuple[bool, dict]:

@@ -162,3 +162,19 @@ def test_the_figure_names_each_configuration_and_its_legend_hides_no_bar(tmp_pat
     assert legend.x0 >= ax.get_window_extent().x1  # beside the plot: over no bar or label
     assert "ttft_p99 ≤ 2 s, tpot_p90 ≤ 60 ms" in fig._suptitle.get_text()
     assert "requests/s" in ax.get_xlabel()
+
+
+@pytest.mark.parametrize("duration", ['"60s"', '"1m"', "60.0"])
+def test_a_specs_duration_may_carry_a_unit(tmp_path, capsys, duration):
+    """duration = "1m" in a spec is read as --duration 1m is (it was multiplied as text when the search
+    lengthened a run: a traceback); "5xs" is one line naming the unit."""
+    spec = tmp_path / "spec.toml"
+    body = ('version = 1\nkind = "serve"\n[base]\ntarget = "qwen2.5-7b"\nhardware = "h100-sxm"\npolicy = "ar"\n'
+            'engine = "none"\nduration = {d}\n[capacity]\nslo = {{ tpot_p50 = 0.05 }}\nminimum = 1.0\n')
+    spec.write_text(body.format(d=duration))
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--check"]) == 0
+    assert "SLOs tpot_p50 <= 50 ms" in capsys.readouterr().out
+    spec.write_text(body.format(d='"5xs"'))
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown unit 'xs'" in err[0]
