@@ -556,8 +556,15 @@ def answer(spec, points, table, load: float | None) -> Answer:
         missing.append("no configuration's search succeeded")
     if len(targets) > 1:
         differ = [f for f, k in (("target", 0), ("hardware", 1), ("tp", 2), ("engine", 3)) if len({t[k] for t in targets}) > 1]
-        missing.append(f"the configurations run on different deployments ({', '.join(differ) or 'scheduler'} differ), which the "
+        missing.append(f"the configurations run on different deployments ({', '.join(differ)} differ), which the "
                        "table compares: an answer needs one target, hardware, tp and engine")
+    else:  # one deployment: the points may still differ in what is not the method (a scheduler, a workload, alpha)
+        shown = lambda v: json.dumps(v, sort_keys=True, default=str)  # noqa: E731
+        keys = {k for p in points for k in p.config if k not in METHOD_KEYS}
+        besides = sorted(k for k in keys if len({shown(p.config.get(k)) for p in points}) > 1)
+        if besides:
+            missing.append(f"the configurations differ in {', '.join(besides)} besides the drafting method, which the table "
+                           "compares: an answer compares drafting methods on one deployment, scheduler and workload")
     if load is None:
         missing.append("the spec gives no load: add --load REQ/S (or load = REQ/S under [capacity]) for the fewest replicas "
                        "meeting the SLOs and the command that deploys them")
@@ -577,6 +584,10 @@ def answer(spec, points, table, load: float | None) -> Answer:
             out.model_error = error_of(_drafter(values[r["point"]]) if _policy(values[r["point"]]) != "ar" else None, r)
             out.named = names[r["point"]]
     return out
+
+
+#: What a configuration of the front door's search varies: its drafting method (the rest is one deployment)
+METHOD_KEYS = frozenset({"policy", "drafter-model", "drafter_model", "drafter", "controller"})
 
 
 def check_points(spec, kind, extra: dict, names: dict) -> list:

@@ -273,12 +273,17 @@ def capacity_report(config, result, folder: Path, configure) -> dict:
         tables.append(Table("Deploy the answer", ["engine", "replicas", "command"],
                             [[result.deployment["engine"], result.deployment["replicas"], result.deployment["command"]]],
                             note=f"the scheduler as simulated: {result.scheduler}; replicas behind a round-robin router"))
-        error = getattr(result, "model_error", None)
-        if error is not None:  # how far speedups like this one were from published ones
-            from draftsim.sim.evidence import model_error_lines
+    elif getattr(result, "no_answer", None):  # a serve spec that cannot give one says why, as the text does
+        on = (f"{result.engine} ({result.scheduler})" if result.engine else
+              "; ".join(f"{e['engine']} ({e['scheduler']}) for {', '.join(e['deployments'])}" for e in result.engines))
+        subtitle = f"No answer: {result.no_answer} (on {on}; SLOs {slo}). " + subtitle[0].upper() + subtitle[1:]
+    error = getattr(result, "model_error", None)
+    if error is not None and spec.kind == "serve":  # how far speedups like the one named were from published ones
+        from draftsim.sim.evidence import model_error_lines
 
-            text = "; ".join(line.strip() for line in model_error_lines(error))
-            subtitle += ". " + text[0].upper() + text[1:]
+        text = "; ".join(line.strip() for line in model_error_lines(error))
+        named = getattr(result, "named", None)
+        subtitle += ". " + (f"{named}: " if rec is None and named else "") + text[0].upper() + text[1:]
     figures = [Figure("Capacity of each configuration", copy_figure(result.figure, folder, "capacity.png"))] if result.figure else []
     setup = [("spec", str(config.spec) if config.spec is not None else f"the front door's flags ({Path(config.out) / 'spec.toml'})"),
              ("axes", ", ".join(spec.axes) or "none"), ("configurations", f"{spec.n_points:,}"),

@@ -178,3 +178,20 @@ def test_a_specs_duration_may_carry_a_unit(tmp_path, capsys, duration):
     assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown unit 'xs'" in err[0]
+
+
+def test_a_spec_varying_the_scheduler_gets_no_answer_and_its_report_says_why(tmp_path, capsys):
+    """Points that differ in more than the drafting method (here max_num_seqs) are compared by the
+    table, not answered: the answer once named 'plain decoding' (the first ar row) and deployed the
+    first point's scheduler, and the report printed 'on None'."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text('version = 1\nkind = "serve"\n[base]\ntarget = "qwen2.5-7b"\nhardware = "h100-sxm"\npolicy = "ar"\n'
+                    'duration = 3.0\nengine = "none"\n[zip]\nmax-num-seqs = [4, 256]\n[capacity]\nslo = { tpot_p50 = 0.05 }\n'
+                    'minimum = 4.0\nmaximum = 64.0\ntolerance = 0.2\n')
+    out = tmp_path / "out"
+    assert main(["capacity", str(spec), "--out", str(out), "--workers", "1", "--report", str(tmp_path / "rep")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("no answer: the configurations differ in max_num_seqs besides the drafting method")
+    assert "deploy (" not in text
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "No answer: the configurations differ in max_num_seqs" in report and "None" not in report
