@@ -137,7 +137,11 @@ class PricedOptions(HardwareOptions):
         if n_drafters is not None and len(built.drafters) != n_drafters:
             raise DraftsimError(f"give one --drafter-model per drafter ({n_drafters}); got {len(built.drafters)}")
         t0, cs = built.coefficients(self.cost_batch, self.cost_context)
-        info = {**public_info(built.info, built.engine), "drafter_tp": self.drafter_tp or self.tp, "batch": self.cost_batch, "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
+        # the tp each draft model is priced at (a head runs on the target's devices; a draft model whose heads do not split
+        # over the target's tp runs on one device, as the backends say)
+        tps = sorted({getattr(m, "tp", None) or self.tp for m in built.drafters}) or [self.drafter_tp or self.tp]
+        info = {**public_info(built.info, built.engine), "drafter_tp": tps[0] if len(tps) == 1 else tps, "batch": self.cost_batch,
+                "context": self.cost_context, "target_seconds": t0, "coefficients": cs}
         return built, info
 
     def refuse_unused_pricing(self, typed: str) -> None:
@@ -203,8 +207,9 @@ def deployment_terms(info: dict) -> list[str]:
         terms.append(f"target on tp {info['tp']}" + (f" x pp {info['pp']}" if info.get("pp", 1) > 1 else ""))
     elif info.get("pp", 1) > 1:
         terms.append(f"target on pp {info['pp']}")
-    if info.get("drafter_tp") is not None and info["drafter_tp"] != info.get("tp", 1):
-        terms.append(f"drafters on tp {info['drafter_tp']}")
+    tps = info.get("drafter_tp")
+    if tps is not None and tps != info.get("tp", 1):
+        terms.append(f"drafters on tp {'/'.join(map(str, tps)) if isinstance(tps, list) else tps}")
     return terms
 
 

@@ -49,3 +49,15 @@ def test_calibrate_names_what_it_fitted_in_text_and_json(capsys, tmp_path):
     status, out, err = run(capsys, *argv, "--json")
     data = json.loads(out)
     assert (data["target"], data["dtype"], data["tp"], data["engine"]) == ("smollm2", "float32", 3, "none")
+
+
+def test_a_draft_model_priced_on_one_device_says_so(capsys):
+    """Qwen2.5-0.5B's 14 heads do not split over tp 4: it is priced at tp 1 (as vLLM may run it), and the
+    'costs from' line and --json say tp 1, not the target's 4."""
+    argv = ["ewif", "--alpha", "0.8", "--k", "3", "--target", "qwen2.5-7b", "--drafter-model", "qwen2.5-0.5b",
+            "--hardware", "h100-sxm", "--tp", "4"]
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    assert "drafters on tp 1" in next(x for x in out.splitlines() if x.startswith("costs from "))
+    status, out, err = run(capsys, *argv, "--json")
+    assert json.loads(out)["cost_from"]["drafter_tp"] == 1
