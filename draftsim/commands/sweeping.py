@@ -290,6 +290,12 @@ def _bar(desc: str):
             state["bar"].close()
 
 
+#: The front door's flags and their defaults: any other value beside a SPEC is refused (it would be ignored)
+FRONT_DEFAULTS = {"target": None, "hardware": None, "tp": 1, "engine": None, "slo": [], "method": [], "alpha": None,
+                  "acceptance": None, "borrow": False, "workload": None, "request_trace": None, "duration": None,
+                  "replications": 3, "seed": 0}
+
+
 def _prepare(config: RunnerOptions):
     if getattr(config, "front_door", False):
         from .frontdoor import build_spec
@@ -300,8 +306,11 @@ def _prepare(config: RunnerOptions):
         if config.out is None:
             config.out = os.path.join("runs", f"capacity-{config.target.replace('/', '_')}")
     else:
-        if isinstance(config, CapacityConfig) and any(getattr(config, f) for f in ("target", "hardware", "slo", "method")):
-            raise DraftsimError("give either a SPEC or the front door's flags (--target, --hardware, --slo, --method), not both")
+        if isinstance(config, CapacityConfig):  # the front door's flags build a spec: beside one, they would be ignored
+            given = [f"--{f.replace('_', '-')}" for f, default in FRONT_DEFAULTS.items() if getattr(config, f) != default]
+            if given:
+                raise DraftsimError(f"{', '.join(given)}: give either a SPEC or the front door's flags, not both (beside SPEC "
+                                    f"{config.spec!r} they would be ignored: set them in its [base] and [capacity] tables)")
         spec = sw.load_spec(config.spec, KINDS)
         if config.out is None:
             raise DraftsimError("give --out DIR (the results folder)")

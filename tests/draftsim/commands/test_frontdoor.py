@@ -111,12 +111,16 @@ def test_the_front_door_answers_first_and_ends_in_a_vllm_command(tmp_path, capsy
     assert "vllm serve meta-llama/Llama-3.1-8B" in dom
 
 
-def test_a_spec_and_the_flags_together_are_refused(tmp_path, capsys):
+@pytest.mark.parametrize("flag", [["--target", "llama-3.1-8b"], ["--engine", "none"], ["--overheads", "sglang"], ["--duration", "2m"],
+                                  ["--workload", "sharegpt"], ["--alpha", "0.7"], ["--tp", "2"], ["--replications", "5"]])
+def test_a_spec_and_the_flags_together_are_refused(tmp_path, capsys, flag):
+    """Every front-door flag beside a SPEC is refused, naming it (--engine, --duration, --alpha, ... were ignored)."""
     spec = tmp_path / "s.toml"
     spec.write_text(toml_text(build_spec(_config())))
-    assert main(["capacity", str(spec), "--out", str(tmp_path / "o"), "--target", "llama-3.1-8b"]) == 2
+    assert main(["capacity", str(spec), "--out", str(tmp_path / "o"), *flag]) == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "not both" in err and not (tmp_path / "o").exists()
+    name = "--engine" if flag[0] == "--overheads" else flag[0]
+    assert len(err.strip().splitlines()) == 1 and "not both" in err and name in err and not (tmp_path / "o").exists()
 
 
 @settings(max_examples=300, deadline=None)
