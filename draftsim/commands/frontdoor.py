@@ -25,7 +25,8 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 
-from draftsim.sim.errors import DraftsimError, suggest
+from draftsim.analysis.capacity import LATENCIES, PER_TOKEN
+from draftsim.sim.errors import TIME_UNITS, DraftsimError, parse_seconds, suggest
 
 __all__ = ["SLO_NAMES", "SLO_STATS", "HELP", "parse_slo", "slo_warnings", "parse_method", "Method", "build_spec", "Recommendation",
            "recommend", "deploy", "hf_id", "toml_text", "configuration_name", "search_range", "Answer", "answer", "point_names",
@@ -39,7 +40,7 @@ The front door (no SPEC): the flags build the search, and the output ends in the
       --slo ttft:p99=2s --slo tpot:p90=60ms --method eagle3:k=1..4 --workload sharegpt --alpha 0.7
 
   --slo NAME:STAT=VALUE[UNIT]  NAME ttft, tpot, itl, e2e or queue; STAT mean, p50, p90 or p99;
-                               UNIT s, ms or us (no unit: seconds; ttft:p99=2s, tpot:p90=60ms)
+                               UNIT us, ms, s, m or h (no unit: seconds; ttft:p99=2s, tpot:p90=60ms)
   --method NAME[:k=K]          a drafting method serving engines deploy (eagle, eagle3, ...) or a
                                catalog draft model (qwen2.5-0.5b); K a list or range of draft
                                lengths (k=2, k=1..4, k=2,4,6; default 1..4). Plain decoding is
@@ -69,9 +70,8 @@ load, each configuration's fewest replicas are simulated at the load itself. Res
 OUT/results/*.parquet, OUT/manifest.json and the figure OUT/capacity.png.
 """
 
-SLO_NAMES = ("ttft", "tpot", "itl", "e2e", "queue")
+SLO_NAMES = LATENCIES  # the serve kind's latencies (analysis.capacity)
 SLO_STATS = ("mean", "p50", "p90", "p99")
-_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 #: The most draft lengths one --method may search (each is a configuration of its own).
 MAX_KS = 16
 #: Seconds of arrivals per simulation the front door starts from (capacity lengthens runs that have not settled).
@@ -82,29 +82,21 @@ LOAD_SPAN, MAX_RATE = 4.0, 1e4
 
 
 def parse_slo(text: str) -> tuple[str, float]:
-    """``ttft:p99=2s`` → (``ttft_p99``, 2.0): the serve kind's metric name and its bound in seconds."""
-    m = re.fullmatch(r"\s*([a-z0-9]+)\s*:\s*([a-z0-9]+)\s*=\s*([0-9.eE+-]+)\s*([a-z]*)\s*", str(text).lower())
-    if not m:
+    """``ttft:p99=2s`` → (``ttft_p99``, 2.0): the serve kind's metric name and its bound in seconds, the
+    bound read as every time is (:func:`~draftsim.sim.errors.parse_seconds`: 60ms, 2s, 1.5; us, m, h)."""
+    m = re.fullmatch(r"\s*([a-z0-9]+)\s*:\s*([a-z0-9]+)\s*=(.*)", str(text).lower())
+    if not m or not m.group(3).strip():
         raise DraftsimError(f"--slo {text!r}: write NAME:STAT=VALUE[UNIT], e.g. ttft:p99=2s or tpot:p90=60ms "
-                            f"(NAME: {', '.join(SLO_NAMES)}; STAT: {', '.join(SLO_STATS)}; UNIT: s, ms, us)")
-    name, stat, value, unit = m.groups()
+                            f"(NAME: {', '.join(SLO_NAMES)}; STAT: {', '.join(SLO_STATS)}; UNIT: {', '.join(TIME_UNITS)})")
+    name, stat, value = m.groups()
     if name not in SLO_NAMES:
         raise DraftsimError(f"--slo {text!r}: unknown latency {name!r}; valid: {', '.join(SLO_NAMES)}")
     if stat not in SLO_STATS:
         raise DraftsimError(f"--slo {text!r}: unknown statistic {stat!r}; valid: {', '.join(SLO_STATS)}")
-    if unit not in _UNITS and unit != "":
-        raise DraftsimError(f"--slo {text!r}: unknown unit {unit!r}; valid: s, ms, us")
-    try:
-        v = float(value) * _UNITS.get(unit or "s")
-    except ValueError:
-        raise DraftsimError(f"--slo {text!r}: {value!r} is not a number") from None
+    v = parse_seconds(f"--slo {text!r}:", value)
     if not (math.isfinite(v) and v > 0):
         raise DraftsimError(f"--slo {text!r}: the bound must be a finite number > 0")
     return f"{name}_{stat}", v
-
-
-#: Latencies bounded per token: a bound of a second or more on them is almost surely milliseconds written bare.
-PER_TOKEN = ("tpot", "itl")
 
 
 def slo_warnings(texts) -> list[str]:

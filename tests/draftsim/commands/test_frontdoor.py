@@ -28,12 +28,20 @@ def test_an_slo_reads_as_the_metric_and_its_bound_in_seconds(name, stat, value, 
 
 @pytest.mark.parametrize("text, words", [
     ("ttft=2s", ["NAME:STAT=VALUE"]), ("ttft:p100=2s", ["unknown statistic 'p100'", "p99"]), ("tbt:p99=2s", ["unknown latency 'tbt'"]),
-    ("ttft:p99=2h", ["unknown unit 'h'"]), ("ttft:p99=0", ["finite number > 0"]), ("ttft:p99=inf", ["NAME:STAT=VALUE"]),
+    ("ttft:p99=2xs", ["unknown unit 'xs'", "ms"]), ("ttft:p99=0", ["finite number > 0"]), ("ttft:p99=inf", ["finite number > 0"]),
+    ("ttft:p99=", ["NAME:STAT=VALUE"]), ("ttft:p99=2 5ms", ["must be a time"]),
 ])
 def test_a_bad_slo_is_one_line_naming_it(text, words):
     with pytest.raises(DraftsimError) as err:
         parse_slo(text)
     assert "\n" not in str(err.value) and all(w in str(err.value) for w in words)
+
+
+@pytest.mark.parametrize("text, seconds", [("ttft:p99=2m", 120.0), ("tpot:p90=60ms", 0.06), ("itl:p50=250us", 250e-6),
+                                           ("e2e:p99=0.5h", 1800.0), ("tpot:p50=50 ms", 0.05)])
+def test_an_slo_reads_its_bound_as_every_time_is(text, seconds):
+    """--slo's VALUE[UNIT] is read by the one reader of times (--duration 2m, think=500ms): 2m is 120 s."""
+    assert parse_slo(text)[1] == pytest.approx(seconds)
 
 
 def test_methods_and_their_draft_lengths():
