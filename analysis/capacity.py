@@ -56,7 +56,7 @@ same doubling grid from ``start``, so the two curves share those rates.
 **Steady state.** A kind whose results say whether a run settled (``steady``, ``overloaded``:
 the serve kind, :mod:`draftsim.sim.serving.steady`) has every rate judged at its steady state: a
 rate meets the SLOs only when every replication settled and none is overloaded. A rate whose
-runs did not settle (warm-up not over, queue still growing) is rerun at twice the spec's
+runs did not settle (warm-up not over, the queue not growing) is rerun at twice the spec's
 ``duration`` (or ``requests``), then four times, ... up to ``max_lengthening`` times (default 8;
 one of 1, 2, 4, ..., 64); still unsettled there, it fails. An overloaded rate (its waiting queue
 grows) fails at once. Each lengthening is noted (``notes``), so the answer does not hang on the
@@ -612,8 +612,9 @@ def lengthened(evaluate_at: Callable[[object, int], tuple[bool, dict]], s: Setti
                 why = "nothing to lengthen (give duration or requests)" if option is None else f"the longest allowed ({s.max_lengthening}x)"
                 note(f"{describe(point)}: not steady at {_length(option, base, factor)}, {why}: counted as not meeting the SLOs")
                 break
-            note(f"{describe(point)}: not steady at {_length(option, base, factor)} (queue still growing: overloaded, or run "
-                         f"longer): rerun at {_length(option, base, factor * 2)}")
+            # (not overloaded: that is said above) its occupancy still moved half-way through while its queue did not grow
+            note(f"{describe(point)}: not settled at {_length(option, base, factor)} (the requests in the system still moved; "
+                 f"the queue did not grow): rerun at {_length(option, base, factor * 2)}")
             factor *= 2
         metrics["lengthening"] = float(factor)
         return ok, metrics

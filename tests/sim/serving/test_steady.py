@@ -233,8 +233,9 @@ def test_unsettled_rates_are_rerun_longer_up_to_the_limit():
     ev = cap.lengthened(at, s, "duration", 60.0, lambda q: f"{q} req/s", notes)
     ok, m = ev(1)
     assert ok and m["lengthening"] == 4 and calls == [(1, 1), (1, 2), (1, 4)]
-    assert notes == ["1 req/s: not steady at 60 s (queue still growing: overloaded, or run longer): rerun at 120 s (2x)",
-                     "1 req/s: not steady at 120 s (2x) (queue still growing: overloaded, or run longer): rerun at 240 s (4x)"]
+    assert notes == ["1 req/s: not settled at 60 s (the requests in the system still moved; the queue did not grow): rerun at 120 s (2x)",
+                     "1 req/s: not settled at 120 s (2x) (the requests in the system still moved; the queue did not grow): rerun at "
+                     "240 s (4x)"]
     ok, m = ev(2)
     assert not ok and m["lengthening"] == 1 and "overloaded at 60 s" in notes[-1]
     ok, m = ev(3)
