@@ -658,8 +658,9 @@ def steady_marks(table, spec: sw.Spec) -> dict | None:
     marks = {}
     for key, (share, _, n) in steady.items():
         bad = round((1 - share) * n) if n else 0
-        word = "overloaded" if over.get(key, (0.0,))[0] > 0 else "not steady"
-        marks[key] = "" if not bad else word + (f" ({bad} of {n} runs)" if bad < n else "")
+        n_over = min(round(over.get(key, (0.0,))[0] * n), bad) if n else 0  # an overloaded run has not settled either
+        parts = [(word, k) for word, k in (("overloaded", n_over), ("not steady", bad - n_over)) if k]
+        marks[key] = ", ".join(word + (f" ({k} of {n} runs)" if k < n else "") for word, k in parts)
     return marks
 
 

@@ -246,3 +246,18 @@ def test_serve_sim_makes_missing_folders_for_its_outputs_once_everything_is_chec
     (tmp_path / "file").write_text("x")
     status, out, err = run(capsys, *argv, "--timeline", str(tmp_path / "file" / "tl.json"))
     assert status == 2 and "is a file, not a folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_points_steady_mark_counts_its_overloaded_and_unsettled_runs_apart():
+    """One overloaded run and two that did not settle read as such, not 'overloaded' for all three."""
+    import pyarrow as pa
+
+    from draftsim.commands.sweeping import steady_marks
+
+    class Spec:
+        axes = ["qps"]
+
+    t = pa.table({"qps": [1.0] * 3 + [2.0] * 3 + [3.0] * 3, "status": ["ok"] * 9,
+                  "steady": [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], "overloaded": [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]})
+    assert steady_marks(t, Spec) == {(1.0,): "overloaded (1 of 3 runs), not steady (2 of 3 runs)", (2.0,): "not steady (1 of 3 runs)",
+                                     (3.0,): "overloaded"}
