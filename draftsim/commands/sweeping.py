@@ -550,8 +550,8 @@ def run_capacity(args: argparse.Namespace) -> int:
     if notes:
         print("steady state (runs that had not settled are rerun longer; overloaded rates fail):")
         print("\n".join(f"  {n}" for n in notes))
-    if settings.load is not None:
-        best = cap.fewest_devices(result.table, spec.axes, result.labels)
+    if settings.load is not None and result.recommendation is None:  # the answer, where there is one, says it (and breaks ties
+        best = cap.fewest_devices(result.table, spec.axes, result.labels)  # towards plain decoding, which this line does not)
         if best is not None:
             print(f"fewest devices for {settings.load:g} requests/s: {best}")
     cheapest = cap.cheapest(result.table, spec.axes, result.labels)
