@@ -232,13 +232,14 @@ def test_capacity_with_the_serving_simulator(tmp_path, capsys):
 def test_replicas_for_a_target_load(tmp_path, capsys):
     """[capacity] load: per configuration the fewest replicas meeting the SLOs at that load —
     checked by simulating that many replicas at the load (they meet the SLOs) and one fewer (they
-    do not); devices and margin follow; the text names the configuration with the fewest devices."""
+    do not); devices and margin follow; the answer names the configuration with the fewest devices."""
     text = SERVE_SPEC.replace("price_per_hour = 2.0", "price_per_hour = 2.0\nload = 250.0")
     spec = tmp_path / "load.toml"
     spec.write_text(text)
     assert main(["capacity", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
     out = capsys.readouterr().out
-    assert "replicas for 250 req/s" in out and "fewest devices for 250 requests/s" in out
+    # the answer names the configuration and its replicas (a 'fewest devices' line only where there is no answer)
+    assert "replicas for 250 req/s" in out and out.startswith("answer: ") and " replica" in out.splitlines()[0]
     rows = sw.load(tmp_path / "out").to_pylist()
     base = sw.parse_spec(tomllib.loads(text), KINDS).base
     for r in rows:
