@@ -334,12 +334,15 @@ def serving_study(out_dir=None, *, requests: int = 200, deployment: Deployment =
     crossover and one figure (``out_dir/serving_speedup.png`` when ``out_dir`` is given), each
     naming the engine, both models' tp and the scheduler's limits."""
     from ..sim import acceptance, policies
-    from ..sim.serving import ServingConfig, make_workload
+    from ..sim.serving import SchedulerConfig, ServingConfig, make_workload
     from ..sim.serving.workload import Fixed, Poisson
     from .loadstudy import crossover, speedup_vs_load, sweep_qps
 
     built = assemble(deployment)
-    config = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), built.target, list(built.drafters))
+    d0 = built.scheduler_defaults()  # the engine's own limits on this device, as serve-sim runs it
+    scheduler = SchedulerConfig(max_num_seqs=d0.max_num_seqs, max_num_batched_tokens=d0.max_num_batched_tokens,
+                                chunked_prefill=d0.chunked_prefill, block_size=d0.block_size)
+    config = ServingConfig(policies.FixedK(4), acceptance.Bernoulli(0.8), built.target, list(built.drafters), scheduler=scheduler)
 
     def make(rng, q):
         return make_workload(arrivals=Poisson(), qps=q, requests=requests, duration=None, prompt=Fixed(512), output=Fixed(256), rng=rng)

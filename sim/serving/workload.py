@@ -476,13 +476,13 @@ class ClosedLoop(Arrivals):
         return rng.exponential(self.think, size=n) if self.think > 0 else np.zeros(n)
 
 
-#: Arrival processes on the command line (``--arrivals``).
 def _think(text: str) -> float:
     """A closed loop's mean think time, read as every time is (:func:`~draftsim.sim.errors.parse_seconds`):
     ``think=1.5`` is seconds, ``think=500ms`` half a second."""
     return parse_seconds("think", text)
 
 
+#: Arrival processes on the command line (``--arrivals``).
 ARRIVALS = Registry("arrival process", plural="arrival processes", entries=[
     Entry("poisson", Poisson, (), (("poisson", "exponential gaps at rate --qps (default)"),)),
     Entry("gamma", GammaArrivals, (Param("cv", ascii_float, required=True),),
