@@ -271,7 +271,9 @@ def combine(summaries: list[dict]) -> dict:
         out["overloaded"] = any(flags["overloaded"])
         out["steady_tested"] = all(flags["steady_tested"])
         unsteady = [r for r, ok in zip(reasons, flags["steady"]) if not ok]
-        out["steady_reason"] = (unsteady or reasons)[0]
+        untested = [r for r, ok in zip(reasons, flags.get("steady_tested", [True] * n)) if not ok]  # too short to test
+        out["steady_reason"] = (unsteady or untested or reasons)[0]
+        out["untested_replications"] = len(untested)
         out["steady_replications"] = int(sum(flags["steady"]))
 
     def ci(values: list):

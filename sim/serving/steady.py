@@ -289,7 +289,9 @@ def describe(summary: dict) -> str:
         which = f" ({reps - summary.get('steady_replications', 0)} of {reps} replications)" if reps > 1 else ""
         return f"WARNING: not at steady state{which}: {summary['steady_reason']}"
     if not summary.get("steady_tested", True):
-        return f"steady state {summary['steady_reason']}"
+        reps, untested = summary.get("replications", 1), summary.get("untested_replications", 1)
+        which = f" ({untested} of {reps} replications)" if reps > 1 and untested < reps else ""
+        return f"steady state {summary['steady_reason']}{which}"
     per = " per replication" if summary.get("replications", 1) > 1 else ""
     return (f"steady state: {summary['warmup_s']:.3g} s of warm-up (MSER-5) and the drain cut; rates over "
             f"{summary['window_s']:.3g} s, latencies over {summary['measured_requests']:.0f} requests{per}")

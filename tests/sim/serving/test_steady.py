@@ -383,3 +383,16 @@ def test_occupancy_of_a_bin_narrower_than_rounding():
                       np.array([100.0, 159.99999999999997, 160.0, 165.0]))
     assert avg[1] == pytest.approx(2.0) and avg[2] == pytest.approx(1.0)
     assert avg[0] == pytest.approx(2.0 + 0.5 / (159.99999999999997 - 100.0))
+
+
+def test_replications_some_too_short_to_test_say_which_and_why():
+    """Three replications, one too short for the steady-state test: the combined line names the
+    untested one's reason and how many (it printed a bare 'steady state ' when the first was tested)."""
+    from draftsim.sim.serving.metrics import combine
+    from draftsim.sim.serving.steady import describe
+
+    tested = {"x": 1.0, "steady": True, "overloaded": False, "steady_tested": True, "steady_reason": ""}
+    short = {**tested, "steady_tested": False, "steady_reason": "not tested: fewer than 50 requests; the whole run is measured"}
+    out = combine([tested, short, tested])
+    assert out["untested_replications"] == 1 and not out["steady_tested"]
+    assert describe(out) == "steady state not tested: fewer than 50 requests; the whole run is measured (1 of 3 replications)"
