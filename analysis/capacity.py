@@ -562,12 +562,8 @@ def check_search(spec: Spec, kind: Kind, s: Settings, points: Sequence, labels: 
             replicas = p.config.get("replicas", 1)
             runs.append(("load", {**longest, kind.rate_option: s.load, "replicas": replicas * 2 if isinstance(replicas, int) else 2}))
         for name, config in runs:
-            key = json.dumps(config, sort_keys=True, default=str)
-            if key in checked:
-                continue
-            checked.add(key)
             try:
-                kind.validate(config)
+                validate_once(kind, config, checked)
             except DraftsimError as exc:
                 value = getattr(s, name)
                 raise DraftsimError(f"[capacity] {name} {value:g} req/s: {where} would be refused there: "
@@ -639,6 +635,16 @@ def _seconds_or_none(value) -> float | None:
         return parse_seconds("duration", value) if isinstance(value, str) else None
     except DraftsimError:
         return None
+
+
+def validate_once(kind: Kind, config: dict, checked: set) -> None:
+    """``kind.validate(config)``, unless the same configuration was validated before (``checked``
+    holds their keys; a search's points share most of their runs)."""
+    key = json.dumps(config, sort_keys=True, default=str)
+    if key in checked:
+        return
+    checked.add(key)
+    kind.validate(config)
 
 
 def run_length(config: Mapping) -> tuple[str | None, float | int | None]:

@@ -25,7 +25,7 @@ import re
 import shlex
 from dataclasses import dataclass, field, replace
 
-from draftsim.analysis.capacity import LATENCIES, PER_TOKEN
+from draftsim.analysis.capacity import LATENCIES, PER_TOKEN, validate_once
 from draftsim.sim.errors import TIME_UNITS, DraftsimError, parse_seconds, suggest
 
 __all__ = ["SLO_NAMES", "SLO_STATS", "HELP", "parse_slo", "slo_warnings", "parse_method", "Method", "build_spec", "Recommendation",
@@ -590,13 +590,8 @@ def check_points(spec, kind, extra: dict, names: dict) -> list:
     points = list(spec.points())
     checked: set = set()
     for p in points:
-        config = {**p.config, **extra}
-        key = json.dumps(config, sort_keys=True, default=str)
-        if key in checked:
-            continue
-        checked.add(key)
         try:
-            kind.validate(config)
+            validate_once(kind, {**p.config, **extra}, checked)
         except DraftsimError as exc:
             text = " ".join(str(exc).split())
             name = names.get(p.index, "plain decoding")
