@@ -69,22 +69,28 @@ def sweep_qps(config: ServingConfig, make_workload, qps_values, *, seed: int = 0
     return rows
 
 
+def crossover_row(rows: list[dict], key: str = "speedup") -> int | None:
+    """The index of the first row where ``key`` falls through 1 (below 1 after a row at or above
+    it): the crossover lies between that row and the one before; None if it never does."""
+    return next((i for i in range(1, len(rows)) if rows[i][key] < 1 <= rows[i - 1][key]), None)
+
+
 def crossover(rows: list[dict], key: str = "speedup") -> float | None:
-    """The QPS where ``key`` first falls through 1 (log-linear interpolation); None if it
-    never does within the sweep (nan if it is below 1 already at the lowest load)."""
-    q = np.array([r["qps"] for r in rows])
-    s = np.array([r[key] for r in rows])
-    if not len(s):
+    """The QPS where ``key`` first falls through 1 (log-linear interpolation between the rows
+    around it, :func:`crossover_row`); None if it never does within the sweep (nan if it is below
+    1 already at the lowest load)."""
+    if not rows:
         return None
-    if s[0] < 1:
+    if rows[0][key] < 1:
         return float("nan")
-    for i in range(1, len(s)):
-        if s[i] < 1 <= s[i - 1]:
-            x0, x1 = np.log(q[i - 1]), np.log(q[i])
-            f = (s[i - 1] - 1) / (s[i - 1] - s[i])
-            # within the bracket: exp(log q) need not give q back to the last bit
-            return float(min(max(np.exp(x0 + f * (x1 - x0)), q[i - 1]), q[i]))
-    return None
+    i = crossover_row(rows, key)
+    if i is None:
+        return None
+    (q0, s0), (q1, s1) = ((rows[j]["qps"], rows[j][key]) for j in (i - 1, i))
+    x0, x1 = np.log(q0), np.log(q1)
+    f = (s0 - 1) / (s0 - s1)
+    # within the bracket: exp(log q) need not give q back to the last bit
+    return float(min(max(np.exp(x0 + f * (x1 - x0)), q0), q1))
 
 
 def _plain_log_ticks(ax) -> None:

@@ -570,7 +570,9 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
     qps = [r["qps"] for r in rows]
     errors = [row.get("model_error") for row in result.data["sweep"]]
     at_batch = any(_error_cell(e) for e in errors)
-    below = _crossover_row(rows, cross)
+    from draftsim.analysis.loadstudy import crossover_row
+
+    below = crossover_row(rows) if cross is not None and np.isfinite(cross) else None
     table = []
     for i, (r, error) in enumerate(zip(rows, errors)):
         notes = (["<- crossover"] if i == below else []) + ([] if r["steady"] else [_steady_mark(r)])
@@ -615,13 +617,6 @@ def _print_sweep(config: ServeSimConfig, out: ServeSimOutputs, result: ServeSimR
     if out.figure:
         print(f"figure written to {out.figure}")
     _print_report(result.data)
-
-
-def _crossover_row(rows: list[dict], cross) -> int | None:
-    """The index of the first row past the crossover (speedup below 1 after a row at or above it)."""
-    if cross is None or not np.isfinite(cross):
-        return None
-    return next((i for i in range(1, len(rows)) if rows[i]["speedup"] < 1 <= rows[i - 1]["speedup"]), None)
 
 
 def _steady_mark(r: dict) -> str:
