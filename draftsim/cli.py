@@ -97,6 +97,17 @@ def _grouped_help(parser: argparse.ArgumentParser) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _parsers(parser: argparse.ArgumentParser, argv: list[str]) -> list[argparse.ArgumentParser]:
+    """The parser and the (sub)command parsers the words of ``argv`` name, outermost first."""
+    current, chain = parser, [parser]
+    for token in argv:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and not token.startswith("-") and token in subs[0].choices:
+            current = subs[0].choices[token]
+            chain.append(current)
+    return chain
+
+
 def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """``--alpha -inf`` as ``--alpha=-inf``: for options that take one value, a following
     token that starts with a single dash and is not an option of the command is the value.
@@ -105,12 +116,7 @@ def _join_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[
     ``-1,0.002`` would otherwise be reported as a missing argument ("expected one
     argument") instead of being checked — and named — as the bad value it is.
     """
-    current, chain = parser, [parser]
-    for token in argv:
-        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
-        if subs and not token.startswith("-") and token in subs[0].choices:
-            current = subs[0].choices[token]
-            chain.append(current)
+    chain = _parsers(parser, argv)
     takes_value, options = set(), set()
     for p in chain:
         for action in p._actions:
@@ -174,11 +180,7 @@ def _refuse_unrecognized(parser: argparse.ArgumentParser, argv: list[str], extra
     leaves that to the top parser, which names no command), suggesting the nearest of its options."""
     from draftsim.sim.errors import did_you_mean
 
-    current = parser
-    for token in argv:
-        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
-        if subs and not token.startswith("-") and token in subs[0].choices:
-            current = subs[0].choices[token]
+    current = _parsers(parser, argv)[-1]
     options = [s for a in current._actions for s in a.option_strings if s.startswith("--")]
     first = next((x.partition("=")[0] for x in extra if x.startswith("--")), None)
     hint = did_you_mean(first, options) if first else ""
